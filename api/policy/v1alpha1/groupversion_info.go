@@ -1,0 +1,22 @@
+// Package v1alpha1 holds the portal.io/v1alpha1 API: PortalClusterRule and
+// PortalRule, the custom resources that carry Portal's rules.
+//
+// +kubebuilder:object:generate=true
+// +groupName=portal.io
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the API group and version of these types.
+	GroupVersion = schema.GroupVersion{Group: "portal.io", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the types with a runtime.Scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this group version to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

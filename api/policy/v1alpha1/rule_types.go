@@ -1,0 +1,251 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Severity ranks how much a violation matters.
+// +kubebuilder:validation:Enum=critical;high;medium;low;info
+type Severity string
+
+// Mode names a loop that evaluates a rule: admission (the validating webhook)
+// or audit (continuous evaluation of live objects).
+// +kubebuilder:validation:Enum=admission;audit
+type Mode string
+
+// EnforcementAction is what a failing rule does at admission: deny rejects the
+// request, warn admits it with a warning shown to the client, dryrun admits it
+// silently and only records the violation.
+// +kubebuilder:validation:Enum=deny;warn;dryrun
+type EnforcementAction string
+
+// OnError is what admission does when the rule itself fails to evaluate:
+// deny rejects the request (fail closed), allow admits it. Either way the
+// error is reported.
+// +kubebuilder:validation:Enum=deny;allow
+type OnError string
+
+// RuleSpec is one rule. Its fields are the rule YAML schema: the same document,
+// minus apiVersion/kind/metadata, is a rule in a --rules-folder file.
+type RuleSpec struct {
+	// Name is the rule's name in messages and reports. Defaults to the
+	// object's metadata.name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name,omitempty"`
+
+	// Enabled switches the rule on or off without deleting it.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Severity of a violation.
+	// +optional
+	// +kubebuilder:default=medium
+	Severity Severity `json:"severity,omitempty"`
+
+	// Mode lists the loops that evaluate the rule.
+	// +optional
+	// +kubebuilder:default={admission,audit}
+	// +kubebuilder:validation:MinItems=1
+	// +listType=set
+	Mode []Mode `json:"mode,omitempty"`
+
+	// EnforcementAction is what a failing rule does at admission.
+	// +optional
+	// +kubebuilder:default=deny
+	EnforcementAction EnforcementAction `json:"enforcementAction,omitempty"`
+
+	// OnError is what admission does when evaluation fails. Defaults to deny
+	// for deny rules (fail closed) and allow for warn and dryrun rules.
+	// +optional
+	OnError OnError `json:"onError,omitempty"`
+
+	// Match selects the objects the rule applies to.
+	Match Match `json:"match"`
+
+	// Rule is the expr-lang expression that flags a violation: it is true when
+	// the object breaks the rule. See docs/reference/expression-language.md.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16384
+	Rule string `json:"rule"`
+
+	// Message is shown to users for a violation. {{ expression }} holes are
+	// filled from the same environment the rule sees. Defaults to the name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+
+	// Alert is shorthand for an alertmanager action with this template.
+	// +optional
+	Alert string `json:"alert,omitempty"`
+
+	// Actions are response actions run on violations.
+	// +optional
+	// +listType=atomic
+	Actions []Action `json:"actions,omitempty"`
+}
+
+// Match selects objects by kind, namespace and labels. All criteria must hold.
+type Match struct {
+	// GVK lists the kinds the rule applies to. An empty version matches every
+	// version of the kind.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=atomic
+	GVK []GroupVersionKind `json:"gvk"`
+
+	// Namespaces filters by namespace name; entries may be shell globs.
+	// +optional
+	Namespaces *NamespaceMatch `json:"namespaces,omitempty"`
+
+	// LabelSelector filters by the object's own labels.
+	// +optional
+	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
+}
+
+// GroupVersionKind names a kind. The core group is the empty string.
+type GroupVersionKind struct {
+	// +optional
+	Group string `json:"group"`
+	// +optional
+	Version string `json:"version,omitempty"`
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+}
+
+// NamespaceMatch includes and excludes namespaces by name or glob. An empty
+// include matches every namespace; cluster-scoped objects only match when
+// include is empty.
+type NamespaceMatch struct {
+	// +optional
+	// +listType=set
+	Include []string `json:"include,omitempty"`
+	// +optional
+	// +listType=set
+	Exclude []string `json:"exclude,omitempty"`
+}
+
+// Action is a response action run when the rule finds a violation.
+type Action struct {
+	// Type selects the action.
+	// +kubebuilder:validation:Enum=alertmanager;label;annotate;evict;patch-networkpolicy;revoke-sa-token
+	Type string `json:"type"`
+	// On limits the action to violations found by these loops. Empty means
+	// every loop the rule runs in.
+	// +optional
+	// +listType=set
+	On []Mode `json:"on,omitempty"`
+	// Key is the label or annotation key (label, annotate).
+	// +optional
+	Key string `json:"key,omitempty"`
+	// Value is the label or annotation value (label, annotate).
+	// +optional
+	Value string `json:"value,omitempty"`
+	// Template names the alert template (alertmanager).
+	// +optional
+	Template string `json:"template,omitempty"`
+	// RateLimit caps how often the action fires per rule and target, as
+	// COUNT/UNIT with UNIT one of s, min, h ("5/min").
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9]+/(s|min|h)$`
+	RateLimit string `json:"rateLimit,omitempty"`
+}
+
+// RuleStatus is what Portal observed about a rule.
+type RuleStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready is True when the rule compiled and is loaded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ParseError says why the rule could not be loaded; empty when it loaded.
+	// +optional
+	ParseError string `json:"parseError,omitempty"`
+
+	// EvalCount is how many times the rule was evaluated.
+	// +optional
+	EvalCount int64 `json:"evalCount,omitempty"`
+
+	// ViolationCount is how many violations the rule found.
+	// +optional
+	ViolationCount int64 `json:"violationCount,omitempty"`
+
+	// LastApplied is when this generation of the rule was loaded.
+	// +optional
+	LastApplied *metav1.Time `json:"lastApplied,omitempty"`
+
+	// ActiveOn lists the loops the rule is live in now.
+	// +optional
+	// +listType=set
+	ActiveOn []Mode `json:"activeOn,omitempty"`
+}
+
+// Condition types and reasons of a rule's status.
+const (
+	ConditionReady = "Ready"
+
+	ReasonLoaded      = "Loaded"
+	ReasonInvalidRule = "InvalidRule"
+	ReasonDisabled    = "Disabled"
+)
+
+// PortalClusterRule is a rule that applies to objects in every namespace (as
+// its match allows) and to cluster-scoped objects.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=pcr,categories=portal
+// +kubebuilder:printcolumn:name="Severity",type=string,JSONPath=`.spec.severity`
+// +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.enforcementAction`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type PortalClusterRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   RuleSpec   `json:"spec"`
+	Status RuleStatus `json:"status,omitempty"`
+}
+
+// PortalClusterRuleList is a list of PortalClusterRules.
+// +kubebuilder:object:root=true
+type PortalClusterRuleList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PortalClusterRule `json:"items"`
+}
+
+// PortalRule is a rule owned by one namespace: it only ever matches objects in
+// its own namespace, whatever its match says.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=pr,categories=portal
+// +kubebuilder:printcolumn:name="Severity",type=string,JSONPath=`.spec.severity`
+// +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.enforcementAction`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type PortalRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   RuleSpec   `json:"spec"`
+	Status RuleStatus `json:"status,omitempty"`
+}
+
+// PortalRuleList is a list of PortalRules.
+// +kubebuilder:object:root=true
+type PortalRuleList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PortalRule `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&PortalClusterRule{}, &PortalClusterRuleList{}, &PortalRule{}, &PortalRuleList{})
+}

@@ -1,0 +1,56 @@
+package core
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Env is the set of top-level names a rule expression sees.
+type Env = map[string]any
+
+// ExpressionEngine compiles rule expressions. Implementations register with
+// the engine registry at init; rules do not name their engine.
+type ExpressionEngine interface {
+	Name() string
+	// Compile checks an expression once so that evaluation never parses.
+	Compile(expression string) (Program, error)
+}
+
+// Program is a compiled expression. Eval must be safe for concurrent use and
+// must bound its own cost: a pathological expression returns an error, it
+// never hangs.
+type Program interface {
+	Eval(env Env) (any, error)
+	// Identifiers lists the top-level names the expression reads, so callers
+	// can tell container-scoped rules and lookups apart without parsing.
+	Identifiers() []string
+}
+
+// Request carries the admission request fields rules see as request.*.
+type Request struct {
+	Operation string
+	UserInfo  map[string]any
+	DryRun    bool
+	OldObject map[string]any
+}
+
+// Container is one container of a pod-shaped object, ready to be bound as
+// `container` in a rule's environment.
+type Container struct {
+	Name  string
+	Type  string
+	Sugar map[string]any
+}
+
+// EvalContext is everything a rule evaluation needs about one object.
+type EvalContext struct {
+	Env        Env
+	Containers []Container
+}
+
+// ContextBuilder turns a raw object into the environment rules see.
+type ContextBuilder interface {
+	Supports(gvk schema.GroupVersionKind) bool
+	// Build must not modify obj.
+	Build(obj *unstructured.Unstructured, req *Request) (*EvalContext, error)
+}

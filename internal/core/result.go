@@ -1,0 +1,46 @@
+package core
+
+// Outcome is the verdict of one rule on one object (or one of its containers).
+type Outcome string
+
+const (
+	OutcomePass  Outcome = "pass"
+	OutcomeFail  Outcome = "fail"
+	OutcomeError Outcome = "error"
+)
+
+// ResourceRef identifies the object a result is about.
+type ResourceRef struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name"`
+	UID        string `json:"uid,omitempty"`
+}
+
+// Result is what a rule said about an object. A container-scoped rule yields one
+// failing Result per offending container, or a single passing Result.
+type Result struct {
+	Rule     *Rule
+	Resource ResourceRef
+	Outcome  Outcome
+	// Container and ContainerType name the container that failed, for
+	// container-scoped rules. ContainerType is "container", "initContainer" or
+	// "ephemeralContainer".
+	Container     string
+	ContainerType string
+	// Message is the rule's rendered message for failures, and the error text
+	// for errors.
+	Message string
+}
+
+// Denies reports whether this result rejects an admission request.
+func (r Result) Denies() bool {
+	switch r.Outcome {
+	case OutcomeFail:
+		return r.Rule.EnforcementAction == ActionDeny
+	case OutcomeError:
+		return r.Rule.OnError == OnErrorDeny
+	}
+	return false
+}

@@ -1,0 +1,147 @@
+// Package core holds the contracts the layers of Portal share: the rule model,
+// evaluation results and the small interfaces each layer implements or consumes.
+// It holds types and interfaces only; behaviour lives in the packages that
+// implement them.
+package core
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Severity ranks how much a violation matters to the people who read reports.
+type Severity string
+
+const (
+	SeverityCritical Severity = "critical"
+	SeverityHigh     Severity = "high"
+	SeverityMedium   Severity = "medium"
+	SeverityLow      Severity = "low"
+	SeverityInfo     Severity = "info"
+)
+
+// Mode names a loop that evaluates a rule.
+type Mode string
+
+const (
+	ModeAdmission Mode = "admission"
+	ModeAudit     Mode = "audit"
+)
+
+// EnforcementAction says what a failing rule does at admission.
+type EnforcementAction string
+
+const (
+	ActionDeny   EnforcementAction = "deny"
+	ActionWarn   EnforcementAction = "warn"
+	ActionDryRun EnforcementAction = "dryrun"
+)
+
+// OnError says how admission treats a rule whose evaluation errored.
+type OnError string
+
+const (
+	OnErrorDeny  OnError = "deny"
+	OnErrorAllow OnError = "allow"
+)
+
+// Rule is one parsed rule, whatever its source (folder file or custom resource).
+// The expression flags a violation: it evaluates to true when the object breaks
+// the rule.
+type Rule struct {
+	Name              string
+	Enabled           bool
+	Severity          Severity
+	Modes             []Mode
+	EnforcementAction EnforcementAction
+	OnError           OnError
+	Match             Match
+	Expression        string
+	Message           string
+	Alert             string
+	Actions           []ActionSpec
+
+	// Namespace is set for namespaced rules (PortalRule): such a rule only ever
+	// matches objects in this namespace.
+	Namespace string
+	// Source says where the rule came from, for error messages and status.
+	Source Source
+}
+
+// HasMode reports whether the rule runs in mode m.
+func (r *Rule) HasMode(m Mode) bool {
+	for _, x := range r.Modes {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// Match selects the objects a rule applies to.
+type Match struct {
+	GVKs          []GVK
+	Namespaces    NamespaceMatch
+	LabelSelector *metav1.LabelSelector
+}
+
+// GVK names a kind. An empty Version matches every version of the kind.
+type GVK struct {
+	Group   string `json:"group"`
+	Version string `json:"version,omitempty"`
+	Kind    string `json:"kind"`
+}
+
+func (g GVK) String() string {
+	if g.Group == "" {
+		return fmt.Sprintf("%s/%s", orAny(g.Version), g.Kind)
+	}
+	return fmt.Sprintf("%s/%s/%s", g.Group, orAny(g.Version), g.Kind)
+}
+
+func orAny(v string) string {
+	if v == "" {
+		return "*"
+	}
+	return v
+}
+
+// NamespaceMatch filters by namespace name; entries may use shell globs
+// ("team-*"). An empty Include matches every namespace, and cluster-scoped
+// objects only match when Include is empty.
+type NamespaceMatch struct {
+	Include []string `json:"include,omitempty"`
+	Exclude []string `json:"exclude,omitempty"`
+}
+
+// ActionSpec is one response action a rule asks for. Type selects the action;
+// the remaining keys are its parameters.
+type ActionSpec struct {
+	Type   string
+	On     []Mode
+	Params map[string]string
+}
+
+// Source locates a rule for the humans reading errors.
+type Source struct {
+	// Kind is "file", "PortalClusterRule" or "PortalRule".
+	Kind      string
+	Path      string
+	Line      int
+	Namespace string
+	Name      string
+}
+
+func (s Source) String() string {
+	switch {
+	case s.Kind == "file" && s.Line > 0:
+		return fmt.Sprintf("%s:%d", s.Path, s.Line)
+	case s.Kind == "file":
+		return s.Path
+	case s.Namespace != "":
+		return fmt.Sprintf("%s %s/%s", s.Kind, s.Namespace, s.Name)
+	default:
+		return fmt.Sprintf("%s %s", s.Kind, s.Name)
+	}
+}

@@ -1,0 +1,257 @@
+// Package engine evaluates compiled rules against objects. Rules are indexed
+// by group and kind so an object only meets the rules that match it, and a
+// rule set is swapped atomically so evaluation never waits on a reload.
+package engine
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"sync/atomic"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/vilaca/portal/internal/context/pod"
+	"github.com/vilaca/portal/internal/core"
+)
+
+// Rule is a rule ready to evaluate: its expression and message compiled, its
+// match criteria indexed.
+type Rule struct {
+	*core.Rule
+	program         core.Program
+	message         template
+	selector        labels.Selector
+	containerScoped bool
+}
+
+// ContainerScoped reports whether the rule is evaluated once per container.
+func (r *Rule) ContainerScoped() bool { return r.containerScoped }
+
+// Engine evaluates rules. It is safe for concurrent use.
+type Engine struct {
+	expr  core.ExpressionEngine
+	rules atomic.Pointer[ruleSet]
+}
+
+type ruleSet struct {
+	all  []*Rule
+	byGK map[schema.GroupKind][]*Rule
+}
+
+// New returns an engine with no rules that compiles with expr.
+func New(expr core.ExpressionEngine) *Engine {
+	e := &Engine{expr: expr}
+	e.rules.Store(&ruleSet{byGK: map[schema.GroupKind][]*Rule{}})
+	return e
+}
+
+// podSugar names the environment entries only pod-shaped objects have.
+var podSugar = []string{"container", "spec", "securityContext", "pod"}
+
+// Compile prepares r for evaluation. It fails when the expression or the
+// message does not compile, or when the rule reads pod sugar but matches a
+// kind that has no pod.
+func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
+	if len(r.Match.GVKs) == 0 {
+		return nil, fmt.Errorf("rule %q: match.gvk is empty: list the kinds the rule applies to", r.Name)
+	}
+	prog, err := e.expr.Compile(r.Expression)
+	if err != nil {
+		return nil, fmt.Errorf("rule %q: compile expression: %w", r.Name, err)
+	}
+	ids := prog.Identifiers()
+	for _, id := range podSugar {
+		if !slices.Contains(ids, id) {
+			continue
+		}
+		for _, g := range r.Match.GVKs {
+			if !pod.IsPodShaped(schema.GroupKind{Group: g.Group, Kind: g.Kind}) {
+				return nil, fmt.Errorf("rule %q: reads %q, which only pod-shaped kinds have, but matches %s: use object.* for it or narrow match.gvk", r.Name, id, g)
+			}
+		}
+	}
+	msg, err := compileTemplate(e.expr, r.Message)
+	if err != nil {
+		return nil, fmt.Errorf("rule %q: compile message: %w", r.Name, err)
+	}
+	sel := labels.Everything()
+	if r.Match.LabelSelector != nil {
+		if sel, err = metav1.LabelSelectorAsSelector(r.Match.LabelSelector); err != nil {
+			return nil, fmt.Errorf("rule %q: match.labelSelector: %w", r.Name, err)
+		}
+	}
+	for _, p := range append(slices.Clone(r.Match.Namespaces.Include), r.Match.Namespaces.Exclude...) {
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("rule %q: match.namespaces pattern %q: %w", r.Name, p, err)
+		}
+	}
+	return &Rule{
+		Rule:            r,
+		program:         prog,
+		message:         msg,
+		selector:        sel,
+		containerScoped: slices.Contains(ids, "container"),
+	}, nil
+}
+
+// SetRules replaces the rule set. Evaluations already running finish with the
+// rules they started with.
+func (e *Engine) SetRules(rules []*Rule) {
+	set := &ruleSet{all: rules, byGK: map[schema.GroupKind][]*Rule{}}
+	for _, r := range rules {
+		seen := map[schema.GroupKind]bool{}
+		for _, g := range r.Match.GVKs {
+			gk := schema.GroupKind{Group: g.Group, Kind: g.Kind}
+			if !seen[gk] {
+				seen[gk] = true
+				set.byGK[gk] = append(set.byGK[gk], r)
+			}
+		}
+	}
+	e.rules.Store(set)
+}
+
+// Rules returns the current rule set.
+func (e *Engine) Rules() []*Rule { return e.rules.Load().all }
+
+// GVKs returns the kinds the enabled rules of mode m match ("" for any mode).
+func (e *Engine) GVKs(m core.Mode) []core.GVK {
+	var out []core.GVK
+	for _, r := range e.rules.Load().all {
+		if !r.Enabled || (m != "" && !r.HasMode(m)) {
+			continue
+		}
+		for _, g := range r.Match.GVKs {
+			if !slices.Contains(out, g) {
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}
+
+// Options select which rules run and what they see.
+type Options struct {
+	// Mode limits evaluation to rules with this mode; empty runs every rule.
+	Mode core.Mode
+	// Request is bound as request.* (admission only).
+	Request *core.Request
+}
+
+// Evaluate runs every enabled rule that matches obj and returns one result per
+// rule, or one per failing container for container-scoped rules. obj is not
+// modified.
+func (e *Engine) Evaluate(obj *unstructured.Unstructured, opts Options) ([]core.Result, error) {
+	gvk := obj.GroupVersionKind()
+	candidates := e.rules.Load().byGK[gvk.GroupKind()]
+	if len(candidates) == 0 {
+		return nil, nil
+	}
+	var (
+		ectx    *core.EvalContext
+		results []core.Result
+		ref     = core.ResourceRef{APIVersion: obj.GetAPIVersion(), Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID())}
+	)
+	for _, r := range candidates {
+		if !r.matches(obj, gvk, opts.Mode) {
+			continue
+		}
+		if ectx == nil {
+			var err error
+			if ectx, err = buildContext(obj, opts.Request); err != nil {
+				return nil, fmt.Errorf("build context for %s %s/%s: %w", gvk.Kind, ref.Namespace, ref.Name, err)
+			}
+		}
+		results = r.evaluate(ectx, ref, results)
+	}
+	return results, nil
+}
+
+func buildContext(obj *unstructured.Unstructured, req *core.Request) (*core.EvalContext, error) {
+	if pod.IsPodShaped(obj.GroupVersionKind().GroupKind()) {
+		return pod.Builder{}.Build(obj, req)
+	}
+	return &core.EvalContext{Env: pod.Generic(obj, req)}, nil
+}
+
+func (r *Rule) matches(obj *unstructured.Unstructured, gvk schema.GroupVersionKind, m core.Mode) bool {
+	if !r.Enabled || (m != "" && !r.HasMode(m)) {
+		return false
+	}
+	versionOK := false
+	for _, g := range r.Match.GVKs {
+		if g.Group == gvk.Group && g.Kind == gvk.Kind && (g.Version == "" || g.Version == gvk.Version) {
+			versionOK = true
+			break
+		}
+	}
+	if !versionOK {
+		return false
+	}
+	ns := obj.GetNamespace()
+	if r.Namespace != "" && ns != r.Namespace {
+		return false
+	}
+	if inc := r.Match.Namespaces.Include; len(inc) > 0 && (ns == "" || !anyGlob(inc, ns)) {
+		return false
+	}
+	if ns != "" && anyGlob(r.Match.Namespaces.Exclude, ns) {
+		return false
+	}
+	return r.selector.Empty() || r.selector.Matches(labels.Set(obj.GetLabels()))
+}
+
+func anyGlob(patterns []string, s string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// evaluate appends r's verdict on one object to out.
+func (r *Rule) evaluate(ectx *core.EvalContext, ref core.ResourceRef, out []core.Result) []core.Result {
+	if !r.containerScoped {
+		return append(out, r.verdict(ectx.Env, ref, nil))
+	}
+	n := len(out)
+	for i := range ectx.Containers {
+		c := &ectx.Containers[i]
+		ectx.Env["container"] = c.Sugar
+		if res := r.verdict(ectx.Env, ref, c); res.Outcome != core.OutcomePass {
+			out = append(out, res)
+		}
+	}
+	ectx.Env["container"] = nil
+	if len(out) == n {
+		out = append(out, core.Result{Rule: r.Rule, Resource: ref, Outcome: core.OutcomePass})
+	}
+	return out
+}
+
+func (r *Rule) verdict(env core.Env, ref core.ResourceRef, c *core.Container) core.Result {
+	res := core.Result{Rule: r.Rule, Resource: ref}
+	if c != nil {
+		res.Container, res.ContainerType = c.Name, c.Type
+	}
+	v, err := r.program.Eval(env)
+	switch b, isBool := v.(bool); {
+	case err != nil:
+		res.Outcome, res.Message = core.OutcomeError, err.Error()
+	case v == nil || (isBool && !b):
+		// A rule that reads a missing field evaluates to nil: nothing is
+		// flagged.
+		res.Outcome = core.OutcomePass
+	case isBool:
+		res.Outcome, res.Message = core.OutcomeFail, r.message.render(env, r.Name)
+	default:
+		res.Outcome = core.OutcomeError
+		res.Message = fmt.Sprintf("rule must evaluate to a boolean, got %T (%v)", v, v)
+	}
+	return res
+}

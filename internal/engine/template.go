@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/vilaca/portal/internal/core"
+)
+
+// template is a rule message with {{ expression }} holes, compiled once.
+type template []segment
+
+type segment struct {
+	text string
+	prog core.Program
+}
+
+func compileTemplate(eng core.ExpressionEngine, s string) (template, error) {
+	var t template
+	for s != "" {
+		start := strings.Index(s, "{{")
+		if start < 0 {
+			t = append(t, segment{text: s})
+			break
+		}
+		end := strings.Index(s[start:], "}}")
+		if end < 0 {
+			return nil, fmt.Errorf("unclosed {{ at offset %d", start)
+		}
+		if start > 0 {
+			t = append(t, segment{text: s[:start]})
+		}
+		src := strings.TrimSpace(s[start+2 : start+end])
+		p, err := eng.Compile(src)
+		if err != nil {
+			return nil, fmt.Errorf("{{ %s }}: %w", src, err)
+		}
+		t = append(t, segment{prog: p})
+		s = s[start+end+2:]
+	}
+	return t, nil
+}
+
+// render fills the holes from env; an empty template renders as fallback. A
+// hole that fails to evaluate renders as <error: ...> so the violation is
+// still reported.
+func (t template) render(env core.Env, fallback string) string {
+	if len(t) == 0 {
+		return fallback
+	}
+	if len(t) == 1 && t[0].prog == nil {
+		return t[0].text
+	}
+	var b strings.Builder
+	for _, s := range t {
+		if s.prog == nil {
+			b.WriteString(s.text)
+			continue
+		}
+		v, err := s.prog.Eval(env)
+		switch {
+		case err != nil:
+			fmt.Fprintf(&b, "<error: %v>", err)
+		case v == nil:
+			b.WriteString("<nil>")
+		default:
+			fmt.Fprint(&b, v)
+		}
+	}
+	return b.String()
+}

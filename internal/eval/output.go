@@ -1,0 +1,148 @@
+package eval
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Formats lists the output formats Write accepts.
+var Formats = []string{"table", "json", "yaml", "junit"}
+
+// Write renders the report in format.
+func (r *Report) Write(w io.Writer, format string) error {
+	switch format {
+	case "table", "":
+		return r.writeTable(w)
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	case "yaml":
+		b, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	case "junit":
+		return r.writeJUnit(w)
+	}
+	return fmt.Errorf("unknown output format %q: use one of %s", format, strings.Join(Formats, ", "))
+}
+
+func (res *Result) resourceName() string {
+	if res.Resource.Namespace == "" {
+		return res.Resource.Kind + "/" + res.Resource.Name
+	}
+	return res.Resource.Kind + "/" + res.Resource.Namespace + "/" + res.Resource.Name
+}
+
+// writeTable lists failures and errors, the rows a human acts on, and a
+// summary line that counts the passes too.
+func (r *Report) writeTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	shown := 0
+	for i := range r.Results {
+		res := &r.Results[i]
+		if res.Result == "pass" {
+			continue
+		}
+		if shown == 0 {
+			fmt.Fprintln(tw, "RESULT\tACTION\tSEVERITY\tRULE\tRESOURCE\tCONTAINER\tMESSAGE")
+		}
+		shown++
+		container := res.Container
+		if container == "" {
+			container = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.ToUpper(res.Result), res.EnforcementAction,
+			res.Severity, res.Rule, res.resourceName(), container, oneLine(res.Message))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d passed, %d failed, %d errors\n", r.Summary.Pass, r.Summary.Fail, r.Summary.Error)
+	return err
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+type junitSuites struct {
+	XMLName  xml.Name     `xml:"testsuites"`
+	Tests    int          `xml:"tests,attr"`
+	Failures int          `xml:"failures,attr"`
+	Errors   int          `xml:"errors,attr"`
+	Suites   []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name     string      `xml:"name,attr"`
+	Tests    int         `xml:"tests,attr"`
+	Failures int         `xml:"failures,attr"`
+	Errors   int         `xml:"errors,attr"`
+	Cases    []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Name      string        `xml:"name,attr"`
+	Classname string        `xml:"classname,attr"`
+	Failure   *junitProblem `xml:"failure,omitempty"`
+	Error     *junitProblem `xml:"error,omitempty"`
+}
+
+type junitProblem struct {
+	Message string `xml:"message,attr"`
+	Type    string `xml:"type,attr"`
+	Text    string `xml:",chardata"`
+}
+
+// writeJUnit emits one test suite per rule and one test case per resource
+// (and failing container), so CI systems show each violation as a failed test.
+func (r *Report) writeJUnit(w io.Writer) error {
+	out := junitSuites{Tests: len(r.Results), Failures: r.Summary.Fail, Errors: r.Summary.Error}
+	index := map[string]int{}
+	for i := range r.Results {
+		res := &r.Results[i]
+		si, ok := index[res.Rule]
+		if !ok {
+			si = len(out.Suites)
+			index[res.Rule] = si
+			out.Suites = append(out.Suites, junitSuite{Name: res.Rule})
+		}
+		s := &out.Suites[si]
+		name := res.resourceName()
+		if res.Container != "" {
+			name += " container " + res.Container
+		}
+		tc := junitCase{Name: name, Classname: res.Rule}
+		problem := &junitProblem{Message: res.Message, Type: res.EnforcementAction + "/" + res.Severity, Text: res.Message}
+		s.Tests++
+		switch res.Result {
+		case "fail":
+			tc.Failure = problem
+			s.Failures++
+		case "error":
+			tc.Error = problem
+			s.Errors++
+		}
+		s.Cases = append(s.Cases, tc)
+	}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}

@@ -1,0 +1,59 @@
+package exprlang
+
+import (
+	"fmt"
+	"path"
+
+	"github.com/expr-lang/expr"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/vilaca/portal/internal/image"
+)
+
+// functions are the helpers Portal adds to expr-lang's builtins. Each is
+// documented in docs/reference/expression-language.md.
+func functions() []expr.Option {
+	return []expr.Option{
+		expr.Function("quantity", quantity, new(func(string) float64)),
+		expr.Function("parseImage", parseImage, new(func(string) map[string]any)),
+		expr.Function("glob", glob, new(func(string, string) bool)),
+	}
+}
+
+// quantity converts a Kubernetes quantity ("500m", "1Gi") to a number in base
+// units, so limits can be compared: quantity(x) <= quantity("2Gi").
+func quantity(params ...any) (any, error) {
+	s, ok := params[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("quantity: want a string, got %T", params[0])
+	}
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return nil, fmt.Errorf("quantity(%q): %w", s, err)
+	}
+	return q.AsApproximateFloat64(), nil
+}
+
+// parseImage splits an image reference as container.image does, for images
+// read through object.* paths.
+func parseImage(params ...any) (any, error) {
+	s, ok := params[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("parseImage: want a string, got %T", params[0])
+	}
+	return image.Parse(s).Map(), nil
+}
+
+// glob reports whether s matches a shell pattern ("*.example.com", "team-?").
+func glob(params ...any) (any, error) {
+	pattern, ok1 := params[0].(string)
+	s, ok2 := params[1].(string)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("glob: want (pattern string, value string), got (%T, %T)", params[0], params[1])
+	}
+	ok, err := path.Match(pattern, s)
+	if err != nil {
+		return nil, fmt.Errorf("glob(%q): %w", pattern, err)
+	}
+	return ok, nil
+}

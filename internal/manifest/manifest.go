@@ -1,0 +1,213 @@
+// Package manifest reads Kubernetes-style YAML and JSON streams: multi-document
+// files, directories, List kinds and standard input, keeping the file and line
+// of every document so errors point at the input.
+package manifest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// Document is one YAML document of a stream.
+type Document struct {
+	Path string
+	// Line is the 1-based line of the document's first line in Path.
+	Line int
+	Data []byte
+}
+
+// Error is a problem with one document, located for the user.
+type Error struct {
+	Path string
+	Line int
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.Path, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// MaxDocumentSize bounds one document; the API server refuses larger objects
+// anyway, and a bound keeps a bad input from exhausting memory.
+const MaxDocumentSize = 8 << 20
+
+var separator = regexp.MustCompile(`^---(\s.*)?$`)
+
+// Split cuts a YAML stream into documents, dropping empty ones (blank lines
+// and comments only).
+func Split(path string, data []byte) []Document {
+	var docs []Document
+	start, line := 1, 1
+	var cur bytes.Buffer
+	flush := func() {
+		if !blank(cur.Bytes()) {
+			docs = append(docs, Document{Path: path, Line: start, Data: slices.Clone(cur.Bytes())})
+		}
+		cur.Reset()
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), MaxDocumentSize)
+	for sc.Scan() {
+		text := sc.Bytes()
+		if separator.Match(text) {
+			flush()
+			start = line + 1
+		} else {
+			if cur.Len() == 0 && blankLine(text) {
+				start = line + 1
+			} else {
+				cur.Write(text)
+				cur.WriteByte('\n')
+			}
+		}
+		line++
+	}
+	flush()
+	return docs
+}
+
+func blankLine(l []byte) bool {
+	t := bytes.TrimSpace(l)
+	return len(t) == 0 || t[0] == '#'
+}
+
+func blank(doc []byte) bool {
+	for l := range bytes.Lines(doc) {
+		if !blankLine(l) {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadPaths reads every document under paths: files, directories (walked for
+// .yaml, .yml and .json files) and "-" for stdin.
+func ReadPaths(paths []string, stdin io.Reader) ([]Document, error) {
+	var docs []Document
+	for _, p := range paths {
+		if p == "-" {
+			data, err := io.ReadAll(io.LimitReader(stdin, 64<<20))
+			if err != nil {
+				return nil, fmt.Errorf("read stdin: %w", err)
+			}
+			docs = append(docs, Split("<stdin>", data)...)
+			continue
+		}
+		files, err := Files(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", f, err)
+			}
+			docs = append(docs, Split(f, data)...)
+		}
+	}
+	return docs, nil
+}
+
+// Files lists the YAML and JSON files at p: p itself when it is a file, or
+// every such file under it, in lexical order.
+func Files(p string) ([]string, error) {
+	info, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return []string{p}, nil
+	}
+	var files []string
+	err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != p && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && IsManifestFile(path) {
+			files = append(files, path)
+		}
+		return nil
+	})
+	return files, err
+}
+
+// IsManifestFile reports whether path names a YAML or JSON file.
+func IsManifestFile(path string) bool {
+	switch filepath.Ext(path) {
+	case ".yaml", ".yml", ".json":
+		return !strings.HasPrefix(filepath.Base(path), ".")
+	}
+	return false
+}
+
+// Objects decodes a document into objects, expanding List kinds. Every object
+// must have apiVersion and kind.
+func (d Document) Objects() ([]*unstructured.Unstructured, error) {
+	var m map[string]any
+	if err := yaml.Unmarshal(d.Data, &m); err != nil {
+		return nil, d.Errorf("%v", YAMLError(err, d.Line))
+	}
+	if m == nil {
+		return nil, nil
+	}
+	obj := &unstructured.Unstructured{Object: m}
+	if obj.GetAPIVersion() == "" || obj.GetKind() == "" {
+		return nil, d.Errorf("object has no apiVersion or kind")
+	}
+	if !obj.IsList() {
+		return []*unstructured.Unstructured{obj}, nil
+	}
+	list, err := obj.ToList()
+	if err != nil {
+		return nil, d.Errorf("read %s: %v", obj.GetKind(), err)
+	}
+	out := make([]*unstructured.Unstructured, 0, len(list.Items))
+	for i := range list.Items {
+		it := &list.Items[i]
+		if it.GetAPIVersion() == "" || it.GetKind() == "" {
+			return nil, d.Errorf("%s item %d has no apiVersion or kind", obj.GetKind(), i)
+		}
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+// Errorf returns an Error located at the document.
+func (d Document) Errorf(format string, args ...any) *Error {
+	return &Error{Path: d.Path, Line: d.Line, Err: fmt.Errorf(format, args...)}
+}
+
+var yamlLine = regexp.MustCompile(`line (\d+):`)
+
+// YAMLError rewrites the document-relative line numbers of a YAML error so
+// they count from the start of the file, and drops the decoder's prefixes.
+func YAMLError(err error, docLine int) string {
+	msg := err.Error()
+	for _, p := range []string{"error converting YAML to JSON: ", "error unmarshaling JSON: ", "while decoding JSON: "} {
+		msg = strings.ReplaceAll(msg, p, "")
+	}
+	return yamlLine.ReplaceAllStringFunc(msg, func(s string) string {
+		n, _ := strconv.Atoi(yamlLine.FindStringSubmatch(s)[1])
+		return fmt.Sprintf("line %d:", n+docLine-1)
+	})
+}

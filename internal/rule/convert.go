@@ -1,0 +1,130 @@
+// Package rule turns rule documents (folder files and PortalClusterRule /
+// PortalRule objects) into compiled rules, and keeps the index the engine
+// evaluates from up to date as sources change.
+package rule
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/core"
+)
+
+var (
+	severities = []core.Severity{core.SeverityCritical, core.SeverityHigh, core.SeverityMedium, core.SeverityLow, core.SeverityInfo}
+	modes      = []core.Mode{core.ModeAdmission, core.ModeAudit}
+	enforce    = []core.EnforcementAction{core.ActionDeny, core.ActionWarn, core.ActionDryRun}
+	actions    = []string{"alertmanager", "label", "annotate", "evict", "patch-networkpolicy", "revoke-sa-token"}
+)
+
+// FromSpec applies the schema defaults to spec and validates it, the same way
+// for every source, so a folder file and a custom resource with the same
+// fields load the same rule. name is used when spec.name is empty.
+func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*core.Rule, error) {
+	r := &core.Rule{
+		Name:              spec.Name,
+		Enabled:           spec.Enabled == nil || *spec.Enabled,
+		Severity:          core.Severity(spec.Severity),
+		EnforcementAction: core.EnforcementAction(spec.EnforcementAction),
+		OnError:           core.OnError(spec.OnError),
+		Expression:        spec.Rule,
+		Message:           spec.Message,
+		Alert:             spec.Alert,
+		Source:            src,
+	}
+	if r.Name == "" {
+		r.Name = name
+	}
+	var errs []error
+	if r.Name == "" {
+		errs = append(errs, errors.New("name is required"))
+	}
+	if r.Severity == "" {
+		r.Severity = core.SeverityMedium
+	} else if !slices.Contains(severities, r.Severity) {
+		errs = append(errs, fmt.Errorf("severity %q is not one of %v", r.Severity, severities))
+	}
+	if r.EnforcementAction == "" {
+		r.EnforcementAction = core.ActionDeny
+	} else if !slices.Contains(enforce, r.EnforcementAction) {
+		errs = append(errs, fmt.Errorf("enforcementAction %q is not one of %v", r.EnforcementAction, enforce))
+	}
+	switch r.OnError {
+	case "":
+		r.OnError = core.OnErrorAllow
+		if r.EnforcementAction == core.ActionDeny {
+			r.OnError = core.OnErrorDeny
+		}
+	case core.OnErrorDeny, core.OnErrorAllow:
+	default:
+		errs = append(errs, fmt.Errorf("onError %q is not one of [deny allow]", r.OnError))
+	}
+	if len(spec.Mode) == 0 {
+		r.Modes = slices.Clone(modes)
+	}
+	for _, m := range spec.Mode {
+		if !slices.Contains(modes, core.Mode(m)) {
+			errs = append(errs, fmt.Errorf("mode %q is not one of %v", m, modes))
+		}
+		r.Modes = append(r.Modes, core.Mode(m))
+	}
+	if spec.Rule == "" {
+		errs = append(errs, errors.New("rule (the expression) is required"))
+	}
+	r.Match, errs = convertMatch(spec.Match, errs)
+	r.Actions, errs = convertActions(spec, errs)
+	if err := errors.Join(errs...); err != nil {
+		if r.Name != "" {
+			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+func convertMatch(m policyv1alpha1.Match, errs []error) (core.Match, []error) {
+	out := core.Match{LabelSelector: m.LabelSelector}
+	if len(m.GVK) == 0 {
+		errs = append(errs, errors.New("match.gvk is required: list the kinds the rule applies to, e.g. {group: \"\", version: v1, kind: Pod}"))
+	}
+	for i, g := range m.GVK {
+		if g.Kind == "" {
+			errs = append(errs, fmt.Errorf("match.gvk[%d].kind is required", i))
+		}
+		out.GVKs = append(out.GVKs, core.GVK{Group: g.Group, Version: g.Version, Kind: g.Kind})
+	}
+	if m.Namespaces != nil {
+		out.Namespaces = core.NamespaceMatch{Include: m.Namespaces.Include, Exclude: m.Namespaces.Exclude}
+	}
+	return out, errs
+}
+
+func convertActions(spec *policyv1alpha1.RuleSpec, errs []error) ([]core.ActionSpec, []error) {
+	var out []core.ActionSpec
+	for i, a := range spec.Actions {
+		if !slices.Contains(actions, a.Type) {
+			errs = append(errs, fmt.Errorf("actions[%d].type %q is not one of %v", i, a.Type, actions))
+			continue
+		}
+		as := core.ActionSpec{Type: a.Type, Params: map[string]string{}}
+		for _, m := range a.On {
+			as.On = append(as.On, core.Mode(m))
+		}
+		for k, v := range map[string]string{"key": a.Key, "value": a.Value, "template": a.Template, "rateLimit": a.RateLimit} {
+			if v != "" {
+				as.Params[k] = v
+			}
+		}
+		out = append(out, as)
+	}
+	// The alert shorthand expands to an alertmanager action unless the rule
+	// already lists one for the same template.
+	if spec.Alert != "" && !slices.ContainsFunc(out, func(a core.ActionSpec) bool {
+		return a.Type == "alertmanager" && a.Params["template"] == spec.Alert
+	}) {
+		out = append(out, core.ActionSpec{Type: "alertmanager", Params: map[string]string{"template": spec.Alert}})
+	}
+	return out, errs
+}
