@@ -126,7 +126,8 @@ func ReadPaths(paths []string, stdin io.Reader) ([]Document, error) {
 }
 
 // Files lists the YAML and JSON files at p: p itself when it is a file, or
-// every such file under it, in lexical order.
+// every such file under it in lexical order, skipping hidden and testdata
+// directories.
 func Files(p string) ([]string, error) {
 	info, err := os.Stat(p)
 	if err != nil {
@@ -140,7 +141,9 @@ func Files(p string) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path != p && strings.HasPrefix(d.Name(), ".") {
+		// testdata holds fixtures next to the files that use them, never
+		// inputs of their own.
+		if d.IsDir() && path != p && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && IsManifestFile(path) {

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Severity ranks how much a violation matters.
@@ -246,6 +247,8 @@ type PortalRuleList struct {
 	Items           []PortalRule `json:"items"`
 }
 
-func init() {
-	SchemeBuilder.Register(&PortalClusterRule{}, &PortalClusterRuleList{}, &PortalRule{}, &PortalRuleList{})
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &PortalClusterRule{}, &PortalClusterRuleList{}, &PortalRule{}, &PortalRuleList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
 }

@@ -14,7 +14,7 @@ import (
 // documented in docs/reference/expression-language.md.
 func functions() []expr.Option {
 	return []expr.Option{
-		expr.Function("quantity", quantity, new(func(string) float64)),
+		expr.Function("quantity", quantity, new(func(any) float64)),
 		expr.Function("parseImage", parseImage, new(func(string) map[string]any)),
 		expr.Function("glob", glob, new(func(string, string) bool)),
 	}
@@ -23,9 +23,19 @@ func functions() []expr.Option {
 // quantity converts a Kubernetes quantity ("500m", "1Gi") to a number in base
 // units, so limits can be compared: quantity(x) <= quantity("2Gi").
 func quantity(params ...any) (any, error) {
-	s, ok := params[0].(string)
-	if !ok {
-		return nil, fmt.Errorf("quantity: want a string, got %T", params[0])
+	var s string
+	switch v := params[0].(type) {
+	case string:
+		s = v
+	// Manifests may give quantities as bare numbers ("cpu: 1").
+	case float64:
+		return v, nil
+	case int:
+		return float64(v), nil
+	case int64:
+		return float64(v), nil
+	default:
+		return nil, fmt.Errorf("quantity: want a string or number, got %T", params[0])
 	}
 	q, err := resource.ParseQuantity(s)
 	if err != nil {

@@ -1,0 +1,151 @@
+# Portal build and test harness. GNU make; recipes are POSIX sh.
+# `make help` lists the targets.
+
+SHELL := /bin/sh
+.DEFAULT_GOAL := help
+.SUFFIXES:
+
+GO       ?= go
+FUZZTIME ?= 5s
+# Overall limit for `go test` in test-go and bench (the control-plane tests are slow).
+TEST_TIMEOUT ?= 30m
+
+BIN     := bin
+K8S_BIN := $(BIN)/k8s
+
+# Tests (envtest via internal/devcluster) find kube-apiserver, etcd and kubectl here.
+# Override on the command line (make test-go KUBEBUILDER_ASSETS=...) to use another set.
+KUBEBUILDER_ASSETS := $(abspath $(K8S_BIN))
+export KUBEBUILDER_ASSETS
+
+# A change of pins in hack/tools rebuilds the binaries built from that module.
+K8S_TOOLS_DEPS  := hack/tools/go.mod hack/tools/go.sum
+ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd/main.go
+
+# Files compared before and after `make generate` by verify-generated.
+GENERATED_DIRS := api deploy/crds
+
+.PHONY: help tools generate verify-generated vet staticcheck lint test-go fuzz test \
+	bench build run clean clean-tools
+
+help: ## List the targets
+	@echo 'Targets:'
+	@awk -F ':.*## ' '/^[a-z][a-z-]*:.*## / { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+## ---- tools -----------------------------------------------------------------
+
+tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd ## Build bin/k8s/{kube-apiserver,kubectl,etcd} when missing or when hack/tools pins change
+	@:
+
+# The version of k8s.io/kubernetes in hack/tools/go.mod is stamped in as the release
+# build does, so /version and `kubectl version` report it instead of v0.0.0-master.
+# go build leaves an up-to-date binary untouched, so touch it: otherwise a go.mod
+# edit that does not change the binary would rebuild on every run.
+$(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl: $(K8S_TOOLS_DEPS)
+	@echo 'tools: building $@ (several minutes when the build cache is cold)'
+	@mkdir -p $(@D)
+	@cd hack/tools && \
+	v=$$($(GO) list -m -f '{{.Version}}' k8s.io/kubernetes) || exit 1; \
+	major=$${v#v}; major=$${major%%.*}; minor=$${v#v*.}; minor=$${minor%%.*}; \
+	ldflags=; for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do \
+		ldflags="$$ldflags -X $$p.gitVersion=$$v -X $$p.gitMajor=$$major -X $$p.gitMinor=$$minor -X $$p.gitTreeState=clean"; \
+	done; \
+	$(GO) build -ldflags "$$ldflags" -o '$(CURDIR)/$@' k8s.io/kubernetes/cmd/$(@F)
+	@touch $@
+
+$(K8S_BIN)/etcd: $(ETCD_TOOLS_DEPS)
+	@echo 'tools: building $@'
+	@mkdir -p $(@D)
+	@cd hack/tools/etcd && $(GO) build -o '$(CURDIR)/$@' .
+	@touch $@
+
+## ---- code generation -------------------------------------------------------
+
+generate: ## Generate deepcopy code and CRD manifests (deploy/crds) from ./api
+	@if [ -d api ] && [ -n "$$(find api -type f -name '*.go' | head -n 1)" ]; then \
+		$(GO) tool controller-gen object paths=./api/... && \
+		$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=deploy/crds; \
+	else \
+		echo 'generate: no Go packages under ./api, nothing to generate'; \
+	fi
+
+# Compares the content of api/ and deploy/crds before and after `make generate`. On a
+# clean checkout that is the committed state, so any difference, including a generated
+# file that was never added (untracked-new), is drift. Uncommitted hand edits that
+# `make generate` leaves alone are not reported.
+verify-generated: ## Fail when `make generate` changes files under api/ or deploy/crds
+	@tmp=$$(mktemp -d) || exit 1; trap 'rm -rf "$$tmp"' EXIT; \
+	snap() { for d in $(GENERATED_DIRS); do \
+		[ ! -d "$$d" ] || find "$$d" -type f -exec cksum {} +; done | sort -k 3; }; \
+	snap >"$$tmp/before" && \
+	$(MAKE) --no-print-directory generate >/dev/null && \
+	snap >"$$tmp/after" || exit 1; \
+	if ! cmp -s "$$tmp/before" "$$tmp/after"; then \
+		echo 'verify-generated: generated files are out of date; run `make generate` and commit:' >&2; \
+		diff "$$tmp/before" "$$tmp/after" | sed -n 's/^[<>] [0-9]* [0-9]* /  /p' | sort -u >&2; \
+		exit 1; \
+	fi
+
+## ---- static checks ---------------------------------------------------------
+
+vet: ## go vet ./...
+	@$(GO) vet ./...
+
+staticcheck: ## staticcheck ./...
+	@$(GO) tool staticcheck ./...
+
+lint: vet staticcheck ## vet and staticcheck
+
+## ---- tests -----------------------------------------------------------------
+
+test-go: tools ## go test ./... against the real control plane in bin/k8s
+	@$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Every Fuzz target in the module, found with `go test -list`, runs for FUZZTIME.
+# Output is shown only for a failing target (it names the crasher under testdata/fuzz).
+fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each
+	@list=$$($(GO) test -list '^Fuzz' ./...) || { printf '%s\n' "$$list"; exit 1; }; \
+	targets=$$(printf '%s\n' "$$list" | awk ' \
+		/^Fuzz[A-Za-z0-9_]*$$/ { names[n++] = $$1; next } \
+		/^ok[ \t]/ { for (i = 0; i < n; i++) print $$2 ":" names[i]; n = 0; next } \
+		{ n = 0 }'); \
+	if [ -z "$$targets" ]; then echo 'fuzz: no Fuzz targets'; exit 0; fi; \
+	for t in $$targets; do \
+		pkg=$${t%%:*}; name=$${t#*:}; \
+		echo "fuzz: $$pkg $$name ($(FUZZTIME))"; \
+		out=$$($(GO) test -run '^$$' -fuzz '^'"$$name"'$$' -fuzztime $(FUZZTIME) "$$pkg" 2>&1) \
+			|| { printf '%s\n' "$$out"; exit 1; }; \
+	done
+
+# The steps run one after another (also under -j) and stop at the first failure.
+test: ## tools, verify-generated, vet, staticcheck, test-go, fuzz
+	@$(MAKE) --no-print-directory tools
+	@$(MAKE) --no-print-directory verify-generated
+	@$(MAKE) --no-print-directory vet
+	@$(MAKE) --no-print-directory staticcheck
+	@$(MAKE) --no-print-directory test-go
+	@$(MAKE) --no-print-directory fuzz
+
+bench: tools ## Run all benchmarks; raw output also goes to bin/bench.txt
+	@mkdir -p $(BIN)
+	@rc=$(BIN)/.bench.rc; \
+	{ $(GO) test -run '^$$' -bench . -benchmem -timeout $(TEST_TIMEOUT) ./...; echo $$? >"$$rc"; } \
+		| tee $(BIN)/bench.txt; \
+	status=$$(cat "$$rc"); rm -f "$$rc"; exit "$$status"
+
+## ---- build and run ---------------------------------------------------------
+
+build: ## Build bin/portal
+	@$(GO) build -o $(BIN)/portal ./cmd/portal
+
+# Demo: evaluate the example manifests against the pod-security rules. Exit status 1
+# means "deny found", which is what the demo shows, so it does not fail the target.
+# `portal dev` (a local control plane with the admission webhook) replaces this later.
+run: tools build ## Build and run the pod-security demo
+	@$(BIN)/portal eval --rules examples/rules/pod-security --file examples/manifests || test $$? -eq 1
+
+clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
+	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
+
+clean-tools: ## Remove bin/k8s (the next `make tools` rebuilds it)
+	@rm -rf $(K8S_BIN)

@@ -1,0 +1,246 @@
+// Package devcluster runs a local Kubernetes control plane (etcd and kube-apiserver) on
+// 127.0.0.1: the cluster behind `portal dev` and the tests that need an API server.
+//
+// It wraps controller-runtime's envtest with the real binaries that `make tools` builds
+// into bin/k8s. Nothing is downloaded and nothing is faked: when a binary is missing,
+// Start fails and says so.
+//
+// The envtest environment variables KUBEBUILDER_CONTROLPLANE_START_TIMEOUT,
+// KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT and KUBEBUILDER_ATTACH_CONTROL_PLANE_OUTPUT=true
+// (print the apiserver and etcd logs) apply.
+package devcluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// ModulePath is the module whose go.mod marks the repository root.
+const ModulePath = "github.com/vilaca/portal"
+
+// Binaries are the files BinaryDir must hold.
+var Binaries = []string{"kube-apiserver", "etcd", "kubectl"}
+
+// defaultStartTimeout bounds the start of each component (etcd, kube-apiserver) when the
+// context has no deadline and KUBEBUILDER_CONTROLPLANE_START_TIMEOUT is unset. envtest's
+// own default (20s) is tight on a small machine that is also compiling.
+const defaultStartTimeout = time.Minute
+
+// Options configures Start. The zero value is ready to use.
+type Options struct {
+	// CRDDirectoryPaths are directories (or files) of CustomResourceDefinition manifests
+	// installed once the API server is up; a missing path is an error. nil means
+	// <repo>/deploy/crds when that directory exists, otherwise none; a non-nil empty
+	// slice installs nothing.
+	CRDDirectoryPaths []string
+
+	// BinaryDir holds kube-apiserver, etcd and kubectl. Empty means $KUBEBUILDER_ASSETS
+	// when set, otherwise <repo>/bin/k8s, where <repo> is found by walking up from the
+	// working directory to the go.mod of module github.com/vilaca/portal.
+	BinaryDir string
+}
+
+// Cluster is a running control plane. Call Stop when done.
+type Cluster struct {
+	// Config is an admin (system:masters) client configuration for the API server.
+	Config *rest.Config
+
+	env      *envtest.Environment
+	binDir   string
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// MissingBinaryError reports a control-plane binary that is not in the binary directory.
+type MissingBinaryError struct {
+	Name string // e.g. "kube-apiserver"
+	Dir  string
+}
+
+func (e *MissingBinaryError) Error() string {
+	return fmt.Sprintf("%s not found in %s: run `make tools`", e.Name, e.Dir)
+}
+
+// Unwrap makes errors.Is(err, fs.ErrNotExist) true.
+func (e *MissingBinaryError) Unwrap() error { return fs.ErrNotExist }
+
+// Start starts etcd and kube-apiserver on free ports of 127.0.0.1, waits until the API
+// server serves the default namespace and installs the CRDs. A context deadline bounds
+// the start of each component; when ctx is done by the time the control plane is up,
+// Start stops it again and returns ctx's error.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	binDir, err := resolveBinaryDir(opts.BinaryDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range Binaries {
+		fi, err := os.Stat(filepath.Join(binDir, name))
+		if err != nil || !fi.Mode().IsRegular() {
+			return nil, &MissingBinaryError{Name: name, Dir: binDir}
+		}
+	}
+
+	crdPaths := opts.CRDDirectoryPaths
+	if crdPaths == nil {
+		crdPaths = defaultCRDPaths()
+	}
+
+	startTimeout, err := startTimeout(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	useExisting := false
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    binDir,
+		CRDDirectoryPaths:        crdPaths,
+		ErrorIfCRDPathMissing:    true,
+		UseExistingCluster:       &useExisting,
+		ControlPlaneStartTimeout: startTimeout,
+	}
+	// Explicit paths: envtest would otherwise let TEST_ASSET_* variables pick others.
+	env.ControlPlane.GetAPIServer().Path = filepath.Join(binDir, "kube-apiserver")
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(binDir, "etcd")}
+	env.ControlPlane.KubectlPath = filepath.Join(binDir, "kubectl")
+
+	cfg, err := env.Start()
+	if err != nil {
+		// env.Start leaves whatever it started running when a later step fails.
+		if stopErr := env.Stop(); stopErr != nil {
+			err = errors.Join(err, fmt.Errorf("stopping the partly started control plane: %w", stopErr))
+		}
+		return nil, fmt.Errorf("devcluster: starting the control plane from %s: %w", binDir, err)
+	}
+	c := &Cluster{Config: cfg, env: env, binDir: binDir}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(err, c.Stop())
+	}
+	return c, nil
+}
+
+// Stop stops kube-apiserver and etcd, waits for both processes to exit and removes their
+// temporary directories. It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		if err := c.env.Stop(); err != nil {
+			c.stopErr = fmt.Errorf("devcluster: stopping the control plane: %w", err)
+		}
+	})
+	return c.stopErr
+}
+
+// Kubeconfig returns a kubeconfig file for the admin user of Config, with the CA and
+// client certificate inline, suitable for writing to disk for kubectl or portal.
+func (c *Cluster) Kubeconfig() ([]byte, error) {
+	if len(c.env.KubeConfig) == 0 {
+		return nil, errors.New("devcluster: no kubeconfig: the control plane is not started")
+	}
+	return append([]byte(nil), c.env.KubeConfig...), nil
+}
+
+// BinaryDir is the directory the kube-apiserver, etcd and kubectl binaries came from.
+func (c *Cluster) BinaryDir() string { return c.binDir }
+
+func startTimeout(ctx context.Context) (time.Duration, error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return 0, context.DeadlineExceeded
+		}
+		return d, nil
+	}
+	if os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") != "" {
+		return 0, nil // envtest reads it
+	}
+	return defaultStartTimeout, nil
+}
+
+func resolveBinaryDir(dir string) (string, error) {
+	if dir == "" {
+		dir = os.Getenv("KUBEBUILDER_ASSETS")
+	}
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", fmt.Errorf("devcluster: no binary directory (set KUBEBUILDER_ASSETS or Options.BinaryDir): %w", err)
+		}
+		dir = filepath.Join(root, "bin", "k8s")
+	}
+	return filepath.Abs(dir)
+}
+
+func defaultCRDPaths() []string {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil
+	}
+	dir := filepath.Join(root, "deploy", "crds")
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return []string{dir}
+	}
+	return nil
+}
+
+// RepoRoot walks up from the working directory to the directory whose go.mod declares
+// module github.com/vilaca/portal (nested modules such as hack/tools are skipped).
+func RepoRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; {
+		if mod, err := modulePath(filepath.Join(dir, "go.mod")); err == nil && mod == ModulePath {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of module %s in %s or its parents", ModulePath, wd)
+		}
+		dir = parent
+	}
+}
+
+// modulePath returns the module path declared in the go.mod file at path.
+func modulePath(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if i := strings.Index(line, "//"); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		rest, ok := strings.CutPrefix(line, "module")
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '\t') {
+			continue
+		}
+		mod := strings.TrimSpace(rest)
+		if unq, err := strconv.Unquote(mod); err == nil {
+			mod = unq
+		}
+		return mod, nil
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", fmt.Errorf("%s: no module line", path)
+}

@@ -1,0 +1,200 @@
+package rule
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
+)
+
+// Kinds of rule custom resources.
+const (
+	KindCluster    = "PortalClusterRule"
+	KindNamespaced = "PortalRule"
+)
+
+// LoadState is what the CR loader made of one rule object; the status
+// reconciler writes it to the object's status.
+type LoadState struct {
+	// Generation is the generation the loader last processed.
+	Generation int64
+	// Error says why that generation was not loaded; empty when it was.
+	Error string
+	// ActiveGeneration is the generation being enforced: Generation when it
+	// loaded, an earlier good one when it did not, 0 when none is.
+	ActiveGeneration int64
+	// LoadedAt is when ActiveGeneration was loaded.
+	LoadedAt metav1.Time
+	// ActiveOn lists the loops the active rule runs in (none when disabled).
+	ActiveOn []core.Mode
+}
+
+// CRLoader loads PortalClusterRules and PortalRules from the manager's cache
+// into the index. It runs on every replica, leader or not, so each one
+// evaluates the same rules. A generation that fails to parse or compile is
+// not loaded; the last good generation of that object stays active, so a typo
+// never silently switches a security rule off.
+type CRLoader struct {
+	client   client.Reader
+	compiler Compiler
+	index    *Index
+	log      *slog.Logger
+	metrics  *Metrics
+
+	mu     sync.Mutex
+	states map[string]LoadState
+	active map[string][]*engine.Rule
+	// changed tells the status reconciler of each kind that a state moved.
+	changed map[string]chan event.GenericEvent
+}
+
+// NewCRLoader returns a loader reading through c (the manager's cache).
+func NewCRLoader(c client.Reader, comp Compiler, index *Index, log *slog.Logger, m *Metrics) *CRLoader {
+	return &CRLoader{
+		client: c, compiler: comp, index: index, log: log, metrics: m,
+		states:  map[string]LoadState{},
+		active:  map[string][]*engine.Rule{},
+		changed: map[string]chan event.GenericEvent{
+			KindCluster:    make(chan event.GenericEvent, 1024),
+			KindNamespaced: make(chan event.GenericEvent, 1024),
+		},
+	}
+}
+
+func crKey(kind, namespace, name string) string {
+	return fmt.Sprintf("cr:%s/%s/%s", kind, namespace, name)
+}
+
+// State returns the load state of one object.
+func (l *CRLoader) State(kind, namespace, name string) (LoadState, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.states[crKey(kind, namespace, name)]
+	return s, ok
+}
+
+// SetupWithManager registers one loading controller per kind. They do not
+// need leader election: every replica must hold the rules.
+func (l *CRLoader) SetupWithManager(mgr ctrl.Manager) error {
+	for _, kind := range []string{KindCluster, KindNamespaced} {
+		err := ctrl.NewControllerManagedBy(mgr).
+			Named("rule-loader-"+lower(kind)).
+			For(newRuleObject(kind), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
+			Complete(reconcile.Func(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+				return ctrl.Result{}, l.reconcile(ctx, kind, req)
+			}))
+		if err != nil {
+			return fmt.Errorf("set up %s loader: %w", kind, err)
+		}
+	}
+	return nil
+}
+
+func (l *CRLoader) reconcile(ctx context.Context, kind string, req ctrl.Request) error {
+	obj := newRuleObject(kind)
+	key := crKey(kind, req.Namespace, req.Name)
+	if err := l.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			l.forget(key)
+			l.log.Info("rule removed", "kind", kind, "namespace", req.Namespace, "name", req.Name)
+			return nil
+		}
+		return err
+	}
+	src := core.Source{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	compiled, err := l.compile(obj, src)
+
+	l.mu.Lock()
+	prev := l.states[key]
+	st := LoadState{Generation: obj.GetGeneration(), ActiveGeneration: prev.ActiveGeneration, LoadedAt: prev.LoadedAt, ActiveOn: prev.ActiveOn}
+	if err != nil {
+		st.Error = err.Error()
+	} else {
+		st.ActiveGeneration, st.LoadedAt = obj.GetGeneration(), metav1.Now()
+		st.ActiveOn = nil
+		if compiled.Enabled {
+			st.ActiveOn = slices.Clone(compiled.Modes)
+		}
+		l.active[key] = []*engine.Rule{compiled}
+		l.index.Set(key, l.active[key])
+	}
+	l.states[key] = st
+	l.mu.Unlock()
+
+	if err != nil {
+		l.metrics.LoadErrors.WithLabelValues("cr").Inc()
+		l.log.Error("rule not loaded", "kind", kind, "namespace", req.Namespace, "name", req.Name,
+			"generation", obj.GetGeneration(), "activeGeneration", st.ActiveGeneration, "error", err)
+	} else {
+		l.log.Info("rule loaded", "kind", kind, "namespace", req.Namespace, "name", req.Name, "generation", obj.GetGeneration())
+	}
+	l.updateGauge()
+	l.notify(kind, obj)
+	return nil
+}
+
+func (l *CRLoader) compile(obj policyv1alpha1.RuleObject, src core.Source) (*engine.Rule, error) {
+	r, err := FromSpec(obj.GetRuleSpec(), obj.GetName(), src)
+	if err != nil {
+		return nil, err
+	}
+	r.Namespace = obj.GetNamespace()
+	return l.compiler.Compile(r)
+}
+
+func (l *CRLoader) forget(key string) {
+	l.mu.Lock()
+	delete(l.states, key)
+	delete(l.active, key)
+	l.mu.Unlock()
+	l.index.Delete(key)
+	l.updateGauge()
+}
+
+func (l *CRLoader) notify(kind string, obj policyv1alpha1.RuleObject) {
+	// Never block loading on status: on a replica that is not the leader
+	// nobody reads the channel, and the status reconciler requeues on its own
+	// when it sees a generation the loader has not processed yet.
+	select {
+	case l.changed[kind] <- event.GenericEvent{Object: obj}:
+	default:
+	}
+}
+
+func (l *CRLoader) updateGauge() {
+	l.mu.Lock()
+	n := len(l.active)
+	l.mu.Unlock()
+	l.metrics.Loaded.WithLabelValues("cr").Set(float64(n))
+}
+
+func newRuleObject(kind string) policyv1alpha1.RuleObject {
+	if kind == KindCluster {
+		return &policyv1alpha1.PortalClusterRule{}
+	}
+	return &policyv1alpha1.PortalRule{}
+}
+
+func lower(kind string) string {
+	if kind == KindCluster {
+		return "portalclusterrule"
+	}
+	return "portalrule"
+}

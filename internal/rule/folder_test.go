@@ -1,0 +1,99 @@
+package rule_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/expr/exprlang"
+	"github.com/vilaca/portal/internal/rule"
+)
+
+const folderRule = `name: no-privileged
+match:
+  gvk: [{group: "", kind: Pod}]
+rule: container.securityContext.privileged == true
+`
+
+const brokenRule = `
+---
+name: broken
+match:
+  gvk: [{group: "", kind: Pod}]
+rule: container.securityContext.privileged ==
+`
+
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFolderHotReload(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	write(t, file, folderRule)
+
+	eng := engine.New(exprlang.New())
+	logs := &syncWriter{}
+	metrics := rule.NewMetrics(nil)
+	loader := rule.NewFolder(dir, eng, rule.NewIndex(eng), slog.New(slog.NewJSONHandler(logs, nil)), metrics)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- loader.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	<-loader.Loaded()
+	if got := verdict(t, eng, privilegedPod("default"), "no-privileged"); got != core.OutcomeFail {
+		t.Fatalf("initial load: verdict %q, want fail", got)
+	}
+
+	// A broken rule in the same file is reported with file and line; the
+	// good one keeps loading.
+	write(t, file, folderRule+brokenRule)
+	eventually(t, "load error counted", func() bool {
+		return testutil.ToFloat64(metrics.LoadErrors.WithLabelValues("folder")) == 1
+	})
+	logged := logs.String()
+	if !strings.Contains(logged, `"line":7`) || !strings.Contains(logged, file) {
+		t.Errorf("error log does not name file and line 7:\n%s", logged)
+	}
+	if got := verdict(t, eng, privilegedPod("default"), "no-privileged"); got != core.OutcomeFail {
+		t.Fatalf("good rule lost after a sibling broke: verdict %q", got)
+	}
+
+	// New files in new directories are picked up.
+	sub := filepath.Join(dir, "team")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(sub, "latest.yaml"), strings.ReplaceAll(strings.ReplaceAll(folderRule, "no-privileged", "no-latest"),
+		"container.securityContext.privileged == true", `container.image.tag == "latest"`))
+	eventually(t, "rule in new directory loaded", func() bool {
+		return verdict(t, eng, privilegedPod("default"), "no-latest") != ""
+	})
+
+	// Deleting removes the rules without a restart.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "rules of deleted file removed", func() bool {
+		return verdict(t, eng, privilegedPod("default"), "no-privileged") == ""
+	})
+	if err := os.RemoveAll(sub); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "rules of deleted directory removed", func() bool { return len(eng.Rules()) == 0 })
+}
