@@ -1,0 +1,113 @@
+package exprlang
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestEval(t *testing.T) {
+	env := map[string]any{
+		"object": map[string]any{
+			"spec": map[string]any{"replicas": 3.0, "limits": map[string]any{"memory": "512Mi", "cpu": 1.0}},
+		},
+		"container": map[string]any{"image": map[string]any{"registry": "ghcr.io"}},
+	}
+	tests := []struct {
+		expr string
+		want any
+	}{
+		{`object.spec?.foo ?? false`, false},
+		{`object.spec?.foo?.bar?.baz`, nil},
+		{`object.spec.replicas >= 2`, true},
+		{`container.image.registry in ["ghcr.io", "quay.io"]`, true},
+		{`container.image.registry startsWith "ghcr"`, true},
+		{`container.image.registry matches "^gh"`, true},
+		{`quantity(object.spec.limits.memory) <= quantity("1Gi")`, true},
+		{`quantity(object.spec.limits.cpu) == 1`, true},
+		{`parseImage("nginx").name`, "library/nginx"},
+		{`glob("ghcr.*", container.image.registry)`, true},
+	}
+	e := New()
+	for _, tt := range tests {
+		p, err := e.Compile(tt.expr)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.expr, err)
+		}
+		got, err := p.Eval(env)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.expr, err)
+		}
+		if got != tt.want {
+			t.Errorf("%s = %v, want %v", tt.expr, got, tt.want)
+		}
+	}
+}
+
+func TestCompileErrorsNameTheProblem(t *testing.T) {
+	tests := map[string]string{
+		`contaner.name == "x"`:       "unknown name contaner",
+		`now() > date("2020-01-01")`: "now",
+		`repeat("a", 1000000000)`:    "repeat",
+		`object.a ==`:                "unexpected token",
+		``:                           "empty",
+	}
+	e := New()
+	for expr, want := range tests {
+		_, err := e.Compile(expr)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Compile(%q) error = %v, want it to mention %q", expr, err, want)
+		}
+	}
+}
+
+func TestBoundedCost(t *testing.T) {
+	p, err := New().Compile(`any(1..1000000, {any(1..1000000, {# < 0})})`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Eval(map[string]any{}); err == nil || !strings.Contains(err.Error(), "memory budget") {
+		t.Fatalf("want a memory budget error, got %v", err)
+	}
+	if _, err := New().Compile(strings.Repeat("1 + ", MaxNodes) + "1"); err == nil {
+		t.Fatal("expression beyond MaxNodes compiled")
+	}
+}
+
+func TestIdentifiers(t *testing.T) {
+	p, err := New().Compile(`let x = object.spec; container.name == "a" && all(x.items, {.name != metadata.name})`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Identifiers(); !slices.Equal(got, []string{"container", "metadata", "object"}) {
+		t.Fatalf("Identifiers() = %v", got)
+	}
+}
+
+// FuzzCompile feeds arbitrary expressions to the compiler and the VM: neither
+// may panic or hang, whatever the input.
+func FuzzCompile(f *testing.F) {
+	for _, s := range []string{
+		`container.securityContext.privileged == true`,
+		`object.spec?.foo ?? false`,
+		`all(object.spec.containers, {.name startsWith "a"})`,
+		`quantity("1Gi") > 0`,
+		`"a" matches "("`,
+		`1..3 | map(# * 2)`,
+		`let x = 1; x + 1`,
+	} {
+		f.Add(s)
+	}
+	e := New()
+	env := map[string]any{
+		"object":    map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "a"}}}},
+		"container": map[string]any{"name": "a"},
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := e.Compile(s)
+		if err != nil {
+			return
+		}
+		_, _ = p.Eval(env)
+	})
+}

@@ -1,0 +1,119 @@
+package rule_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/expr/exprlang"
+	"github.com/vilaca/portal/internal/rule"
+)
+
+const mixedFile = `# plain rule with defaults
+name: plain
+match:
+  gvk: [{group: "", kind: Pod}]
+rule: container.securityContext.privileged == true
+---
+apiVersion: portal.io/v1alpha1
+kind: PortalClusterRule
+metadata:
+  name: from-manifest
+spec:
+  severity: low
+  mode: [audit]
+  enforcementAction: warn
+  alert: insecure
+  match:
+    gvk: [{group: apps, version: v1, kind: Deployment}]
+  rule: spec.hostNetwork == true
+---
+apiVersion: portal.io/v1alpha1
+kind: PortalRule
+metadata: {name: team, namespace: team-a}
+spec:
+  match:
+    gvk: [{kind: Pod}]
+  rule: "true"
+`
+
+func TestParseFileDefaultsAndForms(t *testing.T) {
+	rules, errs := rule.ParseFile("rules.yaml", []byte(mixedFile))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if len(rules) != 3 {
+		t.Fatalf("got %d rules", len(rules))
+	}
+	plain, manifest, team := rules[0], rules[1], rules[2]
+	if !plain.Enabled || plain.Severity != core.SeverityMedium || plain.EnforcementAction != core.ActionDeny ||
+		plain.OnError != core.OnErrorDeny || len(plain.Modes) != 2 || plain.Source.Line != 2 {
+		t.Errorf("plain rule defaults: %+v", plain)
+	}
+	if manifest.Name != "from-manifest" || manifest.OnError != core.OnErrorAllow || manifest.Source.Line != 7 ||
+		len(manifest.Actions) != 1 || manifest.Actions[0].Type != "alertmanager" || manifest.Actions[0].Params["template"] != "insecure" {
+		t.Errorf("manifest rule: %+v", manifest)
+	}
+	if team.Namespace != "team-a" {
+		t.Errorf("PortalRule namespace = %q", team.Namespace)
+	}
+}
+
+func TestParseErrorsPointAtFileAndLine(t *testing.T) {
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"unknown field", "name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\nsevrity: high\n", `r.yaml:4: unknown field "sevrity"`},
+		{"bad enum", "name: a\nseverity: extreme\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `r.yaml:1: rule "a": severity "extreme"`},
+		{"no gvk", "name: a\nrule: 'true'\n", "match.gvk is required"},
+		{"no name", "match: {gvk: [{kind: Pod}]}\nrule: 'true'\n", "name is required"},
+		{"yaml syntax", "name: a\nrule: [unclosed\n", "r.yaml:"},
+		{"other kind", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n", "v1 Pod is not a rule"},
+		{"portalrule without namespace", "apiVersion: portal.io/v1alpha1\nkind: PortalRule\nmetadata: {name: x}\nspec: {match: {gvk: [{kind: Pod}]}, rule: 'true'}\n", "no metadata.namespace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errs := rule.ParseFile("r.yaml", []byte(tt.doc))
+			if len(errs) != 1 || !strings.Contains(errs[0].Error(), tt.want) {
+				t.Fatalf("errors %v, want one containing %q", errs, tt.want)
+			}
+		})
+	}
+}
+
+func TestCompileFileKeepsGoodRulesAndLocatesBadOnes(t *testing.T) {
+	data := mixedFile + "---\nname: broken\nmatch: {gvk: [{kind: Pod}]}\nrule: 'object.x =='\n"
+	rules, errs := rule.CompileFile(engine.New(exprlang.New()), "r.yaml", []byte(data))
+	if len(rules) != 3 || len(errs) != 1 {
+		t.Fatalf("got %d rules, errors %v", len(rules), errs)
+	}
+	if !strings.HasPrefix(errs[0].Error(), "r.yaml:28: rule \"broken\": compile expression") {
+		t.Fatalf("error %q does not locate the rule", errs[0])
+	}
+}
+
+// FuzzParseFile feeds arbitrary bytes to the rule file parser: it must never
+// panic, and every document must come back either as a rule or as an error.
+func FuzzParseFile(f *testing.F) {
+	f.Add([]byte(mixedFile))
+	f.Add([]byte("name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\nsevrity: high\n"))
+	f.Add([]byte("---\n---\n"))
+	f.Add([]byte("apiVersion: portal.io/v1alpha1\nkind: PortalRule\n"))
+	f.Add([]byte("{\"name\": \"j\", \"rule\": \"true\", \"match\": {\"gvk\": [{\"kind\": \"Pod\"}]}}"))
+	eng := engine.New(exprlang.New())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rules, errs := rule.ParseFile("fuzz.yaml", data)
+		for _, e := range errs {
+			if e.Error() == "" {
+				t.Fatal("empty error message")
+			}
+		}
+		for _, r := range rules {
+			if r.Name == "" || len(r.Match.GVKs) == 0 || r.Expression == "" {
+				t.Fatalf("incomplete rule accepted: %+v", r)
+			}
+			_, _ = eng.Compile(r)
+		}
+	})
+}
