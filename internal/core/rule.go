@@ -93,18 +93,18 @@ type GVK struct {
 	Kind    string `json:"kind"`
 }
 
+// String reads like an apiVersion and kind: "v1 Pod", "apps/* Deployment",
+// or just "Pod" for every version of a core kind.
 func (g GVK) String() string {
-	if g.Group == "" {
-		return fmt.Sprintf("%s/%s", orAny(g.Version), g.Kind)
+	switch {
+	case g.Group == "" && g.Version == "":
+		return g.Kind
+	case g.Group == "":
+		return g.Version + " " + g.Kind
+	case g.Version == "":
+		return g.Group + "/* " + g.Kind
 	}
-	return fmt.Sprintf("%s/%s/%s", g.Group, orAny(g.Version), g.Kind)
-}
-
-func orAny(v string) string {
-	if v == "" {
-		return "*"
-	}
-	return v
+	return g.Group + "/" + g.Version + " " + g.Kind
 }
 
 // NamespaceMatch filters by namespace name; entries may use shell globs
@@ -118,8 +118,9 @@ type NamespaceMatch struct {
 // ActionSpec is one response action a rule asks for. Type selects the action;
 // the remaining keys are its parameters.
 type ActionSpec struct {
-	Type   string
-	On     []Mode
+	Type string
+	// Modes limits the action to violations of these loops; empty means all.
+	Modes  []Mode
 	Params map[string]string
 }
 

@@ -63,20 +63,18 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rule %q: compile expression: %w", r.Name, err)
 	}
-	ids := prog.Identifiers()
-	for _, id := range podSugar {
-		if !slices.Contains(ids, id) {
-			continue
-		}
-		for _, g := range r.Match.GVKs {
-			if !pod.IsPodShaped(schema.GroupKind{Group: g.Group, Kind: g.Kind}) {
-				return nil, fmt.Errorf("rule %q: reads %q, which only pod-shaped kinds have, but matches %s: use object.* for it or narrow match.gvk", r.Name, id, g)
-			}
-		}
-	}
 	msg, err := compileTemplate(e.expr, r.Message)
 	if err != nil {
 		return nil, fmt.Errorf("rule %q: compile message: %w", r.Name, err)
+	}
+	ids := prog.Identifiers()
+	containerScoped := slices.Contains(ids, "container")
+	msgIDs := msg.identifiers()
+	if slices.Contains(msgIDs, "container") && !containerScoped {
+		return nil, fmt.Errorf("rule %q: message reads container, but the rule is not evaluated per container (its expression does not read container)", r.Name)
+	}
+	if err := checkPodSugar(r, append(ids, msgIDs...)); err != nil {
+		return nil, err
 	}
 	sel := labels.Everything()
 	if r.Match.LabelSelector != nil {
@@ -94,8 +92,25 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 		program:         prog,
 		message:         msg,
 		selector:        sel,
-		containerScoped: slices.Contains(ids, "container"),
+		containerScoped: containerScoped,
 	}, nil
+}
+
+// checkPodSugar rejects a rule that reads pod sugar but matches a kind that
+// has no pod: the name would always be nil there, which is never what the
+// author meant.
+func checkPodSugar(r *core.Rule, ids []string) error {
+	for _, id := range podSugar {
+		if !slices.Contains(ids, id) {
+			continue
+		}
+		for _, g := range r.Match.GVKs {
+			if !pod.IsPodShaped(schema.GroupKind{Group: g.Group, Kind: g.Kind}) {
+				return fmt.Errorf("rule %q: reads %q, which only pod-shaped kinds have, but matches %s: use object.* for it or narrow match.gvk", r.Name, id, g)
+			}
+		}
+	}
+	return nil
 }
 
 // SetRules replaces the rule set. Evaluations already running finish with the

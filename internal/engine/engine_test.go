@@ -172,8 +172,12 @@ func TestMatching(t *testing.T) {
 		{"exclude", func(r *core.Rule) { r.Match.Namespaces.Exclude = []string{"prod"} }, engine.Options{}, false},
 		{"portalrule own ns", func(r *core.Rule) { r.Namespace = "prod" }, engine.Options{}, true},
 		{"portalrule other ns", func(r *core.Rule) { r.Namespace = "dev" }, engine.Options{}, false},
-		{"labels", func(r *core.Rule) { r.Match.LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}} }, engine.Options{}, true},
-		{"labels miss", func(r *core.Rule) { r.Match.LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}} }, engine.Options{}, false},
+		{"labels", func(r *core.Rule) {
+			r.Match.LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+		}, engine.Options{}, true},
+		{"labels miss", func(r *core.Rule) {
+			r.Match.LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}
+		}, engine.Options{}, false},
 		{"version", func(r *core.Rule) { r.Match.GVKs = []core.GVK{{Version: "v2", Kind: "Pod"}} }, engine.Options{}, false},
 		{"disabled", func(r *core.Rule) { r.Enabled = false }, engine.Options{}, false},
 		{"mode", func(r *core.Rule) { r.Modes = []core.Mode{core.ModeAudit} }, engine.Options{Mode: core.ModeAdmission}, false},

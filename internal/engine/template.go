@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/vilaca/portal/internal/core"
@@ -64,8 +65,29 @@ func (t template) render(env core.Env, fallback string) string {
 		case v == nil:
 			b.WriteString("<nil>")
 		default:
-			fmt.Fprint(&b, v)
+			writeValue(&b, v)
 		}
 	}
 	return b.String()
+}
+
+// identifiers lists the environment names the holes read.
+func (t template) identifiers() []string {
+	var ids []string
+	for _, s := range t {
+		if s.prog != nil {
+			ids = append(ids, s.prog.Identifiers()...)
+		}
+	}
+	return ids
+}
+
+// writeValue prints numbers as people write them: YAML numbers decode as
+// float64, and 1073741824 reads better than 1.073741824e+09.
+func writeValue(b *strings.Builder, v any) {
+	if f, ok := v.(float64); ok {
+		b.WriteString(strconv.FormatFloat(f, 'f', -1, 64))
+		return
+	}
+	fmt.Fprint(b, v)
 }

@@ -4,7 +4,6 @@
 package manifest
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -44,9 +43,9 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// MaxDocumentSize bounds one document; the API server refuses larger objects
-// anyway, and a bound keeps a bad input from exhausting memory.
-const MaxDocumentSize = 8 << 20
+// MaxStdin bounds what is read from standard input, so a runaway pipe fails
+// with an error instead of exhausting memory.
+const MaxStdin = 256 << 20
 
 var separator = regexp.MustCompile(`^---(\s.*)?$`)
 
@@ -62,10 +61,8 @@ func Split(path string, data []byte) []Document {
 		}
 		cur.Reset()
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), MaxDocumentSize)
-	for sc.Scan() {
-		text := sc.Bytes()
+	for text := range bytes.Lines(data) {
+		text = bytes.TrimRight(text, "\r\n")
 		if separator.Match(text) {
 			flush()
 			start = line + 1
@@ -103,9 +100,12 @@ func ReadPaths(paths []string, stdin io.Reader) ([]Document, error) {
 	var docs []Document
 	for _, p := range paths {
 		if p == "-" {
-			data, err := io.ReadAll(io.LimitReader(stdin, 64<<20))
+			data, err := io.ReadAll(io.LimitReader(stdin, MaxStdin+1))
 			if err != nil {
 				return nil, fmt.Errorf("read stdin: %w", err)
+			}
+			if len(data) > MaxStdin {
+				return nil, fmt.Errorf("read stdin: more than %d MiB", MaxStdin>>20)
 			}
 			docs = append(docs, Split("<stdin>", data)...)
 			continue

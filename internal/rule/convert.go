@@ -6,6 +6,7 @@ package rule
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
@@ -13,6 +14,7 @@ import (
 )
 
 var (
+	rateLimit  = regexp.MustCompile(`^[0-9]+/(s|min|h)$`)
 	severities = []core.Severity{core.SeverityCritical, core.SeverityHigh, core.SeverityMedium, core.SeverityLow, core.SeverityInfo}
 	modes      = []core.Mode{core.ModeAdmission, core.ModeAudit}
 	enforce    = []core.EnforcementAction{core.ActionDeny, core.ActionWarn, core.ActionDryRun}
@@ -61,14 +63,13 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 	default:
 		errs = append(errs, fmt.Errorf("onError %q is not one of [deny allow]", r.OnError))
 	}
-	if len(spec.Mode) == 0 {
+	switch {
+	case spec.Mode == nil:
 		r.Modes = slices.Clone(modes)
-	}
-	for _, m := range spec.Mode {
-		if !slices.Contains(modes, core.Mode(m)) {
-			errs = append(errs, fmt.Errorf("mode %q is not one of %v", m, modes))
-		}
-		r.Modes = append(r.Modes, core.Mode(m))
+	case len(spec.Mode) == 0:
+		errs = append(errs, fmt.Errorf("mode is empty: list at least one of %v, or leave it out for both", modes))
+	default:
+		r.Modes, errs = convertModes("mode", spec.Mode, errs)
 	}
 	if spec.Rule == "" {
 		errs = append(errs, errors.New("rule (the expression) is required"))
@@ -109,8 +110,9 @@ func convertActions(spec *policyv1alpha1.RuleSpec, errs []error) ([]core.ActionS
 			continue
 		}
 		as := core.ActionSpec{Type: a.Type, Params: map[string]string{}}
-		for _, m := range a.On {
-			as.On = append(as.On, core.Mode(m))
+		as.Modes, errs = convertModes(fmt.Sprintf("actions[%d].mode", i), a.Mode, errs)
+		if a.RateLimit != "" && !rateLimit.MatchString(a.RateLimit) {
+			errs = append(errs, fmt.Errorf("actions[%d].rateLimit %q: write COUNT/UNIT with UNIT s, min or h, e.g. 5/min", i, a.RateLimit))
 		}
 		for k, v := range map[string]string{"key": a.Key, "value": a.Value, "template": a.Template, "rateLimit": a.RateLimit} {
 			if v != "" {
@@ -125,6 +127,22 @@ func convertActions(spec *policyv1alpha1.RuleSpec, errs []error) ([]core.ActionS
 		return a.Type == "alertmanager" && a.Params["template"] == spec.Alert
 	}) {
 		out = append(out, core.ActionSpec{Type: "alertmanager", Params: map[string]string{"template": spec.Alert}})
+	}
+	return out, errs
+}
+
+// convertModes checks a list of modes for unknown values and duplicates.
+func convertModes(field string, in []policyv1alpha1.Mode, errs []error) ([]core.Mode, []error) {
+	var out []core.Mode
+	for _, m := range in {
+		switch {
+		case !slices.Contains(modes, core.Mode(m)):
+			errs = append(errs, fmt.Errorf("%s: %q is not one of %v", field, m, modes))
+		case slices.Contains(out, core.Mode(m)):
+			errs = append(errs, fmt.Errorf("%s: %q is listed twice", field, m))
+		default:
+			out = append(out, core.Mode(m))
+		}
 	}
 	return out, errs
 }

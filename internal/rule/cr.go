@@ -68,8 +68,8 @@ type CRLoader struct {
 func NewCRLoader(c client.Reader, comp Compiler, index *Index, log *slog.Logger, m *Metrics) *CRLoader {
 	return &CRLoader{
 		client: c, compiler: comp, index: index, log: log, metrics: m,
-		states:  map[string]LoadState{},
-		active:  map[string][]*engine.Rule{},
+		states: map[string]LoadState{},
+		active: map[string][]*engine.Rule{},
 		changed: map[string]chan event.GenericEvent{
 			KindCluster:    make(chan event.GenericEvent, 1024),
 			KindNamespaced: make(chan event.GenericEvent, 1024),

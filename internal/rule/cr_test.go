@@ -2,10 +2,12 @@ package rule_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
 	"io"
 	"log/slog"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,67 +30,84 @@ import (
 	"github.com/vilaca/portal/internal/rule"
 )
 
-// env is the control plane and rule controllers the tests in this package
-// share: starting a real API server once keeps the package fast.
-var env struct {
-	client client.Client
-	engine *engine.Engine
-}
+// The control plane and rule controllers are shared by the tests of this
+// package and started on first use, so tests and fuzz targets that need no
+// API server do not pay for one.
+var (
+	envOnce sync.Once
+	env     struct {
+		client client.Client
+		engine *engine.Engine
+		err    error
+		stop   func() error
+	}
+)
 
 func TestMain(m *testing.M) {
-	code, err := runWithCluster(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	code := m.Run()
+	if env.stop != nil {
+		if err := env.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop control plane:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
 
-// runWithCluster runs the CR loader and status reconciler against a real API
-// server for the duration of the tests.
-func runWithCluster(m *testing.M) (int, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cluster, err := devcluster.Start(ctx, devcluster.Options{})
-	if err != nil {
-		return 0, err
+func cluster(t *testing.T) {
+	t.Helper()
+	envOnce.Do(func() { env.err = startCluster() })
+	if env.err != nil {
+		t.Fatal(env.err)
 	}
-	defer cluster.Stop()
+}
+
+// startCluster runs the CR loader and status reconciler against a real API
+// server until TestMain stops it.
+func startCluster() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cl, err := devcluster.Start(ctx, devcluster.Options{})
+	if err != nil {
+		cancel()
+		return err
+	}
+	done := make(chan error, 1)
+	env.stop = func() error {
+		cancel()
+		mgrErr := <-done
+		return errors.Join(mgrErr, cl.Stop())
+	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
-			return 0, err
+			done <- nil
+			return err
 		}
 	}
-	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{
+	mgr, err := ctrl.NewManager(cl.Config, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
 	if err != nil {
-		return 0, err
+		done <- nil
+		return err
 	}
 	eng := engine.New(exprlang.New())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	loader := rule.NewCRLoader(mgr.GetCache(), eng, rule.NewIndex(eng), log, rule.NewMetrics(nil))
 	if err := loader.SetupWithManager(mgr); err != nil {
-		return 0, err
+		done <- nil
+		return err
 	}
 	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
-		return 0, err
+		done <- nil
+		return err
 	}
-	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	if env.client, err = client.New(cluster.Config, client.Options{Scheme: scheme}); err != nil {
-		return 0, err
-	}
 	env.engine = eng
-	code := m.Run()
-	cancel()
-	if err := <-done; err != nil {
-		return 0, fmt.Errorf("manager: %w", err)
-	}
-	return code, nil
+	env.client, err = client.New(cl.Config, client.Options{Scheme: scheme})
+	return err
 }
 
 // eventually polls cond until it holds or the deadline passes.
@@ -136,6 +155,7 @@ func readyOf(t *testing.T, c client.Client, obj policyv1alpha1.RuleObject) (*met
 }
 
 func TestCRRuleLifecycle(t *testing.T) {
+	cluster(t)
 	ctx := context.Background()
 	pcr := &policyv1alpha1.PortalClusterRule{
 		ObjectMeta: metav1.ObjectMeta{Name: "no-privileged"},
@@ -196,6 +216,7 @@ func TestCRRuleLifecycle(t *testing.T) {
 }
 
 func TestPortalRuleOnlyMatchesItsNamespace(t *testing.T) {
+	cluster(t)
 	ctx := context.Background()
 	if err := env.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}); err != nil {
 		t.Fatal(err)
@@ -223,6 +244,7 @@ func TestPortalRuleOnlyMatchesItsNamespace(t *testing.T) {
 }
 
 func TestAPIServerRejectsMalformedRule(t *testing.T) {
+	cluster(t)
 	bad := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "portal.io/v1alpha1", "kind": "PortalClusterRule",
 		"metadata": map[string]any{"name": "bad"},

@@ -2,13 +2,13 @@ package rule
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -18,25 +18,34 @@ import (
 )
 
 // Folder loads the rule files under a directory and reloads them as they
-// change. A file's rules replace the previous ones as a whole; a rule that
-// fails to parse or compile is logged with its file and line, counted in
-// portal_rule_load_errors_total, and left out while the file's other rules
-// load.
+// change. Every change triggers a rescan of the whole folder, which is small,
+// so renames, editors' temporary files and the symlink swap of a mounted
+// ConfigMap all end in the same state as a fresh start. A file applies as a
+// whole: when one of its rules fails to parse or compile, the error is logged
+// with file and line and counted in portal_rule_load_errors_total, and the
+// file's previous version stays active (on the first load, the rules that
+// compile load).
 type Folder struct {
 	dir      string
 	compiler Compiler
 	index    *Index
 	log      *slog.Logger
 	metrics  *Metrics
-	// settle is how long to wait for more events before reloading, so an
+	// settle is how long to wait for more events before rescanning, so an
 	// editor's write-rename-chmod burst causes one reload.
 	settle time.Duration
 	loaded chan struct{}
+	// sums holds the content hash of each file as last read, so a rescan
+	// only recompiles and logs what changed.
+	sums map[string][sha256.Size]byte
 }
 
 // NewFolder returns a loader for dir.
 func NewFolder(dir string, c Compiler, index *Index, log *slog.Logger, m *Metrics) *Folder {
-	return &Folder{dir: dir, compiler: c, index: index, log: log, metrics: m, settle: 100 * time.Millisecond, loaded: make(chan struct{})}
+	return &Folder{
+		dir: dir, compiler: c, index: index, log: log, metrics: m,
+		settle: 100 * time.Millisecond, loaded: make(chan struct{}), sums: map[string][sha256.Size]byte{},
+	}
 }
 
 // Loaded is closed once the initial load is done.
@@ -52,31 +61,22 @@ func (f *Folder) Start(ctx context.Context) error {
 	}
 	defer w.Close()
 	// Watch before the first load so no change between the two is missed.
-	if err := f.watchTree(w, f.dir); err != nil {
+	if err := f.watchTree(w); err != nil {
 		return err
 	}
-	f.loadTree(f.dir)
+	f.rescan()
 	close(f.loaded)
 
-	pending := map[string]bool{}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-w.Events:
+		case _, ok := <-w.Events:
 			if !ok {
 				return nil
 			}
-			if ev.Has(fsnotify.Create) {
-				if info, err := os.Stat(ev.Name); err == nil && info.IsDir() {
-					if err := f.watchTree(w, ev.Name); err != nil {
-						f.log.Error("cannot watch new rules directory", "dir", ev.Name, "error", err)
-					}
-				}
-			}
-			pending[ev.Name] = true
 			timer.Reset(f.settle)
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -84,23 +84,24 @@ func (f *Folder) Start(ctx context.Context) error {
 			}
 			f.log.Error("rules folder watch error", "dir", f.dir, "error", err)
 		case <-timer.C:
-			for p := range pending {
-				f.reload(p)
+			// New directories need watches of their own; adding a watch
+			// twice is harmless.
+			if err := f.watchTree(w); err != nil {
+				f.log.Error("cannot watch rules folder", "dir", f.dir, "error", err)
 			}
-			clear(pending)
+			f.rescan()
 		}
 	}
 }
 
-func (f *Folder) watchTree(w *fsnotify.Watcher, root string) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+// watchTree watches every directory under the folder, hidden ones included:
+// a mounted ConfigMap swaps its files through a hidden ..data directory.
+func (f *Folder) watchTree(w *fsnotify.Watcher) error {
+	return filepath.WalkDir(f.dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("watch rules folder: %w", err)
 		}
 		if d.IsDir() {
-			if p != root && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
 			if err := w.Add(p); err != nil {
 				return fmt.Errorf("watch %s: %w", p, err)
 			}
@@ -109,32 +110,24 @@ func (f *Folder) watchTree(w *fsnotify.Watcher, root string) error {
 	})
 }
 
-func (f *Folder) loadTree(root string) {
-	files, err := manifest.Files(root)
+// rescan brings the index in line with the folder's files.
+func (f *Folder) rescan() {
+	files, err := manifest.Files(f.dir)
 	if err != nil {
-		f.log.Error("cannot list rules folder", "dir", root, "error", err)
+		f.log.Error("cannot list rules folder", "dir", f.dir, "error", err)
 		return
 	}
+	present := map[string]bool{}
 	for _, p := range files {
+		present[p] = true
 		f.loadFile(p)
 	}
-}
-
-// reload brings the index in line with whatever is at p now: a file, a
-// directory, or nothing.
-func (f *Folder) reload(p string) {
-	info, err := os.Stat(p)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		prefix := folderKey(p)
-		f.index.DeleteFunc(func(k string) bool { return k == prefix || strings.HasPrefix(k, prefix+string(filepath.Separator)) })
-		f.log.Info("rules removed", "path", p)
-	case err != nil:
-		f.log.Error("cannot read rules path", "path", p, "error", err)
-	case info.IsDir():
-		f.loadTree(p)
-	case manifest.IsManifestFile(p):
-		f.loadFile(p)
+	for p := range f.sums {
+		if !present[p] {
+			delete(f.sums, p)
+			f.index.Delete(folderKey(p))
+			f.log.Info("rule file removed", "file", p)
+		}
 	}
 	f.updateGauge()
 }
@@ -146,6 +139,12 @@ func (f *Folder) loadFile(p string) {
 		f.metrics.LoadErrors.WithLabelValues("folder").Inc()
 		return
 	}
+	sum := sha256.Sum256(data)
+	prev, known := f.sums[p]
+	if known && prev == sum {
+		return
+	}
+	f.sums[p] = sum
 	rules, errs := CompileFile(f.compiler, p, data)
 	for _, e := range errs {
 		attrs := []any{"file", p, "error", e}
@@ -156,9 +155,12 @@ func (f *Folder) loadFile(p string) {
 		f.log.Error("rule not loaded", attrs...)
 		f.metrics.LoadErrors.WithLabelValues("folder").Inc()
 	}
+	if len(errs) > 0 && known {
+		f.log.Error("rule file not applied: its previous version stays active until every rule in it loads", "file", p, "errors", len(errs))
+		return
+	}
 	f.index.Set(folderKey(p), rules)
 	f.log.Info("rule file loaded", "file", p, "rules", len(rules), "errors", len(errs))
-	f.updateGauge()
 }
 
 func (f *Folder) updateGauge() {

@@ -3,6 +3,7 @@ package rule
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,11 +30,16 @@ type StatusReconciler struct {
 	client   client.Client
 	loader   *CRLoader
 	recorder events.EventRecorder
+
+	// emitted remembers the last event per object, so a reconcile that runs
+	// again on a stale cache does not repeat it.
+	mu      sync.Mutex
+	emitted map[string]string
 }
 
 // NewStatusReconciler returns a status writer for the loader's results.
 func NewStatusReconciler(c client.Client, l *CRLoader, rec events.EventRecorder) *StatusReconciler {
-	return &StatusReconciler{client: c, loader: l, recorder: rec}
+	return &StatusReconciler{client: c, loader: l, recorder: rec, emitted: map[string]string{}}
 }
 
 // SetupWithManager registers one status controller per kind.
@@ -69,9 +75,6 @@ func (s *StatusReconciler) reconcile(ctx context.Context, kind string, req ctrl.
 	before := obj.DeepCopyObject().(policyv1alpha1.RuleObject)
 	status := obj.GetRuleStatus()
 	cond := readyCondition(st)
-	prevCond := meta.FindStatusCondition(status.Conditions, policyv1alpha1.ConditionReady)
-	transition := prevCond == nil || prevCond.Status != cond.Status || prevCond.Reason != cond.Reason
-
 	meta.SetStatusCondition(&status.Conditions, cond)
 	status.ObservedGeneration = st.Generation
 	status.ParseError = st.Error
@@ -92,14 +95,28 @@ func (s *StatusReconciler) reconcile(ctx context.Context, kind string, req ctrl.
 		}
 		return ctrl.Result{}, fmt.Errorf("update status of %s %s: %w", kind, req, err)
 	}
-	if transition && s.recorder != nil {
-		typ := corev1.EventTypeNormal
-		if cond.Status != metav1.ConditionTrue {
-			typ = corev1.EventTypeWarning
-		}
-		s.recorder.Eventf(obj, nil, typ, cond.Reason, "Load", "%s", cond.Message)
-	}
+	s.event(crKey(kind, req.Namespace, req.Name), obj, cond)
 	return ctrl.Result{}, nil
+}
+
+// event records the load outcome of a generation once.
+func (s *StatusReconciler) event(key string, obj policyv1alpha1.RuleObject, cond metav1.Condition) {
+	if s.recorder == nil {
+		return
+	}
+	id := fmt.Sprintf("%d/%s", cond.ObservedGeneration, cond.Reason)
+	s.mu.Lock()
+	seen := s.emitted[key] == id
+	s.emitted[key] = id
+	s.mu.Unlock()
+	if seen {
+		return
+	}
+	typ := corev1.EventTypeNormal
+	if cond.Status != metav1.ConditionTrue {
+		typ = corev1.EventTypeWarning
+	}
+	s.recorder.Eventf(obj, nil, typ, cond.Reason, "Load", "%s", cond.Message)
 }
 
 func readyCondition(st LoadState) metav1.Condition {

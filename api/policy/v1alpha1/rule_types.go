@@ -27,7 +27,7 @@ type EnforcementAction string
 type OnError string
 
 // RuleSpec is one rule. Its fields are the rule YAML schema: the same document,
-// minus apiVersion/kind/metadata, is a rule in a --rules-folder file.
+// minus apiVersion/kind/metadata, is a rule in a rule file.
 type RuleSpec struct {
 	// Name is the rule's name in messages and reports. Defaults to the
 	// object's metadata.name.
@@ -131,11 +131,12 @@ type Action struct {
 	// Type selects the action.
 	// +kubebuilder:validation:Enum=alertmanager;label;annotate;evict;patch-networkpolicy;revoke-sa-token
 	Type string `json:"type"`
-	// On limits the action to violations found by these loops. Empty means
-	// every loop the rule runs in.
+	// Mode limits the action to violations found by these loops. Empty means
+	// every loop the rule runs in. (Not "on": YAML 1.1 reads a bare on key as
+	// the boolean true.)
 	// +optional
 	// +listType=set
-	On []Mode `json:"on,omitempty"`
+	Mode []Mode `json:"mode,omitempty"`
 	// Key is the label or annotation key (label, annotate).
 	// +optional
 	Key string `json:"key,omitempty"`
@@ -176,7 +177,8 @@ type RuleStatus struct {
 	// +optional
 	ViolationCount int64 `json:"violationCount,omitempty"`
 
-	// LastApplied is when this generation of the rule was loaded.
+	// LastApplied is when the active generation of the rule was loaded. After
+	// an edit that does not compile, that is the last good generation.
 	// +optional
 	LastApplied *metav1.Time `json:"lastApplied,omitempty"`
 
