@@ -16,7 +16,6 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 )
 
 // Document is one YAML document of a stream.
@@ -166,8 +165,8 @@ func IsManifestFile(path string) bool {
 // Objects decodes a document into objects, expanding List kinds. Every object
 // must have apiVersion and kind.
 func (d Document) Objects() ([]*unstructured.Unstructured, error) {
-	var m map[string]any
-	if err := yaml.Unmarshal(d.Data, &m); err != nil {
+	m, err := decode(d.Data)
+	if err != nil {
 		return nil, d.Errorf("%v", YAMLError(err, d.Line))
 	}
 	if m == nil {

@@ -73,3 +73,25 @@ func FuzzObjects(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeMatchesKubectl(t *testing.T) {
+	docs := Split("f.yaml", []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: a, creationTimestamp: 2024-01-02T03:04:05Z}\nspec:\n  hostNetwork: yes\n  priority: 7\n  ratio: 0.5\n  1: numeric-key\n"))
+	objs, err := docs[0].Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := objs[0].Object["spec"].(map[string]any)
+	if spec["hostNetwork"] != true {
+		t.Errorf("hostNetwork: yes = %#v, want true as kubectl reads it", spec["hostNetwork"])
+	}
+	if spec["priority"] != int64(7) || spec["ratio"] != 0.5 || spec["1"] != "numeric-key" {
+		t.Errorf("numbers and keys: %#v", spec)
+	}
+	if ts := objs[0].GetCreationTimestamp(); ts.Year() != 2024 {
+		t.Errorf("timestamp %v", ts)
+	}
+	j := Split("f.json", []byte(`{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j"}, "n": 3}`))
+	if objs, err := j[0].Objects(); err != nil || objs[0].GetName() != "j" || objs[0].Object["n"] != int64(3) {
+		t.Fatalf("JSON document: %v %v", objs, err)
+	}
+}

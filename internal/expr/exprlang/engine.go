@@ -51,6 +51,7 @@ func New() *Engine {
 		expr.DisableBuiltin("repeat"),
 	}
 	opts = append(opts, functions()...)
+	opts = append(opts, fetchOption(), expr.Patch(fetchPatch{}))
 	return &Engine{
 		options: opts,
 		vms:     sync.Pool{New: func() any { return &vm.VM{MemoryBudget: MemoryBudget} }},
