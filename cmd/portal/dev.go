@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/manager"
+	"github.com/vilaca/portal/internal/manifest"
+)
+
+type devOptions struct {
+	kubeconfigOut string
+	rules         []string
+	logLevel      string
+	cfg           manager.Config
+}
+
+func newDevCommand() *cobra.Command {
+	o := &devOptions{kubeconfigOut: filepath.Join(".portal-dev", "kubeconfig"), logLevel: "warn", cfg: manager.Defaults()}
+	o.cfg.LeaderElection = false
+	o.cfg.MetricsAddr = "127.0.0.1:18090"
+	o.cfg.HealthAddr = "127.0.0.1:18091"
+	o.rules = []string{filepath.Join("examples", "rules", "pod-security")}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local control plane with Portal in it (no Docker, no cluster)",
+		Long: `Start etcd and kube-apiserver from bin/k8s (make tools builds them) on
+127.0.0.1, install Portal's CRDs and the example rule bundles as
+PortalClusterRules, and run Portal in this process with every layer that
+exists. A kubeconfig for kubectl is written to --kubeconfig-out. Ctrl-C stops
+everything and leaves no process behind.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfigOut, "kubeconfig-out", o.kubeconfigOut, "where to write the kubeconfig of the local control plane")
+	f.StringSliceVar(&o.rules, "install-rules", o.rules, "rule files or directories to install as PortalClusterRules")
+	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (logs go to stderr)")
+	addManagerFlags(f, &o.cfg)
+	return cmd
+}
+
+func (o *devOptions) run(ctx context.Context, out io.Writer) error {
+	log, err := newLogger(o.logLevel)
+	if err != nil {
+		return usageError(err)
+	}
+	o.cfg.Logger = log
+	start := time.Now()
+	fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
+	cluster, err := devcluster.Start(ctx, devcluster.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "portal dev: stopping")
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "portal dev: stop control plane:", err)
+		}
+	}()
+	if err := o.writeKubeconfig(cluster); err != nil {
+		return err
+	}
+	scheme, err := manager.Scheme()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	if err := ensureNamespace(ctx, c, o.cfg.Namespace); err != nil {
+		return err
+	}
+	n, err := installRules(ctx, c, o.rules)
+	if err != nil {
+		return err
+	}
+	kubectl := relative(filepath.Join(cluster.BinaryDir(), "kubectl"))
+	o.cfg.OnReady = func() {
+		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
+		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f examples/manifests/pods.yaml\n\nCtrl-C stops everything.\n",
+			relative(o.kubeconfigOut), kubectl, kubectl)
+	}
+	err = manager.Run(ctx, cluster.Config, o.cfg)
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func (o *devOptions) writeKubeconfig(cluster *devcluster.Cluster) error {
+	kc, err := cluster.Kubeconfig()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(o.kubeconfigOut), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(o.kubeconfigOut, kc, 0o600)
+}
+
+func ensureNamespace(ctx context.Context, c client.Client, name string) error {
+	err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// installRules creates a PortalClusterRule for every plain rule in paths, so
+// `kubectl get portalclusterrules` shows what is enforced.
+func installRules(ctx context.Context, c client.Client, paths []string) (int, error) {
+	docs, err := manifest.ReadPaths(paths, nil)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range docs {
+		var spec policyv1alpha1.RuleSpec
+		if err := yaml.UnmarshalStrict(d.Data, &spec); err != nil {
+			return n, d.Errorf("not a plain rule: %v", err)
+		}
+		pcr := &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}, Spec: spec}
+		if err := c.Create(ctx, pcr); err != nil && !apierrors.IsAlreadyExists(err) {
+			return n, d.Errorf("install rule %q: %v", spec.Name, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// relative shortens p to a path relative to the working directory when it is
+// below it, for hints a user copies.
+func relative(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, abs); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
+}

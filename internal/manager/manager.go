@@ -1,0 +1,178 @@
+// Package manager assembles Portal's controller-runtime manager from the
+// layers a configuration enables, so `portal run` (in a cluster) and
+// `portal dev` (against a local control plane) start exactly the same thing.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/expr/exprlang"
+	"github.com/vilaca/portal/internal/rule"
+)
+
+// Config selects the layers and their settings. The zero value is not
+// useful: start from Defaults.
+type Config struct {
+	// Namespace is Portal's own namespace: leader election, the webhook
+	// certificate Secret, and always excluded from admission.
+	Namespace string
+
+	// RulesFolder, when set, loads rule files from this directory besides
+	// the rule custom resources.
+	RulesFolder string
+
+	// MetricsAddr and HealthAddr are the listen addresses of /metrics and of
+	// /healthz and /readyz; "0" disables a listener.
+	MetricsAddr string
+	HealthAddr  string
+
+	// LeaderElection makes the writers (status, certificates, webhook
+	// configuration) run on one replica at a time.
+	LeaderElection   bool
+	LeaderElectionID string
+
+	// Logger receives every log line, as JSON in production.
+	Logger *slog.Logger
+	// OnReady, when set, is called once every enabled layer serves.
+	OnReady func()
+}
+
+// Defaults returns the configuration `portal run` starts from.
+func Defaults() Config {
+	return Config{
+		Namespace:        "portal-system",
+		MetricsAddr:      ":8080",
+		HealthAddr:       ":8081",
+		LeaderElection:   true,
+		LeaderElectionID: "portal-leader",
+		Logger:           slog.Default(),
+	}
+}
+
+// Scheme holds every API type Portal reads or writes.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Run starts the manager with the configured layers and blocks until ctx
+// ends or a layer fails.
+func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
+	log := cfg.Logger
+	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
+	opts := ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress:        cfg.HealthAddr,
+		LeaderElection:                cfg.LeaderElection,
+		LeaderElectionID:              cfg.LeaderElectionID,
+		LeaderElectionNamespace:       cfg.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       ptrDuration(10 * time.Second),
+	}
+	mgr, err := ctrl.NewManager(restCfg, opts)
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	eng := engine.New(exprlang.New())
+	index := rule.NewIndex(eng)
+	ruleMetrics := rule.NewMetrics(metrics.Registry)
+	loader := rule.NewCRLoader(mgr.GetCache(), eng, index, log, ruleMetrics)
+	if err := loader.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	rulesLoaded := []<-chan struct{}{}
+	if cfg.RulesFolder != "" {
+		folder := rule.NewFolder(cfg.RulesFolder, eng, index, log, ruleMetrics)
+		if err := mgr.Add(folder); err != nil {
+			return err
+		}
+		rulesLoaded = append(rulesLoaded, folder.Loaded())
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	ready := &readiness{mgr: mgr, folders: rulesLoaded, onReady: cfg.OnReady}
+	if err := mgr.Add(ready); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("rules", ready.check); err != nil {
+		return err
+	}
+	log.Info("portal starting", "namespace", cfg.Namespace, "rulesFolder", cfg.RulesFolder)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	return nil
+}
+
+// readiness turns ready once the rule caches have synced and every rules
+// folder has been read once, so no replica answers admission with a partial
+// rule set.
+type readiness struct {
+	mgr     ctrl.Manager
+	folders []<-chan struct{}
+	ready   atomic.Bool
+	onReady func()
+}
+
+// Start implements manager.Runnable; it runs on every replica.
+func (r *readiness) Start(ctx context.Context) error {
+	if !r.mgr.GetCache().WaitForCacheSync(ctx) {
+		return nil
+	}
+	for _, ch := range r.folders {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	r.ready.Store(true)
+	if r.onReady != nil {
+		r.onReady()
+	}
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (r *readiness) NeedLeaderElection() bool { return false }
+
+func (r *readiness) check(*http.Request) error {
+	if !r.ready.Load() {
+		return errors.New("rules not loaded yet")
+	}
+	return nil
+}
+
+func ptrDuration(d time.Duration) *time.Duration { return &d }
