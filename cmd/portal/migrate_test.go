@@ -11,9 +11,9 @@ import (
 
 const pocRulesDir = "../../examples/rules/poc"
 
-// runMigrateCLI runs the portal command line with stdin and returns its
+// runCLI runs the portal command line with stdin and returns its
 // standard output and error.
-func runMigrateCLI(t *testing.T, stdin string, args ...string) (string, error) {
+func runCLI(t *testing.T, stdin string, args ...string) (string, error) {
 	t.Helper()
 	cmd := newRootCommand()
 	var out, errOut bytes.Buffer
@@ -40,14 +40,14 @@ func exitCodeOf(err error) int {
 // back through standard input: it must come out unchanged, in both formats.
 func TestMigrateRulesIdempotent(t *testing.T) {
 	for _, format := range []string{"cr", "folder"} {
-		first, err := runMigrateCLI(t, "", "migrate-rules", "--format="+format, pocRulesDir)
+		first, err := runCLI(t, "", "migrate-rules", "--format="+format, pocRulesDir)
 		if err != nil {
 			t.Fatalf("%s: %v", format, err)
 		}
 		if n := strings.Count(first, "\nrule: |-") + strings.Count(first, "\n  rule: |-"); n != 6 {
 			t.Errorf("%s: want 6 rules in the output, found %d:\n%s", format, n, first)
 		}
-		second, err := runMigrateCLI(t, first, "migrate-rules", "--format="+format, "-")
+		second, err := runCLI(t, first, "migrate-rules", "--format="+format, "-")
 		if err != nil {
 			t.Fatalf("%s: second pass: %v", format, err)
 		}
@@ -61,7 +61,7 @@ func TestMigrateRulesIdempotent(t *testing.T) {
 // loads in portal eval.
 func TestMigrateRulesOutputDir(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := runMigrateCLI(t, "", "migrate-rules", "--format=folder", "-o", dir, pocRulesDir); err != nil {
+	if _, err := runCLI(t, "", "migrate-rules", "--format=folder", "-o", dir, pocRulesDir); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -70,13 +70,13 @@ func TestMigrateRulesOutputDir(t *testing.T) {
 	}
 	// Migrating the output directory onto itself changes nothing.
 	before, _ := os.ReadFile(files[0])
-	if _, err := runMigrateCLI(t, "", "migrate-rules", "--format=folder", "-o", dir, dir); err != nil {
+	if _, err := runCLI(t, "", "migrate-rules", "--format=folder", "-o", dir, dir); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := os.ReadFile(files[0]); !bytes.Equal(before, after) {
 		t.Errorf("re-migrating %s changed it:\n%s---\n%s", files[0], before, after)
 	}
-	_, err := runMigrateCLI(t, "", "eval", "--rules", dir, "--file", "../../internal/migrate/testdata/pods")
+	_, err := runCLI(t, "", "eval", "--rules", dir, "--file", "../../internal/migrate/testdata/pods")
 	if code := exitCodeOf(err); code != exitViolation {
 		t.Errorf("portal eval on the migrated rules: exit %d (%v), want %d: the fixtures violate them", code, err, exitViolation)
 	}
@@ -104,7 +104,7 @@ func TestMigrateRulesErrors(t *testing.T) {
 		{[]string{"migrate-rules", pocRulesDir, pocRulesDir}, "", []string{"is also produced by"}},
 	}
 	for _, tt := range tests {
-		out, err := runMigrateCLI(t, tt.stdin, tt.args...)
+		out, err := runCLI(t, tt.stdin, tt.args...)
 		if code := exitCodeOf(err); code != exitUsage {
 			t.Errorf("%v: exit %d (%v), want %d", tt.args, code, err, exitUsage)
 			continue
@@ -124,7 +124,7 @@ func TestMigrateRulesErrors(t *testing.T) {
 // rules by mistake: a POC rule has filter (unknown to Portal) or lacks
 // match.gvk (required).
 func TestEvalRefusesPOCRules(t *testing.T) {
-	_, err := runMigrateCLI(t, "", "eval", "--rules", pocRulesDir, "--file", "../../internal/migrate/testdata/pods")
+	_, err := runCLI(t, "", "eval", "--rules", pocRulesDir, "--file", "../../internal/migrate/testdata/pods")
 	if code := exitCodeOf(err); code != exitUsage {
 		t.Fatalf("portal eval --rules %s: exit %d (%v), want %d", pocRulesDir, code, err, exitUsage)
 	}

@@ -5,6 +5,7 @@ package manifest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -167,7 +168,7 @@ func IsManifestFile(path string) bool {
 func (d Document) Objects() ([]*unstructured.Unstructured, error) {
 	m, err := decode(d.Data)
 	if err != nil {
-		return nil, d.Errorf("%v", YAMLError(err, d.Line))
+		return nil, d.SyntaxError(err)
 	}
 	if m == nil {
 		return nil, nil
@@ -199,17 +200,32 @@ func (d Document) Errorf(format string, args ...any) *Error {
 	return &Error{Path: d.Path, Line: d.Line, Err: fmt.Errorf(format, args...)}
 }
 
-var yamlLine = regexp.MustCompile(`line (\d+):`)
+var (
+	yamlLine     = regexp.MustCompile(`line (\d+):`)
+	yamlPrefix   = regexp.MustCompile(`^(yaml: )?line (\d+): `)
+	jsonPrefixes = []string{"error converting YAML to JSON: ", "error unmarshaling JSON: ", "while decoding JSON: "}
+)
 
 // YAMLError rewrites the document-relative line numbers of a YAML error so
-// they count from the start of the file, and drops the decoder's prefixes.
+// they count from the start of the file, and drops the decoders' prefixes.
 func YAMLError(err error, docLine int) string {
 	msg := err.Error()
-	for _, p := range []string{"error converting YAML to JSON: ", "error unmarshaling JSON: ", "while decoding JSON: "} {
+	for _, p := range jsonPrefixes {
 		msg = strings.ReplaceAll(msg, p, "")
 	}
 	return yamlLine.ReplaceAllStringFunc(msg, func(s string) string {
 		n, _ := strconv.Atoi(yamlLine.FindStringSubmatch(s)[1])
 		return fmt.Sprintf("line %d:", n+docLine-1)
 	})
+}
+
+// SyntaxError locates a decoding error of d at the line the decoder names,
+// so the message reads "file.yaml:12: did not find expected key".
+func (d Document) SyntaxError(err error) *Error {
+	msg := YAMLError(err, d.Line)
+	if m := yamlPrefix.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[2])
+		return &Error{Path: d.Path, Line: line, Err: errors.New(msg[len(m[0]):])}
+	}
+	return &Error{Path: d.Path, Line: d.Line, Err: errors.New(msg)}
 }

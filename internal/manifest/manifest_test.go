@@ -42,7 +42,7 @@ metadata: {name: nokind}
 	if err != nil || len(objs) != 2 || objs[1].GetName() != "b" {
 		t.Fatalf("List: %v, %v", objs, err)
 	}
-	if _, err := docs[1].Objects(); err == nil || !strings.HasPrefix(err.Error(), "f.yaml:") || !strings.Contains(err.Error(), "line 10") {
+	if _, err := docs[1].Objects(); err == nil || !strings.HasPrefix(err.Error(), "f.yaml:10: ") {
 		t.Fatalf("syntax error not located in the file: %v", err)
 	}
 	if _, err := docs[2].Objects(); err == nil || !strings.Contains(err.Error(), "f.yaml:12: object has no apiVersion or kind") {

@@ -42,7 +42,7 @@ type typeMeta struct {
 func ParseDocument(d manifest.Document) (*core.Rule, error) {
 	var tm typeMeta
 	if err := yaml.Unmarshal(d.Data, &tm); err != nil {
-		return nil, d.Errorf("%s", manifest.YAMLError(err, d.Line))
+		return nil, d.SyntaxError(err)
 	}
 	src := core.Source{Kind: "file", Path: d.Path, Line: d.Line}
 	var (

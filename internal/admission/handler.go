@@ -1,0 +1,206 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
+)
+
+// Evaluator runs the loaded rules on one object; *engine.Engine is one.
+type Evaluator interface {
+	Evaluate(obj *unstructured.Unstructured, opts engine.Options) ([]core.Result, error)
+}
+
+// handler decides admission requests. It implements admission.Handler.
+type handler struct {
+	eval     Evaluator
+	bypass   *bypass
+	log      *slog.Logger
+	metrics  *Metrics
+	health   *health
+	failOpen bool
+}
+
+var _ admission.Handler = (*handler)(nil)
+
+// outcome is what Handle decided, for the metrics and readiness.
+type outcome struct {
+	decision string
+	// failed marks a failure inside the handler (a recovered panic, an
+	// internal error); denials are not failures.
+	failed bool
+}
+
+// Handle implements admission.Handler. It never panics: a panic below it is
+// recovered and answered like any internal error.
+func (h *handler) Handle(ctx context.Context, req admission.Request) (resp admission.Response) {
+	start := time.Now()
+	out := outcome{decision: DecisionError}
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("panic: %v", r)
+			h.log.Error("admission handler failed", append(requestAttrs(&req), "error", err, "stack", string(debug.Stack()))...)
+			resp, out = h.internalError(&req, err), outcome{decision: DecisionError, failed: true}
+		}
+		h.metrics.Latency.Observe(time.Since(start).Seconds())
+		h.metrics.Requests.WithLabelValues(out.decision).Inc()
+		h.health.record(out.failed)
+	}()
+	resp, out = h.decide(ctx, &req)
+	return resp
+}
+
+func (h *handler) decide(ctx context.Context, req *admission.Request) (admission.Response, outcome) {
+	// Break-glass comes first: it must work even while rules load.
+	if h.bypass.active(ctx, req) {
+		return admission.Allowed("namespace " + req.Namespace + " is annotated " + BypassAnnotation + "=true: Portal admission bypassed"),
+			outcome{decision: DecisionBypassed}
+	}
+	if !h.health.rulesLoaded() {
+		return h.unavailable(req), outcome{decision: DecisionError}
+	}
+	obj, err := subject(req)
+	if err != nil {
+		return h.failure(req, err)
+	}
+	if obj == nil {
+		return admission.Allowed(""), outcome{decision: DecisionAllowed}
+	}
+	creq, err := coreRequest(req)
+	if err != nil {
+		return h.failure(req, err)
+	}
+	results, err := h.eval.Evaluate(obj, engine.Options{Mode: core.ModeAdmission, Request: creq})
+	if err != nil {
+		return h.failure(req, err)
+	}
+	return h.verdict(req, results)
+}
+
+// verdict aggregates the rules' results: any denying result rejects, with
+// every denying result in the message; warn rules (and errors of rules with
+// onError allow) add warnings; dryrun rules are only counted.
+func (h *handler) verdict(req *admission.Request, results []core.Result) (admission.Response, outcome) {
+	var denials, warnings []string
+	for i := range results {
+		r := &results[i]
+		if r.Outcome == core.OutcomePass {
+			continue
+		}
+		if r.Outcome == core.OutcomeError {
+			h.metrics.RuleErrors.WithLabelValues(r.Rule.Name, string(r.Rule.OnError)).Inc()
+			h.log.Error("admission rule evaluation failed", append(requestAttrs(req),
+				"rule", r.Rule.Name, "onError", string(r.Rule.OnError), "error", r.Message)...)
+		}
+		switch {
+		case r.Denies():
+			denials = append(denials, describe(r))
+		case r.Outcome == core.OutcomeError, r.Rule.EnforcementAction == core.ActionWarn:
+			warnings = append(warnings, warning(describe(r)))
+		case r.Rule.EnforcementAction == core.ActionDryRun:
+			h.metrics.DryRunViolations.WithLabelValues(r.Rule.Name).Inc()
+			h.log.Debug("admission dryrun violation", append(requestAttrs(req), "rule", r.Rule.Name, "message", r.Message)...)
+		}
+	}
+	if len(denials) > 0 {
+		msg := strings.Join(denials, "; ")
+		h.log.Info("admission denied", append(requestAttrs(req), "reason", msg)...)
+		resp := admission.Denied(msg)
+		resp.Warnings = warnings
+		return resp, outcome{decision: DecisionDenied}
+	}
+	resp := admission.Allowed("")
+	if len(warnings) > 0 {
+		resp.Warnings = warnings
+		return resp, outcome{decision: DecisionWarned}
+	}
+	return resp, outcome{decision: DecisionAllowed}
+}
+
+// describe renders one result as `[rule] message (container: name)`.
+func describe(r *core.Result) string {
+	var b strings.Builder
+	b.WriteString("[")
+	b.WriteString(r.Rule.Name)
+	b.WriteString("] ")
+	if r.Outcome == core.OutcomeError {
+		b.WriteString("evaluation error: ")
+	}
+	b.WriteString(r.Message)
+	if r.Container != "" {
+		b.WriteString(" (container: ")
+		b.WriteString(r.Container)
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// warning makes s acceptable as an HTTP Warning header: the API server drops
+// warnings holding control characters, so they become spaces.
+func warning(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// failure answers an internal error and marks it for readiness.
+func (h *handler) failure(req *admission.Request, err error) (admission.Response, outcome) {
+	h.log.Error("admission handler failed", append(requestAttrs(req), "error", err)...)
+	return h.internalError(req, err), outcome{decision: DecisionError, failed: true}
+}
+
+// internalError rejects the request (fail closed) or, with FailOpen, admits
+// it with a warning, matching the webhook's failurePolicy.
+func (h *handler) internalError(req *admission.Request, err error) admission.Response {
+	msg := fmt.Sprintf("portal: internal error evaluating %s %s: %v", req.Kind.Kind, objectName(req), err)
+	if h.failOpen {
+		resp := admission.Allowed("")
+		resp.Warnings = []string{warning(msg + " (admitted: Portal runs fail-open)")}
+		return resp
+	}
+	return admission.Errored(http.StatusInternalServerError, fmt.Errorf("%s", msg))
+}
+
+// unavailable answers while the initial rule load is incomplete, so a
+// restarting Portal never admits with a partial rule set.
+func (h *handler) unavailable(req *admission.Request) admission.Response {
+	const msg = "portal: rules are still loading"
+	if h.failOpen {
+		resp := admission.Allowed("")
+		resp.Warnings = []string{msg + " (admitted: Portal runs fail-open)"}
+		return resp
+	}
+	return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("%s; retry shortly", msg))
+}
+
+func objectName(req *admission.Request) string {
+	if req.Namespace == "" {
+		return req.Name
+	}
+	return req.Namespace + "/" + req.Name
+}
+
+// requestAttrs are the log attributes that identify a request.
+func requestAttrs(req *admission.Request) []any {
+	return []any{
+		"uid", string(req.UID),
+		"operation", string(req.Operation),
+		"kind", req.Kind.Kind,
+		"namespace", req.Namespace,
+		"name", req.Name,
+		"user", req.UserInfo.Username,
+	}
+}
