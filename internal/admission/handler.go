@@ -63,8 +63,10 @@ func (h *handler) Handle(ctx context.Context, req admission.Request) (resp admis
 func (h *handler) decide(ctx context.Context, req *admission.Request) (admission.Response, outcome) {
 	// Break-glass comes first: it must work even while rules load.
 	if h.bypass.active(ctx, req) {
-		return admission.Allowed("namespace " + req.Namespace + " is annotated " + BypassAnnotation + "=true: Portal admission bypassed"),
-			outcome{decision: DecisionBypassed}
+		msg := "portal: namespace " + req.Namespace + " is annotated " + BypassAnnotation + "=true: rules were not evaluated (break-glass, audited)"
+		resp := admission.Allowed(msg)
+		resp.Warnings = []string{msg}
+		return resp, outcome{decision: DecisionBypassed}
 	}
 	if !h.health.rulesLoaded() {
 		return h.unavailable(req), outcome{decision: DecisionError}
@@ -109,7 +111,9 @@ func (h *handler) verdict(req *admission.Request, results []core.Result) (admiss
 			warnings = append(warnings, warning(describe(r)))
 		case r.Rule.EnforcementAction == core.ActionDryRun:
 			h.metrics.DryRunViolations.WithLabelValues(r.Rule.Name).Inc()
-			h.log.Debug("admission dryrun violation", append(requestAttrs(req), "rule", r.Rule.Name, "message", r.Message)...)
+			if h.log.Enabled(context.Background(), slog.LevelDebug) {
+				h.log.Debug("admission dryrun violation", append(requestAttrs(req), "rule", r.Rule.Name, "message", r.Message)...)
+			}
 		}
 	}
 	if len(denials) > 0 {
@@ -133,10 +137,14 @@ func describe(r *core.Result) string {
 	b.WriteString("[")
 	b.WriteString(r.Rule.Name)
 	b.WriteString("] ")
+	msg := r.Message
 	if r.Outcome == core.OutcomeError {
+		// expr-lang errors carry the expression and a caret on further
+		// lines; the first line says what failed, the log has the rest.
 		b.WriteString("evaluation error: ")
+		msg, _, _ = strings.Cut(msg, "\n")
 	}
-	b.WriteString(r.Message)
+	b.WriteString(msg)
 	if r.Container != "" {
 		b.WriteString(" (container: ")
 		b.WriteString(r.Container)

@@ -1,0 +1,142 @@
+package admission
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// Path is where the webhook server serves the validating handler.
+const Path = "/validate"
+
+// maxRequestBytes bounds an AdmissionReview body: two objects of at most 3 MiB
+// (the API server's own limit) and the rest of the request, as in
+// controller-runtime.
+const maxRequestBytes = 7 << 20
+
+var reviewCodecs = func() serializer.CodecFactory {
+	s := runtime.NewScheme()
+	if err := admissionv1.AddToScheme(s); err != nil {
+		panic(err) // static registration of a built-in type
+	}
+	return serializer.NewCodecFactory(s)
+}()
+
+// reviewHandler serves AdmissionReview v1 over HTTP. It replaces
+// controller-runtime's admission.Webhook.ServeHTTP, which answers a malformed
+// body with HTTP 200 and an AdmissionReview whose response carries the error
+// (and, for a body with no request, calls the handler with an empty one);
+// here a body that is not a usable AdmissionReview gets HTTP 400 with a
+// message that says what is wrong. Well-formed reviews go through
+// admission.Webhook.Handle as usual.
+type reviewHandler struct {
+	hook *admission.Webhook
+	log  *slog.Logger
+}
+
+func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		h.reject(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: POST an AdmissionReview", r.Method))
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		h.reject(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: send application/json", r.Header.Get("Content-Type")))
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+	if err != nil {
+		h.reject(w, http.StatusBadRequest, fmt.Sprintf("cannot read the request body: %v", err))
+		return
+	}
+	if len(body) > maxRequestBytes {
+		h.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxRequestBytes))
+		return
+	}
+	review, err := decodeReview(body)
+	if err != nil {
+		h.reject(w, http.StatusBadRequest, "malformed AdmissionReview: "+err.Error())
+		return
+	}
+	resp := h.hook.Handle(r.Context(), admission.Request{AdmissionRequest: *review.Request})
+	out := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
+		Response: &resp.AdmissionResponse,
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(&out); err != nil {
+		h.log.Error("cannot write the admission response", "uid", string(review.Request.UID), "error", err)
+	}
+}
+
+// decodeReview decodes and checks an AdmissionReview v1 request. The errors
+// read as the second half of "malformed AdmissionReview: ...".
+func decodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
+	if len(body) == 0 {
+		return nil, errors.New("the request body is empty")
+	}
+	review := &admissionv1.AdmissionReview{}
+	_, gvk, err := reviewCodecs.UniversalDeserializer().Decode(body, nil, review)
+	if err != nil {
+		var syntax map[string]any
+		if jerr := json.Unmarshal(body, &syntax); jerr != nil {
+			return nil, fmt.Errorf("the body is not a JSON object: %v", jerr)
+		}
+		if runtime.IsMissingKind(err) || runtime.IsMissingVersion(err) || runtime.IsNotRegisteredError(err) {
+			return nil, fmt.Errorf("apiVersion and kind must be admission.k8s.io/v1 AdmissionReview: %v", err)
+		}
+		return nil, err
+	}
+	if gvk == nil || *gvk != admissionv1.SchemeGroupVersion.WithKind("AdmissionReview") {
+		return nil, fmt.Errorf("apiVersion and kind must be admission.k8s.io/v1 AdmissionReview, got %v", gvk)
+	}
+	req := review.Request
+	switch {
+	case req == nil:
+		return nil, errors.New("request is missing")
+	case req.UID == "":
+		return nil, errors.New("request.uid is empty")
+	case req.Kind.Kind == "" || req.Kind.Version == "":
+		return nil, errors.New("request.kind must name a version and kind")
+	}
+	switch req.Operation {
+	case admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect:
+	default:
+		return nil, fmt.Errorf("request.operation %q is not one of CREATE, UPDATE, DELETE, CONNECT", req.Operation)
+	}
+	return review, nil
+}
+
+var statusReasons = map[int]metav1.StatusReason{
+	http.StatusBadRequest:            metav1.StatusReasonBadRequest,
+	http.StatusMethodNotAllowed:      metav1.StatusReasonMethodNotAllowed,
+	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
+	http.StatusUnsupportedMediaType:  metav1.StatusReasonUnsupportedMediaType,
+}
+
+// reject answers a request that is not a usable AdmissionReview with an HTTP
+// error and a Kubernetes Status body.
+func (h *reviewHandler) reject(w http.ResponseWriter, code int, msg string) {
+	h.log.Warn("bad admission request", "code", code, "error", msg)
+	st := metav1.Status{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+		Status:   metav1.StatusFailure,
+		Message:  msg,
+		Reason:   statusReasons[code],
+		Code:     int32(code),
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(&st)
+}

@@ -1,0 +1,135 @@
+// Package admission is Portal's validating admission webhook (layer 4).
+//
+// The API server sends AdmissionReview v1 requests for the kinds the loaded
+// admission rules match; Webhook evaluates the rules whose mode includes
+// admission and answers: any failing deny rule rejects the request with every
+// denying rule's message, warn rules add warnings, dryrun rules are only
+// counted. A namespace annotated portal.io/bypass=true is admitted without
+// evaluation (break-glass, audited). ConfigManager keeps the
+// ValidatingWebhookConfiguration that routes requests here in line with the
+// loaded rules.
+//
+// Wiring, with mgr a controller-runtime manager and eng the rule engine:
+//
+//	wh, err := admission.New(admission.Options{
+//		Evaluator: eng, Namespaces: mgr.GetCache(), Logger: log,
+//		RulesLoaded: loaded, FailOpen: failOpen,
+//	})
+//	mgr.GetWebhookServer().Register(admission.Path, wh)
+//	mgr.AddReadyzCheck("admission", wh.ReadyCheck())
+//
+// The webhook server itself is controller-runtime's; TLSOptions configures it
+// to serve a certificate from memory.
+package admission
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// Options configure the webhook.
+type Options struct {
+	// Evaluator runs the rules; *engine.Engine is one. Required.
+	Evaluator Evaluator
+	// Namespaces reads Namespace objects for the break-glass annotation:
+	// the manager's cache (mgr.GetCache()). nil disables break-glass.
+	Namespaces client.Reader
+	// Logger receives decisions worth logging, rule errors and the bypass
+	// audit lines. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the metrics. Default: controller-runtime's
+	// metrics.Registry, served on the manager's metrics endpoint.
+	Registerer prometheus.Registerer
+	// RulesLoaded is closed once the rule index has completed its initial
+	// load. Until then requests are answered "rules are still loading"
+	// (rejected, or admitted with a warning when FailOpen) and the webhook is
+	// not ready. nil means the rules are loaded from the start.
+	RulesLoaded <-chan struct{}
+	// FailOpen admits requests Portal fails to evaluate (internal errors,
+	// rules still loading) with a warning instead of rejecting them. Set it
+	// together with ConfigOptions.FailOpen, so Portal behaves the same
+	// whether it fails inside the handler or is unreachable.
+	FailOpen bool
+	// Health tunes when handler failures make the webhook not ready.
+	Health HealthOptions
+}
+
+// Webhook is the validating admission webhook: an admission.Handler, and an
+// http.Handler serving AdmissionReview v1 at Path.
+type Webhook struct {
+	handler *handler
+	http    *reviewHandler
+}
+
+var _ admission.Handler = (*Webhook)(nil)
+
+// Handle implements admission.Handler: it decides one request.
+func (w *Webhook) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return w.handler.Handle(ctx, req)
+}
+
+// New returns the webhook.
+func New(o Options) (*Webhook, error) {
+	if o.Evaluator == nil {
+		return nil, errors.New("admission: Options.Evaluator is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registerer == nil {
+		o.Registerer = metrics.Registry
+	}
+	m := NewMetrics(o.Registerer)
+	h := &handler{
+		eval:     o.Evaluator,
+		bypass:   &bypass{namespaces: o.Namespaces, log: o.Logger, metrics: m},
+		log:      o.Logger,
+		metrics:  m,
+		health:   newHealth(o.RulesLoaded, o.Health),
+		failOpen: o.FailOpen,
+	}
+	hook := &admission.Webhook{
+		Handler:      h,
+		RecoverPanic: ptr.To(true),
+		// The handler logs what matters; skip building a per-request
+		// logger on the hot path.
+		LogConstructor: func(base logr.Logger, _ *admission.Request) logr.Logger { return base },
+	}
+	return &Webhook{handler: h, http: &reviewHandler{hook: hook, log: o.Logger}}, nil
+}
+
+// ServeHTTP serves AdmissionReview v1 requests. Register it with the
+// manager's webhook server at Path.
+func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) { w.http.ServeHTTP(rw, r) }
+
+// Metrics returns the webhook's metrics.
+func (w *Webhook) Metrics() *Metrics { return w.handler.metrics }
+
+// ReadyCheck is a readiness check for mgr.AddReadyzCheck: it fails until the
+// rules have loaded, and while handler failures (recovered panics, internal
+// errors; never denials) persist, per Options.Health.
+func (w *Webhook) ReadyCheck() healthz.Checker { return w.handler.health.check }
+
+// TLSOptions configure controller-runtime's webhook server
+// (webhook.Options.TLSOpts) to serve the certificate getCert returns, read
+// on every handshake so a renewed certificate is served without a restart,
+// with TLS 1.2 as the minimum and HTTP/2 off (HTTP/2 rapid reset,
+// CVE-2023-44487; the API server speaks HTTP/1.1 to webhooks just as well).
+func TLSOptions(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) []func(*tls.Config) {
+	return []func(*tls.Config){func(c *tls.Config) {
+		c.GetCertificate = getCert
+		c.MinVersion = tls.VersionTLS12
+		c.NextProtos = []string{"http/1.1"}
+	}}
+}
