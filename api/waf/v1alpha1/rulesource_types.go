@@ -1,0 +1,42 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MaxRulesLength is the largest spec.rules of a RuleSource, in bytes (1.5 MiB).
+const MaxRulesLength = 1572864
+
+// RuleSourceSpec holds SecLang rule text.
+type RuleSourceSpec struct {
+	// Rules is SecLang text: SecRule, SecAction and the other directives of
+	// ModSecurity v3 / Coraza. It may include the OWASP Core Rule Set that
+	// Portal embeds: `Include @coraza.conf-recommended`,
+	// `Include @crs-setup.conf.example` and `Include @owasp_crs/*.conf`. A
+	// RuleSet concatenates the rules of its sources in order. Rules that reach
+	// outside the sandbox (host files, log files, programs) are rejected; see
+	// docs/concepts/waf.md.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1572864
+	Rules string `json:"rules"`
+}
+
+// RuleSource holds SecLang rule text for RuleSets in the same namespace to
+// use. A RuleSource on its own does nothing.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Namespaced,shortName=wrsrc,categories={portal,waf}
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RuleSource struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec RuleSourceSpec `json:"spec"`
+}
+
+// RuleSourceList is a list of RuleSources.
+// +kubebuilder:object:root=true
+type RuleSourceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RuleSource `json:"items"`
+}

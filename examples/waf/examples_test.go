@@ -1,0 +1,186 @@
+// Package waf_test applies the WAF examples to a real API server with
+// Portal's WAF layer running, and checks that every RuleSet becomes Ready and
+// that what the cache serves blocks what the example says it blocks.
+package waf_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/waf"
+	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/ruleset"
+)
+
+const ns = "waf-examples"
+
+// start runs the WAF layer against a fresh control plane until the test ends.
+func start(t *testing.T) (client.Client, *cache.Client) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cl, err := devcluster.Start(ctx, devcluster.Options{})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	t.Cleanup(func() {
+		cancel()
+		if err := errors.Join(<-done, cl.Stop()); err != nil {
+			t.Error(err)
+		}
+	})
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), wafv1alpha1.AddToScheme(scheme)); err != nil {
+		done <- nil
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cl.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		done <- nil
+		t.Fatal(err)
+	}
+	opts := waf.DefaultOptions()
+	opts.CacheAddr, opts.Registerer = "127.0.0.1:0", prometheus.NewRegistry()
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	layer, err := waf.Setup(mgr, opts)
+	if err != nil {
+		done <- nil
+		t.Fatal(err)
+	}
+	go func() { done <- mgr.Start(ctx) }()
+	<-layer.Server.Ready()
+	cc, err := cache.NewClient("http://"+layer.Server.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cl.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cc
+}
+
+// apply creates every document of the YAML files in ns.
+func apply(t *testing.T, c client.Client, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			var obj unstructured.Unstructured
+			if err := dec.Decode(&obj.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				t.Fatalf("%s: %v", f, err)
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			obj.SetNamespace(ns)
+			if err := c.Create(context.Background(), &obj); err != nil {
+				t.Fatalf("%s: create %s %s: %v", f, obj.GetKind(), obj.GetName(), err)
+			}
+		}
+	}
+}
+
+// status compiles what the cache serves for a RuleSet, as the waf-proxy
+// does, and returns the status of a GET of uri with this User-Agent.
+func status(t *testing.T, cc *cache.Client, name, uri, agent string) int {
+	t.Helper()
+	e, err := cc.Entry(context.Background(), ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled, err := ruleset.Compile(ruleset.Bundle{Rules: e.Rules, DataFiles: e.DataFiles}, ruleset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer compiled.Close()
+	tx := compiled.WAF.NewTransaction()
+	defer tx.Close()
+	tx.ProcessConnection("127.0.0.1", 40000, "127.0.0.1", 80)
+	tx.ProcessURI(uri, "GET", "HTTP/1.1")
+	tx.AddRequestHeader("Host", "shop.example.com")
+	tx.AddRequestHeader("User-Agent", agent)
+	tx.AddRequestHeader("Accept", "text/html")
+	if it := tx.ProcessRequestHeaders(); it != nil {
+		return it.Status
+	}
+	if it, _ := tx.ProcessRequestBody(); it != nil {
+		return it.Status
+	}
+	return 0
+}
+
+func TestExamplesBecomeReady(t *testing.T) {
+	c, cc := start(t)
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	apply(t, c, files...)
+
+	var list wafv1alpha1.RuleSetList
+	if err := c.List(context.Background(), &list, client.InNamespace(ns)); err != nil || len(list.Items) != 2 {
+		t.Fatalf("%d RuleSets: %v", len(list.Items), err)
+	}
+	for _, rs := range list.Items {
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(&rs), &rs); err != nil {
+				return false, err
+			}
+			r := meta.FindStatusCondition(rs.Status.Conditions, wafv1alpha1.ConditionReady)
+			d := meta.FindStatusCondition(rs.Status.Conditions, wafv1alpha1.ConditionDegraded)
+			return r != nil && r.Status == metav1.ConditionTrue && d != nil && d.Status == metav1.ConditionFalse, nil
+		})
+		if err != nil {
+			t.Fatalf("RuleSet %s not Ready and not Degraded: %v; status %+v", rs.Name, err, rs.Status)
+		}
+		t.Logf("%s: %d rules, revision %s", rs.Name, rs.Status.RuleCount, rs.Status.CachedRevision.UUID)
+	}
+
+	for _, tc := range []struct {
+		ruleSet, uri, agent string
+		want                int
+	}{
+		{"crs", "/products?id=1%20UNION%20SELECT%20password%20FROM%20users", "Mozilla/5.0", 403},
+		{"crs", "/products?id=42", "Mozilla/5.0", 0},
+		{"block-scanners", "/", "sqlmap/1.8#stable (https://sqlmap.org)", 403},
+		{"block-scanners", "/", "Mozilla/5.0", 0},
+	} {
+		if got := status(t, cc, tc.ruleSet, tc.uri, tc.agent); got != tc.want {
+			t.Errorf("%s: GET %s as %q: status %d, want %d", tc.ruleSet, tc.uri, tc.agent, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package ruleset
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/corazawaf/coraza/v3"
+)
+
+// crsRules is the three-line RuleSource that gives a full CRS, switched to
+// blocking.
+const crsRules = "Include @coraza.conf-recommended\nInclude @crs-setup.conf.example\nInclude @owasp_crs/*.conf\n"
+
+func mustCompile(t testing.TB, b Bundle) *Compiled {
+	t.Helper()
+	c, err := Compile(b, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// status runs a GET of uri through w and returns the interruption status, or
+// 0 when the request passes.
+func status(w coraza.WAF, uri string) int {
+	tx := w.NewTransaction()
+	defer tx.Close()
+	tx.ProcessConnection("127.0.0.1", 40000, "127.0.0.1", 80)
+	tx.ProcessURI(uri, "GET", "HTTP/1.1")
+	tx.AddRequestHeader("Host", "example.com")
+	tx.AddRequestHeader("User-Agent", "portal-test")
+	tx.AddRequestHeader("Accept", "*/*")
+	if it := tx.ProcessRequestHeaders(); it != nil {
+		return it.Status
+	}
+	if it, _ := tx.ProcessRequestBody(); it != nil {
+		return it.Status
+	}
+	return 0
+}
+
+func TestCompileCRS(t *testing.T) {
+	c := mustCompile(t, Join([]Source{{Name: "crs", Rules: crsRules}, {Name: "on", Rules: "SecRuleEngine On"}}))
+	if c.RuleCount < 600 {
+		t.Fatalf("full CRS compiled to %d rules", c.RuleCount)
+	}
+	if got := status(c.WAF, "/?id=1'%20OR%20'1'='1"); got != 403 {
+		t.Errorf("SQL injection: status %d, want 403", got)
+	}
+	if got := status(c.WAF, "/index.html?q=hello"); got != 0 {
+		t.Errorf("clean request: status %d, want 0", got)
+	}
+}
+
+func TestCompileLocatesError(t *testing.T) {
+	cases := []struct {
+		name    string
+		sources []Source
+		source  string
+		line    int
+		want    string
+	}{
+		{"second source", []Source{
+			{Name: "base", Rules: "SecRuleEngine On\nSecRule ARGS \"@rx a\" \"id:1,deny\"\n"},
+			{Name: "custom", Rules: "# custom\n\nSecRule ARGS \"@rx b\" \\\n  \"id:2,deny,bogus:1\"\nSecRule ARGS \"@rx c\" \"id:3,deny\"\n"},
+		}, "custom", 3, `invalid action "bogus"`},
+		{"after the CRS", []Source{
+			{Name: "crs", Rules: crsRules},
+			{Name: "tuning", Rules: "SecRuleRemoveById 920171\nSecRuleEngine Sometimes\n"},
+		}, "tuning", 2, "secruleengine"},
+		{"duplicate id", []Source{
+			{Name: "a", Rules: "SecRule ARGS \"@rx a\" \"id:7,deny\"\n"},
+			{Name: "b", Rules: "SecRule ARGS \"@rx b\" \"id:7,deny\"\n"},
+		}, "b", 1, "duplicated rule id 7"},
+		{"unknown directive", []Source{{Name: "a", Rules: "SecRuleEngine On\nSecNope 1\n"}}, "a", 2, "unknown directive"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Compile(Join(tc.sources), Options{})
+			e, ok := AsError(err)
+			if !ok || len(e.Problems) != 1 {
+				t.Fatalf("got %v, want one located problem", err)
+			}
+			p := e.Problems[0]
+			if p.Kind != KindInvalid || p.Source != tc.source || p.SourceLine != tc.line || !strings.Contains(p.Message, tc.want) {
+				t.Fatalf("got %+v, want %s line %d containing %q", p, tc.source, tc.line, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestCompileDataFiles(t *testing.T) {
+	rules := "SecRuleEngine On\nSecRule ARGS \"@pmFromFile words.txt\" \"id:10,phase:1,deny,status:403\"\n"
+	evil := mustCompile(t, Join([]Source{{Name: "r", Rules: rules}}, map[string][]byte{"words.txt": []byte("evil\n")}))
+	// Same file name, other content, both WAFs alive: Coraza memoizes
+	// @pmFromFile matchers by directory and name, so without the digest
+	// directory the second WAF would reuse the first one's word list.
+	wicked := mustCompile(t, Join([]Source{{Name: "r", Rules: rules}},
+		map[string][]byte{"words.txt": []byte("evil\n")}, map[string][]byte{"words.txt": []byte("wicked\n")}))
+	for _, tc := range []struct {
+		w    coraza.WAF
+		uri  string
+		want int
+	}{
+		{evil.WAF, "/?q=evil", 403}, {evil.WAF, "/?q=wicked", 0},
+		{wicked.WAF, "/?q=wicked", 403}, {wicked.WAF, "/?q=evil", 0},
+	} {
+		if got := status(tc.w, tc.uri); got != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.uri, got, tc.want)
+		}
+	}
+}
+
+func TestUnsupported(t *testing.T) {
+	crs := mustCompile(t, Join([]Source{{Name: "crs", Rules: crsRules}}))
+	ids := func(fs []Finding) []int {
+		var out []int
+		for _, f := range fs {
+			out = append(out, f.RuleID)
+		}
+		return out
+	}
+	has := func(fs []Finding, id int) bool {
+		for _, f := range fs {
+			if f.RuleID == id {
+				return true
+			}
+		}
+		return false
+	}
+	all := crs.Unsupported(DriverIstioWASM)
+	if !has(all, 920171) || !has(all, 941310) {
+		t.Fatalf("full CRS findings %v miss 920171 or 941310", ids(all))
+	}
+	if got := crs.Unsupported(DriverWAFProxy); len(got) != 0 {
+		t.Fatalf("waf-proxy findings %v, want none", got)
+	}
+
+	removed := mustCompile(t, Join([]Source{{Name: "crs", Rules: crsRules},
+		{Name: "tuning", Rules: "SecRuleRemoveById 920171 941300-941320\nSecRuleRemoveByTag \"attack-multipart-header\"\n"}}))
+	got := removed.Unsupported(DriverIstioWASM)
+	if has(got, 920171) || has(got, 941310) || has(got, 922110) || has(got, 922130) || len(got) != len(all)-4 {
+		t.Fatalf("after removal: %v", ids(got))
+	}
+
+	schema := mustCompile(t, Join([]Source{{Name: "api", Rules: "SecRule REQUEST_BODY \"@validateSchema schema.json\" \"id:77,phase:2,deny\"\n"}},
+		map[string][]byte{"schema.json": []byte(`{"type":"object"}`)}))
+	f := schema.Unsupported(DriverIstioWASM)
+	if len(f) != 1 || f[0].RuleID != 77 || f[0].Operator != "validateSchema" || !strings.Contains(f[0].Reason, `RuleSource "api" line 1`) {
+		t.Fatalf("validateSchema findings: %v", f)
+	}
+}
+
+func TestBundleIdentity(t *testing.T) {
+	a := Join([]Source{{Name: "x", Rules: "SecRuleEngine On"}}, map[string][]byte{"f": []byte("1")})
+	b := Join([]Source{{Name: "y", Rules: "SecRuleEngine On\n"}}, map[string][]byte{"f": []byte("1")})
+	c := Join([]Source{{Name: "x", Rules: "SecRuleEngine On"}}, map[string][]byte{"f": []byte("2")})
+	if a.SHA256() != b.SHA256() {
+		t.Error("source names or a trailing newline changed the digest")
+	}
+	if a.SHA256() == c.SHA256() {
+		t.Error("a data file change kept the digest")
+	}
+	if RevisionUUID(a.SHA256()) != RevisionUUID(b.SHA256()) || RevisionUUID(a.SHA256()) == RevisionUUID(c.SHA256()) {
+		t.Error("revision ids do not follow the digest")
+	}
+	j := Join([]Source{{Name: "one", Rules: "a\nb\n"}, {Name: "two", Rules: "c"}, {Name: "three", Rules: "d\ne"}})
+	for line, want := range map[int]string{1: "one:1", 2: "one:2", 3: "two:1", 4: "three:1", 5: "three:2", 6: ":6"} {
+		if s, l := j.Locate(line); s+":"+strconv.Itoa(l) != want {
+			t.Errorf("line %d -> %s:%d, want %s", line, s, l, want)
+		}
+	}
+}

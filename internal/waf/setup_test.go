@@ -1,0 +1,222 @@
+package waf_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/waf"
+	"github.com/vilaca/portal/internal/waf/cache"
+)
+
+// The control plane and the WAF layer are shared by the tests of this
+// package and started on first use.
+var (
+	envOnce sync.Once
+	env     struct {
+		client client.Client
+		layer  *waf.Layer
+		cache  *cache.Client
+		reg    *prometheus.Registry
+		err    error
+		stop   func() error
+	}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if env.stop != nil {
+		if err := env.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop control plane:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func cluster(t *testing.T) {
+	t.Helper()
+	envOnce.Do(func() { env.err = startCluster() })
+	if env.err != nil {
+		t.Fatal(env.err)
+	}
+}
+
+// startCluster runs the WAF layer, as `portal run --waf` wires it, against
+// a real API server, with the cache server on a free port of 127.0.0.1.
+func startCluster() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cl, err := devcluster.Start(ctx, devcluster.Options{})
+	if err != nil {
+		cancel()
+		return err
+	}
+	done := make(chan error, 1)
+	env.stop = func() error {
+		cancel()
+		return errors.Join(<-done, cl.Stop())
+	}
+	fail := func(err error) error { done <- nil; return err }
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, wafv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return fail(err)
+		}
+	}
+	mgr, err := ctrl.NewManager(cl.Config, ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return fail(err)
+	}
+	env.reg = prometheus.NewRegistry()
+	opts := waf.DefaultOptions()
+	opts.CacheAddr = "127.0.0.1:0"
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts.Registerer = env.reg
+	if env.layer, err = waf.Setup(mgr, opts); err != nil {
+		return fail(err)
+	}
+	go func() { done <- mgr.Start(ctx) }()
+	select {
+	case <-env.layer.Server.Ready():
+	case <-time.After(time.Minute):
+		return errors.New("cache server did not start")
+	}
+	if env.cache, err = cache.NewClient("http://"+env.layer.Server.Addr(), nil); err != nil {
+		return err
+	}
+	env.client, err = client.New(cl.Config, client.Options{Scheme: scheme})
+	return err
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func create(t *testing.T, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := env.client.Create(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func namespace(t *testing.T, name string) string {
+	t.Helper()
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	return name
+}
+
+func source(ns, name, rules string) *wafv1alpha1.RuleSource {
+	return &wafv1alpha1.RuleSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: wafv1alpha1.RuleSourceSpec{Rules: rules}}
+}
+
+func data(ns, name string, files map[string]string) *wafv1alpha1.RuleData {
+	return &wafv1alpha1.RuleData{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: wafv1alpha1.RuleDataSpec{Files: files}}
+}
+
+func ruleSet(ns, name string, sources []string, dataNames ...string) *wafv1alpha1.RuleSet {
+	rs := &wafv1alpha1.RuleSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	for _, s := range sources {
+		rs.Spec.Sources = append(rs.Spec.Sources, wafv1alpha1.SourceReference{Name: s})
+	}
+	for _, d := range dataNames {
+		rs.Spec.Data = append(rs.Spec.Data, wafv1alpha1.DataReference{Name: d})
+	}
+	return rs
+}
+
+// conditionsOf reads a RuleSet and returns its Ready and Degraded conditions.
+func conditionsOf(t *testing.T, rs *wafv1alpha1.RuleSet) (ready, degraded *metav1.Condition) {
+	t.Helper()
+	if err := env.client.Get(context.Background(), client.ObjectKeyFromObject(rs), rs); err != nil {
+		t.Fatal(err)
+	}
+	return meta.FindStatusCondition(rs.Status.Conditions, wafv1alpha1.ConditionReady),
+		meta.FindStatusCondition(rs.Status.Conditions, wafv1alpha1.ConditionDegraded)
+}
+
+// readyWith waits until Ready has this status and reason for the RuleSet's
+// current generation.
+func readyWith(t *testing.T, rs *wafv1alpha1.RuleSet, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s Ready=%s/%s", rs.Name, status, reason), func() bool {
+		r, _ := conditionsOf(t, rs)
+		return r != nil && r.Status == status && r.Reason == reason && r.ObservedGeneration == rs.Generation
+	})
+}
+
+// compiles returns the count of compiler reconciles with this result.
+func compiles(t *testing.T, result string) float64 {
+	t.Helper()
+	mfs, err := env.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "portal_waf_ruleset_compiles_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// hasEvent reports whether the RuleSet has an event with this reason.
+func hasEvent(t *testing.T, rs *wafv1alpha1.RuleSet, reason string) bool {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := env.client.List(context.Background(), &list, client.InNamespace(rs.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Regarding.Name == rs.Name && e.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
