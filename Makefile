@@ -26,7 +26,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 GENERATED_DIRS := api deploy/crds
 
 .PHONY: help tools generate verify-generated vet staticcheck lint test-go fuzz test \
-	bench build run clean clean-tools
+	bench build run eval-demo clean clean-tools
 
 help: ## List the targets
 	@echo 'Targets:'
@@ -141,7 +141,11 @@ build: ## Build bin/portal
 # Demo: evaluate the example manifests against the pod-security rules. Exit status 1
 # means "deny found", which is what the demo shows, so it does not fail the target.
 # `portal dev` (a local control plane with the admission webhook) replaces this later.
-run: tools build ## Build and run the pod-security demo
+run: tools build ## Run portal dev: a local control plane with Portal in it (Ctrl-C stops it)
+	@$(BIN)/portal dev
+
+# portal eval exits 1 when a deny rule fails, which is what this demo shows.
+eval-demo: build ## Evaluate the pod-security bundle on examples/manifests offline
 	@$(BIN)/portal eval --rules examples/rules/pod-security --file examples/manifests || test $$? -eq 1
 
 clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)

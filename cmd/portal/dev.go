@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -26,6 +28,7 @@ import (
 type devOptions struct {
 	kubeconfigOut string
 	rules         []string
+	manifests     []string
 	logLevel      string
 	cfg           manager.Config
 }
@@ -35,7 +38,13 @@ func newDevCommand() *cobra.Command {
 	o.cfg.LeaderElection = false
 	o.cfg.MetricsAddr = "127.0.0.1:18090"
 	o.cfg.HealthAddr = "127.0.0.1:18091"
+	o.cfg.Admission.Enabled = true
+	o.cfg.Admission.LocalURL = true
+	o.cfg.Admission.Host = "127.0.0.1"
+	o.cfg.WAF = true
+	o.cfg.WAFOptions.CacheAddr = "127.0.0.1:18080"
 	o.rules = []string{filepath.Join("examples", "rules", "pod-security")}
+	o.manifests = []string{filepath.Join("examples", "waf")}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local control plane with Portal in it (no Docker, no cluster)",
@@ -50,6 +59,7 @@ everything and leaves no process behind.`,
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfigOut, "kubeconfig-out", o.kubeconfigOut, "where to write the kubeconfig of the local control plane")
 	f.StringSliceVar(&o.rules, "install-rules", o.rules, "rule files or directories to install as PortalClusterRules")
+	f.StringSliceVar(&o.manifests, "install-manifests", o.manifests, "manifest files or directories to create (namespaced objects without a namespace go to default)")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (logs go to stderr)")
 	addManagerFlags(f, &o.cfg)
 	return cmd
@@ -91,8 +101,17 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := installManifests(ctx, c, o.manifests); err != nil {
+		return err
+	}
 	kubectl := relative(filepath.Join(cluster.BinaryDir(), "kubectl"))
 	o.cfg.OnReady = func() {
+		if o.cfg.Admission.Enabled {
+			if err := waitForWebhook(ctx, c, o.cfg.Admission.ConfigName); err != nil {
+				fmt.Fprintln(os.Stderr, "portal dev:", err)
+				return
+			}
+		}
 		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
 		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f examples/manifests/pods.yaml\n\nCtrl-C stops everything.\n",
 			relative(o.kubeconfigOut), kubectl, kubectl)
@@ -160,4 +179,49 @@ func relative(p string) string {
 		return r
 	}
 	return p
+}
+
+// waitForWebhook waits until the API server has Portal's webhook
+// configuration with a CA bundle and rules, so the first kubectl apply after
+// "ready" is already checked.
+func waitForWebhook(ctx context.Context, c client.Client, name string) error {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &vwc); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		for _, w := range vwc.Webhooks {
+			if len(w.ClientConfig.CABundle) > 0 && len(w.Rules) > 0 {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("webhook configuration %s not ready: %w", name, err)
+	}
+	return nil
+}
+
+// installManifests creates every object in paths, as kubectl create would.
+func installManifests(ctx context.Context, c client.Client, paths []string) error {
+	docs, err := manifest.ReadPaths(paths, nil)
+	if err != nil {
+		return err
+	}
+	for _, d := range docs {
+		objs, err := d.Objects()
+		if err != nil {
+			return err
+		}
+		for _, obj := range objs {
+			if namespaced, err := c.IsObjectNamespaced(obj); err == nil && namespaced && obj.GetNamespace() == "" {
+				obj.SetNamespace(metav1.NamespaceDefault)
+			}
+			if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+				return d.Errorf("create %s %s: %v", obj.GetKind(), obj.GetName(), err)
+			}
+		}
+	}
+	return nil
 }

@@ -51,6 +51,23 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "listen address of /metrics; 0 disables it")
 	f.StringVar(&cfg.HealthAddr, "health-addr", cfg.HealthAddr, "listen address of /healthz and /readyz; 0 disables it")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", cfg.LeaderElection, "elect one replica to write status, certificates and webhook configuration")
+
+	a := &cfg.Admission
+	f.BoolVar(&a.Enabled, "admission", a.Enabled, "run the validating admission webhook (L4)")
+	f.StringVar(&a.Host, "webhook-host", a.Host, "address the webhook server listens on; empty for all")
+	f.IntVar(&a.Port, "webhook-port", a.Port, "port of the webhook server (TLS)")
+	f.StringVar(&a.ServiceName, "webhook-service", a.ServiceName, "Service the API server reaches the webhook by (in Portal's namespace)")
+	f.StringVar(&a.ConfigName, "webhook-config-name", a.ConfigName, "name of the ValidatingWebhookConfiguration Portal manages")
+	f.StringVar(&a.CertSource, "cert-source", a.CertSource, "webhook certificate: self (issued and renewed by Portal) or cert-manager (read from --cert-secret)")
+	f.StringVar(&a.CertSecret, "cert-secret", a.CertSecret, "Secret holding the webhook serving certificate")
+	f.BoolVar(&a.FailOpen, "fail-open", a.FailOpen, "failurePolicy Ignore: admit requests when Portal is unreachable (default: fail closed)")
+
+	w := &cfg.WAFOptions
+	f.BoolVar(&cfg.WAF, "waf", cfg.WAF, "run the WAF rule pipeline (RuleSource, RuleData, RuleSet) and its cache server (L7)")
+	f.StringVar(&w.CacheAddr, "waf-cache-addr", w.CacheAddr, "listen address of the WAF rule cache server")
+	f.DurationVar(&w.CacheMaxAge, "cache-max-age", w.CacheMaxAge, "evict cached rule set revisions older than this (a rule set's latest revision is never evicted)")
+	f.Int64Var(&w.CacheMaxSize, "cache-max-size", w.CacheMaxSize, "evict the oldest revisions when the cache holds more bytes than this")
+	f.DurationVar(&w.CacheGCInterval, "cache-gc-interval", w.CacheGCInterval, "how often the cache evicts")
 }
 
 func newLogger(level string) (*slog.Logger, error) {

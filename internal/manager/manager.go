@@ -22,9 +22,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/rule"
+	"github.com/vilaca/portal/internal/waf"
 )
 
 // Config selects the layers and their settings. The zero value is not
@@ -49,6 +51,12 @@ type Config struct {
 	LeaderElectionID string
 
 	// Logger receives every log line, as JSON in production.
+	Admission AdmissionConfig
+
+	// WAF runs the L7 WAF rule pipeline and its cache server.
+	WAF        bool
+	WAFOptions waf.Options
+
 	Logger *slog.Logger
 	// OnReady, when set, is called once every enabled layer serves.
 	OnReady func()
@@ -62,6 +70,8 @@ func Defaults() Config {
 		HealthAddr:       ":8081",
 		LeaderElection:   true,
 		LeaderElectionID: "portal-leader",
+		Admission:        defaultAdmission(),
+		WAFOptions:       waf.DefaultOptions(),
 		Logger:           slog.Default(),
 	}
 }
@@ -69,7 +79,7 @@ func Defaults() Config {
 // Scheme holds every API type Portal reads or writes.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme, wafv1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, err
 		}
@@ -96,13 +106,26 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       ptrDuration(10 * time.Second),
 	}
+	adm, err := newAdmission(&cfg, &opts)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(restCfg, opts)
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
 	eng := engine.New(exprlang.New())
-	index := rule.NewIndex(eng)
+	// loaded is closed once every rule source has been read, for the
+	// layers that must not answer before.
+	loaded := make(chan struct{})
+	var target rule.Target = eng
+	if adm != nil {
+		if target, err = adm.setup(mgr, eng, &cfg, loaded, log); err != nil {
+			return err
+		}
+	}
+	index := rule.NewIndex(target)
 	ruleMetrics := rule.NewMetrics(metrics.Registry)
 	loader := rule.NewCRLoader(mgr.GetCache(), eng, index, log, ruleMetrics)
 	if err := loader.SetupWithManager(mgr); err != nil {
@@ -119,17 +142,24 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		}
 		rulesLoaded = append(rulesLoaded, folder.Loaded())
 	}
+	if cfg.WAF {
+		wo := cfg.WAFOptions
+		wo.Logger = log
+		if _, err := waf.Setup(mgr, wo); err != nil {
+			return fmt.Errorf("waf layer: %w", err)
+		}
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	ready := &readiness{mgr: mgr, folders: rulesLoaded, onReady: cfg.OnReady}
+	ready := &readiness{mgr: mgr, folders: rulesLoaded, loaded: loaded, onReady: cfg.OnReady}
 	if err := mgr.Add(ready); err != nil {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("rules", ready.check); err != nil {
 		return err
 	}
-	log.Info("portal starting", "namespace", cfg.Namespace, "rulesFolder", cfg.RulesFolder)
+	log.Info("portal starting", "namespace", cfg.Namespace, "admission", cfg.Admission.Enabled, "waf", cfg.WAF, "rulesFolder", cfg.RulesFolder)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
@@ -142,6 +172,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 type readiness struct {
 	mgr     ctrl.Manager
 	folders []<-chan struct{}
+	loaded  chan struct{}
 	ready   atomic.Bool
 	onReady func()
 }
@@ -159,6 +190,7 @@ func (r *readiness) Start(ctx context.Context) error {
 		}
 	}
 	r.ready.Store(true)
+	close(r.loaded)
 	if r.onReady != nil {
 		r.onReady()
 	}

@@ -1,0 +1,280 @@
+package certs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/vilaca/portal/internal/certs/pki"
+)
+
+// SetupWithManager registers the loader (every replica), the issuer (leader,
+// self source only) and the caBundle injectors (leader) with mgr. Call it
+// once per Controller.
+//
+// The controller brings its own client and a cache that holds only the one
+// Secret and the metadata of the injection targets, so it needs no scheme
+// entries from the caller and RBAC on Secrets in its own namespace only.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cl, err := client.New(mgr.GetConfig(), client.Options{
+		Scheme: scheme, HTTPClient: mgr.GetHTTPClient(), Mapper: mgr.GetRESTMapper(),
+	})
+	if err != nil {
+		return fmt.Errorf("certs: client: %w", err)
+	}
+	ca, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme: scheme, HTTPClient: mgr.GetHTTPClient(), Mapper: mgr.GetRESTMapper(),
+		DefaultTransform: slim,
+		ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {
+			Namespaces: map[string]cache.Config{c.opts.Namespace: {}},
+			Field:      fields.OneTermEqualSelector("metadata.name", c.opts.SecretName),
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("certs: cache: %w", err)
+	}
+	// As a hasCache runnable the cache starts on every replica, before the
+	// controllers, whether or not this replica leads.
+	if err := mgr.Add(ownCache{ca}); err != nil {
+		return err
+	}
+	c.client, c.cache, c.recorder = cl, ca, mgr.GetEventRecorder(FieldOwner)
+
+	if err := c.setupLoader(mgr); err != nil {
+		return err
+	}
+	if c.opts.Source == SourceSelf {
+		if err := c.setupIssuer(mgr); err != nil {
+			return err
+		}
+	}
+	for _, in := range c.injectors {
+		if err := in.setup(mgr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownCache lets the manager start a private cache with its caches.
+type ownCache struct{ cache.Cache }
+
+func (o ownCache) GetCache() cache.Cache { return o.Cache }
+
+// slim drops what the controller never reads from cached objects: managed
+// fields everywhere, and annotations of the metadata-only targets (a CRD's
+// last-applied-configuration annotation is the whole CRD).
+func slim(in any) (any, error) {
+	if o, ok := in.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+		if _, isMeta := in.(*metav1.PartialObjectMetadata); isMeta {
+			o.SetAnnotations(nil)
+		}
+	}
+	return in, nil
+}
+
+func (c *Controller) secretKey() types.NamespacedName {
+	return types.NamespacedName{Namespace: c.opts.Namespace, Name: c.opts.SecretName}
+}
+
+func (c *Controller) secretSource() source.Source {
+	return source.Kind(c.cache, &corev1.Secret{}, &handler.TypedEnqueueRequestForObject[*corev1.Secret]{})
+}
+
+// startKick enqueues the Secret once when the controller starts: the watch
+// says nothing about a Secret that does not exist.
+func (c *Controller) startKick() source.Source {
+	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		q.Add(reconcile.Request{NamespacedName: c.secretKey()})
+		return nil
+	})
+}
+
+func (c *Controller) setupLoader(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("certs-loader").
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
+		WatchesRawSource(c.secretSource()).
+		WatchesRawSource(c.startKick()).
+		Complete(reconcile.Func(c.load))
+}
+
+// load swaps in the certificate the Secret holds. A missing or broken Secret
+// leaves the last good certificate in place: serving a valid certificate
+// beats serving none while the Secret is repaired.
+func (c *Controller) load(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	sec := &corev1.Secret{}
+	if err := c.cache.Get(ctx, c.secretKey(), sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.log.Info("certificate Secret not found; serving the last loaded certificate, if any", "loaded", c.current.Load() != nil)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	b, err := pki.Parse(sec.Data)
+	if err != nil {
+		c.invalid(sec, err)
+		return reconcile.Result{}, nil
+	}
+	if err := b.Verify(c.clock.Now()); err != nil && c.opts.Source == SourceCertManager && len(b.CAs) > 0 {
+		c.invalid(sec, fmt.Errorf("the serving certificate does not verify against %s (loaded anyway): %w", pki.KeyCABundle, err))
+	}
+	c.swap(b)
+	return reconcile.Result{}, nil
+}
+
+// swap makes b the served certificate: handshakes from now on get it.
+func (c *Controller) swap(b *pki.Bundle) {
+	next := &loaded{bundle: b, caPEM: b.CABundle()}
+	prev := c.current.Swap(next)
+	leaf := b.Serving.Leaf
+	c.metrics.Expiry.Set(float64(leaf.NotAfter.Unix()))
+	if prev == nil || !prev.bundle.Serving.Leaf.Equal(leaf) {
+		c.log.Info("serving certificate loaded", "serial", leaf.SerialNumber.Text(16),
+			"notAfter", leaf.NotAfter.Format(time.RFC3339), "issuer", leaf.Issuer.CommonName, "cas", len(b.CAs))
+	}
+	if prev == nil || !bytes.Equal(prev.caPEM, next.caPEM) {
+		for _, in := range c.injectors {
+			in.kick()
+		}
+	}
+}
+
+// invalid reports a Secret the loader cannot use. In self mode the leader's
+// issuer replaces it and reports that, so a log line is enough here; with
+// cert-manager nobody in Portal can fix it, so it is an Event too.
+func (c *Controller) invalid(sec *corev1.Secret, err error) {
+	if c.opts.Source == SourceSelf {
+		c.log.Info("certificate Secret is unusable; the leader replaces it", "error", err.Error())
+		return
+	}
+	c.log.Error("certificate Secret is unusable; still serving the last loaded certificate, if any",
+		"error", err.Error(), "loaded", c.current.Load() != nil)
+	c.recorder.Eventf(sec, nil, corev1.EventTypeWarning, ReasonInvalid, "Load", "%s", err.Error())
+}
+
+func (c *Controller) setupIssuer(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("certs-issuer").
+		WatchesRawSource(c.secretSource()).
+		WatchesRawSource(c.startKick()).
+		Complete(reconcile.Func(c.issue))
+}
+
+// issue creates, renews or repairs the Secret (self source, leader only).
+func (c *Controller) issue(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	now := c.clock.Now()
+	sec := &corev1.Secret{}
+	err := c.client.Get(ctx, c.secretKey(), sec)
+	var b *pki.Bundle
+	switch {
+	case apierrors.IsNotFound(err):
+		// Deleted (a forced rotation) or never created. The CAs this replica
+		// still trusts stay in the new bundle, so replicas that still serve
+		// the old certificate keep working while the new one spreads.
+		b = &pki.Bundle{}
+		if cur := c.current.Load(); cur != nil {
+			b.CAs = cur.bundle.CAs
+		}
+		sec = nil
+	case err != nil:
+		return reconcile.Result{}, err
+	case sec.Type != corev1.SecretTypeTLS:
+		return reconcile.Result{}, c.replace(ctx, sec)
+	default:
+		b = pki.Read(sec.Data)
+	}
+	pl := c.policy.Decide(now, b)
+	if !pl.Changes() {
+		return reconcile.Result{RequeueAfter: c.requeueAfter(now, pl.Next)}, nil
+	}
+	data, err := c.policy.Issue(now, b, pl)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if sec != nil && pki.SameData(sec.Data, data) {
+		return reconcile.Result{RequeueAfter: c.opts.CheckInterval}, nil
+	}
+	written, err := c.writeSecret(ctx, data)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("write certificate Secret %s: %w", c.secretKey(), err)
+	}
+	c.metrics.Renewals.Inc()
+	reason := ReasonRenewed
+	if sec == nil {
+		reason = ReasonIssued
+	}
+	msg := strings.Join(pl.Why, "; ")
+	c.log.Info("certificate Secret written", "reason", reason, "why", msg)
+	c.recorder.Eventf(written, nil, corev1.EventTypeNormal, reason, "Issue", "%s", msg)
+	// The write comes back through the watch, which plans the next step.
+	return reconcile.Result{}, nil
+}
+
+func (c *Controller) writeSecret(ctx context.Context, data map[string][]byte) (*corev1.Secret, error) {
+	ac := applycorev1.Secret(c.opts.SecretName, c.opts.Namespace).
+		WithType(corev1.SecretTypeTLS).
+		WithLabels(map[string]string{"app.kubernetes.io/managed-by": FieldOwner}).
+		WithData(data)
+	if err := c.client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return nil, err
+	}
+	written := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: c.opts.SecretName, Namespace: c.opts.Namespace}}
+	if ac.UID != nil {
+		written.UID = *ac.UID
+	}
+	return written, nil
+}
+
+// replace deletes a Secret of the wrong type (a Secret's type cannot change)
+// so the next look creates a kubernetes.io/tls one. The UID precondition
+// keeps it from deleting a Secret someone recreated meanwhile.
+func (c *Controller) replace(ctx context.Context, sec *corev1.Secret) error {
+	msg := fmt.Sprintf("Secret has type %q, not %q; deleting it to recreate it", sec.Type, corev1.SecretTypeTLS)
+	c.log.Info(msg)
+	c.recorder.Eventf(sec, nil, corev1.EventTypeWarning, ReasonReplaced, "Issue", "%s", msg)
+	err := c.client.Delete(ctx, sec, client.Preconditions{UID: &sec.UID})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete certificate Secret %s: %w", c.secretKey(), err)
+	}
+	return nil
+}
+
+// requeueAfter is how long until the next planned look: the next rotation
+// step or renewal, at most CheckInterval, and never a busy loop.
+func (c *Controller) requeueAfter(now, next time.Time) time.Duration {
+	d := c.opts.CheckInterval
+	if !next.IsZero() && next.Sub(now) < d {
+		d = next.Sub(now)
+	}
+	return max(d, time.Second)
+}

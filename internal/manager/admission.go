@@ -1,0 +1,140 @@
+package manager
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/vilaca/portal/internal/admission"
+	"github.com/vilaca/portal/internal/certs"
+	"github.com/vilaca/portal/internal/engine"
+)
+
+// AdmissionConfig configures the L4 admission layer.
+type AdmissionConfig struct {
+	Enabled bool
+	// Host and Port are where the webhook server listens (TLS).
+	Host string
+	Port int
+	// ServiceName is the Service the API server reaches the webhook by in a
+	// cluster; its DNS names go into the serving certificate.
+	ServiceName string
+	// LocalURL points the webhook configuration at https://127.0.0.1:Port
+	// instead of the Service: for portal dev and tests, outside a cluster.
+	LocalURL bool
+	// ConfigName names the ValidatingWebhookConfiguration Portal manages.
+	ConfigName string
+	// CertSource is "self" (Portal issues and renews its certificate) or
+	// "cert-manager" (Portal only reads CertSecret).
+	CertSource string
+	CertSecret string
+	// FailOpen sets failurePolicy Ignore: if Portal is down, requests pass.
+	FailOpen bool
+}
+
+func defaultAdmission() AdmissionConfig {
+	return AdmissionConfig{
+		Port:        9443,
+		ServiceName: "portal-webhook",
+		ConfigName:  admission.ConfigName,
+		CertSource:  string(certs.SourceSelf),
+		CertSecret:  "portal-webhook-cert",
+	}
+}
+
+// admissionLayer is the admission layer between manager creation and start.
+type admissionLayer struct {
+	cfg   AdmissionConfig
+	certs *certs.Controller
+}
+
+// newAdmission prepares the certificate controller and the webhook server,
+// which must exist before the manager is created.
+func newAdmission(cfg *Config, opts *ctrl.Options) (*admissionLayer, error) {
+	a := cfg.Admission
+	if !a.Enabled {
+		return nil, nil
+	}
+	src, err := certs.ParseSource(a.CertSource)
+	if err != nil {
+		return nil, err
+	}
+	if a.Port <= 0 || a.Port > 65535 {
+		return nil, fmt.Errorf("webhook port %d is not a port", a.Port)
+	}
+	co := certs.Options{
+		Namespace:             cfg.Namespace,
+		SecretName:            a.CertSecret,
+		Source:                src,
+		DNSNames:              certs.ServiceDNSNames(a.ServiceName, cfg.Namespace),
+		WebhookConfigurations: []string{a.ConfigName},
+		Log:                   cfg.Logger,
+	}
+	if a.LocalURL {
+		co.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+	}
+	cc, err := certs.New(co)
+	if err != nil {
+		return nil, fmt.Errorf("webhook certificates: %w", err)
+	}
+	opts.WebhookServer = webhook.NewServer(webhook.Options{
+		Host:    a.Host,
+		Port:    a.Port,
+		TLSOpts: admission.TLSOptions(cc.GetCertificate),
+	})
+	return &admissionLayer{cfg: a, certs: cc}, nil
+}
+
+// setup registers the webhook, its readiness and the configuration manager.
+// It returns the rule target that keeps the webhook configuration in step
+// with the rules.
+func (l *admissionLayer) setup(mgr ctrl.Manager, eng *engine.Engine, cfg *Config, loaded <-chan struct{}, log *slog.Logger) (admission.RulesTarget, error) {
+	if err := l.certs.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("webhook-certificate", l.certs.Check); err != nil {
+		return nil, err
+	}
+	wh, err := admission.New(admission.Options{
+		Evaluator:   eng,
+		Namespaces:  mgr.GetCache(),
+		Logger:      log,
+		RulesLoaded: loaded,
+		FailOpen:    l.cfg.FailOpen,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mgr.GetWebhookServer().Register(admission.Path, wh)
+	if err := mgr.AddReadyzCheck("admission", wh.ReadyCheck()); err != nil {
+		return nil, err
+	}
+	co := admission.ConfigOptions{
+		Client:      mgr.GetClient(),
+		Mapper:      mgr.GetRESTMapper(),
+		Rules:       eng,
+		Name:        l.cfg.ConfigName,
+		Namespace:   cfg.Namespace,
+		FailOpen:    l.cfg.FailOpen,
+		CABundle:    l.certs.CABundle,
+		RulesLoaded: loaded,
+		Logger:      log,
+	}
+	if l.cfg.LocalURL {
+		co.URL = admission.LocalURL(l.cfg.Port)
+	} else {
+		co.Service = &admission.ServiceReference{Namespace: cfg.Namespace, Name: l.cfg.ServiceName, Port: 443}
+	}
+	cm, err := admission.NewConfigManager(co)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(cm); err != nil {
+		return nil, err
+	}
+	return cm.Watch(eng), nil
+}
+

@@ -1,0 +1,142 @@
+// Package e2e runs the portal binary as a user would, against the real local
+// control plane that `make tools` builds.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/vilaca/portal/internal/devcluster"
+)
+
+const privilegedPod = `apiVersion: v1
+kind: Pod
+metadata: {name: root-shell, namespace: default}
+spec:
+  containers:
+  - name: shell
+    image: busybox:1.36
+    securityContext: {privileged: true}
+`
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestPortalDev is the newcomer's path: portal dev comes up, a violating pod
+// applied with kubectl is denied with the rule's message, and Ctrl-C leaves
+// no control plane behind.
+func TestPortalDev(t *testing.T) {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "portal")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/portal")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	dev := exec.Command(bin, "dev", "--kubeconfig-out", kubeconfig,
+		"--webhook-port", fmt.Sprint(freePort(t)),
+		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--health-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	dev.Dir = root
+	dev.Stderr = os.Stderr
+	stdout, err := dev.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			t.Log(sc.Text())
+			if strings.HasPrefix(sc.Text(), "portal dev: ready") {
+				close(ready)
+			}
+		}
+		exited <- dev.Wait()
+	}()
+	t.Cleanup(func() { _ = dev.Process.Kill() })
+
+	select {
+	case <-ready:
+	case err := <-exited:
+		t.Fatalf("portal dev exited before ready: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("portal dev not ready within 2 minutes")
+	}
+
+	kubectl := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", "-")
+	kubectl.Stdin = strings.NewReader(privilegedPod)
+	out, err := kubectl.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "[pss-baseline-privileged]") || !strings.Contains(string(out), "privileged=true") {
+		t.Fatalf("privileged pod not denied with the rule's message: %v\n%s", err, out)
+	}
+
+	apiserver := serverAddr(t, kubeconfig)
+	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("portal dev did not exit cleanly on Ctrl-C: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("portal dev still running a minute after Ctrl-C")
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		c, err := net.DialTimeout("tcp", apiserver, time.Second)
+		if err != nil {
+			return true, nil
+		}
+		c.Close()
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("kube-apiserver at %s still accepts connections after portal dev exited", apiserver)
+	}
+}
+
+func serverAddr(t *testing.T, kubeconfig string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		u, err := url.Parse(c.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Host
+	}
+	t.Fatal("kubeconfig has no cluster")
+	return ""
+}
