@@ -113,7 +113,7 @@ fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each
 	for t in $$targets; do \
 		pkg=$${t%%:*}; name=$${t#*:}; \
 		echo "fuzz: $$pkg $$name ($(FUZZTIME))"; \
-		out=$$($(GO) test -run '^$$' -fuzz '^'"$$name"'$$' -fuzztime $(FUZZTIME) "$$pkg" 2>&1) \
+		out=$$($(GO) test -run '^$$' -fuzz '^'"$$name"'$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x "$$pkg" 2>&1) \
 			|| { printf '%s\n' "$$out"; exit 1; }; \
 	done
 
