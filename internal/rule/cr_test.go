@@ -2,122 +2,74 @@ package rule_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"sync"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/rule"
 )
 
-// The control plane and rule controllers are shared by the tests of this
-// package and started on first use, so tests and fuzz targets that need no
-// API server do not pay for one.
-var (
-	envOnce sync.Once
-	env     struct {
-		client client.Client
-		engine *engine.Engine
-		err    error
-		stop   func() error
-	}
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if env.stop != nil {
-		if err := env.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop control plane:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+// env is the API server and rule controllers the tests of this package share.
+var env struct {
+	client client.Client
+	engine *engine.Engine
 }
+
+var shared = devtest.Shared{Setup: startControllers}
+
+func TestMain(m *testing.M) { shared.Main(m) }
 
 func cluster(t *testing.T) {
 	t.Helper()
-	envOnce.Do(func() { env.err = startCluster() })
-	if env.err != nil {
-		t.Fatal(env.err)
-	}
+	shared.Cluster(t)
 }
 
-// startCluster runs the CR loader and status reconciler against a real API
-// server until TestMain stops it.
-func startCluster() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cl, err := devcluster.Start(ctx, devcluster.Options{})
-	if err != nil {
-		cancel()
-		return err
-	}
-	done := make(chan error, 1)
-	env.stop = func() error {
-		cancel()
-		mgrErr := <-done
-		return errors.Join(mgrErr, cl.Stop())
-	}
+// startControllers runs the CR loader and status reconciler against the
+// shared API server.
+func startControllers(cl *devcluster.Cluster) (func() error, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
-			done <- nil
-			return err
+			return nil, err
 		}
 	}
-	mgr, err := ctrl.NewManager(cl.Config, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
+	mgr, err := devtest.NewManager(cl, scheme)
 	if err != nil {
-		done <- nil
-		return err
+		return nil, err
 	}
 	eng := engine.New(exprlang.New())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	loader := rule.NewCRLoader(mgr.GetCache(), eng, rule.NewIndex(eng), log, rule.NewMetrics(nil))
 	if err := loader.SetupWithManager(mgr); err != nil {
-		done <- nil
-		return err
+		return nil, err
 	}
 	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
-		done <- nil
-		return err
+		return nil, err
 	}
-	go func() { done <- mgr.Start(ctx) }()
 	env.engine = eng
-	env.client, err = client.New(cl.Config, client.Options{Scheme: scheme})
-	return err
+	if env.client, err = client.New(cl.Config, client.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+	return devtest.Run(mgr), nil
 }
 
-// eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 20*time.Second, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
+	devtest.Eventually(t, what, cond)
 }
 
 func privilegedPod(ns string) *unstructured.Unstructured {

@@ -1,0 +1,111 @@
+// Package devtest holds what the integration tests of every layer share: one
+// real control plane per test binary, started on first use, and polling with
+// a deadline.
+package devtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/vilaca/portal/internal/devcluster"
+)
+
+// Eventually polls cond every 20 ms until it holds, and fails the test when
+// 30 seconds pass first.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// Shared is one control plane for the tests of a package, started by the
+// first test that asks for it, so unit tests and fuzz targets in the same
+// package do not pay for it. Declare one per package and call Main from
+// TestMain.
+type Shared struct {
+	// Options start the control plane.
+	Options devcluster.Options
+	// Setup, when set, runs once after the control plane is up (start a
+	// manager, create fixtures). The stop function it returns runs before
+	// the control plane stops.
+	Setup func(*devcluster.Cluster) (stop func() error, err error)
+
+	once    sync.Once
+	cluster *devcluster.Cluster
+	stop    func() error
+	err     error
+}
+
+// Cluster returns the running control plane, starting it on first use.
+func (s *Shared) Cluster(t testing.TB) *devcluster.Cluster {
+	t.Helper()
+	s.once.Do(s.start)
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.cluster
+}
+
+func (s *Shared) start() {
+	s.cluster, s.err = devcluster.Start(context.Background(), s.Options)
+	if s.err != nil || s.Setup == nil {
+		return
+	}
+	s.stop, s.err = s.Setup(s.cluster)
+}
+
+// Main runs the tests and then stops whatever was started.
+func (s *Shared) Main(m *testing.M) {
+	code := m.Run()
+	var errs []error
+	if s.stop != nil {
+		errs = append(errs, s.stop())
+	}
+	if s.cluster != nil {
+		errs = append(errs, s.cluster.Stop())
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintln(os.Stderr, "stop control plane:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// NewManager returns a manager for tests: no metrics or health listeners,
+// no leader election, and controller names that may repeat across the
+// managers of one test binary.
+func NewManager(cl *devcluster.Cluster, scheme *runtime.Scheme) (ctrl.Manager, error) {
+	return ctrl.NewManager(cl.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+}
+
+// Run starts mgr in the background and returns the function that stops it
+// and reports its error.
+func Run(mgr ctrl.Manager) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
