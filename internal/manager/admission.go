@@ -137,4 +137,3 @@ func (l *admissionLayer) setup(mgr ctrl.Manager, eng *engine.Engine, cfg *Config
 	}
 	return cm.Watch(eng), nil
 }
-
