@@ -25,7 +25,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 # Files compared before and after `make generate` by verify-generated.
 GENERATED_DIRS := api deploy/crds
 
-.PHONY: help tools generate verify-generated vet staticcheck lint test-go fuzz test \
+.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go fuzz test \
 	bench build run eval-demo clean clean-tools
 
 help: ## List the targets
@@ -88,13 +88,17 @@ verify-generated: ## Fail when `make generate` changes files under api/ or deplo
 
 ## ---- static checks ---------------------------------------------------------
 
+fmt-check: ## Fail when gofmt would change a Go file
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
+	if [ -n "$$out" ]; then echo 'fmt-check: run gofmt -w on:' >&2; echo "$$out" >&2; exit 1; fi
+
 vet: ## go vet ./...
 	@$(GO) vet ./...
 
 staticcheck: ## staticcheck ./...
 	@$(GO) tool staticcheck ./...
 
-lint: vet staticcheck ## vet and staticcheck
+lint: fmt-check vet staticcheck ## gofmt, vet and staticcheck
 
 ## ---- tests -----------------------------------------------------------------
 
@@ -121,6 +125,7 @@ fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each
 test: ## tools, verify-generated, vet, staticcheck, test-go, fuzz
 	@$(MAKE) --no-print-directory tools
 	@$(MAKE) --no-print-directory verify-generated
+	@$(MAKE) --no-print-directory fmt-check
 	@$(MAKE) --no-print-directory vet
 	@$(MAKE) --no-print-directory staticcheck
 	@$(MAKE) --no-print-directory test-go
