@@ -26,7 +26,7 @@ func TestEvalJSONShape(t *testing.T) {
 	}
 	var report struct {
 		Results []map[string]json.RawMessage `json:"results"`
-		Summary map[string]int                `json:"summary"`
+		Summary map[string]int               `json:"summary"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
