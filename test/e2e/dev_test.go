@@ -60,7 +60,8 @@ func TestPortalDev(t *testing.T) {
 	dev := exec.Command(bin, "dev", "--kubeconfig-out", kubeconfig,
 		"--webhook-port", fmt.Sprint(freePort(t)),
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		"--health-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+		"--health-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--waf-cache-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
 	dev.Dir = root
 	dev.Stderr = os.Stderr
 	stdout, err := dev.StdoutPipe()
