@@ -138,6 +138,38 @@ bench: tools ## Run all benchmarks; raw output also goes to bin/bench.txt
 		| tee $(BIN)/bench.txt; \
 	status=$$(cat "$$rc"); rm -f "$$rc"; exit "$$status"
 
+# `make bench` runs this benchmark too (it is in ./...); this target runs it alone.
+bench-admission: tools ## Pod creates through kube-apiserver: no policy vs Portal's webhook vs a ValidatingAdmissionPolicy
+	@$(GO) test -run '^$$' -bench '^BenchmarkAdmission$$' -benchtime 1x -timeout $(TEST_TIMEOUT) ./test/bench/admission/
+
+## ---- WAF proxy -------------------------------------------------------------
+
+.PHONY: test-crs bench-tools bench-waf
+
+# The suite is a package of ./..., so `make test-go` (and `make test`) runs it
+# already; this target runs it alone and prints the pass rate.
+test-crs: ## OWASP CRS regression suite (go-ftw) against the waf-proxy; prints the pass rate
+	@$(GO) test -count=1 -v -run '^TestCRSRegression$$' -timeout $(TEST_TIMEOUT) ./test/crs/
+
+# Debian packages of the WAF peer benchmark: nginx with ModSecurity v3, and wrk.
+BENCH_PKGS := nginx libnginx-mod-http-modsecurity wrk
+
+bench-tools: ## Install nginx, libnginx-mod-http-modsecurity and wrk (apt-get) when missing
+	@missing=; for p in $(BENCH_PKGS); do \
+		dpkg-query -W -f '$${Status}' "$$p" 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		echo "bench-tools: installing$$missing"; \
+		$$sudo apt-get update && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+# The waf-proxy and nginx + ModSecurity run the same CRS v4.25 files (extracted
+# to bin/bench-waf) in front of the same upstream, under the same wrk runs.
+bench-waf: bench-tools build ## waf-proxy vs nginx+ModSecurity with the CRS, driven by wrk; report in bin/bench-waf.txt
+	@$(GO) run ./internal/waf/proxy/peerbench -portal $(BIN)/portal -work $(BIN)/bench-waf -out $(BIN)/bench-waf.txt
+
 ## ---- build and run ---------------------------------------------------------
 
 build: ## Build bin/portal

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/proxy"
+)
+
+// wafProxyOptions are the flags of `portal waf-proxy`.
+type wafProxyOptions struct {
+	cacheURL, ruleSet, upstream, listen, metricsAddr string
+	failurePolicy, logLevel                          string
+	pollInterval                                     time.Duration
+	requestBodyLimit, responseBodyLimit              int64
+	server                                           proxy.ServerOptions
+
+	// ready, when set, is called with the bound addresses once both
+	// listeners are up (tests).
+	ready func(listen, metrics string)
+}
+
+// wafProxyShutdownTimeout bounds the graceful shutdown of the listeners.
+const wafProxyShutdownTimeout = 15 * time.Second
+
+func newWAFProxyCommand() *cobra.Command {
+	o := &wafProxyOptions{
+		listen: ":8000", metricsAddr: ":9090", failurePolicy: "fail", logLevel: "info",
+		pollInterval: proxy.DefaultPollInterval, server: proxy.DefaultServerOptions(),
+	}
+	cmd := &cobra.Command{
+		Use:   "waf-proxy",
+		Short: "Run a reverse proxy guarded by a WAF rule set from Portal's cache",
+		Long: `Proxy HTTP requests to --upstream through Coraza, running the rule set
+--ruleset (namespace/name) that Portal compiles and serves from its rule set
+cache at --cache-url. The proxy polls the cache every --poll-interval and
+swaps in a new revision without dropping a request; a revision that does not
+compile leaves the last good one in force. Until a rule set has loaded,
+--failure-policy decides: fail answers 503, allow proxies uninspected.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.cacheURL, "cache-url", "", "base URL of Portal's rule set cache, e.g. http://portal.portal-system:18080 (required)")
+	f.StringVar(&o.ruleSet, "ruleset", "", "the RuleSet to enforce, as namespace/name (required)")
+	f.StringVar(&o.upstream, "upstream", "", "URL of the server to proxy to, e.g. http://127.0.0.1:8080 (required)")
+	f.StringVar(&o.listen, "listen", o.listen, "listen address of the proxy")
+	f.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "listen address of /metrics, /healthz and /readyz; 0 disables it")
+	f.DurationVar(&o.pollInterval, "poll-interval", o.pollInterval, "time between polls of the cache (at least 1s)")
+	f.StringVar(&o.failurePolicy, "failure-policy", o.failurePolicy, "before any rule set has loaded: fail (answer 503) or allow (proxy uninspected)")
+	f.Int64Var(&o.requestBodyLimit, "request-body-limit", 0, "most request body bytes the WAF inspects; 0 keeps the rule set's SecRequestBodyLimit")
+	f.Int64Var(&o.responseBodyLimit, "response-body-limit", 0, "most response body bytes the WAF inspects; 0 keeps the rule set's SecResponseBodyLimit")
+	f.DurationVar(&o.server.ReadTimeout, "read-timeout", o.server.ReadTimeout, "longest time to read a request, body included")
+	f.DurationVar(&o.server.WriteTimeout, "write-timeout", o.server.WriteTimeout, "longest time from the end of the request headers to the end of the answer")
+	f.DurationVar(&o.server.IdleTimeout, "idle-timeout", o.server.IdleTimeout, "longest time a keep-alive connection waits for its next request")
+	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
+	return cmd
+}
+
+// wafProxySetup is what the flags make.
+type wafProxySetup struct {
+	proxy    *proxy.Proxy
+	poller   *proxy.Poller
+	registry *prometheus.Registry
+	log      *slog.Logger
+}
+
+// validate checks the flags and builds the proxy and its poller.
+func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
+	for _, req := range []struct{ flag, value string }{
+		{"--cache-url", o.cacheURL}, {"--ruleset", o.ruleSet}, {"--upstream", o.upstream},
+	} {
+		if req.value == "" {
+			return nil, fmt.Errorf("%s is required", req.flag)
+		}
+	}
+	ns, name, err := proxy.ParseRuleSet(o.ruleSet)
+	if err != nil {
+		return nil, fmt.Errorf("--ruleset: %w", err)
+	}
+	if o.pollInterval < proxy.MinPollInterval {
+		return nil, fmt.Errorf("--poll-interval %s is too short: the minimum is %s", o.pollInterval, proxy.MinPollInterval)
+	}
+	if o.failurePolicy != "fail" && o.failurePolicy != "allow" {
+		return nil, fmt.Errorf("--failure-policy %q: use fail or allow", o.failurePolicy)
+	}
+	if o.requestBodyLimit < 0 || o.responseBodyLimit < 0 {
+		return nil, errors.New("--request-body-limit and --response-body-limit must not be negative")
+	}
+	up, err := url.Parse(o.upstream)
+	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+		return nil, fmt.Errorf("--upstream %q: want http(s)://host[:port][/prefix]", o.upstream)
+	}
+	client, err := cache.NewClient(o.cacheURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("--cache-url: %w", err)
+	}
+	log, err := newLogger(o.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := proxy.NewMetrics(reg)
+	p := &proxy.Proxy{
+		Upstream: up, FailOpen: o.failurePolicy == "allow", Logger: log, Metrics: m,
+		RequestBodyLimit: o.requestBodyLimit, ResponseBodyLimit: o.responseBodyLimit,
+	}
+	poller := &proxy.Poller{Client: client, Namespace: ns, Name: name, Interval: o.pollInterval, Target: p, Logger: log, Metrics: m}
+	return &wafProxySetup{proxy: p, poller: poller, registry: reg, log: log}, nil
+}
+
+func (o *wafProxyOptions) run(ctx context.Context) error {
+	s, err := o.validate()
+	if err != nil {
+		return usageError(err)
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("waf-proxy: listen on %s: %w", o.listen, err)
+	}
+	servers := []*http.Server{proxy.NewServer(s.proxy, o.server)}
+	listeners := []net.Listener{ln}
+	metricsAddr := ""
+	if o.metricsAddr != "0" {
+		mln, err := net.Listen("tcp", o.metricsAddr)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("waf-proxy: listen on %s: %w", o.metricsAddr, err)
+		}
+		metricsAddr = mln.Addr().String()
+		servers = append(servers, proxy.NewServer(s.opsHandler(), proxy.DefaultServerOptions()))
+		listeners = append(listeners, mln)
+	}
+	s.log.Info("waf-proxy starting", "listen", ln.Addr().String(), "metrics", metricsAddr, "upstream", o.upstream,
+		"ruleset", o.ruleSet, "cache", o.cacheURL, "failure_policy", o.failurePolicy)
+	if o.ready != nil {
+		o.ready(ln.Addr().String(), metricsAddr)
+	}
+	return serveUntilDone(ctx, s, servers, listeners)
+}
+
+// serveUntilDone runs the servers and the poller until ctx ends or a server
+// fails, then shuts the servers down gracefully and unloads the WAF.
+func serveUntilDone(ctx context.Context, s *wafProxySetup, servers []*http.Server, listeners []net.Listener) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for i, srv := range servers {
+		g.Go(func() error {
+			if err := srv.Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("waf-proxy: serve on %s: %w", listeners[i].Addr(), err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { return s.poller.Run(gctx) })
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), wafProxyShutdownTimeout)
+		defer cancel()
+		var errs []error
+		for _, srv := range servers {
+			errs = append(errs, srv.Shutdown(sctx))
+		}
+		return errors.Join(errs...)
+	})
+	err := g.Wait()
+	s.proxy.Close()
+	s.log.Info("waf-proxy stopped")
+	return err
+}
+
+// opsHandler serves /metrics, /healthz (the process is up) and /readyz (a
+// rule set is loaded, or --failure-policy allow).
+func (s *wafProxySetup) opsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if rev, ok := s.proxy.Current(); ok {
+			_, _ = fmt.Fprintf(w, "ok: rule set revision %s\n", rev.UUID)
+			return
+		}
+		if s.proxy.FailOpen {
+			_, _ = w.Write([]byte("ok: no rule set loaded yet; --failure-policy allow\n"))
+			return
+		}
+		http.Error(w, "no rule set loaded yet", http.StatusServiceUnavailable)
+	})
+	return mux
+}

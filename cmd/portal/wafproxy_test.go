@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/proxy"
+	"github.com/vilaca/portal/internal/waf/ruleset"
+)
+
+func TestWAFProxyFlagErrors(t *testing.T) {
+	base := []string{"waf-proxy", "--cache-url", "http://127.0.0.1:1", "--ruleset", "ns/guard", "--upstream", "http://127.0.0.1:2"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"waf-proxy"}, "--cache-url is required"},
+		{[]string{"waf-proxy", "--cache-url", "http://x"}, "--ruleset is required"},
+		{append(base, "--poll-interval", "500ms"), "--poll-interval 500ms is too short: the minimum is 1s"},
+		{append(base, "--failure-policy", "open"), `--failure-policy "open": use fail or allow`},
+		{append(base, "--ruleset", "guard"), "want namespace/name"},
+		{append(base, "--ruleset", "ns/Guard"), "name"},
+		{append(base, "--upstream", "ftp://x"), "--upstream"},
+		{append(base, "--cache-url", "nope"), "--cache-url"},
+		{append(base, "--request-body-limit", "-1"), "must not be negative"},
+		{append(base, "--log-level", "loud"), "--log-level"},
+	} {
+		_, err := runCLI(t, "", tc.args...)
+		if code := exitCodeOf(err); code != exitUsage || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: exit %d, error %v; want exit %d and %q", tc.args[1:], code, err, exitUsage, tc.want)
+		}
+	}
+}
+
+// TestWAFProxyCommand runs the command against a real cache server and an
+// upstream: 503 and not ready before the rule set exists, then blocking,
+// metrics and a clean shutdown.
+func TestWAFProxyCommand(t *testing.T) {
+	c := cache.New(nil, nil)
+	cacheSrv := httptest.NewServer(cache.NewServer(c, cache.ServerOptions{}, nil).Handler())
+	defer cacheSrv.Close()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "upstream") }))
+	defer up.Close()
+
+	addrs := make(chan [2]string, 1)
+	o := &wafProxyOptions{
+		cacheURL: cacheSrv.URL, ruleSet: "ns/guard", upstream: up.URL, listen: "127.0.0.1:0", metricsAddr: "127.0.0.1:0",
+		failurePolicy: "fail", logLevel: "error", pollInterval: time.Second, server: proxy.DefaultServerOptions(),
+		ready: func(listen, metrics string) { addrs <- [2]string{listen, metrics} },
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- o.run(ctx) }()
+	a := <-addrs
+	front, ops := "http://"+a[0], "http://"+a[1]
+
+	if code, _ := get(t, front+"/"); code != http.StatusServiceUnavailable {
+		t.Fatalf("before any rule set: %d, want 503", code)
+	}
+	if code, _ := get(t, ops+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz before any rule set: %d, want 503", code)
+	}
+	rules := "SecRuleEngine On\nSecRule ARGS:q \"@streq evil\" \"id:100001,phase:1,deny,status:403\"\n"
+	c.Put(cache.Key("ns", "guard"), ruleset.RevisionUUID(ruleset.Bundle{Rules: rules}.SHA256()), rules, nil)
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		code, _ := get(t, ops+"/readyz")
+		return code == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("rule set not loaded: %v", err)
+	}
+	if code, body := get(t, front+"/?q=good"); code != 200 || body != "upstream" {
+		t.Fatalf("clean request: %d %q", code, body)
+	}
+	if code, _ := get(t, front+"/?q=evil"); code != 403 {
+		t.Fatalf("attack: %d, want 403", code)
+	}
+	_, metrics := get(t, ops+"/metrics")
+	for _, want := range []string{`portal_waf_proxy_requests_total{code="403"} 1`, `portal_waf_proxy_blocks_total{rule_id="100001"} 1`, "portal_waf_proxy_reloads_total 1", "portal_waf_proxy_ruleset_revision{uuid="} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
+
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}

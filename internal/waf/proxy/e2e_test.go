@@ -1,0 +1,283 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/waf"
+	"github.com/vilaca/portal/internal/waf/cache"
+)
+
+// The control plane and Portal's WAF layer (RuleSet compiler, status
+// writer, cache server), as `portal run --waf` wires them, shared by the
+// end-to-end test and the propagation benchmark and started on first use.
+var (
+	clusterOnce sync.Once
+	clusterEnv  struct {
+		client client.Client
+		layer  *waf.Layer
+		cache  *cache.Client
+		err    error
+		stop   func() error
+	}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if clusterEnv.stop != nil {
+		if err := clusterEnv.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop control plane:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func portal(tb testing.TB) {
+	tb.Helper()
+	clusterOnce.Do(func() { clusterEnv.err = startPortal() })
+	if clusterEnv.err != nil {
+		tb.Fatal(clusterEnv.err)
+	}
+}
+
+func startPortal() error {
+	ctrl.SetLogger(logr.Discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	cl, err := devcluster.Start(ctx, devcluster.Options{})
+	if err != nil {
+		cancel()
+		return err
+	}
+	done := make(chan error, 1)
+	clusterEnv.stop = func() error {
+		cancel()
+		return errors.Join(<-done, cl.Stop())
+	}
+	fail := func(err error) error { done <- nil; return err }
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, wafv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return fail(err)
+		}
+	}
+	mgr, err := ctrl.NewManager(cl.Config, ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return fail(err)
+	}
+	opts := waf.DefaultOptions()
+	opts.CacheAddr = "127.0.0.1:0"
+	opts.Logger = discard()
+	opts.Registerer = prometheus.NewRegistry()
+	if clusterEnv.layer, err = waf.Setup(mgr, opts); err != nil {
+		return fail(err)
+	}
+	go func() { done <- mgr.Start(ctx) }()
+	select {
+	case <-clusterEnv.layer.Server.Ready():
+	case <-time.After(time.Minute):
+		return errors.New("cache server did not start")
+	}
+	if clusterEnv.cache, err = cache.NewClient("http://"+clusterEnv.layer.Server.Addr(), nil); err != nil {
+		return err
+	}
+	clusterEnv.client, err = client.New(cl.Config, client.Options{Scheme: scheme})
+	return err
+}
+
+const crsSource = "Include @coraza.conf-recommended\nInclude @crs-setup.conf.example\nInclude @owasp_crs/*.conf\n"
+
+// tuning switches the CRS to blocking and adds a rule that denies ?q=word.
+func tuning(word string) string {
+	return fmt.Sprintf("SecRuleEngine On\nSecRule ARGS:q \"@streq %s\" \"id:100001,phase:1,deny,status:403,log,msg:'custom %s'\"\n", word, word)
+}
+
+// namespaces numbers the namespaces of the tests and benchmarks, which may
+// run more than once in a process (-count, benchmark rounds).
+var namespaces atomic.Int64
+
+// guardedRuleSet creates, in a new namespace named after prefix, the CRS in
+// blocking mode plus the tuning rule for word, and returns the namespace.
+func guardedRuleSet(tb testing.TB, prefix, word string) string {
+	tb.Helper()
+	ctx := context.Background()
+	nsName := fmt.Sprintf("%s-%d", prefix, namespaces.Add(1))
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}},
+		&wafv1alpha1.RuleSource{ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: "crs"}, Spec: wafv1alpha1.RuleSourceSpec{Rules: crsSource}},
+		&wafv1alpha1.RuleSource{ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: "tuning"}, Spec: wafv1alpha1.RuleSourceSpec{Rules: tuning(word)}},
+		&wafv1alpha1.RuleSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: "guard", Annotations: map[string]string{wafv1alpha1.AnnotationAllowUnsupportedRules: "true"}},
+			Spec:       wafv1alpha1.RuleSetSpec{Sources: []wafv1alpha1.SourceReference{{Name: "crs"}, {Name: "tuning"}}},
+		},
+	}
+	for _, o := range objs {
+		if err := clusterEnv.client.Create(ctx, o); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return nsName
+}
+
+// setTuning rewrites the tuning RuleSource to block word.
+func setTuning(tb testing.TB, ns, word string) {
+	tb.Helper()
+	src := &wafv1alpha1.RuleSource{}
+	if err := clusterEnv.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "tuning"}, src); err != nil {
+		tb.Fatal(err)
+	}
+	src.Spec.Rules = tuning(word)
+	if err := clusterEnv.client.Update(context.Background(), src); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// status sends GET /?q=word with a browser-like Host through the proxy.
+func status(h *harness, q string) (int, error) {
+	code, _, err := send(h.front.Client(), "GET", h.front.URL+"/?q="+q, "", "Accept", "text/html", "Host", "app.example")
+	return code, err
+}
+
+// TestEndToEnd: a RuleSet created in the API server is compiled by Portal,
+// served by its cache and enforced by a waf-proxy that polls it; a change
+// of a RuleSource is enforced within the poll interval plus one second,
+// while a steady background load sees no failed request.
+func TestEndToEnd(t *testing.T) {
+	portal(t)
+	ns := guardedRuleSet(t, "waf-proxy-e2e", "first")
+	h := newHarness(t, nil)
+	poller := &Poller{Client: clusterEnv.cache, Namespace: ns, Name: "guard", Interval: MinPollInterval, Target: h.proxy, Logger: discard(), Metrics: h.metrics}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = poller.Run(ctx) }()
+
+	eventually30(t, "the first revision enforced", func() bool { code, _ := status(h, "first"); return code == 403 })
+	if code, err := status(h, "hello"); code != 200 || err != nil {
+		t.Fatalf("clean request: %d %v", code, err)
+	}
+	hits := h.upstream.hits.Load()
+	if code, _ := status(h, "<script>alert(1)</script>"); code != 403 || h.upstream.hits.Load() != hits {
+		t.Fatalf("CRS attack: %d (upstream hits %d -> %d), want 403 and no hit", code, hits, h.upstream.hits.Load())
+	}
+
+	load := startLoad(h, 4)
+	load.waitFor(t, 100)
+	setTuning(t, ns, "second")
+	start := time.Now()
+	deadline := start.Add(MinPollInterval + time.Second)
+	for {
+		code, err := status(h, "second")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code == 403 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the changed RuleSource was not enforced within %s", MinPollInterval+time.Second)
+		}
+	}
+	t.Logf("RuleSource change enforced after %s", time.Since(start).Round(time.Millisecond))
+	before := load.done.Load()
+	load.waitFor(t, before+100)
+	if err := load.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := status(h, "first"); code != 200 {
+		t.Fatalf("the old rule is still enforced: %d", code)
+	}
+	t.Logf("background load: %d requests, all answered as expected", load.done.Load())
+}
+
+// backgroundLoad is a steady load of clean requests and CRS attacks whose
+// answers do not depend on the tuning rule: 200 and 403.
+type backgroundLoad struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	done   atomic.Int64
+	errMu  sync.Mutex
+	err    error
+}
+
+// maxLoadRequests bounds the requests of one worker.
+const maxLoadRequests = 20000
+
+func startLoad(h *harness, workers int) *backgroundLoad {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &backgroundLoad{cancel: cancel}
+	for w := range workers {
+		l.wg.Go(func() {
+			for i := 0; i < maxLoadRequests && ctx.Err() == nil; i++ {
+				q, want := "hello", 200
+				if (i+w)%2 == 1 {
+					q, want = "<script>alert(1)</script>", 403
+				}
+				code, err := status(h, q)
+				if err == nil && code != want {
+					err = fmt.Errorf("GET ?q=%s: %d, want %d", q, code, want)
+				}
+				if err != nil {
+					l.errMu.Lock()
+					l.err = errors.Join(l.err, fmt.Errorf("worker %d request %d: %w", w, i, err))
+					l.errMu.Unlock()
+					return
+				}
+				l.done.Add(1)
+			}
+		})
+	}
+	return l
+}
+
+func (l *backgroundLoad) waitFor(t *testing.T, n int64) {
+	t.Helper()
+	eventually30(t, fmt.Sprintf("%d background requests", n), func() bool { return l.done.Load() >= n || l.failed() })
+}
+
+func (l *backgroundLoad) failed() bool {
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	return l.err != nil
+}
+
+func (l *backgroundLoad) stop() error {
+	l.cancel()
+	l.wg.Wait()
+	return l.err
+}
+
+// eventually30 is eventually with the 30 s deadline the control plane
+// needs on a busy machine.
+func eventually30(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}

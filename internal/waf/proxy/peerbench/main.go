@@ -1,0 +1,211 @@
+// Command peerbench measures the waf-proxy against Debian's nginx with
+// libnginx-mod-http-modsecurity (libmodsecurity3), both running the same
+// OWASP CRS v4.25 files at paranoia level 1 in blocking mode, in front of the
+// same static upstream on 127.0.0.1, driven by wrk. `make bench-waf` runs it
+// after `make bench-tools` has installed nginx, the module and wrk.
+//
+// For each scenario (benign GET, JSON POST, attack GET) it runs wrk against
+// each peer in turn and prints requests per second, p50 and p99 latency,
+// and the waf-proxy/nginx ratios.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/ruleset"
+)
+
+type options struct {
+	portal      string
+	work        string
+	out         string
+	duration    time.Duration
+	threads     int
+	connections int
+	rounds      int
+}
+
+func main() {
+	o := options{}
+	flag.StringVar(&o.portal, "portal", "bin/portal", "the portal binary (make build)")
+	flag.StringVar(&o.work, "work", "bin/bench-waf", "working directory: CRS files, nginx configuration, logs")
+	flag.StringVar(&o.out, "out", "", "also write the report to this file")
+	flag.DurationVar(&o.duration, "duration", 8*time.Second, "wrk duration of each run")
+	flag.IntVar(&o.threads, "threads", 2, "wrk threads")
+	flag.IntVar(&o.connections, "connections", 32, "wrk connections")
+	flag.IntVar(&o.rounds, "rounds", 5, "runs per scenario and peer, alternating; the median is reported")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peerbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	for _, tool := range []string{"nginx", "wrk"} {
+		if _, err := lookPath(tool); err != nil {
+			return fmt.Errorf("%s not found: run `make bench-tools`", tool)
+		}
+	}
+	work, err := filepath.Abs(o.work)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return err
+	}
+	up, err := startUpstream()
+	if err != nil {
+		return err
+	}
+	defer up.Close()
+	peers, err := startPeers(ctx, o, work, up.Addr().String())
+	defer func() {
+		for _, p := range peers {
+			p.stop()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	results, err := measure(ctx, o, work, peers)
+	if err != nil {
+		return err
+	}
+	return report(o, peers, results)
+}
+
+// benchRules is the engine configuration both peers run before the CRS:
+// Coraza's recommended settings (the same as ModSecurity's), blocking, no
+// audit log.
+const benchRules = `SecRuleEngine On
+SecRequestBodyAccess On
+SecRule REQUEST_HEADERS:Content-Type "^(?:application(?:/soap\+|/)|text/)xml" "id:'200000',phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML"
+SecRule REQUEST_HEADERS:Content-Type "^application/json" "id:'200001',phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
+SecRequestBodyLimit 13107200
+SecRequestBodyLimitAction Reject
+SecRule REQBODY_ERROR "!@eq 0" "id:'200002',phase:2,t:none,log,deny,status:400,msg:'Failed to parse request body.',logdata:'%{reqbody_error_msg}',severity:2"
+SecRule MULTIPART_STRICT_ERROR "!@eq 0" "id:'200003',phase:2,t:none,log,deny,status:400,msg:'Multipart request body failed strict validation.'"
+SecResponseBodyAccess On
+SecResponseBodyMimeType text/plain text/html text/xml
+SecResponseBodyLimit 524288
+SecResponseBodyLimitAction ProcessPartial
+SecAuditEngine Off
+`
+
+// page is what the static upstream answers: a small HTML page, which both
+// WAFs inspect (text/html is a SecResponseBodyMimeType).
+var page = "<!doctype html><html><head><title>bench</title></head><body>" + strings.Repeat("<p>Lorem ipsum dolor sit amet, consectetur adipiscing elit.</p>", 16) + "</body></html>\n"
+
+// startUpstream serves page to every request on 127.0.0.1.
+func startUpstream() (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, page)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	return ln, nil
+}
+
+// startCache serves the waf-proxy's rule set, benchRules and the embedded
+// CRS, as Portal's cache does, and returns its URL.
+func startCache(ctx context.Context) (string, error) {
+	c := cache.New(nil, nil)
+	rules := benchRules + "Include @crs-setup.conf.example\nInclude @owasp_crs/*.conf\n"
+	compiled, err := ruleset.Compile(ruleset.Bundle{Rules: rules}, ruleset.Options{})
+	if err != nil {
+		return "", fmt.Errorf("the benchmark rule set does not compile: %w", err)
+	}
+	_ = compiled.Close()
+	c.Put(cache.Key("bench", "crs"), ruleset.RevisionUUID(ruleset.Bundle{Rules: rules}.SHA256()), rules, nil)
+	srv := cache.NewServer(c, cache.ServerOptions{Addr: "127.0.0.1:0"}, nil)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Start(ctx) }()
+	<-srv.Ready()
+	if srv.Addr() == "" {
+		return "", <-errc
+	}
+	return "http://" + srv.Addr(), nil
+}
+
+// waitReady polls url until it answers 200, for up to a minute.
+func waitReady(ctx context.Context, url string) error {
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after a minute (last: %v)", url, errors.Join(err, statusErr(resp)))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func statusErr(resp *http.Response) error {
+	if resp == nil {
+		return nil
+	}
+	return fmt.Errorf("status %d", resp.StatusCode)
+}
+
+func report(o options, peers []*peer, results map[string]map[string]wrkResult) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "WAF peer benchmark: wrk -t%d -c%d -d%s, median of %d alternating rounds; CRS v4.25 paranoia level 1, blocking\n",
+		o.threads, o.connections, o.duration, o.rounds)
+	for _, p := range peers {
+		fmt.Fprintf(&b, "  %s: %s\n", p.name, p.version)
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tpeer\treq/s\tp50\tp99\tnon-2xx per run\t")
+	for _, sc := range scenarios {
+		for _, p := range peers {
+			r := results[sc.name][p.name]
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%d\t\n", sc.name, p.name, r.rps, r.p50, r.p99, r.non2xx)
+		}
+	}
+	_ = tw.Flush()
+	b.WriteString("ratios (waf-proxy / nginx+ModSecurity): throughput higher is better, p99 lower is better\n")
+	for _, sc := range scenarios {
+		w, n := results[sc.name][peerWAFProxy], results[sc.name][peerNginx]
+		fmt.Fprintf(&b, "  %-10s throughput x%.2f  p99 x%.2f\n", sc.name, w.rps/n.rps, float64(w.p99)/float64(n.p99))
+	}
+	fmt.Print(b.String())
+	if o.out != "" {
+		return os.WriteFile(o.out, []byte(b.String()), 0o644)
+	}
+	return nil
+}
