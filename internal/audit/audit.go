@@ -1,0 +1,166 @@
+// Package audit is Portal's continuous audit (layer 5): it evaluates the live
+// objects of every kind the enabled audit rules match, the moment they
+// change, and keeps their findings for the output sinks.
+//
+// Every replica runs one informer per audited resource, started and stopped
+// as rules come and go, and a bounded pool of workers that evaluate queued
+// objects off the informer goroutines. Findings go to a Store that every
+// replica keeps. Only the elected leader publishes them to the leader-only
+// sinks (PolicyReports, Alertmanager, the log): when it takes over, its first
+// batch is the full current state, so nothing raised during a failover is
+// lost and nothing is written twice. Nothing polls: watch events drive
+// evaluation and the periodic resync (default 10 min) is a safety net.
+//
+// Wiring, with mgr a controller-runtime manager, eng the rule engine and
+// loaded the channel closed once the rules have loaded:
+//
+//	layer, err := audit.Setup(mgr, eng, audit.Options{
+//		RulesLoaded: loaded, Sinks: sinks, RuleCounter: counts, Logger: log,
+//	})
+//	index := rule.NewIndex(layer.Watch(target))
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
+)
+
+// Defaults of Options.
+const (
+	DefaultResyncPeriod  = 10 * time.Minute
+	DefaultWorkers       = 4
+	DefaultSyncTimeout   = 2 * time.Minute
+	DefaultRetryInterval = 10 * time.Second
+	DefaultMaxBatch      = 1000
+)
+
+// Options configure the audit layer. The zero value is usable.
+type Options struct {
+	// RulesLoaded is closed once the rule sources have loaded; informers
+	// start after it so the first full state is complete. nil: at once.
+	RulesLoaded <-chan struct{}
+	// ResyncPeriod is how often every cached object is re-evaluated even
+	// without an event: the safety net. Default DefaultResyncPeriod; a
+	// negative value disables it.
+	ResyncPeriod time.Duration
+	// Workers bounds concurrent evaluations. Default DefaultWorkers.
+	Workers int
+	// Sinks receive the findings. Leader-only unless a sink says otherwise
+	// (see core.OutputSink).
+	Sinks []core.OutputSink
+	// RuleCounter, when set, receives evaluation and violation counts for
+	// rule status.
+	RuleCounter RuleCounter
+	// RestConfig is the connection the informers use. Default: the
+	// manager's.
+	RestConfig *rest.Config
+	// SyncTimeout bounds the wait for an informer's initial list before the
+	// sinks start without it. Default DefaultSyncTimeout.
+	SyncTimeout time.Duration
+	// RetryInterval is how soon a rule kind the API server does not serve
+	// is looked up again, and the first delay before a failed sink batch is
+	// retried (doubling up to 30 times that). Default DefaultRetryInterval.
+	RetryInterval time.Duration
+	// Logger, default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the metrics. Default: controller-runtime's
+	// metrics.Registry.
+	Registerer prometheus.Registerer
+}
+
+// Layer is the running audit layer.
+type Layer struct {
+	Source  *Source
+	Store   *Store
+	Metrics *Metrics
+}
+
+// Setup adds the audit source and one runner per sink to the manager.
+func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
+	if eng == nil {
+		return nil, errors.New("audit: engine is required")
+	}
+	if o.ResyncPeriod == 0 {
+		o.ResyncPeriod = DefaultResyncPeriod
+	}
+	if o.ResyncPeriod < 0 {
+		o.ResyncPeriod = 0
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.SyncTimeout <= 0 {
+		o.SyncTimeout = DefaultSyncTimeout
+	}
+	if o.RetryInterval <= 0 {
+		o.RetryInterval = DefaultRetryInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	o.Logger = o.Logger.With("layer", "audit")
+	if o.Registerer == nil {
+		o.Registerer = metrics.Registry
+	}
+	cfg := o.RestConfig
+	if cfg == nil {
+		cfg = mgr.GetConfig()
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("audit: dynamic client: %w", err)
+	}
+	m := NewMetrics(o.Registerer)
+	store := NewStore(o.RuleCounter)
+	src := newSource(&o, eng, mgr.GetRESTMapper(), dyn, store, m)
+	if err := mgr.Add(src); err != nil {
+		return nil, err
+	}
+	names := map[string]bool{}
+	for _, sk := range o.Sinks {
+		if names[sk.Name()] {
+			return nil, fmt.Errorf("audit: two sinks named %q", sk.Name())
+		}
+		names[sk.Name()] = true
+		err := mgr.Add(&sinkRunner{
+			sink: sk, store: store, synced: src.Synced(), metrics: m, log: o.Logger,
+			maxBatch: DefaultMaxBatch, minBackoff: o.RetryInterval / 10, maxBackoff: 3 * o.RetryInterval,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &Layer{Source: src, Store: store, Metrics: m}, nil
+}
+
+// RulesTarget receives the merged rule set (the rule package's Target);
+// *engine.Engine is one.
+type RulesTarget interface {
+	SetRules([]*engine.Rule)
+}
+
+// Watch returns a rule target that hands every rule set to next and then
+// tells the audit source, which starts and stops informers and re-evaluates
+// the objects whose rules changed: rule.NewIndex(layer.Watch(eng)).
+func (l *Layer) Watch(next RulesTarget) RulesTarget { return &watchTarget{next: next, src: l.Source} }
+
+type watchTarget struct {
+	next RulesTarget
+	src  *Source
+}
+
+func (t *watchTarget) SetRules(rules []*engine.Rule) {
+	t.next.SetRules(rules)
+	t.src.RulesChanged()
+}

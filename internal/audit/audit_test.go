@@ -1,0 +1,217 @@
+package audit_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	reportsv1alpha2 "github.com/vilaca/portal/api/reports/v1alpha2"
+	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
+	"github.com/vilaca/portal/internal/sink/policyreport"
+)
+
+// A pod that existed before Portal started is reported; a violating pod
+// created after start appears in its namespace's PolicyReport and as an
+// Alertmanager alert; fixing it and deleting it clear the report results
+// and resolve the alerts. A cluster-scoped finding goes to the
+// ClusterPolicyReport.
+func TestFindingLifecycle(t *testing.T) {
+	c := cluster(t)
+	am := shared(t)
+	ns := namespace(t, c, "life")
+	rules := podRule("audit-team-label", ns, "metadata.labels?.team == nil", "pod {{ metadata.name }} has no team label") +
+		podRule("audit-privileged", ns, privileged, "container {{ container.name }} is privileged") +
+		fmt.Sprintf(`
+name: audit-namespace-owner
+severity: medium
+mode: [audit]
+match:
+  gvk: [{group: "", kind: Namespace}]
+  labelSelector: {matchLabels: {portal-test: %s}}
+rule: metadata.labels?.owner == nil
+`, ns)
+	create(t, c, pod(ns, "before", false, nil))
+	inst := startInstance(t, instanceOptions{rules: rules, am: am})
+
+	waitReport(t, c, ns, "pre-existing pod reported", func(st reportState) bool { return st.has("audit-team-label/before/") })
+
+	created := time.Now()
+	create(t, c, pod(ns, "bad", true, nil))
+	waitReport(t, c, ns, "new pod reported", func(st reportState) bool {
+		return st.has("audit-team-label/bad/") && st.has("audit-privileged/bad/c")
+	})
+	t.Logf("event to report (as seen by polling): %v", time.Since(created))
+	waitAlerts(t, am, ns, "alerts fire", func(a map[string]int) bool {
+		return a["audit-team-label/bad/"] == 1 && a["audit-privileged/bad/c"] == 1 && a["audit-team-label/before/"] == 1
+	})
+	t.Logf("event to alert (as seen by polling): %v", time.Since(created))
+	checkAlertShape(t, am, ns)
+
+	patch := client.MergeFrom(pod(ns, "bad", true, nil))
+	fixed := pod(ns, "bad", true, map[string]string{"team": "a"})
+	if err := c.Patch(context.Background(), fixed, client.RawPatch(patch.Type(), []byte(`{"metadata":{"labels":{"team":"a"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	waitReport(t, c, ns, "fixed finding cleared", func(st reportState) bool {
+		return !st.has("audit-team-label/bad/") && st.has("audit-privileged/bad/c")
+	})
+	waitAlerts(t, am, ns, "fixed alert resolved", func(a map[string]int) bool {
+		return a["audit-team-label/bad/"] == 0 && a["audit-privileged/bad/c"] == 1
+	})
+
+	if err := c.Delete(context.Background(), pod(ns, "bad", true, nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitReport(t, c, ns, "deleted pod cleared", func(st reportState) bool {
+		return !st.has("audit-privileged/bad/c") && st.has("audit-team-label/before/")
+	})
+	waitAlerts(t, am, ns, "deleted pod's alert resolved", func(a map[string]int) bool {
+		return a["audit-privileged/bad/c"] == 0 && a["audit-team-label/before/"] == 1
+	})
+
+	// Cluster-scoped: a Namespace without an owner label.
+	create(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-cl", Labels: map[string]string{"portal-test": ns}}})
+	waitCluster(t, c, "namespace finding in the ClusterPolicyReport", func(keys map[string]int) bool {
+		return keys["audit-namespace-owner/"+ns+"-cl/"] == 1
+	})
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-cl"}}
+	if err := c.Patch(context.Background(), nsObj, client.RawPatch(patch.Type(), []byte(`{"metadata":{"labels":{"owner":"me"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	waitCluster(t, c, "namespace finding cleared", func(keys map[string]int) bool {
+		return keys["audit-namespace-owner/"+ns+"-cl/"] == 0
+	})
+
+	if n := inst.metric(t, "portal_audit_event_to_report_seconds", map[string]string{"sink": "policyreport"}); n == 0 {
+		t.Error("portal_audit_event_to_report_seconds{sink=policyreport} has no samples")
+	}
+	if n := inst.metric(t, "portal_audit_event_to_report_seconds", map[string]string{"sink": "alertmanager"}); n == 0 {
+		t.Error("portal_audit_event_to_report_seconds{sink=alertmanager} has no samples")
+	}
+	if n := inst.metric(t, "portal_audit_violations", map[string]string{"namespace": ns, "rule": "audit-team-label", "severity": "critical"}); n != 1 {
+		t.Errorf("portal_audit_violations{rule=audit-team-label,namespace=%s} = %v, want 1", ns, n)
+	}
+}
+
+// checkAlertShape checks the labels and annotations of the privileged alert.
+func checkAlertShape(t *testing.T, am *amtest.Server, ns string) {
+	t.Helper()
+	as, err := am.Alerts(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		if a.Labels["rule"] != "audit-privileged" {
+			continue
+		}
+		want := map[string]string{"alertname": "PortalViolation", "rule": "audit-privileged", "severity": "critical",
+			"namespace": ns, "kind": "Pod", "name": "bad", "container": "c"}
+		for k, v := range want {
+			if a.Labels[k] != v {
+				t.Errorf("alert label %s = %q, want %q (labels %v)", k, a.Labels[k], v, a.Labels)
+			}
+		}
+		if a.Annotations["message"] != "container c is privileged" {
+			t.Errorf("alert message = %q", a.Annotations["message"])
+		}
+		if a.StartsAt.IsZero() || time.Since(a.StartsAt) > time.Minute {
+			t.Errorf("alert startsAt = %v", a.StartsAt)
+		}
+		return
+	}
+	t.Errorf("no audit-privileged alert in %v", as)
+}
+
+func waitReport(t *testing.T, c client.Client, ns, what string, cond func(reportState) bool) reportState {
+	t.Helper()
+	var st reportState
+	eventually(t, 30*time.Second, what, func() (bool, error) {
+		var err error
+		st, err = readReports(t, c, ns)
+		return err == nil && cond(st), err
+	})
+	checkReports(t, st)
+	return st
+}
+
+func waitAlerts(t *testing.T, am *amtest.Server, ns, what string, cond func(map[string]int) bool) {
+	t.Helper()
+	var last map[string]int
+	eventually(t, 30*time.Second, what, func() (bool, error) {
+		a, err := am.AlertKeys(ns)
+		if err != nil {
+			return false, nil
+		}
+		last = a
+		return cond(a), nil
+	})
+	for k, n := range last {
+		if n != 1 {
+			t.Errorf("alert %s is in Alertmanager %d times", k, n)
+		}
+	}
+}
+
+func waitCluster(t *testing.T, c client.Client, what string, cond func(map[string]int) bool) {
+	t.Helper()
+	eventually(t, 30*time.Second, what, func() (bool, error) {
+		var l reportsv1alpha2.ClusterPolicyReportList
+		if err := c.List(context.Background(), &l); err != nil {
+			return false, err
+		}
+		keys := map[string]int{}
+		for _, r := range l.Items {
+			if !strings.HasPrefix(r.Name, "portal") {
+				continue
+			}
+			for _, res := range r.Results {
+				keys[resultKey(res)]++
+			}
+		}
+		return cond(keys), nil
+	})
+}
+
+// With both report formats, the same findings go to wgpolicyk8s.io
+// PolicyReports and openreports.io Reports, and clear from both.
+func TestOpenReports(t *testing.T) {
+	c := cluster(t)
+	ns := namespace(t, c, "openrep")
+	startInstance(t, instanceOptions{
+		rules:   podRule("audit-privileged", ns, privileged, "container {{ container.name }} is privileged"),
+		formats: []string{policyreport.FormatWGPolicy, policyreport.FormatOpenReports},
+	})
+	create(t, c, pod(ns, "p", true, nil))
+	waitReport(t, c, ns, "PolicyReport", func(st reportState) bool { return st.has("audit-privileged/p/c") })
+	openReport := func() (*openreportsv1alpha1.Report, error) {
+		var r openreportsv1alpha1.Report
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: policyreport.ReportName}, &r)
+		return &r, err
+	}
+	eventually(t, 30*time.Second, "OpenReports Report", func() (bool, error) {
+		r, err := openReport()
+		return err == nil && len(r.Results) == 1 && r.Summary.Fail == 1, nil
+	})
+	r, _ := openReport()
+	res := r.Results[0]
+	if r.Source != "portal" || res.Policy != "audit-privileged" || res.Result != "fail" || res.Properties["container"] != "c" ||
+		len(res.Subjects) != 1 || res.Subjects[0].Name != "p" || r.Labels[policyreport.LabelShard] != "0" {
+		t.Errorf("report %+v", r)
+	}
+	if err := c.Delete(context.Background(), pod(ns, "p", true, nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitReport(t, c, ns, "PolicyReport cleared", func(st reportState) bool { return len(st.reports) == 0 })
+	eventually(t, 30*time.Second, "Report cleared", func() (bool, error) {
+		_, err := openReport()
+		return apierrors.IsNotFound(err), nil
+	})
+}

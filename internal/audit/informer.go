@@ -1,0 +1,159 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/vilaca/portal/internal/core"
+)
+
+// resourceWatch is one informer on one resource (group, version, resource),
+// started when an audit rule first matches its kind and stopped when the
+// last one goes.
+type resourceWatch struct {
+	gvr        schema.GroupVersionResource
+	gvk        schema.GroupVersionKind
+	namespaced bool
+	informer   cache.SharedIndexInformer
+	reg        cache.ResourceEventHandlerRegistration
+	cancel     context.CancelFunc
+	done       chan struct{}
+	stopped    atomic.Bool
+	// evaluating is held (shared) by each evaluation of one of w's
+	// objects, so stop can wait for them before dropping findings.
+	evaluating sync.RWMutex
+	// watches counts the watch requests the informer opened.
+	watches atomic.Int64
+}
+
+// resourceLabel names the resource in metrics: "pods", "deployments.apps".
+func (w *resourceWatch) resourceLabel() string {
+	return w.gvr.GroupResource().String()
+}
+
+// objectKey is the output key of the object named by a queue key.
+func (w *resourceWatch) objectKey(namespace, name string) core.ObjectKey {
+	return core.ObjectKey{APIVersion: w.gvk.GroupVersion().String(), Kind: w.gvk.Kind, Namespace: namespace, Name: name}
+}
+
+// startWatch creates and runs the informer of one resource. Its events go to
+// s's queue; its re-opened watches count as reconnects once it has synced.
+func (s *Source) startWatch(ctx context.Context, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, namespaced bool) (*resourceWatch, error) {
+	w := &resourceWatch{gvr: gvr, gvk: gvk, namespaced: namespaced, done: make(chan struct{})}
+	res := s.dynamic.Resource(gvr)
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return res.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if w.watches.Add(1) > 1 && w.informer.HasSynced() {
+				s.metrics.WatchReconnects.WithLabelValues(w.resourceLabel()).Inc()
+				s.log.Debug("audit watch reconnecting", "resource", w.resourceLabel())
+			}
+			return res.Watch(ctx, o)
+		},
+	}, s.dynamic)
+	w.informer = cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
+		ResyncPeriod:      s.resync,
+		ObjectDescription: gvr.String(),
+	})
+	// Rules never read managedFields in audit; dropping them halves the
+	// memory a cached object takes.
+	if err := w.informer.SetTransform(crcache.TransformStripManagedFields()); err != nil {
+		return nil, fmt.Errorf("watch %s: %w", gvr, err)
+	}
+	if err := w.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		s.log.Warn("audit watch failed; retrying", "resource", w.resourceLabel(), "error", err)
+	}); err != nil {
+		return nil, fmt.Errorf("watch %s: %w", gvr, err)
+	}
+	reg, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			s.metrics.Events.WithLabelValues("add").Inc()
+			s.enqueue(w, obj)
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			switch {
+			case oldObj == newObj:
+				// The periodic resync hands the cached object itself.
+				s.metrics.Resyncs.Inc()
+			case sameVersion(oldObj, newObj):
+				// A relist after a broken watch: unchanged, but
+				// evaluated again all the same.
+				s.metrics.Events.WithLabelValues("relist").Inc()
+			default:
+				s.metrics.Events.WithLabelValues("update").Inc()
+			}
+			s.enqueue(w, newObj)
+		},
+		DeleteFunc: func(obj any) {
+			s.metrics.Events.WithLabelValues("delete").Inc()
+			s.enqueue(w, obj)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", gvr, err)
+	}
+	w.reg = reg
+	wctx, cancel := context.WithCancel(ctx)
+	w.cancel = cancel
+	go func() {
+		defer close(w.done)
+		w.informer.RunWithContext(wctx)
+	}()
+	return w, nil
+}
+
+// stop ends the informer and waits for it and for the evaluations of its
+// objects under way; queued keys of w are dropped.
+func (w *resourceWatch) stop() {
+	w.stopped.Store(true)
+	w.cancel()
+	<-w.done
+	w.evaluating.Lock()
+	defer w.evaluating.Unlock()
+}
+
+// waitSynced blocks until the informer has delivered its initial list to the
+// handler, ctx ends, or timeout passes; it reports whether it synced.
+func (w *resourceWatch) waitSynced(ctx context.Context, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return cache.WaitForCacheSync(ctx.Done(), w.reg.HasSynced)
+}
+
+// keys lists the namespace/name keys of every object in the informer cache.
+func (w *resourceWatch) keys() []string { return w.informer.GetStore().ListKeys() }
+
+func sameVersion(a, b any) bool {
+	am, aok := a.(metav1.Object)
+	bm, bok := b.(metav1.Object)
+	return aok && bok && am.GetResourceVersion() == bm.GetResourceVersion()
+}
+
+// watchSet is the set of running informers, by resource.
+type watchSet struct {
+	mu sync.Mutex
+	m  map[schema.GroupVersionResource]*resourceWatch
+}
+
+func (ws *watchSet) list() []*resourceWatch {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	out := make([]*resourceWatch, 0, len(ws.m))
+	for _, w := range ws.m {
+		out = append(out, w)
+	}
+	return out
+}

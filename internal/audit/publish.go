@@ -1,0 +1,95 @@
+package audit
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/vilaca/portal/internal/core"
+)
+
+// sinkRunner feeds one sink from the store. It is a manager runnable: for a
+// leader-only sink (the default) it starts when this replica becomes the
+// leader, so the new leader's first batch is the full current state, and a
+// sink that cannot keep up only ever lags, it never loses a change.
+type sinkRunner struct {
+	sink       core.OutputSink
+	store      *Store
+	synced     <-chan struct{}
+	metrics    *Metrics
+	log        *slog.Logger
+	maxBatch   int
+	minBackoff time.Duration
+	maxBackoff time.Duration
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: sinks are
+// leader-only unless they say otherwise.
+func (r *sinkRunner) NeedLeaderElection() bool {
+	if l, ok := r.sink.(interface{ NeedLeaderElection() bool }); ok {
+		return l.NeedLeaderElection()
+	}
+	return true
+}
+
+// Start implements manager.Runnable: it publishes until ctx ends.
+func (r *sinkRunner) Start(ctx context.Context) error {
+	select {
+	case <-r.synced:
+	case <-ctx.Done():
+		return nil
+	}
+	name := r.sink.Name()
+	leader := r.NeedLeaderElection()
+	if leader {
+		r.metrics.Leader.Set(1)
+		defer r.metrics.Leader.Set(0)
+	}
+	r.log.Info("audit sink started", "sink", name, "leaderOnly", leader)
+	sub := r.store.Subscribe()
+	defer sub.Close()
+
+	latency := r.metrics.EventToReport.WithLabelValues(name)
+	observe := func(t time.Time) {
+		if !t.IsZero() {
+			latency.Observe(time.Since(t).Seconds())
+		}
+	}
+	async, isAsync := r.sink.(core.RunnableSink)
+	var wg sync.WaitGroup
+	if isAsync {
+		wg.Go(func() { async.Run(ctx, observe) })
+	}
+	defer wg.Wait()
+
+	backoff := r.minBackoff
+	for {
+		b, err := sub.Next(ctx, r.maxBatch)
+		if err != nil {
+			return nil
+		}
+		if err := r.sink.Publish(ctx, b); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			sub.Retry(b)
+			r.metrics.SinkErrors.WithLabelValues(name).Inc()
+			r.log.Warn("audit sink failed; retrying", "sink", name, "objects", len(b.Objects), "full", b.Full, "retryIn", backoff, "error", err)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return nil
+			}
+			backoff = min(2*backoff, r.maxBackoff)
+			continue
+		}
+		backoff = r.minBackoff
+		r.metrics.SinkObjects.WithLabelValues(name).Add(float64(len(b.Objects)))
+		if !isAsync {
+			for _, of := range b.Objects {
+				observe(of.Observed)
+			}
+		}
+	}
+}

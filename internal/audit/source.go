@@ -1,0 +1,400 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
+)
+
+// queueKey names one object of one watched resource.
+type queueKey struct {
+	w         *resourceWatch
+	namespace string
+	name      string
+}
+
+// Source is the audit event source: one informer per resource that enabled
+// audit rules match, a rate-limited work queue, and a bounded pool of workers
+// that evaluate the queued objects and record their findings in the store.
+// It never polls: objects are evaluated on watch events, on rule changes and
+// on the periodic resync (the safety net). It runs on every replica.
+type Source struct {
+	eng         *engine.Engine
+	mapper      meta.RESTMapper
+	dynamic     dynamic.Interface
+	store       *Store
+	counter     RuleCounter
+	log         *slog.Logger
+	metrics     *Metrics
+	resync      time.Duration
+	workers     int
+	syncTimeout time.Duration
+	retry       time.Duration
+	rulesLoaded <-chan struct{}
+
+	queue   workqueue.TypedRateLimitingInterface[queueKey]
+	watches watchSet
+
+	mu sync.Mutex
+	// pending holds the queued keys with the time their first event since
+	// the last evaluation was observed.
+	pending  map[queueKey]time.Time
+	inflight int
+	idle     chan struct{}
+
+	// ruleSets remembers the audit rules of each kind, to re-evaluate the
+	// objects of a kind when its rules change.
+	ruleSets   map[schema.GroupKind][]*engine.Rule
+	unresolved map[core.GVK]string
+
+	rulesChanged chan struct{}
+	synced       chan struct{}
+}
+
+func newSource(o *Options, eng *engine.Engine, mapper meta.RESTMapper, dyn dynamic.Interface, store *Store, m *Metrics) *Source {
+	return &Source{
+		eng: eng, mapper: mapper, dynamic: dyn, store: store, counter: o.RuleCounter,
+		log: o.Logger, metrics: m, resync: o.ResyncPeriod, workers: o.Workers,
+		syncTimeout: o.SyncTimeout, retry: o.RetryInterval, rulesLoaded: o.RulesLoaded,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queueKey](),
+			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "portal-audit"}),
+		watches:      watchSet{m: map[schema.GroupVersionResource]*resourceWatch{}},
+		pending:      map[queueKey]time.Time{},
+		idle:         make(chan struct{}, 1),
+		ruleSets:     map[schema.GroupKind][]*engine.Rule{},
+		unresolved:   map[core.GVK]string{},
+		rulesChanged: make(chan struct{}, 1),
+		synced:       make(chan struct{}),
+	}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every
+// replica watches and evaluates, so a new leader has the full state at once.
+func (s *Source) NeedLeaderElection() bool { return false }
+
+// Synced is closed once the informers of the rules loaded at start have
+// delivered their initial lists and every object in them was evaluated: from
+// then on the store holds the full state.
+func (s *Source) Synced() <-chan struct{} { return s.synced }
+
+// RulesChanged tells the source that the rule set changed; it starts and
+// stops informers and re-evaluates the objects whose rules changed.
+func (s *Source) RulesChanged() {
+	select {
+	case s.rulesChanged <- struct{}{}:
+	default:
+	}
+}
+
+// Start implements manager.Runnable: it runs until ctx ends.
+func (s *Source) Start(ctx context.Context) error {
+	if s.rulesLoaded != nil {
+		select {
+		case <-s.rulesLoaded:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	var wg sync.WaitGroup
+	for range s.workers {
+		wg.Go(func() {
+			for s.processNext() {
+			}
+		})
+	}
+	defer func() {
+		s.queue.ShutDown()
+		for _, w := range s.watches.list() {
+			w.stop()
+		}
+		wg.Wait()
+	}()
+	started := s.reconcile(ctx)
+	go s.waitSynced(ctx, started)
+
+	retry := time.NewTimer(s.retry)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.rulesChanged:
+			s.reconcile(ctx)
+		case <-retry.C:
+			s.mu.Lock()
+			n := len(s.unresolved)
+			s.mu.Unlock()
+			if n > 0 {
+				s.reconcile(ctx)
+			}
+			retry.Reset(s.retry)
+		}
+	}
+}
+
+// waitSynced closes s.synced once the first informers synced and the queue
+// drained. An informer that cannot sync (no RBAC, kind gone) delays this by
+// at most the sync timeout, then it is logged and the sinks start without it.
+func (s *Source) waitSynced(ctx context.Context, watches []*resourceWatch) {
+	for _, w := range watches {
+		if !w.waitSynced(ctx, s.syncTimeout) {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Error("audit informer did not sync in time; publishing without it", "resource", w.resourceLabel(), "timeout", s.syncTimeout)
+		}
+	}
+	for {
+		s.mu.Lock()
+		idle := len(s.pending) == 0 && s.inflight == 0
+		s.mu.Unlock()
+		if idle {
+			break
+		}
+		select {
+		case <-s.idle:
+		case <-ctx.Done():
+			return
+		}
+	}
+	s.log.Info("audit initial evaluation done", "resources", len(watches), "objectsWithFindings", s.store.Len())
+	close(s.synced)
+}
+
+// reconcile starts an informer for every resource the audit rules match and
+// stops the others, and re-queues the objects of kinds whose rules changed.
+// It returns the informers it started.
+func (s *Source) reconcile(ctx context.Context) []*resourceWatch {
+	want := s.wantedResources()
+	var started []*resourceWatch
+	s.watches.mu.Lock()
+	for gvr, w := range s.watches.m {
+		if _, ok := want[gvr]; !ok {
+			delete(s.watches.m, gvr)
+			s.stopWatch(w)
+		}
+	}
+	for gvr, t := range want {
+		if _, ok := s.watches.m[gvr]; ok {
+			continue
+		}
+		w, err := s.startWatch(ctx, gvr, t.gvk, t.namespaced)
+		if err != nil {
+			s.log.Error("audit informer not started", "resource", gvr.String(), "error", err)
+			continue
+		}
+		s.watches.m[gvr] = w
+		started = append(started, w)
+		s.log.Info("audit watching", "resource", gvr.String())
+	}
+	watches := make([]*resourceWatch, 0, len(s.watches.m))
+	for _, w := range s.watches.m {
+		watches = append(watches, w)
+	}
+	s.metrics.Watched.Set(float64(len(s.watches.m)))
+	s.watches.mu.Unlock()
+
+	s.requeueChangedKinds(watches, started)
+	return started
+}
+
+type wanted struct {
+	gvk        schema.GroupVersionKind
+	namespaced bool
+}
+
+// wantedResources resolves the kinds of the enabled audit rules to
+// resources. A kind the API server does not serve is logged once and
+// retried every RetryInterval.
+func (s *Source) wantedResources() map[schema.GroupVersionResource]wanted {
+	want := map[schema.GroupVersionResource]wanted{}
+	unresolved := map[core.GVK]string{}
+	for _, g := range s.eng.GVKs(core.ModeAudit) {
+		gk := schema.GroupKind{Group: g.Group, Kind: g.Kind}
+		var versions []string
+		if g.Version != "" {
+			versions = []string{g.Version}
+		}
+		m, err := s.mapper.RESTMapping(gk, versions...)
+		if err != nil {
+			unresolved[g] = err.Error()
+			continue
+		}
+		want[m.Resource] = wanted{gvk: m.GroupVersionKind, namespaced: m.Scope.Name() == meta.RESTScopeNameNamespace}
+	}
+	s.mu.Lock()
+	for g, msg := range unresolved {
+		if _, known := s.unresolved[g]; !known {
+			s.log.Warn("audit rule kind not served by the API server; retrying", "kind", g.String(), "error", msg)
+		}
+	}
+	s.unresolved = unresolved
+	s.mu.Unlock()
+	return want
+}
+
+// stopWatch stops an informer whose kind no rule audits any more and drops
+// its objects' findings.
+func (s *Source) stopWatch(w *resourceWatch) {
+	w.stop()
+	apiVersion, kind := w.gvk.GroupVersion().String(), w.gvk.Kind
+	s.store.DeleteFunc(func(k core.ObjectKey) bool { return k.APIVersion == apiVersion && k.Kind == kind }, time.Now())
+	s.log.Info("audit stopped watching", "resource", w.gvr.String())
+}
+
+// requeueChangedKinds re-queues every cached object of the running informers
+// whose kind's audit rules changed. New informers list their objects anyway.
+func (s *Source) requeueChangedKinds(watches, started []*resourceWatch) {
+	sets := map[schema.GroupKind][]*engine.Rule{}
+	for _, r := range s.eng.Rules() {
+		if !r.Enabled || !r.HasMode(core.ModeAudit) {
+			continue
+		}
+		for _, g := range r.Match.GVKs {
+			gk := schema.GroupKind{Group: g.Group, Kind: g.Kind}
+			if !slices.Contains(sets[gk], r) {
+				sets[gk] = append(sets[gk], r)
+			}
+		}
+	}
+	s.mu.Lock()
+	prev := s.ruleSets
+	s.ruleSets = sets
+	s.mu.Unlock()
+	now := time.Now()
+	for _, w := range watches {
+		gk := w.gvk.GroupKind()
+		if slices.Contains(started, w) || slices.Equal(prev[gk], sets[gk]) {
+			continue
+		}
+		for _, k := range w.keys() {
+			s.enqueueKey(w, k, now)
+		}
+	}
+}
+
+// enqueue queues the object of an informer event.
+func (s *Source) enqueue(w *resourceWatch, obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		s.log.Error("audit: object without a key", "resource", w.resourceLabel(), "error", err)
+		return
+	}
+	s.enqueueKey(w, key, time.Now())
+}
+
+func (s *Source) enqueueKey(w *resourceWatch, key string, observed time.Time) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return
+	}
+	k := queueKey{w: w, namespace: ns, name: name}
+	s.mu.Lock()
+	if _, ok := s.pending[k]; !ok {
+		s.pending[k] = observed
+	}
+	s.metrics.QueueDepth.Set(float64(len(s.pending)))
+	s.mu.Unlock()
+	s.queue.Add(k)
+}
+
+// processNext evaluates one queued object; it returns false once the queue
+// shuts down.
+func (s *Source) processNext() bool {
+	k, shutdown := s.queue.Get()
+	if shutdown {
+		return false
+	}
+	s.mu.Lock()
+	observed, ok := s.pending[k]
+	delete(s.pending, k)
+	if !ok {
+		observed = time.Now()
+	}
+	s.inflight++
+	s.metrics.QueueDepth.Set(float64(len(s.pending)))
+	s.mu.Unlock()
+
+	defer func() {
+		s.queue.Done(k)
+		s.mu.Lock()
+		s.inflight--
+		idle := len(s.pending) == 0 && s.inflight == 0
+		s.mu.Unlock()
+		if idle {
+			select {
+			case s.idle <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	if err := s.evaluate(k, observed); err != nil {
+		s.log.Error("audit evaluation failed", "resource", k.w.resourceLabel(), "namespace", k.namespace, "name", k.name, "error", err)
+	}
+	s.queue.Forget(k)
+	return true
+}
+
+// evaluate runs the audit rules on the cached object of k and records its
+// findings; an object gone from the cache has none.
+func (s *Source) evaluate(k queueKey, observed time.Time) error {
+	k.w.evaluating.RLock()
+	defer k.w.evaluating.RUnlock()
+	if k.w.stopped.Load() {
+		return nil
+	}
+	key := k.name
+	if k.namespace != "" {
+		key = k.namespace + "/" + k.name
+	}
+	item, exists, err := k.w.informer.GetStore().GetByKey(key)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		s.store.Delete(k.w.objectKey(k.namespace, k.name), observed)
+		return nil
+	}
+	obj, ok := item.(*unstructured.Unstructured)
+	if !ok {
+		return errors.New("cached object is not unstructured")
+	}
+	results, err := s.eng.Evaluate(obj, engine.Options{Mode: core.ModeAudit})
+	s.metrics.Evaluations.Inc()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	var findings []core.Finding
+	var counted *core.Rule
+	for _, r := range results {
+		if s.counter != nil && r.Rule != counted {
+			s.counter.Evaluated(r.Rule)
+			counted = r.Rule
+		}
+		switch r.Outcome {
+		case core.OutcomeError:
+			s.metrics.RuleErrors.WithLabelValues(r.Rule.Name).Inc()
+		case core.OutcomePass:
+			continue
+		}
+		findings = append(findings, core.Finding{Result: r, FirstSeen: now})
+	}
+	ref := core.ResourceRef{APIVersion: k.w.gvk.GroupVersion().String(), Kind: k.w.gvk.Kind,
+		Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID())}
+	s.store.Set(ref, findings, observed)
+	return nil
+}

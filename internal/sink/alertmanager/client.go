@@ -1,0 +1,105 @@
+package alertmanager
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// rejectedError is Alertmanager refusing a request (4xx): sending it again
+// would fail again, so its alerts are dropped.
+type rejectedError struct {
+	status int
+	body   string
+}
+
+func (e *rejectedError) Error() string {
+	return fmt.Sprintf("alertmanager answered %d: %s", e.status, e.body)
+}
+
+// post sends alerts to Alertmanager. Firing alerts get endsAt four re-send
+// intervals ahead.
+func (s *Sink) post(ctx context.Context, alerts []alert) error {
+	endsAt := time.Now().Add(4 * s.o.ResendInterval).UTC()
+	out := make([]alert, len(alerts))
+	for i, a := range alerts {
+		if a.EndsAt.IsZero() {
+			a.EndsAt = endsAt
+		}
+		a.StartsAt, a.EndsAt = a.StartsAt.UTC(), a.EndsAt.UTC()
+		out[i] = a
+	}
+	body, err := json.Marshal(out)
+	if err != nil {
+		return fmt.Errorf("encode alerts: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.o.HTTPClient.Do(req)
+	if err != nil {
+		s.metrics.Failures.Inc()
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	switch {
+	case resp.StatusCode/100 == 2:
+		return nil
+	case resp.StatusCode/100 == 4 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout:
+		s.metrics.Failures.Inc()
+		return &rejectedError{status: resp.StatusCode, body: string(msg)}
+	}
+	s.metrics.Failures.Inc()
+	return fmt.Errorf("alertmanager answered %d: %s", resp.StatusCode, msg)
+}
+
+// Metrics are the sink's Prometheus metrics.
+type Metrics struct {
+	Sent     *prometheus.CounterVec
+	Failures prometheus.Counter
+	Dropped  prometheus.Counter
+	Pending  prometheus.Gauge
+	Active   prometheus.Gauge
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil: not
+// registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portal_alertmanager_alerts_sent_total",
+			Help: "Alerts Alertmanager accepted, by state (firing, including re-sends; resolved).",
+		}, []string{"state"}),
+		Failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portal_alertmanager_send_failures_total",
+			Help: "Requests to Alertmanager that failed (unreachable, 5xx: retried; 4xx: dropped).",
+		}),
+		Dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portal_alertmanager_alerts_dropped_total",
+			Help: "Alert changes dropped because the buffer of unsent changes was full.",
+		}),
+		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "portal_alertmanager_pending_alerts",
+			Help: "Alert changes waiting to be sent to Alertmanager.",
+		}),
+		Active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "portal_alertmanager_active_alerts",
+			Help: "Alerts firing now (open failing findings).",
+		}),
+	}
+	m.Sent.WithLabelValues("firing")
+	m.Sent.WithLabelValues("resolved")
+	if reg != nil {
+		reg.MustRegister(m.Sent, m.Failures, m.Dropped, m.Pending, m.Active)
+	}
+	return m
+}

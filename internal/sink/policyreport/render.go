@@ -1,0 +1,176 @@
+package policyreport
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	reportsv1alpha2 "github.com/vilaca/portal/api/reports/v1alpha2"
+	"github.com/vilaca/portal/internal/core"
+)
+
+// result is one report result with the key it is sorted by.
+type result struct {
+	reportsv1alpha2.PolicyReportResult
+	sortKey string
+}
+
+// renderObject turns an object's findings into report results and their
+// encoded size.
+func renderObject(of core.ObjectFindings) ([]result, int) {
+	out := make([]result, 0, len(of.Findings))
+	bytes := 0
+	for i := range of.Findings {
+		r := renderFinding(&of.Findings[i])
+		b, err := json.Marshal(&r.PolicyReportResult)
+		if err != nil {
+			continue
+		}
+		bytes += len(b) + 1
+		out = append(out, r)
+	}
+	return out, bytes
+}
+
+func renderFinding(f *core.Finding) result {
+	res := reportsv1alpha2.ResultFail
+	if f.Outcome == core.OutcomeError {
+		res = reportsv1alpha2.ResultError
+	}
+	ref := f.Resource
+	props := map[string]string{}
+	if f.Container != "" {
+		props["container"] = f.Container
+		props["containerType"] = f.ContainerType
+	}
+	if f.Rule != nil && f.Rule.Source.Kind != "" {
+		props["ruleSource"] = f.Rule.Source.Kind
+		if f.Rule.Namespace != "" {
+			props["ruleNamespace"] = f.Rule.Namespace
+		}
+	}
+	if len(props) == 0 {
+		props = nil
+	}
+	name := f.RuleName()
+	return result{
+		PolicyReportResult: reportsv1alpha2.PolicyReportResult{
+			Source:    Source,
+			Policy:    name,
+			Rule:      name,
+			Severity:  reportsv1alpha2.PolicyResultSeverity(f.Severity()),
+			Timestamp: metav1.Timestamp{Seconds: f.FirstSeen.Unix()},
+			Result:    res,
+			Scored:    true,
+			Resources: []corev1.ObjectReference{{
+				APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace,
+				Name: ref.Name, UID: types.UID(ref.UID),
+			}},
+			Message:    truncate(f.Message, MaxMessageBytes),
+			Properties: props,
+		},
+		sortKey: ref.Kind + "\x00" + ref.Name + "\x00" + ref.APIVersion + "\x00" + name + "\x00" + f.Container,
+	}
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = " [truncated]"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// reportName names shard i of a scope.
+func reportName(i int) string {
+	if i == 0 {
+		return ReportName
+	}
+	return ReportName + "-" + strconv.Itoa(i)
+}
+
+// shardOf returns the shard number of a report Portal wrote, from its label.
+func shardOf(u *unstructured.Unstructured) (int, bool) {
+	n, err := strconv.Atoi(u.GetLabels()[LabelShard])
+	if err != nil || n < 0 || reportName(n) != u.GetName() {
+		return 0, false
+	}
+	return n, true
+}
+
+// buildReport renders shard i of sc as a report of format f (the cluster
+// kind for the cluster scope), cutting results that would exceed the limits.
+// It returns the object to apply, its encoded size and its digest.
+func buildReport(f format, sc *scope, i int, lim limits) (*unstructured.Unstructured, int, string, error) {
+	sh := sc.shards[i]
+	results := make([]result, 0, sh.results)
+	for key := range sh.objects {
+		results = append(results, sc.objects[key].results...)
+	}
+	slices.SortFunc(results, func(a, b result) int { return cmp.Compare(a.sortKey, b.sortKey) })
+	var (
+		summary reportsv1alpha2.PolicyReportSummary
+		out     = make([]reportsv1alpha2.PolicyReportResult, 0, len(results))
+		size    = reportOverhead
+	)
+	for _, r := range results {
+		b, _ := json.Marshal(&r.PolicyReportResult)
+		if len(out) >= lim.results || size+len(b)+1 > lim.bytes {
+			break
+		}
+		size += len(b) + 1
+		out = append(out, r.PolicyReportResult)
+		switch r.Result {
+		case reportsv1alpha2.ResultFail:
+			summary.Fail++
+		case reportsv1alpha2.ResultError:
+			summary.Error++
+		}
+	}
+	kind := f.kind(sc.namespace)
+	doc := map[string]any{
+		"apiVersion": f.gv.String(),
+		"kind":       kind,
+		"metadata": map[string]any{
+			"name":   reportName(i),
+			"labels": map[string]string{LabelManagedBy: ManagedBy, LabelShard: strconv.Itoa(i)},
+		},
+		"summary": summary,
+		"results": out,
+	}
+	if sc.namespace != "" {
+		doc["metadata"].(map[string]any)["namespace"] = sc.namespace
+	}
+	if f.source {
+		doc["source"] = Source
+	}
+	data, err := json.Marshal(doc)
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("encode %s %s: %w", kind, reportName(i), err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(data); err != nil {
+		return nil, 0, "", fmt.Errorf("encode %s %s: %w", kind, reportName(i), err)
+	}
+	sum := sha256.Sum256(data)
+	return u, len(data), hex.EncodeToString(sum[:]), nil
+}
+
+// reportOverhead is an allowance for the report's metadata and summary when
+// measuring results against the byte limit.
+const reportOverhead = 1024

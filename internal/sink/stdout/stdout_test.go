@@ -1,0 +1,60 @@
+package stdout_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/sink/stdout"
+)
+
+var rule = &core.Rule{Name: "r", Severity: core.SeverityLow}
+
+func obj(name string, msgs ...string) core.ObjectFindings {
+	ref := core.ResourceRef{APIVersion: "v1", Kind: "Pod", Namespace: "ns", Name: name}
+	of := core.ObjectFindings{Object: ref}
+	for i, m := range msgs {
+		of.Findings = append(of.Findings, core.Finding{
+			Result:    core.Result{Rule: rule, Resource: ref, Outcome: core.OutcomeFail, Container: string(rune('a' + i)), Message: m},
+			FirstSeen: time.Unix(1700000000, 0),
+		})
+	}
+	return of
+}
+
+// One JSON line per finding raised, changed and resolved.
+func TestLines(t *testing.T) {
+	var buf bytes.Buffer
+	s := stdout.New(slog.New(slog.NewJSONHandler(&buf, nil)))
+	ctx := context.Background()
+	steps := []core.FindingBatch{
+		{Full: true, Objects: []core.ObjectFindings{obj("p", "m1", "m2")}},
+		{Objects: []core.ObjectFindings{obj("p", "m1 changed")}},
+		{Objects: []core.ObjectFindings{obj("p")}},
+	}
+	for _, b := range steps {
+		if err := s.Publish(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var events []string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		if m["rule"] != "r" || m["name"] != "p" || m["namespace"] != "ns" || m["kind"] != "Pod" {
+			t.Errorf("line lacks the finding: %s", line)
+		}
+		events = append(events, m["event"].(string)+"/"+m["container"].(string))
+	}
+	want := "raised/a raised/b changed/a resolved/b resolved/a"
+	if got := strings.Join(events, " "); got != want {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
