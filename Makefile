@@ -34,7 +34,7 @@ help: ## List the targets
 
 ## ---- tools -----------------------------------------------------------------
 
-tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd ## Build bin/k8s/{kube-apiserver,kubectl,etcd} when missing or when hack/tools pins change
+tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/alertmanager ## Build bin/k8s/{kube-apiserver,kubectl,etcd} when missing or when hack/tools pins change
 	@:
 
 # The version of k8s.io/kubernetes in hack/tools/go.mod is stamped in as the release
@@ -57,6 +57,15 @@ $(K8S_BIN)/etcd: $(ETCD_TOOLS_DEPS)
 	@echo 'tools: building $@'
 	@mkdir -p $(@D)
 	@cd hack/tools/etcd && $(GO) build -o '$(CURDIR)/$@' .
+	@touch $@
+
+AM_TOOLS_DEPS := hack/tools/alertmanager/go.mod hack/tools/alertmanager/go.sum
+
+# The real Alertmanager the audit tests send alerts to and read back.
+$(BIN)/alertmanager: $(AM_TOOLS_DEPS)
+	@echo 'tools: building $@'
+	@mkdir -p $(@D)
+	@cd hack/tools/alertmanager && $(GO) build -o '$(CURDIR)/$@' github.com/prometheus/alertmanager/cmd/alertmanager
 	@touch $@
 
 ## ---- code generation -------------------------------------------------------
@@ -188,5 +197,5 @@ eval-demo: build ## Evaluate the pod-security bundle on examples/manifests offli
 clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
 
-clean-tools: ## Remove bin/k8s (the next `make tools` rebuilds it)
-	@rm -rf $(K8S_BIN)
+clean-tools: ## Remove bin/k8s and bin/alertmanager (the next `make tools` rebuilds them)
+	@rm -rf $(K8S_BIN) $(BIN)/alertmanager

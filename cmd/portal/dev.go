@@ -42,9 +42,12 @@ func newDevCommand() *cobra.Command {
 	o.cfg.Admission.LocalURL = true
 	o.cfg.Admission.Host = "127.0.0.1"
 	o.cfg.WAF = true
+	o.cfg.Audit.Enabled = true
 	o.cfg.WAFOptions.CacheAddr = "127.0.0.1:18080"
 	o.rules = []string{filepath.Join("examples", "rules", "pod-security")}
-	o.manifests = []string{filepath.Join("examples", "waf")}
+	// The legacy Deployment exists before Portal starts, as workloads do in a
+	// real cluster: admission never sees it, audit reports it.
+	o.manifests = []string{filepath.Join("examples", "waf"), filepath.Join("examples", "manifests", "legacy-deployment.yaml")}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local control plane with Portal in it (no Docker, no cluster)",
@@ -94,8 +97,11 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := ensureNamespace(ctx, c, o.cfg.Namespace); err != nil {
-		return err
+	// demo is the namespace of examples/manifests, which the hints apply.
+	for _, ns := range []string{o.cfg.Namespace, "demo"} {
+		if err := ensureNamespace(ctx, c, ns); err != nil {
+			return err
+		}
 	}
 	n, err := installRules(ctx, c, o.rules)
 	if err != nil {
@@ -107,14 +113,14 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	kubectl := relative(filepath.Join(cluster.BinaryDir(), "kubectl"))
 	o.cfg.OnReady = func() {
 		if o.cfg.Admission.Enabled {
-			if err := waitForWebhook(ctx, c, o.cfg.Admission.ConfigName); err != nil {
+			if err := waitForWebhook(ctx, c, o.cfg.Admission.ConfigName, n > 0); err != nil {
 				fmt.Fprintln(os.Stderr, "portal dev:", err)
 				return
 			}
 		}
 		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
-		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f examples/manifests/pods.yaml\n\nCtrl-C stops everything.\n",
-			relative(o.kubeconfigOut), kubectl, kubectl)
+		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f examples/manifests/pods.yaml   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n\nCtrl-C stops everything.\n",
+			relative(o.kubeconfigOut), kubectl, kubectl, kubectl)
 	}
 	err = manager.Run(ctx, cluster.Config, o.cfg)
 	if errors.Is(ctx.Err(), context.Canceled) {
@@ -182,16 +188,16 @@ func relative(p string) string {
 }
 
 // waitForWebhook waits until the API server has Portal's webhook
-// configuration with a CA bundle and rules, so the first kubectl apply after
-// "ready" is already checked.
-func waitForWebhook(ctx context.Context, c client.Client, name string) error {
+// configuration with a CA bundle (and rules, when admission rules were
+// installed), so the first kubectl apply after "ready" is already checked.
+func waitForWebhook(ctx context.Context, c client.Client, name string, withRules bool) error {
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var vwc admissionregistrationv1.ValidatingWebhookConfiguration
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, &vwc); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		for _, w := range vwc.Webhooks {
-			if len(w.ClientConfig.CABundle) > 0 && len(w.Rules) > 0 {
+			if len(w.ClientConfig.CABundle) > 0 && (len(w.Rules) > 0 || !withRules) {
 				return true, nil
 			}
 		}

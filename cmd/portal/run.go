@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/vilaca/portal/internal/manager"
@@ -15,6 +17,7 @@ import (
 func newRunCommand() *cobra.Command {
 	cfg := manager.Defaults()
 	logLevel := "info"
+	kubeconfig := ""
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run Portal's controllers against the cluster in the kubeconfig",
@@ -32,7 +35,7 @@ kubeconfig ($KUBECONFIG or --kubeconfig).`,
 			if cfg.Namespace == "" {
 				return usageError(errors.New("--namespace must name Portal's own namespace"))
 			}
-			restCfg, err := ctrl.GetConfig()
+			restCfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return usageError(err)
 			}
@@ -41,7 +44,17 @@ kubeconfig ($KUBECONFIG or --kubeconfig).`,
 	}
 	addManagerFlags(cmd.Flags(), &cfg)
 	cmd.Flags().StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", kubeconfig, "kubeconfig to use outside a cluster (default: $KUBECONFIG, then ~/.kube/config)")
 	return cmd
+}
+
+// restConfig reads --kubeconfig when given, else what controller-runtime
+// finds: $KUBECONFIG, the in-cluster service account, ~/.kube/config.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return ctrl.GetConfig()
 }
 
 // addManagerFlags binds the flags `portal run` and `portal dev` share.
@@ -61,6 +74,18 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringVar(&a.CertSource, "cert-source", a.CertSource, "webhook certificate: self (issued and renewed by Portal) or cert-manager (read from --cert-secret)")
 	f.StringVar(&a.CertSecret, "cert-secret", a.CertSecret, "Secret holding the webhook serving certificate")
 	f.BoolVar(&a.FailOpen, "fail-open", a.FailOpen, "failurePolicy Ignore: admit requests when Portal is unreachable (default: fail closed)")
+
+	au := &cfg.Audit
+	f.BoolVar(&au.Enabled, "audit", au.Enabled, "run continuous audit of live objects into reports, alerts, metrics and logs (L5)")
+	f.DurationVar(&au.ResyncPeriod, "resync-period", au.ResyncPeriod, "re-evaluate every watched object this often, a safety net behind the watches")
+	f.IntVar(&au.Workers, "audit-workers", au.Workers, "concurrent audit evaluations")
+	f.StringVar(&au.Sinks.ReportFormat, "report-format", au.Sinks.ReportFormat, "reports to write: wgpolicyk8s, openreports, both or none")
+	f.IntVar(&au.Sinks.ReportMaxResults, "report-max-results", au.Sinks.ReportMaxResults, "results per report before a namespace's report is sharded (0: the default, 1000)")
+	f.StringVar(&au.Sinks.AlertmanagerURL, "alertmanager-url", au.Sinks.AlertmanagerURL, "send one alert per finding to this Alertmanager (v2 API); empty disables alerts")
+	f.DurationVar(&au.Sinks.AlertResendInterval, "alert-resend-interval", au.Sinks.AlertResendInterval, "re-send open alerts this often (0: the default, 1m)")
+	f.IntVar(&au.Sinks.AlertBufferSize, "alert-buffer-size", au.Sinks.AlertBufferSize, "alert changes kept while Alertmanager is unreachable (0: the default, 10000)")
+	f.BoolVar(&au.Sinks.Prometheus, "audit-metrics", au.Sinks.Prometheus, "export portal_audit_violations")
+	f.BoolVar(&au.Sinks.Stdout, "audit-log-findings", au.Sinks.Stdout, "log one JSON line per finding raised, changed and resolved")
 
 	w := &cfg.WAFOptions
 	f.BoolVar(&cfg.WAF, "waf", cfg.WAF, "run the WAF rule pipeline (RuleSource, RuleData, RuleSet) and its cache server (L7)")

@@ -50,13 +50,15 @@ type Config struct {
 	LeaderElection   bool
 	LeaderElectionID string
 
-	// Logger receives every log line, as JSON in production.
+	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
+	Audit     AuditConfig
 
 	// WAF runs the L7 WAF rule pipeline and its cache server.
 	WAF        bool
 	WAFOptions waf.Options
 
+	// Logger receives every log line, as JSON in production.
 	Logger *slog.Logger
 	// OnReady, when set, is called once every enabled layer serves.
 	OnReady func()
@@ -72,6 +74,7 @@ func Defaults() Config {
 		LeaderElectionID: "portal-leader",
 		Admission:        defaultAdmission(),
 		WAFOptions:       waf.DefaultOptions(),
+		Audit:            defaultAudit(),
 		Logger:           slog.Default(),
 	}
 }
@@ -104,7 +107,12 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		LeaderElectionID:              cfg.LeaderElectionID,
 		LeaderElectionNamespace:       cfg.Namespace,
 		LeaderElectionReleaseOnCancel: true,
-		GracefulShutdownTimeout:       ptrDuration(10 * time.Second),
+		// Shorter than controller-runtime's 15s/10s so a crashed leader is
+		// replaced within 15 seconds.
+		LeaseDuration:           ptrDuration(10 * time.Second),
+		RenewDeadline:           ptrDuration(7 * time.Second),
+		RetryPeriod:             ptrDuration(2 * time.Second),
+		GracefulShutdownTimeout: ptrDuration(10 * time.Second),
 	}
 	adm, err := newAdmission(&cfg, &opts)
 	if err != nil {
@@ -122,6 +130,11 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	var target rule.Target = eng
 	if adm != nil {
 		if target, err = adm.setup(mgr, eng, &cfg, loaded, log); err != nil {
+			return err
+		}
+	}
+	if cfg.Audit.Enabled {
+		if target, err = setupAudit(mgr, eng, cfg.Audit, target, loaded, log); err != nil {
 			return err
 		}
 	}
@@ -152,14 +165,14 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	ready := &readiness{mgr: mgr, folders: rulesLoaded, loaded: loaded, onReady: cfg.OnReady}
+	ready := &readiness{mgr: mgr, crs: loader, folders: rulesLoaded, loaded: loaded, onReady: cfg.OnReady}
 	if err := mgr.Add(ready); err != nil {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("rules", ready.check); err != nil {
 		return err
 	}
-	log.Info("portal starting", "namespace", cfg.Namespace, "admission", cfg.Admission.Enabled, "waf", cfg.WAF, "rulesFolder", cfg.RulesFolder)
+	log.Info("portal starting", "namespace", cfg.Namespace, "admission", cfg.Admission.Enabled, "audit", cfg.Audit.Enabled, "waf", cfg.WAF, "rulesFolder", cfg.RulesFolder)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
@@ -171,6 +184,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 // rule set.
 type readiness struct {
 	mgr     ctrl.Manager
+	crs     *rule.CRLoader
 	folders []<-chan struct{}
 	loaded  chan struct{}
 	ready   atomic.Bool
@@ -180,6 +194,9 @@ type readiness struct {
 // Start implements manager.Runnable; it runs on every replica.
 func (r *readiness) Start(ctx context.Context) error {
 	if !r.mgr.GetCache().WaitForCacheSync(ctx) {
+		return nil
+	}
+	if err := r.crs.WaitLoaded(ctx); err != nil {
 		return nil
 	}
 	for _, ch := range r.folders {

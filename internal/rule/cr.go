@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -197,4 +199,36 @@ func lower(kind string) string {
 		return "portalclusterrule"
 	}
 	return "portalrule"
+}
+
+// WaitLoaded blocks until every rule object in the cache has been processed
+// at its current generation, so "rules loaded" means the engine holds every
+// rule, not merely that the cache has listed them.
+func (l *CRLoader) WaitLoaded(ctx context.Context) error {
+	return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var clusterRules policyv1alpha1.PortalClusterRuleList
+		var rules policyv1alpha1.PortalRuleList
+		if err := l.client.List(ctx, &clusterRules); err != nil {
+			return false, nil
+		}
+		if err := l.client.List(ctx, &rules); err != nil {
+			return false, nil
+		}
+		for i := range clusterRules.Items {
+			if !l.processed(KindCluster, &clusterRules.Items[i]) {
+				return false, nil
+			}
+		}
+		for i := range rules.Items {
+			if !l.processed(KindNamespaced, &rules.Items[i]) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+func (l *CRLoader) processed(kind string, obj policyv1alpha1.RuleObject) bool {
+	st, ok := l.State(kind, obj.GetNamespace(), obj.GetName())
+	return ok && st.Generation >= obj.GetGeneration()
 }

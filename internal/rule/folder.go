@@ -48,6 +48,10 @@ func NewFolder(dir string, c Compiler, index *Index, log *slog.Logger, m *Metric
 	}
 }
 
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every
+// replica evaluates, so every replica loads the folder.
+func (f *Folder) NeedLeaderElection() bool { return false }
+
 // Loaded is closed once the initial load is done.
 func (f *Folder) Loaded() <-chan struct{} { return f.loaded }
 
