@@ -26,7 +26,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 GENERATED_DIRS := api deploy/crds
 
 .PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go fuzz test \
-	bench build run eval-demo clean clean-tools
+	bench bench-admission bench-audit build run eval-demo clean clean-tools
 
 help: ## List the targets
 	@echo 'Targets:'
@@ -150,6 +150,10 @@ bench: tools ## Run all benchmarks; raw output also goes to bin/bench.txt
 # `make bench` runs this benchmark too (it is in ./...); this target runs it alone.
 bench-admission: tools ## Pod creates through kube-apiserver: no policy vs Portal's webhook vs a ValidatingAdmissionPolicy
 	@$(GO) test -run '^$$' -bench '^BenchmarkAdmission$$' -benchtime 1x -timeout $(TEST_TIMEOUT) ./test/bench/admission/
+
+# `make bench` runs this benchmark too (it is in ./...); this target runs it alone.
+bench-audit: tools ## 10,000 pods through kube-apiserver, Portal in audit mode: event-to-report/alert latency, RSS, API writes
+	@$(GO) test -run '^$$' -bench '^BenchmarkAudit$$' -benchtime 1x -timeout $(TEST_TIMEOUT) ./test/bench/audit/
 
 ## ---- WAF proxy -------------------------------------------------------------
 

@@ -70,6 +70,7 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringVar(&a.Host, "webhook-host", a.Host, "address the webhook server listens on; empty for all")
 	f.IntVar(&a.Port, "webhook-port", a.Port, "port of the webhook server (TLS)")
 	f.StringVar(&a.ServiceName, "webhook-service", a.ServiceName, "Service the API server reaches the webhook by (in Portal's namespace)")
+	f.BoolVar(&a.LocalURL, "webhook-local", a.LocalURL, "point the webhook configuration at https://127.0.0.1:<webhook-port> instead of the Service, for Portal running outside the cluster next to its API server")
 	f.StringVar(&a.ConfigName, "webhook-config-name", a.ConfigName, "name of the ValidatingWebhookConfiguration Portal manages")
 	f.StringVar(&a.CertSource, "cert-source", a.CertSource, "webhook certificate: self (issued and renewed by Portal) or cert-manager (read from --cert-secret)")
 	f.StringVar(&a.CertSecret, "cert-secret", a.CertSecret, "Secret holding the webhook serving certificate")

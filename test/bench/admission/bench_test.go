@@ -1,0 +1,767 @@
+//go:build linux
+
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	portaladmission "github.com/vilaca/portal/internal/admission"
+	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/manager"
+	"github.com/vilaca/portal/internal/manifest"
+)
+
+// Settings, each overridable by an environment variable.
+var (
+	podsPerConfig = envInt("PORTAL_BENCH_PODS", 3000)  // measured creates per configuration
+	roundSize     = envInt("PORTAL_BENCH_ROUND", 250)  // creates per configuration per round
+	clients       = envInt("PORTAL_BENCH_CLIENTS", 8)  // concurrent clients
+	warmupPods    = envInt("PORTAL_BENCH_WARMUP", 100) // unmeasured creates per configuration first
+)
+
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}
+
+// portalNamespace is Portal's own namespace (never subject to its webhook).
+const portalNamespace = "portal-bench"
+
+// A configuration is one namespace and what checks its pods.
+type configuration struct {
+	key, what, namespace string
+}
+
+var configurations = []configuration{
+	{"a", "no admission policy", "bench-none"},
+	{"b", "Portal webhook, restricted bundle", "bench-portal"},
+	{"c", "ValidatingAdmissionPolicy, CEL", "bench-vap"},
+}
+
+// result is what one run measured.
+type result struct {
+	latency    map[string]latencies // by configuration key
+	throughput map[string]float64   // creates/s, by configuration key
+	failures   map[string][]error   // failed creates, by configuration key
+	// In-handler decision time, from portal_admission_latency_seconds.
+	handlerP50, handlerP99           float64 // estimates (seconds)
+	handlerP50Bound, handlerP99Bound float64 // upper bounds of their buckets
+	handlerMean                      float64
+	handlerCount                     float64
+	// Seen by the API server: mean time of one call to Portal's webhook, and
+	// of the ValidatingAdmissionPolicy plugin per pod of (c).
+	apiserverWebhookMean, apiserverVAPMean float64
+	// Portal's memory (kB): idle before the rounds, highest sample during
+	// them, and the kernel's high-water mark for the whole process. Anon is
+	// the private part of RSS (heap, stacks); the rest is file-backed, the
+	// pages of the executable that were touched.
+	rssIdle, rssPeakSampled, rssHWM int64
+	anonIdle, anonPeakSampled       int64
+	fileIdle, filePeakSampled       int64
+	direct                          *direct
+	rounds                          int
+	elapsed                         time.Duration
+	loadBefore, loadAfter           string
+}
+
+// BenchmarkAdmission creates pods through a real kube-apiserver in three
+// configurations, interleaved in rounds, and reports their create latencies,
+// Portal's in-handler decision time and Portal's memory. See doc.go. Each
+// call is one whole run on a fresh control plane, whatever b.N: the run takes
+// far longer than the default -benchtime, so the framework calls it once;
+// -count n makes n independent runs.
+func BenchmarkAdmission(b *testing.B) {
+	if testing.Short() {
+		b.Skip("starts a control plane and creates thousands of pods")
+	}
+	r, err := run(b)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(0, "ns/op") // one fixed experiment, not b.N operations
+	for _, c := range configurations {
+		b.ReportMetric(ms(r.latency[c.key].p50), c.key+"-p50-ms")
+		b.ReportMetric(ms(r.latency[c.key].p99), c.key+"-p99-ms")
+	}
+	b.ReportMetric(ms(r.latency["b"].p99-r.latency["a"].p99), "portal-overhead-p99-ms")
+	b.ReportMetric(ms(r.latency["c"].p99-r.latency["a"].p99), "vap-overhead-p99-ms")
+	b.ReportMetric(r.handlerP99*1e6, "handler-p99-µs")
+	b.ReportMetric(float64(r.direct.handler.p99)/float64(time.Microsecond), "handler-direct-p99-µs")
+	b.ReportMetric(float64(max(r.rssHWM, r.rssPeakSampled))/1024, "portal-rss-peak-MiB")
+	b.ReportMetric(float64(r.anonPeakSampled)/1024, "portal-anon-peak-MiB")
+}
+
+func run(b *testing.B) (*result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	res := &result{latency: map[string]latencies{}, throughput: map[string]float64{}, failures: map[string][]error{}, loadBefore: loadAverage()}
+	logf := func(format string, args ...any) { fmt.Printf("bench-admission: "+format+"\n", args...) }
+
+	logf("starting etcd and kube-apiserver from bin/k8s")
+	cluster, err := devcluster.Start(ctx, devcluster.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := cluster.Stop(); err != nil {
+			b.Error(err)
+		}
+	}()
+	restCfg := rest.CopyConfig(cluster.Config)
+	restCfg.QPS, restCfg.Burst = -1, 0 // no client-side rate limit
+	// The sanity check's dry runs would log a warning each (Windows pods).
+	restCfg.WarningHandler = rest.NoWarnings{}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	scheme, err := manager.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	if v, err := cs.Discovery().ServerVersion(); err == nil {
+		logf("kube-apiserver %s", v.GitVersion)
+	}
+
+	for _, ns := range []string{portalNamespace, configurations[0].namespace, configurations[1].namespace, configurations[2].namespace} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+
+	// (c): the policy and its binding.
+	if err := installPolicy(ctx, cs); err != nil {
+		return nil, err
+	}
+
+	// (b): the rules as PortalClusterRules, as `portal dev` installs them,
+	// then Portal in a child process.
+	nRules, err := installRules(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	portal, err := startPortal(ctx, b, cluster)
+	if err != nil {
+		return nil, err
+	}
+	defer portal.stop()
+	if err := portal.waitReady(ctx, cl, nRules); err != nil {
+		return nil, err
+	}
+	logf("portal running as pid %d with %d rules", portal.cmd.Process.Pid, nRules)
+
+	// Portal's webhook configuration intercepts every namespace but the
+	// system ones and Portal's own. Narrow it to (b)'s namespace, so (a)
+	// and (c) really have no webhook. Portal applies its configuration at
+	// start and when the rules or the CA change, neither of which happens
+	// during the run; the narrowing is checked again at the end.
+	if err := narrowWebhook(ctx, cs, configurations[1].namespace); err != nil {
+		return nil, err
+	}
+
+	// Each configuration enforces exactly what it should, and only where it
+	// should: checked with server-side dry runs, until the API server has
+	// caught up with the configuration changes.
+	if err := sanityCheck(ctx, cs); err != nil {
+		return nil, errors.Join(err, portal.logTail())
+	}
+	logf("sanity: %d violations denied by (b) and (c), admitted by (a); the compliant pod admitted by all", len(violations))
+
+	workers := make([]kubernetes.Interface, clients)
+	for i := range workers {
+		if workers[i], err = kubernetes.NewForConfig(restCfg); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range configurations {
+		if _, errs := createPods(ctx, workers, c.namespace, "warmup-", warmupPods); len(errs) > 0 {
+			return nil, fmt.Errorf("warm-up (%s): %w", c.key, errors.Join(append(errs, portal.logTail())...))
+		}
+	}
+
+	portalBefore, err := portal.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	apiBefore, err := scrapeAPIServer(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	st, err := procStatus(portal.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	res.rssIdle, res.anonIdle, res.fileIdle = st["VmRSS"], st["RssAnon"], st["RssFile"]
+	var rssPeak, anonPeak, filePeak atomic.Int64
+	sampleDone := make(chan struct{})
+	sampleStop := make(chan struct{})
+	go func() {
+		defer close(sampleDone)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if st, err := procStatus(portal.cmd.Process.Pid); err == nil {
+				for _, m := range []struct {
+					peak *atomic.Int64
+					key  string
+				}{{&rssPeak, "VmRSS"}, {&anonPeak, "RssAnon"}, {&filePeak, "RssFile"}} {
+					if st[m.key] > m.peak.Load() {
+						m.peak.Store(st[m.key])
+					}
+				}
+			}
+			select {
+			case <-sampleStop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+
+	// The rounds: each configuration creates roundSize pods in turn, the
+	// order rotating every round so that drifts in machine load and the
+	// growing number of stored pods hit all three alike.
+	res.rounds = (podsPerConfig + roundSize - 1) / roundSize
+	logf("measuring: %d pods per configuration in %d rounds of %d, %d concurrent clients", res.rounds*roundSize, res.rounds, roundSize, clients)
+	all := map[string][]time.Duration{}
+	busy := map[string]time.Duration{}
+	start := time.Now()
+	for round := range res.rounds {
+		for i := range configurations {
+			c := configurations[(round+i)%len(configurations)]
+			t0 := time.Now()
+			lat, errs := createPods(ctx, workers, c.namespace, fmt.Sprintf("r%02d-", round), roundSize)
+			busy[c.key] += time.Since(t0)
+			all[c.key] = append(all[c.key], lat...)
+			res.failures[c.key] = append(res.failures[c.key], errs...)
+			for _, err := range errs {
+				logf("round %d (%s): %v", round, c.key, err)
+			}
+			// A failed create is reported, not retried; more than 1% of
+			// failures make the figures meaningless.
+			if len(res.failures[c.key])*100 > podsPerConfig || ctx.Err() != nil {
+				close(sampleStop)
+				<-sampleDone
+				return nil, fmt.Errorf("round %d (%s): too many failed creates: %w", round, c.key, errors.Join(append(errs, portal.logTail())...))
+			}
+		}
+	}
+	res.elapsed = time.Since(start)
+	close(sampleStop)
+	<-sampleDone
+	res.rssPeakSampled, res.anonPeakSampled, res.filePeakSampled = rssPeak.Load(), anonPeak.Load(), filePeak.Load()
+	if st, err = procStatus(portal.cmd.Process.Pid); err != nil {
+		return nil, err
+	}
+	res.rssHWM = st["VmHWM"]
+	res.loadAfter = loadAverage()
+
+	portalAfter, err := portal.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	apiAfter, err := scrapeAPIServer(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range configurations {
+		res.latency[c.key] = summarise(all[c.key])
+		res.throughput[c.key] = float64(len(all[c.key])) / busy[c.key].Seconds()
+	}
+
+	// Portal saw exactly the pods of (b), and admitted them all (a create
+	// that failed on a webhook timeout may or may not have been decided).
+	nb := float64(len(all["b"]))
+	late := float64(len(res.failures["b"]))
+	const hist = "portal_admission_latency_seconds"
+	res.handlerCount = delta(portalBefore, portalAfter, hist+"_count")
+	allowed := delta(portalBefore, portalAfter, "portal_admission_requests_total", `decision="allowed"`)
+	if res.handlerCount < nb || res.handlerCount > nb+late || allowed != res.handlerCount {
+		return nil, fmt.Errorf("portal decided %v requests (%v allowed) during the rounds, want %v: the webhook did not see exactly the pods of (b)", res.handlerCount, allowed, nb)
+	}
+	if err := checkNarrowed(ctx, cs, configurations[1].namespace); err != nil {
+		return nil, err
+	}
+	buckets := histogramDelta(portalBefore, portalAfter, hist)
+	res.handlerP50, res.handlerP50Bound = histogramQuantile(0.50, buckets)
+	res.handlerP99, res.handlerP99Bound = histogramQuantile(0.99, buckets)
+	res.handlerMean = delta(portalBefore, portalAfter, hist+"_sum") / res.handlerCount
+
+	const webhookMetric = "apiserver_admission_webhook_admission_duration_seconds"
+	whName := `name="` + portaladmission.WebhookName + `"`
+	if n := delta(apiBefore, apiAfter, webhookMetric+"_count", whName); n > 0 {
+		res.apiserverWebhookMean = delta(apiBefore, apiAfter, webhookMetric+"_sum", whName) / n
+	}
+	const pluginMetric = "apiserver_admission_controller_admission_duration_seconds_sum"
+	if nc := float64(len(all["c"])); nc > 0 {
+		res.apiserverVAPMean = delta(apiBefore, apiAfter, pluginMetric, `name="ValidatingAdmissionPolicy"`, `operation="CREATE"`) / nc
+	}
+
+	if res.direct, err = measureDirect(ctx, restCfg, cs, configurations[1].namespace, podsPerConfig); err != nil {
+		return nil, err
+	}
+
+	report(os.Stdout, res)
+	return res, nil
+}
+
+// installPolicy creates the ValidatingAdmissionPolicy and its binding. The
+// policy's status.typeChecking stays empty here: the controller that fills
+// it runs in kube-controller-manager, which this control plane does not
+// have. The API server compiles the expressions at create time (a syntax
+// error is rejected) and the sanity check shows they work.
+func installPolicy(ctx context.Context, cs kubernetes.Interface) error {
+	arv1 := cs.AdmissionregistrationV1()
+	if _, err := arv1.ValidatingAdmissionPolicies().Create(ctx, validatingAdmissionPolicy(), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the ValidatingAdmissionPolicy (is admissionregistration.k8s.io/v1 served?): %w", err)
+	}
+	if _, err := arv1.ValidatingAdmissionPolicyBindings().Create(ctx, validatingAdmissionPolicyBinding(configurations[2].namespace), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// installRules creates one PortalClusterRule per rule of the restricted
+// bundle, as `portal dev` does.
+func installRules(ctx context.Context, cl client.Client) (int, error) {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		return 0, err
+	}
+	docs, err := manifest.ReadPaths([]string{filepath.Join(root, "examples", "rules", "pod-security")}, nil)
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range docs {
+		var spec policyv1alpha1.RuleSpec
+		if err := yaml.UnmarshalStrict(d.Data, &spec); err != nil {
+			return 0, d.Errorf("not a plain rule: %v", err)
+		}
+		pcr := &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}, Spec: spec}
+		if err := cl.Create(ctx, pcr); err != nil {
+			return 0, d.Errorf("install rule %q: %v", spec.Name, err)
+		}
+	}
+	return len(docs), nil
+}
+
+// portalProcess is Portal running in a child process.
+type portalProcess struct {
+	cmd        *exec.Cmd
+	logPath    string
+	metricsURL string
+	readyzURL  string
+	exited     chan struct{}
+	stopOnce   sync.Once
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func startPortal(ctx context.Context, b *testing.B, cluster *devcluster.Cluster) (*portalProcess, error) {
+	dir := b.TempDir()
+	kc, err := cluster.Kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+	var ports [3]int
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	p := &portalProcess{
+		logPath:    filepath.Join(dir, "portal.log"),
+		metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]),
+		readyzURL:  fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2]),
+		exited:     make(chan struct{}),
+	}
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(self)
+	p.cmd.Env = append(os.Environ(),
+		childEnv+"=1",
+		childKubeconfigEnv+"="+kubeconfig,
+		childNamespaceEnv+"="+portalNamespace,
+		childWebhookEnv+"="+strconv.Itoa(ports[0]),
+		childMetricsEnv+"="+fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		childHealthEnv+"="+fmt.Sprintf("127.0.0.1:%d", ports[2]),
+	)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	// The child dies with the benchmark, however that ends.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// stop asks Portal to shut down (SIGTERM) and kills it after 15 s.
+func (p *portalProcess) stop() {
+	p.stopOnce.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+}
+
+// logTail is the end of Portal's log, for errors.
+func (p *portalProcess) logTail() error {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err
+	}
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	return fmt.Errorf("portal log (tail):\n%s", data)
+}
+
+func httpGet(ctx context.Context, url string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+func (p *portalProcess) scrape(ctx context.Context) (metrics, error) {
+	code, body, err := httpGet(ctx, p.metricsURL)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("portal /metrics: HTTP %d", code)
+	}
+	return parseMetrics(string(body)), nil
+}
+
+func scrapeAPIServer(ctx context.Context, cs kubernetes.Interface) (metrics, error) {
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver /metrics: %w", err)
+	}
+	return parseMetrics(string(body)), nil
+}
+
+// waitReady waits until Portal is ready, every rule is loaded, and Portal's
+// webhook configuration covers Pods with a CA bundle.
+func (p *portalProcess) waitReady(ctx context.Context, cl client.Client, nRules int) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-p.exited:
+			return false, errors.New("portal exited")
+		default:
+		}
+		if code, _, err := httpGet(ctx, p.readyzURL); err != nil || code != http.StatusOK {
+			last = fmt.Sprintf("/readyz: %d %v", code, err)
+			return false, nil
+		}
+		var rules policyv1alpha1.PortalClusterRuleList
+		if err := cl.List(ctx, &rules); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, r := range rules.Items {
+			if apimeta.IsStatusConditionTrue(r.Status.Conditions, policyv1alpha1.ConditionReady) {
+				ready++
+			}
+		}
+		if ready != nRules {
+			last = fmt.Sprintf("%d of %d rules ready", ready, nRules)
+			return false, nil
+		}
+		var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := cl.Get(ctx, client.ObjectKey{Name: portaladmission.ConfigName}, &vwc); err != nil {
+			last = "webhook configuration: " + err.Error()
+			return false, client.IgnoreNotFound(err)
+		}
+		for _, w := range vwc.Webhooks {
+			if len(w.ClientConfig.CABundle) == 0 {
+				continue
+			}
+			for _, r := range w.Rules {
+				if slices.Contains(r.Resources, "pods") {
+					return true, nil
+				}
+			}
+		}
+		last = "webhook configuration without pods or CA bundle"
+		return false, nil
+	})
+	if err != nil {
+		return errors.Join(fmt.Errorf("waiting for portal (%s): %w", last, err), p.logTail())
+	}
+	return nil
+}
+
+// narrowWebhook points Portal's webhook at one namespace.
+func narrowWebhook(ctx context.Context, cs kubernetes.Interface, namespace string) error {
+	patch := fmt.Sprintf(`[
+		{"op": "test", "path": "/webhooks/0/name", "value": %q},
+		{"op": "replace", "path": "/webhooks/0/namespaceSelector", "value":
+			{"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [%q]}]}}
+	]`, portaladmission.WebhookName, namespace)
+	_, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, portaladmission.ConfigName,
+		types.JSONPatchType, []byte(patch), metav1.PatchOptions{FieldManager: "bench-admission"})
+	if err != nil {
+		return fmt.Errorf("narrow portal's webhook to %s: %w", namespace, err)
+	}
+	return nil
+}
+
+// checkNarrowed fails when Portal's webhook no longer selects only
+// namespace (Portal re-applied its configuration during the run).
+func checkNarrowed(ctx context.Context, cs kubernetes.Interface, namespace string) error {
+	vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, portaladmission.ConfigName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	sel := vwc.Webhooks[0].NamespaceSelector
+	if sel == nil || len(sel.MatchExpressions) != 1 || sel.MatchExpressions[0].Operator != metav1.LabelSelectorOpIn ||
+		!slices.Equal(sel.MatchExpressions[0].Values, []string{namespace}) {
+		return fmt.Errorf("portal's webhook configuration changed during the run: namespaceSelector %v", sel)
+	}
+	return nil
+}
+
+var ruleTag = regexp.MustCompile(`\[(pss-[a-z-]+)\]`)
+
+// tags returns the rule names in a denial, deduplicated, in order.
+func tags(msg string) []string {
+	var out []string
+	for _, m := range ruleTag.FindAllStringSubmatch(msg, -1) {
+		if !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+// sanityCheck dry-runs the compliant pod and every violation in the three
+// namespaces, retrying for a while: the API server applies webhook and
+// policy changes a moment after they are written.
+func sanityCheck(ctx context.Context, cs kubernetes.Interface) error {
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	check := func(ctx context.Context) error {
+		var errs []error
+		for _, c := range configurations {
+			if _, err := cs.CoreV1().Pods(c.namespace).Create(ctx, compliantPod(c.namespace, "sanity-ok"), dry); err != nil {
+				errs = append(errs, fmt.Errorf("(%s) compliant pod: %w", c.key, err))
+			}
+		}
+		for _, v := range violations {
+			for _, c := range configurations {
+				pod := compliantPod(c.namespace, "sanity-bad")
+				v.mutate(pod)
+				_, err := cs.CoreV1().Pods(c.namespace).Create(ctx, pod, dry)
+				switch c.key {
+				case "a":
+					if err != nil {
+						errs = append(errs, fmt.Errorf("(a) %v: want admitted, got %w", v.rules, err))
+					}
+				case "b":
+					if !apierrors.IsForbidden(err) || !strings.Contains(fmt.Sprint(err), `admission webhook "`+portaladmission.WebhookName+`" denied`) {
+						errs = append(errs, fmt.Errorf("(b) %v: want portal's denial, got %v", v.rules, err))
+					} else if got := tags(err.Error()); !slices.Equal(got, v.rules) {
+						errs = append(errs, fmt.Errorf("(b) %v: portal denied with rules %v: %v", v.rules, got, err))
+					}
+				case "c":
+					if !apierrors.IsForbidden(err) || !strings.Contains(fmt.Sprint(err), "ValidatingAdmissionPolicy '"+vapName+"'") {
+						errs = append(errs, fmt.Errorf("(c) %v: want the policy's denial, got %v", v.rules, err))
+					} else if got := tags(err.Error()); !slices.Equal(got, v.rules[:1]) {
+						errs = append(errs, fmt.Errorf("(c) %v: the policy denied with %v: %v", v.rules, got, err))
+					}
+				}
+			}
+		}
+		return errors.Join(errs...)
+	}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := check(ctx)
+		if ctx.Err() == nil { // keep the last complete check
+			last = err
+		}
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("sanity check: %w", last)
+	}
+	return nil
+}
+
+// createPods creates n compliant pods named prefix<i> in namespace with the
+// clients working concurrently, and returns the latency of every successful
+// create and the errors of the others.
+func createPods(ctx context.Context, workers []kubernetes.Interface, namespace, prefix string, n int) ([]time.Duration, []error) {
+	lat := make([]time.Duration, n)
+	failed := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() {
+			pods := w.CoreV1().Pods(namespace)
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				pod := compliantPod(namespace, fmt.Sprintf("%s%04d", prefix, i))
+				t0 := time.Now()
+				_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+				lat[i] = time.Since(t0)
+				if err != nil {
+					failed[i] = fmt.Errorf("create %s/%s after %s: %w", namespace, pod.Name, lat[i].Round(time.Millisecond), err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var ok []time.Duration
+	var errs []error
+	for i := range n {
+		if failed[i] != nil {
+			errs = append(errs, failed[i])
+		} else if lat[i] > 0 {
+			ok = append(ok, lat[i])
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return ok, errs
+}
+
+// report prints the results as Markdown.
+func report(w io.Writer, r *result) {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+	a := r.latency["a"]
+	fmt.Fprintf(w, "\nAdmission benchmark: %s; load average %s before, %s after; %d rounds in %s\n\n",
+		machine(), r.loadBefore, r.loadAfter, r.rounds, r.elapsed.Round(time.Second))
+	fmt.Fprintln(w, "| configuration | pods | failed | creates/s | mean ms | p50 ms | p95 ms | p99 ms | max ms | p50 over (a) | p95 over (a) | p99 over (a) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, c := range configurations {
+		l := r.latency[c.key]
+		over := func(x, y time.Duration) string {
+			if c.key == "a" {
+				return "–"
+			}
+			return ms(x - y)
+		}
+		fmt.Fprintf(w, "| (%s) %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.key, c.what, l.n, len(r.failures[c.key]), r.throughput[c.key],
+			ms(l.mean), ms(l.p50), ms(l.p95), ms(l.p99), ms(l.max), over(l.p50, a.p50), over(l.p95, a.p95), over(l.p99, a.p99))
+	}
+	b, c := r.latency["b"], r.latency["c"]
+	fmt.Fprintln(w)
+	ratio := func(x, y time.Duration) string {
+		if y <= 0 {
+			return "n/a ((c) is not slower than (a))"
+		}
+		return fmt.Sprintf("%.2fx", float64(x)/float64(y))
+	}
+	fmt.Fprintf(w, "Portal's overhead / VAP's overhead: p50 %s, p95 %s, p99 %s\n",
+		ratio(b.p50-a.p50, c.p50-a.p50), ratio(b.p95-a.p95, c.p95-a.p95), ratio(b.p99-a.p99, c.p99-a.p99))
+	fmt.Fprintf(w, "Portal in-handler (portal_admission_latency_seconds, %v decisions): p50 ≈ %.0f µs (bucket ≤ %.0f µs), p99 ≈ %.0f µs (bucket ≤ %.0f µs), mean %.0f µs\n",
+		r.handlerCount, r.handlerP50*1e6, r.handlerP50Bound*1e6, r.handlerP99*1e6, r.handlerP99Bound*1e6, r.handlerMean*1e6)
+	if d := r.direct; d != nil {
+		us := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }
+		fmt.Fprintf(w, "Portal in-handler measured directly (%d calls in this process after the rounds, one at a time, on a stored pod of (b), %d bytes of JSON, %d of them managedFields): handler p50 %s µs, p99 %s µs, mean %s µs; of which rule evaluation p50 %s µs, p99 %s µs\n",
+			d.handler.n, d.objectBytes, d.managedFieldsBytes, us(d.handler.p50), us(d.handler.p99), us(d.handler.mean), us(d.evaluate.p50), us(d.evaluate.p99))
+	}
+	fmt.Fprintf(w, "kube-apiserver: mean call to Portal's webhook %.0f µs; ValidatingAdmissionPolicy plugin per pod of (c) %.0f µs\n",
+		r.apiserverWebhookMean*1e6, r.apiserverVAPMean*1e6)
+	peak := max(r.rssHWM, r.rssPeakSampled) // the kernel's RSS counters are approximate; take the larger
+	mib := func(kb int64) float64 { return float64(kb) / 1024 }
+	fmt.Fprintf(w, "Portal RSS: idle before the rounds %.1f MiB (anon %.1f, file %.1f); highest samples during them %.1f MiB (anon %.1f, file %.1f); VmHWM %.1f MiB; peak %.1f MiB = %.1f MB\n",
+		mib(r.rssIdle), mib(r.anonIdle), mib(r.fileIdle), mib(r.rssPeakSampled), mib(r.anonPeakSampled), mib(r.filePeakSampled),
+		mib(r.rssHWM), mib(peak), float64(peak)*1024/1e6)
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	for _, c := range configurations {
+		for _, err := range r.failures[c.key] {
+			fmt.Fprintf(w, "Failed create in (%s): %v\n", c.key, err)
+		}
+	}
+	pOver, cOver := b.p99-a.p99, c.p99-a.p99
+	fmt.Fprintf(w, "Targets: Portal p99 ≤ (a) + 2 ms: %s (%s ms); ≤ 1.5x VAP's p99 overhead: %s (%s vs %s ms); in-handler p99 < 1 ms: %s; peak RSS < 60 MB (10^6 bytes): %s\n",
+		verdict(pOver <= 2*time.Millisecond), ms(pOver),
+		verdict(float64(pOver) <= 1.5*float64(cOver)), ms(pOver), ms(cOver),
+		verdict(r.handlerP99Bound <= 0.001), verdict(float64(peak)*1024 < 60e6))
+}
