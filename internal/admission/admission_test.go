@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/admission"
 )
 
@@ -116,9 +117,11 @@ func TestRequestFields(t *testing.T) {
 	putRule(t, "adm-frozen", simpleRule("adm-frozen", ns, configMapGVK,
 		`request.operation == "UPDATE" && request.oldObject.metadata.labels?.frozen == "true"`,
 		`{{ object.metadata.name }} is frozen`, "deny"), "configmaps")
-	putRule(t, "adm-protected", simpleRule("adm-protected", ns, configMapGVK,
+	protectRule := simpleRule("adm-protected", ns, configMapGVK,
 		`request.operation == "DELETE" && object.metadata.labels?.protected == "true"`,
-		`{{ object.metadata.name }} is protected`, "deny"), "configmaps")
+		`{{ object.metadata.name }} is protected`, "deny")
+	protectRule.Match.Operations = []policyv1alpha1.Operation{"DELETE"}
+	putRule(t, "adm-protected", protectRule, "configmaps")
 	putRule(t, "adm-dry-run-seen", simpleRule("adm-dry-run-seen", ns, configMapGVK,
 		`request.dryRun && request.userInfo.username != "" && "system:masters" in request.userInfo.groups`,
 		`dry run by {{ request.userInfo.username }}`, "warn"), "configmaps")

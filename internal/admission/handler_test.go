@@ -54,8 +54,9 @@ func TestDecisionsOffline(t *testing.T) {
 		t.Error("an audit-only rule ran at admission")
 	}
 
-	// DELETE evaluates the old object.
-	if resp := post(t, wh, review("u2", "DELETE", "default", true)); resp.Allowed || resp.UID != "u2" {
+	// Rules check CREATE and UPDATE unless they list DELETE: deleting a
+	// violating pod is always possible.
+	if resp := post(t, wh, review("u2", "DELETE", "default", true)); !resp.Allowed || resp.UID != "u2" {
 		t.Errorf("DELETE of a privileged pod: %+v", resp)
 	}
 	if resp := post(t, wh, review("u3", "DELETE", "default", false)); !resp.Allowed {
@@ -74,7 +75,7 @@ func TestDecisionsOffline(t *testing.T) {
 		t.Errorf("no audit line:\n%s", logs)
 	}
 	m := wh.Metrics()
-	for d, want := range map[string]float64{admission.DecisionDenied: 2, admission.DecisionWarned: 1, admission.DecisionBypassed: 1, admission.DecisionError: 0} {
+	for d, want := range map[string]float64{admission.DecisionDenied: 1, admission.DecisionAllowed: 2, admission.DecisionBypassed: 1, admission.DecisionError: 0} {
 		if got := testutil.ToFloat64(m.Requests.WithLabelValues(d)); got != want {
 			t.Errorf("decision %s: got %v, want %v", d, got, want)
 		}

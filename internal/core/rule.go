@@ -84,6 +84,28 @@ type Match struct {
 	GVKs          []GVK
 	Namespaces    NamespaceMatch
 	LabelSelector *metav1.LabelSelector
+	// Operations are the admission operations checked; empty means
+	// DefaultOperations.
+	Operations []string
+}
+
+// DefaultOperations are the admission operations a rule checks unless it
+// lists its own.
+var DefaultOperations = []string{"CREATE", "UPDATE"}
+
+// ChecksOperation reports whether an admission request of operation op is
+// checked by a rule with this match.
+func (m *Match) ChecksOperation(op string) bool {
+	ops := m.Operations
+	if len(ops) == 0 {
+		ops = DefaultOperations
+	}
+	for _, o := range ops {
+		if o == op {
+			return true
+		}
+	}
+	return false
 }
 
 // GVK names a kind. An empty Version matches every version of the kind.

@@ -172,7 +172,7 @@ func (e *Engine) Evaluate(obj *unstructured.Unstructured, opts Options) ([]core.
 		ref     = core.ResourceRef{APIVersion: obj.GetAPIVersion(), Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID())}
 	)
 	for _, r := range candidates {
-		if !r.matches(obj, gvk, opts.Mode) {
+		if !r.matches(obj, gvk, opts.Mode) || (opts.Request != nil && opts.Request.Operation != "" && !r.Match.ChecksOperation(opts.Request.Operation)) {
 			continue
 		}
 		if ectx == nil {

@@ -96,6 +96,17 @@ func convertMatch(m policyv1alpha1.Match, errs []error) (core.Match, []error) {
 		}
 		out.GVKs = append(out.GVKs, core.GVK{Group: g.Group, Version: g.Version, Kind: g.Kind})
 	}
+	for i, op := range m.Operations {
+		switch op {
+		case "CREATE", "UPDATE", "DELETE", "CONNECT":
+			if slices.Contains(out.Operations, string(op)) {
+				errs = append(errs, fmt.Errorf("match.operations[%d]: %q is listed twice", i, op))
+			}
+			out.Operations = append(out.Operations, string(op))
+		default:
+			errs = append(errs, fmt.Errorf("match.operations[%d]: %q is not one of CREATE, UPDATE, DELETE, CONNECT", i, op))
+		}
+	}
 	if m.Namespaces != nil {
 		out.Namespaces = core.NamespaceMatch{Include: m.Namespaces.Include, Exclude: m.Namespaces.Exclude}
 	}

@@ -102,7 +102,19 @@ type Match struct {
 	// LabelSelector filters by the object's own labels.
 	// +optional
 	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
+
+	// Operations lists the admission operations the rule checks. Empty means
+	// CREATE and UPDATE: a rule about what may run must never stop anyone
+	// from deleting what breaks it. List DELETE for rules that guard
+	// deletion; they see the object being deleted. Audit ignores this field.
+	// +optional
+	// +listType=set
+	Operations []Operation `json:"operations,omitempty"`
 }
+
+// Operation is an admission operation.
+// +kubebuilder:validation:Enum=CREATE;UPDATE;DELETE;CONNECT
+type Operation string
 
 // GroupVersionKind names a kind. The core group is the empty string.
 type GroupVersionKind struct {
