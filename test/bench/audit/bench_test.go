@@ -1,0 +1,764 @@
+//go:build linux
+
+package audit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/manager"
+	"github.com/vilaca/portal/internal/manifest"
+	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
+)
+
+// Settings, each overridable by an environment variable.
+var (
+	totalPods    = envInt("PORTAL_BENCH_AUDIT_PODS", 10000)       // pods created
+	violatingPct = envInt("PORTAL_BENCH_AUDIT_VIOLATING_PCT", 20) // percent of them violating
+	namespaces   = envInt("PORTAL_BENCH_AUDIT_NAMESPACES", 10)    // spread over this many namespaces
+	clients      = envInt("PORTAL_BENCH_CLIENTS", 8)              // concurrent clients
+)
+
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}
+
+// portalNamespace is Portal's own namespace.
+const portalNamespace = "portal-bench"
+
+var policyReports = schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"}
+
+// result is what one run measured.
+type result struct {
+	pods, violating, failed int
+	createElapsed           time.Duration
+	settleElapsed           time.Duration
+	// Observed by the benchmark, from the create request being sent.
+	toReport, toAlert latencies
+	// Measured by Portal, portal_audit_event_to_report_seconds by sink:
+	// estimate and the upper bound of its bucket.
+	histP50, histP99, histP50Bound, histP99Bound map[string]float64
+	histCount                                    map[string]float64
+	// Portal's memory (kB).
+	rssIdle, rssPeakSampled, rssHWM int64
+	anonPeakSampled                 int64
+	// API server writes during the run, by verb/resource, pods excluded.
+	writes                map[string]float64
+	portalWrites          float64 // writes not to pods nor leases
+	reportWritesByPortal  float64 // portal_policyreport_writes_total delta
+	evaluations           float64
+	loadBefore, loadAfter string
+}
+
+// BenchmarkAudit creates pods through a real kube-apiserver while Portal
+// audits them (no admission webhook), and reports how long each violation
+// takes to reach the namespace's PolicyReport and Alertmanager, Portal's
+// memory and the API server writes Portal caused. See doc.go. Each call is
+// one whole run on a fresh control plane, whatever b.N.
+func BenchmarkAudit(b *testing.B) {
+	if testing.Short() {
+		b.Skip("starts a control plane, Alertmanager, and creates thousands of pods")
+	}
+	r, err := run(b)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ms(r.toReport.p50), "report-p50-ms")
+	b.ReportMetric(ms(r.toReport.p99), "report-p99-ms")
+	b.ReportMetric(ms(r.toAlert.p50), "alert-p50-ms")
+	b.ReportMetric(ms(r.toAlert.p99), "alert-p99-ms")
+	b.ReportMetric(float64(max(r.rssHWM, r.rssPeakSampled))/1024, "portal-rss-peak-MiB")
+	b.ReportMetric(r.portalWrites, "portal-api-writes")
+}
+
+func run(b *testing.B) (*result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	res := &result{loadBefore: loadAverage(), writes: map[string]float64{}}
+	logf := func(format string, args ...any) { fmt.Printf("bench-audit: "+format+"\n", args...) }
+
+	logf("starting etcd and kube-apiserver from bin/k8s")
+	cluster, err := devcluster.Start(ctx, devcluster.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := cluster.Stop(); err != nil {
+			b.Error(err)
+		}
+	}()
+	restCfg := rest.CopyConfig(cluster.Config)
+	restCfg.QPS, restCfg.Burst = -1, 0
+	restCfg.WarningHandler = rest.NoWarnings{}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	scheme, err := manager.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	if v, err := cs.Discovery().ServerVersion(); err == nil {
+		logf("kube-apiserver %s", v.GitVersion)
+	}
+	nsNames := []string{}
+	for i := range namespaces {
+		nsNames = append(nsNames, fmt.Sprintf("bench-audit-%d", i))
+	}
+	for _, ns := range append([]string{portalNamespace}, nsNames...) {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	nRules, err := installRules(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+
+	logf("starting alertmanager from bin/alertmanager")
+	am, err := amtest.New(b.TempDir())
+	if err != nil {
+		return nil, err
+	}
+	defer am.Stop()
+
+	portal, err := startPortal(b, cluster, am.URL())
+	if err != nil {
+		return nil, err
+	}
+	defer portal.stop()
+	if err := portal.waitReady(ctx, cl, nRules); err != nil {
+		return nil, err
+	}
+	logf("portal running as pid %d with %d rules, audit only, sinks: policyreport, alertmanager (%s), prometheus, stdout", portal.cmd.Process.Pid, nRules, am.URL())
+
+	// Observers: a watch on every PolicyReport and a poll of Alertmanager,
+	// each noting when a pod first appears.
+	seenReport := &firstSeen{at: map[string]time.Time{}}
+	seenAlert := &firstSeen{at: map[string]time.Time{}}
+	obsCtx, obsStop := context.WithCancel(ctx)
+	var obs sync.WaitGroup
+	watchErr := make(chan error, 1)
+	obs.Go(func() { watchErr <- watchReports(obsCtx, dyn, seenReport) })
+	obs.Go(func() { pollAlerts(obsCtx, am, seenAlert) })
+	stopObservers := func() { obsStop(); obs.Wait() }
+	defer stopObservers()
+
+	portalBefore, err := portal.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	apiBefore, err := scrapeAPIServer(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	st, err := procStatus(portal.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	res.rssIdle = st["VmRSS"]
+	var rssPeak, anonPeak atomic.Int64
+	sampleStop := make(chan struct{})
+	sampleDone := make(chan struct{})
+	go func() {
+		defer close(sampleDone)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if st, err := procStatus(portal.cmd.Process.Pid); err == nil {
+				if st["VmRSS"] > rssPeak.Load() {
+					rssPeak.Store(st["VmRSS"])
+				}
+				if st["RssAnon"] > anonPeak.Load() {
+					anonPeak.Store(st["RssAnon"])
+				}
+			}
+			select {
+			case <-sampleStop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+
+	// The pods: every pod i with i%100 < violatingPct violates, the others
+	// comply; pod i goes to namespace i%namespaces.
+	logf("creating %d pods (%d%% violating) over %d namespaces with %d concurrent clients", totalPods, violatingPct, namespaces, clients)
+	sent := make([]time.Time, totalPods)
+	failed := make([]error, totalPods)
+	key := func(i int) string { return fmt.Sprintf("%s/pod-%05d", nsNames[i%namespaces], i) }
+	isViolating := func(i int) bool { return i%100 < violatingPct }
+	workers := make([]kubernetes.Interface, clients)
+	for i := range workers {
+		if workers[i], err = kubernetes.NewForConfig(restCfg); err != nil {
+			return nil, err
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, w := range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= totalPods {
+					return
+				}
+				ns := nsNames[i%namespaces]
+				pod := compliantPod(ns, fmt.Sprintf("pod-%05d", i))
+				if isViolating(i) {
+					violations[(i/100*violatingPct+i%100)%len(violations)](pod)
+				}
+				sent[i] = time.Now()
+				if _, err := w.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+					failed[i] = err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	res.createElapsed = time.Since(start)
+	var want []int
+	for i := range totalPods {
+		if failed[i] != nil {
+			res.failed++
+			if res.failed <= 5 {
+				logf("create %s: %v", key(i), failed[i])
+			}
+			continue
+		}
+		res.pods++
+		if isViolating(i) {
+			want = append(want, i)
+		}
+	}
+	res.violating = len(want)
+	if res.failed*100 > totalPods {
+		return nil, fmt.Errorf("%d of %d creates failed", res.failed, totalPods)
+	}
+	logf("created %d pods in %s (%.0f/s); waiting for %d violations in reports and alerts", res.pods, res.createElapsed.Round(time.Millisecond), float64(res.pods)/res.createElapsed.Seconds(), len(want))
+
+	// Wait for every violating pod in both, then for Portal to be idle.
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-watchErr:
+			return false, fmt.Errorf("policyreport watch: %w", err)
+		default:
+		}
+		r, a := 0, 0
+		for _, i := range want {
+			if _, ok := seenReport.get(key(i)); ok {
+				r++
+			}
+			if _, ok := seenAlert.get(key(i)); ok {
+				a++
+			}
+		}
+		last = fmt.Sprintf("%d/%d in reports, %d/%d in alerts", r, len(want), a, len(want))
+		if r < len(want) || a < len(want) {
+			return false, nil
+		}
+		m, err := portal.scrape(ctx)
+		if err != nil {
+			return false, nil
+		}
+		evals := delta(portalBefore, m, "portal_audit_evaluations_total")
+		last += fmt.Sprintf(", %v evaluations, queue %v", evals, m.sum("portal_audit_queue_depth"))
+		return m.sum("portal_audit_queue_depth") == 0 && evals >= float64(res.pods), nil
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("waiting for the findings (%s): %w", last, err), portal.logTail())
+	}
+	res.settleElapsed = time.Since(start)
+	// Let the last report writes and alert sends land before counting.
+	time.Sleep(5 * time.Second)
+	close(sampleStop)
+	<-sampleDone
+	stopObservers()
+	res.rssPeakSampled, res.anonPeakSampled = rssPeak.Load(), anonPeak.Load()
+	if st, err = procStatus(portal.cmd.Process.Pid); err != nil {
+		return nil, err
+	}
+	res.rssHWM = st["VmHWM"]
+	res.loadAfter = loadAverage()
+	portalAfter, err := portal.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	apiAfter, err := scrapeAPIServer(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+
+	// No compliant pod may show up.
+	for i := range totalPods {
+		if isViolating(i) || failed[i] != nil {
+			continue
+		}
+		if _, ok := seenReport.get(key(i)); ok {
+			return nil, fmt.Errorf("compliant pod %s appeared in a PolicyReport", key(i))
+		}
+		if _, ok := seenAlert.get(key(i)); ok {
+			return nil, fmt.Errorf("compliant pod %s raised an alert", key(i))
+		}
+	}
+	var toReport, toAlert []time.Duration
+	for _, i := range want {
+		t, _ := seenReport.get(key(i))
+		toReport = append(toReport, t.Sub(sent[i]))
+		t, _ = seenAlert.get(key(i))
+		toAlert = append(toAlert, t.Sub(sent[i]))
+	}
+	res.toReport, res.toAlert = summarise(toReport), summarise(toAlert)
+
+	res.histP50, res.histP99, res.histP50Bound, res.histP99Bound, res.histCount = map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
+	const hist = "portal_audit_event_to_report_seconds"
+	for _, s := range []string{"policyreport", "alertmanager"} {
+		bk := histogramDeltaWith(portalBefore, portalAfter, hist, `sink="`+s+`"`)
+		res.histP50[s], res.histP50Bound[s] = histogramQuantile(0.50, bk)
+		res.histP99[s], res.histP99Bound[s] = histogramQuantile(0.99, bk)
+		res.histCount[s] = delta(portalBefore, portalAfter, hist+"_count", `sink="`+s+`"`)
+	}
+	res.evaluations = delta(portalBefore, portalAfter, "portal_audit_evaluations_total")
+	res.reportWritesByPortal = delta(portalBefore, portalAfter, "portal_policyreport_writes_total")
+
+	// API server writes, from apiserver_request_total: every mutating verb,
+	// by resource. The benchmark writes only pods; the API server itself
+	// renews its identity lease; everything else is Portal's.
+	for _, s := range apiAfter["apiserver_request_total"] {
+		verb, resource, sub := label(s.labels, "verb"), label(s.labels, "resource"), label(s.labels, "subresource")
+		if !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}, verb) || resource == "pods" {
+			continue
+		}
+		var before float64
+		for _, p := range apiBefore["apiserver_request_total"] {
+			if p.labels == s.labels {
+				before = p.value
+			}
+		}
+		if d := s.value - before; d > 0 {
+			k := verb + " " + resource
+			if sub != "" {
+				k += "/" + sub
+			}
+			res.writes[k] += d
+			if resource != "leases" {
+				res.portalWrites += d
+			}
+		}
+	}
+
+	report(os.Stdout, res)
+	return res, nil
+}
+
+// label returns the value of label name in a Prometheus label text.
+func label(labels, name string) string {
+	_, v, ok := strings.Cut(","+labels, ","+name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ = strings.Cut(v, `"`)
+	return v
+}
+
+// histogramDeltaWith is histogramDelta restricted to samples whose labels
+// contain with.
+func histogramDeltaWith(before, after metrics, name, with string) []bucket {
+	filter := func(m metrics) metrics {
+		out := metrics{}
+		for _, s := range m[name+"_bucket"] {
+			if strings.Contains(s.labels, with) {
+				out[name+"_bucket"] = append(out[name+"_bucket"], s)
+			}
+		}
+		return out
+	}
+	return histogramDelta(filter(before), filter(after), name)
+}
+
+// firstSeen records when each namespace/name was first observed.
+type firstSeen struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (f *firstSeen) note(key string, t time.Time) {
+	f.mu.Lock()
+	if _, ok := f.at[key]; !ok {
+		f.at[key] = t
+	}
+	f.mu.Unlock()
+}
+
+func (f *firstSeen) get(key string) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.at[key]
+	return t, ok
+}
+
+// watchReports watches every PolicyReport and notes, for each pod named in
+// a result, when it first appeared. It re-opens the watch when the server
+// closes it.
+func watchReports(ctx context.Context, dyn dynamic.Interface, seen *firstSeen) error {
+	noteReport := func(u *unstructured.Unstructured, now time.Time) {
+		results, _, _ := unstructured.NestedSlice(u.Object, "results")
+		for _, r := range results {
+			rm, ok := r.(map[string]any)
+			if !ok {
+				continue
+			}
+			refs, _, _ := unstructured.NestedSlice(rm, "resources")
+			for _, ref := range refs {
+				m, ok := ref.(map[string]any)
+				if !ok || m["kind"] != "Pod" {
+					continue
+				}
+				ns, _ := m["namespace"].(string)
+				name, _ := m["name"].(string)
+				seen.note(ns+"/"+name, now)
+			}
+		}
+	}
+	list, err := dyn.Resource(policyReports).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	rv := list.GetResourceVersion()
+	now := time.Now()
+	for i := range list.Items {
+		noteReport(&list.Items[i], now)
+	}
+	for ctx.Err() == nil {
+		w, err := dyn.Resource(policyReports).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for ev := range w.ResultChan() {
+			now := time.Now()
+			if ev.Type == watch.Error {
+				w.Stop()
+				return fmt.Errorf("watch error: %v", ev.Object)
+			}
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			rv = u.GetResourceVersion()
+			if ev.Type == watch.Added || ev.Type == watch.Modified {
+				noteReport(u, now)
+			}
+		}
+		w.Stop()
+	}
+	return nil
+}
+
+// pollAlerts polls Alertmanager's GET /api/v2/alerts every 100 ms and notes
+// when each pod first has an alert.
+func pollAlerts(ctx context.Context, am *amtest.Server, seen *firstSeen) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if as, err := am.Alerts(""); err == nil {
+			now := time.Now()
+			for _, a := range as {
+				if a.Labels["kind"] == "Pod" {
+					seen.note(a.Labels["namespace"]+"/"+a.Labels["name"], now)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// installRules creates one PortalClusterRule per rule of the restricted
+// bundle (baseline and restricted, mode [admission, audit]), as `portal dev`
+// does.
+func installRules(ctx context.Context, cl client.Client) (int, error) {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		return 0, err
+	}
+	docs, err := manifest.ReadPaths([]string{filepath.Join(root, "examples", "rules", "pod-security")}, nil)
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range docs {
+		var spec policyv1alpha1.RuleSpec
+		if err := yaml.UnmarshalStrict(d.Data, &spec); err != nil {
+			return 0, d.Errorf("not a plain rule: %v", err)
+		}
+		if !slices.Contains(spec.Mode, policyv1alpha1.Mode("audit")) {
+			return 0, d.Errorf("rule %q has no audit mode", spec.Name)
+		}
+		pcr := &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}, Spec: spec}
+		if err := cl.Create(ctx, pcr); err != nil {
+			return 0, d.Errorf("install rule %q: %v", spec.Name, err)
+		}
+	}
+	return len(docs), nil
+}
+
+// portalProcess is Portal running in a child process.
+type portalProcess struct {
+	cmd        *exec.Cmd
+	logPath    string
+	metricsURL string
+	readyzURL  string
+	exited     chan struct{}
+	stopOnce   sync.Once
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func startPortal(b *testing.B, cluster *devcluster.Cluster, amURL string) (*portalProcess, error) {
+	dir := b.TempDir()
+	kc, err := cluster.Kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+	var ports [2]int
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	p := &portalProcess{
+		logPath:    filepath.Join(dir, "portal.log"),
+		metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0]),
+		readyzURL:  fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]),
+		exited:     make(chan struct{}),
+	}
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(self)
+	p.cmd.Env = append(os.Environ(),
+		childEnv+"=1",
+		childKubeconfigEnv+"="+kubeconfig,
+		childNamespaceEnv+"="+portalNamespace,
+		childMetricsEnv+"="+fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		childHealthEnv+"="+fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		childAlertmanager+"="+amURL,
+	)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// stop asks Portal to shut down (SIGTERM) and kills it after 15 s.
+func (p *portalProcess) stop() {
+	p.stopOnce.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+}
+
+// logTail is the end of Portal's log, for errors.
+func (p *portalProcess) logTail() error {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err
+	}
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	return fmt.Errorf("portal log (tail):\n%s", data)
+}
+
+func httpGet(ctx context.Context, url string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+func (p *portalProcess) scrape(ctx context.Context) (metrics, error) {
+	code, body, err := httpGet(ctx, p.metricsURL)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("portal /metrics: HTTP %d", code)
+	}
+	return parseMetrics(string(body)), nil
+}
+
+func scrapeAPIServer(ctx context.Context, cs kubernetes.Interface) (metrics, error) {
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver /metrics: %w", err)
+	}
+	return parseMetrics(string(body)), nil
+}
+
+// waitReady waits until Portal is ready, every rule is loaded and the audit
+// layer watches at least one resource and leads.
+func (p *portalProcess) waitReady(ctx context.Context, cl client.Client, nRules int) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-p.exited:
+			return false, errors.New("portal exited")
+		default:
+		}
+		if code, _, err := httpGet(ctx, p.readyzURL); err != nil || code != http.StatusOK {
+			last = fmt.Sprintf("/readyz: %d %v", code, err)
+			return false, nil
+		}
+		var rules policyv1alpha1.PortalClusterRuleList
+		if err := cl.List(ctx, &rules); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, r := range rules.Items {
+			if apimeta.IsStatusConditionTrue(r.Status.Conditions, policyv1alpha1.ConditionReady) {
+				ready++
+			}
+		}
+		if ready != nRules {
+			last = fmt.Sprintf("%d of %d rules ready", ready, nRules)
+			return false, nil
+		}
+		m, err := p.scrape(ctx)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		if m.sum("portal_audit_watched_resources") < 1 || m.sum("portal_audit_leader") != 1 {
+			last = fmt.Sprintf("audit: %v resources watched, leader %v", m.sum("portal_audit_watched_resources"), m.sum("portal_audit_leader"))
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return errors.Join(fmt.Errorf("waiting for portal (%s): %w", last, err), p.logTail())
+	}
+	return nil
+}
+
+func report(w io.Writer, r *result) {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)) }
+	fmt.Fprintf(w, "\nAudit benchmark: %s; load average %s before, %s after\n", machine(), r.loadBefore, r.loadAfter)
+	fmt.Fprintf(w, "%d pods created (%d failed) over %d namespaces by %d clients in %s (%.0f/s); %d violating; all findings in and Portal idle %s after the first create; %v evaluations\n\n",
+		r.pods, r.failed, namespaces, clients, r.createElapsed.Round(time.Millisecond), float64(r.pods)/r.createElapsed.Seconds(), r.violating, r.settleElapsed.Round(time.Millisecond), r.evaluations)
+	fmt.Fprintln(w, "| measured from the create request being sent to | n | mean ms | p50 ms | p95 ms | p99 ms | max ms |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, x := range []struct {
+		what string
+		l    latencies
+	}{{"the pod in its namespace's PolicyReport (watch)", r.toReport}, {"the pod's alert in Alertmanager (GET /api/v2/alerts every 100 ms)", r.toAlert}} {
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s |\n", x.what, x.l.n, ms(x.l.mean), ms(x.l.p50), ms(x.l.p95), ms(x.l.p99), ms(x.l.max))
+	}
+	fmt.Fprintln(w)
+	for _, s := range []string{"policyreport", "alertmanager"} {
+		fmt.Fprintf(w, "portal_audit_event_to_report_seconds{sink=%q} (%v samples): p50 ≈ %.0f ms (bucket ≤ %.0f ms), p99 ≈ %.0f ms (bucket ≤ %.0f ms)\n",
+			s, r.histCount[s], r.histP50[s]*1e3, r.histP50Bound[s]*1e3, r.histP99[s]*1e3, r.histP99Bound[s]*1e3)
+	}
+	fmt.Fprintf(w, "Portal RSS: idle %.1f MiB, peak sampled %.1f MiB (anon %.1f MiB), VmHWM %.1f MiB\n",
+		float64(r.rssIdle)/1024, float64(r.rssPeakSampled)/1024, float64(r.anonPeakSampled)/1024, float64(r.rssHWM)/1024)
+	keys := make([]string, 0, len(r.writes))
+	for k := range r.writes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %v", k, r.writes[k]))
+	}
+	fmt.Fprintf(w, "API server writes (apiserver_request_total, pods excluded): %s; Portal's (leases excluded): %v; portal_policyreport_writes_total: %v\n\n",
+		strings.Join(parts, ", "), r.portalWrites, r.reportWritesByPortal)
+}

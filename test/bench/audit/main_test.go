@@ -1,0 +1,76 @@
+//go:build linux
+
+package audit_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/vilaca/portal/internal/manager"
+)
+
+// The benchmark runs Portal in a child process, so that Portal's memory can be
+// read from /proc/<pid>/status without the benchmark's clients in it. The child
+// is this test binary started again with childEnv set: TestMain then runs
+// manager.Run, the function `portal run` calls, instead of the benchmark.
+// Without childEnv, TestMain starts nothing: it only runs the tests (none)
+// and, with -bench, the benchmark.
+const (
+	childEnv           = "PORTAL_BENCH_AUDIT_CHILD"
+	childKubeconfigEnv = "PORTAL_BENCH_KUBECONFIG"
+	childNamespaceEnv  = "PORTAL_BENCH_NAMESPACE"
+	childMetricsEnv    = "PORTAL_BENCH_METRICS_ADDR"
+	childHealthEnv     = "PORTAL_BENCH_HEALTH_ADDR"
+	childAlertmanager  = "PORTAL_BENCH_ALERTMANAGER_URL"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		if err := runPortal(); err != nil {
+			fmt.Fprintln(os.Stderr, "portal (benchmark child):", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	ctrl.SetLogger(logr.Discard())
+	os.Exit(m.Run())
+}
+
+// runPortal is the child: `portal run --audit --admission=false
+// --alertmanager-url <url> --leader-elect=false` with the defaults of
+// `portal run` otherwise (sinks: wgpolicyk8s PolicyReports, the Prometheus
+// gauge and the JSON finding log, plus Alertmanager; WAF off). Rules come
+// from the PortalClusterRule objects the benchmark creates.
+func runPortal() error {
+	restCfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv(childKubeconfigEnv))
+	if err != nil {
+		return err
+	}
+	cfg := manager.Defaults()
+	cfg.Namespace = os.Getenv(childNamespaceEnv)
+	cfg.MetricsAddr = os.Getenv(childMetricsEnv)
+	cfg.HealthAddr = os.Getenv(childHealthEnv)
+	cfg.Admission.Enabled = false
+	cfg.Audit.Enabled = true
+	cfg.Audit.Sinks.AlertmanagerURL = os.Getenv(childAlertmanager)
+	// One replica: no leader election, as in `portal dev`.
+	cfg.LeaderElection = false
+	// `portal run --log-level info`, the default, JSON on stderr.
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err = manager.Run(ctx, restCfg, cfg)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
