@@ -317,8 +317,19 @@ func run(b *testing.B) (*result, error) {
 		return nil, errors.Join(fmt.Errorf("waiting for the findings (%s): %w", last, err), portal.logTail())
 	}
 	res.settleElapsed = time.Since(start)
-	// Let the last report writes and alert sends land before counting.
-	time.Sleep(5 * time.Second)
+	// Count writes only once the sinks have gone quiet: two scrapes a
+	// second apart that agree on the objects published.
+	prevPublished := -1.0
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, false, func(ctx context.Context) (bool, error) {
+		m, err := portal.scrape(ctx)
+		if err != nil {
+			return false, nil
+		}
+		cur := m.sum("portal_audit_sink_objects_total")
+		quiet := cur == prevPublished
+		prevPublished = cur
+		return quiet, nil
+	})
 	close(sampleStop)
 	<-sampleDone
 	stopObservers()
