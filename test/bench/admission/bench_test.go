@@ -115,13 +115,13 @@ func BenchmarkAdmission(b *testing.B) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(0, "ns/op") // one fixed experiment, not b.N operations
 	for _, c := range configurations {
-		b.ReportMetric(ms(r.latency[c.key].p50), c.key+"-p50-ms")
-		b.ReportMetric(ms(r.latency[c.key].p99), c.key+"-p99-ms")
+		b.ReportMetric(ms(r.latency[c.key].P50), c.key+"-p50-ms")
+		b.ReportMetric(ms(r.latency[c.key].P99), c.key+"-p99-ms")
 	}
-	b.ReportMetric(ms(r.latency["b"].p99-r.latency["a"].p99), "portal-overhead-p99-ms")
-	b.ReportMetric(ms(r.latency["c"].p99-r.latency["a"].p99), "vap-overhead-p99-ms")
+	b.ReportMetric(ms(r.latency["b"].P99-r.latency["a"].P99), "portal-overhead-p99-ms")
+	b.ReportMetric(ms(r.latency["c"].P99-r.latency["a"].P99), "vap-overhead-p99-ms")
 	b.ReportMetric(r.handlerP99*1e6, "handler-p99-µs")
-	b.ReportMetric(float64(r.direct.handler.p99)/float64(time.Microsecond), "handler-direct-p99-µs")
+	b.ReportMetric(float64(r.direct.handler.P99)/float64(time.Microsecond), "handler-direct-p99-µs")
 	b.ReportMetric(float64(max(r.rssHWM, r.rssPeakSampled))/1024, "portal-rss-peak-MiB")
 	b.ReportMetric(float64(r.anonPeakSampled)/1024, "portal-anon-peak-MiB")
 }
@@ -721,8 +721,8 @@ func report(w io.Writer, r *result) {
 			}
 			return ms(x - y)
 		}
-		fmt.Fprintf(w, "| (%s) %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.key, c.what, l.n, len(r.failures[c.key]), r.throughput[c.key],
-			ms(l.mean), ms(l.p50), ms(l.p95), ms(l.p99), ms(l.max), over(l.p50, a.p50), over(l.p95, a.p95), over(l.p99, a.p99))
+		fmt.Fprintf(w, "| (%s) %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.key, c.what, l.N, len(r.failures[c.key]), r.throughput[c.key],
+			ms(l.Mean), ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max), over(l.P50, a.P50), over(l.P95, a.P95), over(l.P99, a.P99))
 	}
 	b, c := r.latency["b"], r.latency["c"]
 	fmt.Fprintln(w)
@@ -733,13 +733,13 @@ func report(w io.Writer, r *result) {
 		return fmt.Sprintf("%.2fx", float64(x)/float64(y))
 	}
 	fmt.Fprintf(w, "Portal's overhead / VAP's overhead: p50 %s, p95 %s, p99 %s\n",
-		ratio(b.p50-a.p50, c.p50-a.p50), ratio(b.p95-a.p95, c.p95-a.p95), ratio(b.p99-a.p99, c.p99-a.p99))
+		ratio(b.P50-a.P50, c.P50-a.P50), ratio(b.P95-a.P95, c.P95-a.P95), ratio(b.P99-a.P99, c.P99-a.P99))
 	fmt.Fprintf(w, "Portal in-handler (portal_admission_latency_seconds, %v decisions): p50 ≈ %.0f µs (bucket ≤ %.0f µs), p99 ≈ %.0f µs (bucket ≤ %.0f µs), mean %.0f µs\n",
 		r.handlerCount, r.handlerP50*1e6, r.handlerP50Bound*1e6, r.handlerP99*1e6, r.handlerP99Bound*1e6, r.handlerMean*1e6)
 	if d := r.direct; d != nil {
 		us := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }
 		fmt.Fprintf(w, "Portal in-handler measured directly (%d calls in this process after the rounds, one at a time, on a stored pod of (b), %d bytes of JSON, %d of them managedFields): handler p50 %s µs, p99 %s µs, mean %s µs; of which rule evaluation p50 %s µs, p99 %s µs\n",
-			d.handler.n, d.objectBytes, d.managedFieldsBytes, us(d.handler.p50), us(d.handler.p99), us(d.handler.mean), us(d.evaluate.p50), us(d.evaluate.p99))
+			d.handler.N, d.objectBytes, d.managedFieldsBytes, us(d.handler.P50), us(d.handler.P99), us(d.handler.Mean), us(d.evaluate.P50), us(d.evaluate.P99))
 	}
 	fmt.Fprintf(w, "kube-apiserver: mean call to Portal's webhook %.0f µs; ValidatingAdmissionPolicy plugin per pod of (c) %.0f µs\n",
 		r.apiserverWebhookMean*1e6, r.apiserverVAPMean*1e6)
@@ -759,7 +759,7 @@ func report(w io.Writer, r *result) {
 			fmt.Fprintf(w, "Failed create in (%s): %v\n", c.key, err)
 		}
 	}
-	pOver, cOver := b.p99-a.p99, c.p99-a.p99
+	pOver, cOver := b.P99-a.P99, c.P99-a.P99
 	fmt.Fprintf(w, "Targets: Portal p99 ≤ (a) + 2 ms: %s (%s ms); ≤ 1.5x VAP's p99 overhead: %s (%s vs %s ms); in-handler p99 < 1 ms: %s; peak RSS < 60 MB (10^6 bytes): %s\n",
 		verdict(pOver <= 2*time.Millisecond), ms(pOver),
 		verdict(float64(pOver) <= 1.5*float64(cOver)), ms(pOver), ms(cOver),

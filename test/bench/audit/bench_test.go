@@ -101,10 +101,10 @@ func BenchmarkAudit(b *testing.B) {
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(ms(r.toReport.p50), "report-p50-ms")
-	b.ReportMetric(ms(r.toReport.p99), "report-p99-ms")
-	b.ReportMetric(ms(r.toAlert.p50), "alert-p50-ms")
-	b.ReportMetric(ms(r.toAlert.p99), "alert-p99-ms")
+	b.ReportMetric(ms(r.toReport.P50), "report-p50-ms")
+	b.ReportMetric(ms(r.toReport.P99), "report-p99-ms")
+	b.ReportMetric(ms(r.toAlert.P50), "alert-p50-ms")
+	b.ReportMetric(ms(r.toAlert.P99), "alert-p99-ms")
 	b.ReportMetric(float64(max(r.rssHWM, r.rssPeakSampled))/1024, "portal-rss-peak-MiB")
 	b.ReportMetric(r.portalWrites, "portal-api-writes")
 }
@@ -310,8 +310,8 @@ func run(b *testing.B) (*result, error) {
 			return false, nil
 		}
 		evals := delta(portalBefore, m, "portal_audit_evaluations_total")
-		last += fmt.Sprintf(", %v evaluations, queue %v", evals, m.sum("portal_audit_queue_depth"))
-		return m.sum("portal_audit_queue_depth") == 0 && evals >= float64(res.pods), nil
+		last += fmt.Sprintf(", %v evaluations, queue %v", evals, m.Sum("portal_audit_queue_depth"))
+		return m.Sum("portal_audit_queue_depth") == 0 && evals >= float64(res.pods), nil
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("waiting for the findings (%s): %w", last, err), portal.logTail())
@@ -325,7 +325,7 @@ func run(b *testing.B) (*result, error) {
 		if err != nil {
 			return false, nil
 		}
-		cur := m.sum("portal_audit_sink_objects_total")
+		cur := m.Sum("portal_audit_sink_objects_total")
 		quiet := cur == prevPublished
 		prevPublished = cur
 		return quiet, nil
@@ -384,17 +384,17 @@ func run(b *testing.B) (*result, error) {
 	// by resource. The benchmark writes only pods; the API server itself
 	// renews its identity lease; everything else is Portal's.
 	for _, s := range apiAfter["apiserver_request_total"] {
-		verb, resource, sub := label(s.labels, "verb"), label(s.labels, "resource"), label(s.labels, "subresource")
+		verb, resource, sub := label(s.Labels, "verb"), label(s.Labels, "resource"), label(s.Labels, "subresource")
 		if !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}, verb) || resource == "pods" {
 			continue
 		}
 		var before float64
 		for _, p := range apiBefore["apiserver_request_total"] {
-			if p.labels == s.labels {
-				before = p.value
+			if p.Labels == s.Labels {
+				before = p.Value
 			}
 		}
-		if d := s.value - before; d > 0 {
+		if d := s.Value - before; d > 0 {
 			k := verb + " " + resource
 			if sub != "" {
 				k += "/" + sub
@@ -426,7 +426,7 @@ func histogramDeltaWith(before, after metrics, name, with string) []bucket {
 	filter := func(m metrics) metrics {
 		out := metrics{}
 		for _, s := range m[name+"_bucket"] {
-			if strings.Contains(s.labels, with) {
+			if strings.Contains(s.Labels, with) {
 				out[name+"_bucket"] = append(out[name+"_bucket"], s)
 			}
 		}
@@ -729,8 +729,8 @@ func (p *portalProcess) waitReady(ctx context.Context, cl client.Client, nRules 
 			last = err.Error()
 			return false, nil
 		}
-		if m.sum("portal_audit_watched_resources") < 1 || m.sum("portal_audit_leader") != 1 {
-			last = fmt.Sprintf("audit: %v resources watched, leader %v", m.sum("portal_audit_watched_resources"), m.sum("portal_audit_leader"))
+		if m.Sum("portal_audit_watched_resources") < 1 || m.Sum("portal_audit_leader") != 1 {
+			last = fmt.Sprintf("audit: %v resources watched, leader %v", m.Sum("portal_audit_watched_resources"), m.Sum("portal_audit_leader"))
 			return false, nil
 		}
 		return true, nil
@@ -752,7 +752,7 @@ func report(w io.Writer, r *result) {
 		what string
 		l    latencies
 	}{{"the pod in its namespace's PolicyReport (watch)", r.toReport}, {"the pod's alert in Alertmanager (GET /api/v2/alerts every 100 ms)", r.toAlert}} {
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s |\n", x.what, x.l.n, ms(x.l.mean), ms(x.l.p50), ms(x.l.p95), ms(x.l.p99), ms(x.l.max))
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s |\n", x.what, x.l.N, ms(x.l.Mean), ms(x.l.P50), ms(x.l.P95), ms(x.l.P99), ms(x.l.Max))
 	}
 	fmt.Fprintln(w)
 	for _, s := range []string{"policyreport", "alertmanager"} {
