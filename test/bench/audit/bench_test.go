@@ -7,23 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -49,15 +43,6 @@ var (
 	namespaces   = envInt("PORTAL_BENCH_AUDIT_NAMESPACES", 10)    // spread over this many namespaces
 	clients      = envInt("PORTAL_BENCH_CLIENTS", 8)              // concurrent clients
 )
-
-func envInt(name string, def int) int {
-	if v := os.Getenv(name); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
-			return n
-		}
-	}
-	return def
-}
 
 // portalNamespace is Portal's own namespace.
 const portalNamespace = "portal-bench"
@@ -564,181 +549,6 @@ func installRules(ctx context.Context, cl client.Client) (int, error) {
 		}
 	}
 	return len(docs), nil
-}
-
-// portalProcess is Portal running in a child process.
-type portalProcess struct {
-	cmd        *exec.Cmd
-	logPath    string
-	metricsURL string
-	readyzURL  string
-	exited     chan struct{}
-	stopOnce   sync.Once
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func startPortal(b *testing.B, cluster *devcluster.Cluster, amURL string) (*portalProcess, error) {
-	dir := b.TempDir()
-	kc, err := cluster.Kubeconfig()
-	if err != nil {
-		return nil, err
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		return nil, err
-	}
-	var ports [2]int
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			return nil, err
-		}
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	p := &portalProcess{
-		logPath:    filepath.Join(dir, "portal.log"),
-		metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0]),
-		readyzURL:  fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]),
-		exited:     make(chan struct{}),
-	}
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
-		return nil, err
-	}
-	p.cmd = exec.Command(self)
-	p.cmd.Env = append(os.Environ(),
-		childEnv+"=1",
-		childKubeconfigEnv+"="+kubeconfig,
-		childNamespaceEnv+"="+portalNamespace,
-		childMetricsEnv+"="+fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		childHealthEnv+"="+fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		childAlertmanager+"="+amURL,
-	)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, err
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		logFile.Close()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// stop asks Portal to shut down (SIGTERM) and kills it after 15 s.
-func (p *portalProcess) stop() {
-	p.stopOnce.Do(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-}
-
-// logTail is the end of Portal's log, for errors.
-func (p *portalProcess) logTail() error {
-	data, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return err
-	}
-	if len(data) > 4000 {
-		data = data[len(data)-4000:]
-	}
-	return fmt.Errorf("portal log (tail):\n%s", data)
-}
-
-func httpGet(ctx context.Context, url string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, body, err
-}
-
-func (p *portalProcess) scrape(ctx context.Context) (metrics, error) {
-	code, body, err := httpGet(ctx, p.metricsURL)
-	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("portal /metrics: HTTP %d", code)
-	}
-	return parseMetrics(string(body)), nil
-}
-
-func scrapeAPIServer(ctx context.Context, cs kubernetes.Interface) (metrics, error) {
-	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("kube-apiserver /metrics: %w", err)
-	}
-	return parseMetrics(string(body)), nil
-}
-
-// waitReady waits until Portal is ready, every rule is loaded and the audit
-// layer watches at least one resource and leads.
-func (p *portalProcess) waitReady(ctx context.Context, cl client.Client, nRules int) error {
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		select {
-		case <-p.exited:
-			return false, errors.New("portal exited")
-		default:
-		}
-		if code, _, err := httpGet(ctx, p.readyzURL); err != nil || code != http.StatusOK {
-			last = fmt.Sprintf("/readyz: %d %v", code, err)
-			return false, nil
-		}
-		var rules policyv1alpha1.PortalClusterRuleList
-		if err := cl.List(ctx, &rules); err != nil {
-			return false, err
-		}
-		ready := 0
-		for _, r := range rules.Items {
-			if apimeta.IsStatusConditionTrue(r.Status.Conditions, policyv1alpha1.ConditionReady) {
-				ready++
-			}
-		}
-		if ready != nRules {
-			last = fmt.Sprintf("%d of %d rules ready", ready, nRules)
-			return false, nil
-		}
-		m, err := p.scrape(ctx)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		if m.Sum("portal_audit_watched_resources") < 1 || m.Sum("portal_audit_leader") != 1 {
-			last = fmt.Sprintf("audit: %v resources watched, leader %v", m.Sum("portal_audit_watched_resources"), m.Sum("portal_audit_leader"))
-			return false, nil
-		}
-		return true, nil
-	})
-	if err != nil {
-		return errors.Join(fmt.Errorf("waiting for portal (%s): %w", last, err), p.logTail())
-	}
-	return nil
 }
 
 func report(w io.Writer, r *result) {

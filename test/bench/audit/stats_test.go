@@ -21,4 +21,8 @@ var (
 	procStatus        = benchstat.ProcStatus
 	machine           = benchstat.Machine
 	loadAverage       = benchstat.LoadAverage
+	envInt            = benchstat.EnvInt
+	freePort          = benchstat.FreePort
+	httpGet           = benchstat.HTTPGet
+	scrapeAPIServer   = benchstat.ScrapeAPIServer
 )

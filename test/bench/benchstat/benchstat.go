@@ -7,14 +7,20 @@ package benchstat
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // Quantile returns the q-quantile of sorted by the nearest-rank method.
@@ -236,4 +242,48 @@ func LoadAverage() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// EnvInt reads a positive integer setting from the environment, or def.
+func EnvInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}
+
+// FreePort asks the kernel for a free port on 127.0.0.1.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// HTTPGet fetches url and returns its status and body.
+func HTTPGet(ctx context.Context, url string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+// ScrapeAPIServer reads kube-apiserver's own /metrics.
+func ScrapeAPIServer(ctx context.Context, cs kubernetes.Interface) (Metrics, error) {
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver /metrics: %w", err)
+	}
+	return ParseMetrics(string(body)), nil
 }
