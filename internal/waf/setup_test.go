@@ -2,123 +2,56 @@ package waf_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/waf"
 	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/waftest"
 )
 
 // The control plane and the WAF layer are shared by the tests of this
 // package and started on first use.
 var (
-	envOnce sync.Once
-	env     struct {
+	env struct {
 		client client.Client
 		layer  *waf.Layer
 		cache  *cache.Client
 		reg    *prometheus.Registry
-		err    error
-		stop   func() error
 	}
+	shared = devtest.Shared{Setup: func(cl *devcluster.Cluster) (func() error, error) {
+		e, stop, err := waftest.Start(cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			return nil, err
+		}
+		env.client, env.layer, env.cache, env.reg = e.Client, e.Layer, e.Cache, e.Registry
+		return stop, nil
+	}}
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if env.stop != nil {
-		if err := env.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop control plane:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 func cluster(t *testing.T) {
 	t.Helper()
-	envOnce.Do(func() { env.err = startCluster() })
-	if env.err != nil {
-		t.Fatal(env.err)
-	}
+	shared.Cluster(t)
 }
 
-// startCluster runs the WAF layer, as `portal run --waf` wires it, against
-// a real API server, with the cache server on a free port of 127.0.0.1.
-func startCluster() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cl, err := devcluster.Start(ctx, devcluster.Options{})
-	if err != nil {
-		cancel()
-		return err
-	}
-	done := make(chan error, 1)
-	env.stop = func() error {
-		cancel()
-		return errors.Join(<-done, cl.Stop())
-	}
-	fail := func(err error) error { done <- nil; return err }
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, wafv1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return fail(err)
-		}
-	}
-	mgr, err := ctrl.NewManager(cl.Config, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		return fail(err)
-	}
-	env.reg = prometheus.NewRegistry()
-	opts := waf.DefaultOptions()
-	opts.CacheAddr = "127.0.0.1:0"
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	opts.Registerer = env.reg
-	if env.layer, err = waf.Setup(mgr, opts); err != nil {
-		return fail(err)
-	}
-	go func() { done <- mgr.Start(ctx) }()
-	select {
-	case <-env.layer.Server.Ready():
-	case <-time.After(time.Minute):
-		return errors.New("cache server did not start")
-	}
-	if env.cache, err = cache.NewClient("http://"+env.layer.Server.Addr(), nil); err != nil {
-		return err
-	}
-	env.client, err = client.New(cl.Config, client.Options{Scheme: scheme})
-	return err
-}
-
-// eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
+	devtest.Eventually(t, what, cond)
 }
 
 func create(t *testing.T, objs ...client.Object) {

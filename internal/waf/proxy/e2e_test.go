@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,97 +12,42 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/waf"
 	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/waftest"
 )
 
 // The control plane and Portal's WAF layer (RuleSet compiler, status
 // writer, cache server), as `portal run --waf` wires them, shared by the
 // end-to-end test and the propagation benchmark and started on first use.
 var (
-	clusterOnce sync.Once
-	clusterEnv  struct {
+	clusterEnv struct {
 		client client.Client
 		layer  *waf.Layer
 		cache  *cache.Client
-		err    error
-		stop   func() error
 	}
+	shared = devtest.Shared{Setup: func(cl *devcluster.Cluster) (func() error, error) {
+		ctrl.SetLogger(logr.Discard())
+		e, stop, err := waftest.Start(cl, discard())
+		if err != nil {
+			return nil, err
+		}
+		clusterEnv.client, clusterEnv.layer, clusterEnv.cache = e.Client, e.Layer, e.Cache
+		return stop, nil
+	}}
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if clusterEnv.stop != nil {
-		if err := clusterEnv.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop control plane:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 func portal(tb testing.TB) {
 	tb.Helper()
-	clusterOnce.Do(func() { clusterEnv.err = startPortal() })
-	if clusterEnv.err != nil {
-		tb.Fatal(clusterEnv.err)
-	}
-}
-
-func startPortal() error {
-	ctrl.SetLogger(logr.Discard())
-	ctx, cancel := context.WithCancel(context.Background())
-	cl, err := devcluster.Start(ctx, devcluster.Options{})
-	if err != nil {
-		cancel()
-		return err
-	}
-	done := make(chan error, 1)
-	clusterEnv.stop = func() error {
-		cancel()
-		return errors.Join(<-done, cl.Stop())
-	}
-	fail := func(err error) error { done <- nil; return err }
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, wafv1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return fail(err)
-		}
-	}
-	mgr, err := ctrl.NewManager(cl.Config, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		return fail(err)
-	}
-	opts := waf.DefaultOptions()
-	opts.CacheAddr = "127.0.0.1:0"
-	opts.Logger = discard()
-	opts.Registerer = prometheus.NewRegistry()
-	if clusterEnv.layer, err = waf.Setup(mgr, opts); err != nil {
-		return fail(err)
-	}
-	go func() { done <- mgr.Start(ctx) }()
-	select {
-	case <-clusterEnv.layer.Server.Ready():
-	case <-time.After(time.Minute):
-		return errors.New("cache server did not start")
-	}
-	if clusterEnv.cache, err = cache.NewClient("http://"+clusterEnv.layer.Server.Addr(), nil); err != nil {
-		return err
-	}
-	clusterEnv.client, err = client.New(cl.Config, client.Options{Scheme: scheme})
-	return err
+	shared.Cluster(tb)
 }
 
 const crsSource = "Include @coraza.conf-recommended\nInclude @crs-setup.conf.example\nInclude @owasp_crs/*.conf\n"
