@@ -74,6 +74,9 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 		return usageError(err)
 	}
 	o.cfg.Logger = log
+	if err := checkManagerFlags(&o.cfg); err != nil {
+		return usageError(err)
+	}
 	start := time.Now()
 	fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
 	cluster, err := devcluster.Start(ctx, devcluster.Options{})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -32,8 +33,8 @@ kubeconfig ($KUBECONFIG or --kubeconfig).`,
 				return usageError(err)
 			}
 			cfg.Logger = log
-			if cfg.Namespace == "" {
-				return usageError(errors.New("--namespace must name Portal's own namespace"))
+			if err := checkManagerFlags(&cfg); err != nil {
+				return usageError(err)
 			}
 			restCfg, err := restConfig(kubeconfig)
 			if err != nil {
@@ -57,12 +58,25 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return ctrl.GetConfig()
 }
 
+// checkManagerFlags rejects the values of the shared flags that cannot work.
+func checkManagerFlags(cfg *manager.Config) error {
+	if cfg.Namespace == "" {
+		return errors.New("--namespace must name Portal's own namespace")
+	}
+	if cfg.KubeAPIBurst < 0 {
+		return fmt.Errorf("--kube-api-burst %d is negative; use 0 for twice --kube-api-qps", cfg.KubeAPIBurst)
+	}
+	return nil
+}
+
 // addManagerFlags binds the flags `portal run` and `portal dev` share.
 func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "Portal's own namespace (leader election, certificates; never subject to admission)")
 	f.StringVar(&cfg.RulesFolder, "rules-folder", cfg.RulesFolder, "also load rule files from this directory, reloading on change")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "listen address of /metrics; 0 disables it")
 	f.StringVar(&cfg.HealthAddr, "health-addr", cfg.HealthAddr, "listen address of /healthz and /readyz; 0 disables it")
+	f.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "client-side limit of requests per second to the API server; 0 sets none (API Priority and Fairness governs)")
+	f.IntVar(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "requests allowed above --kube-api-qps in a burst; 0 means twice --kube-api-qps")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", cfg.LeaderElection, "elect one replica to write status, certificates and webhook configuration")
 
 	a := &cfg.Admission

@@ -45,6 +45,13 @@ type Config struct {
 	MetricsAddr string
 	HealthAddr  string
 
+	// KubeAPIQPS and KubeAPIBurst bound Portal's requests to the API server
+	// on the client side. QPS <= 0 (the default) sets no client-side limit,
+	// as controller-runtime does: the API server's Priority and Fairness
+	// governs. Burst 0 means twice QPS.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+
 	// LeaderElection makes the writers (status, certificates, webhook
 	// configuration) run on one replica at a time.
 	LeaderElection   bool
@@ -79,6 +86,27 @@ func Defaults() Config {
 	}
 }
 
+// clientRateLimit returns a copy of restCfg with Portal's client-side rate
+// limit. A kubeconfig read by client-go carries QPS 0, which client-go turns
+// into 5 requests per second: far too few for report writes and rule status
+// under load, so Portal always sets the limit itself. A RateLimiter already
+// in restCfg is kept.
+func clientRateLimit(restCfg *rest.Config, qps float32, burst int) *rest.Config {
+	c := rest.CopyConfig(restCfg)
+	if c.RateLimiter != nil {
+		return c
+	}
+	if qps <= 0 {
+		c.QPS, c.Burst = -1, 0
+		return c
+	}
+	if burst <= 0 {
+		burst = max(1, int(2*qps))
+	}
+	c.QPS, c.Burst = qps, burst
+	return c
+}
+
 // Scheme holds every API type Portal reads or writes.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
@@ -95,6 +123,7 @@ func Scheme() (*runtime.Scheme, error) {
 func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	log := cfg.Logger
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	restCfg = clientRateLimit(restCfg, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 	scheme, err := Scheme()
 	if err != nil {
 		return err

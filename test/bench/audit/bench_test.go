@@ -67,6 +67,9 @@ type result struct {
 	writes                map[string]float64
 	portalWrites          float64 // writes not to pods nor leases
 	reportWritesByPortal  float64 // portal_policyreport_writes_total delta
+	// reportApplyMean is the API server's mean time to serve one report
+	// apply, from apiserver_request_duration_seconds.
+	reportApplyMean time.Duration
 	evaluations           float64
 	loadBefore, loadAfter string
 }
@@ -318,6 +321,9 @@ func run(b *testing.B) (*result, error) {
 	close(sampleStop)
 	<-sampleDone
 	stopObservers()
+	if err := portal.heapProfile(ctx); err != nil {
+		return nil, err
+	}
 	res.rssPeakSampled, res.anonPeakSampled = rssPeak.Load(), anonPeak.Load()
 	if st, err = procStatus(portal.cmd.Process.Pid); err != nil {
 		return nil, err
@@ -364,6 +370,11 @@ func run(b *testing.B) (*result, error) {
 	}
 	res.evaluations = delta(portalBefore, portalAfter, "portal_audit_evaluations_total")
 	res.reportWritesByPortal = delta(portalBefore, portalAfter, "portal_policyreport_writes_total")
+	applyFilter := []string{`resource="policyreports"`, `verb="APPLY"`}
+	if n := delta(apiBefore, apiAfter, "apiserver_request_duration_seconds_count", applyFilter...); n > 0 {
+		sum := delta(apiBefore, apiAfter, "apiserver_request_duration_seconds_sum", applyFilter...)
+		res.reportApplyMean = time.Duration(sum / n * float64(time.Second))
+	}
 
 	// API server writes, from apiserver_request_total: every mutating verb,
 	// by resource. The benchmark writes only pods; the API server itself
@@ -580,6 +591,7 @@ func report(w io.Writer, r *result) {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %v", k, r.writes[k]))
 	}
-	fmt.Fprintf(w, "API server writes (apiserver_request_total, pods excluded): %s; Portal's (leases excluded): %v; portal_policyreport_writes_total: %v\n\n",
+	fmt.Fprintf(w, "API server writes (apiserver_request_total, pods excluded): %s; Portal's (leases excluded): %v; portal_policyreport_writes_total: %v\n",
 		strings.Join(parts, ", "), r.portalWrites, r.reportWritesByPortal)
+	fmt.Fprintf(w, "API server time per PolicyReport apply (mean, apiserver_request_duration_seconds): %s\n\n", r.reportApplyMean.Round(100*time.Microsecond))
 }

@@ -39,6 +39,11 @@
 // verbs by resource, before and after): the benchmark writes only pods and
 // the API server renews its own lease, so the rest is Portal's.
 //
+// It also prints the API server's mean time to serve one PolicyReport apply
+// (apiserver_request_duration_seconds). With PORTAL_BENCH_AUDIT_HEAPPROFILE
+// naming a file, the child writes its heap profile there once the findings
+// settled (read it with go tool pprof).
+//
 // Run it with `make bench-audit`, or
 //
 //	go test -run '^$' -bench BenchmarkAudit -benchtime 1x -timeout 30m ./test/bench/audit/

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"testing"
 
@@ -31,6 +33,10 @@ const (
 	childMetricsEnv    = "PORTAL_BENCH_METRICS_ADDR"
 	childHealthEnv     = "PORTAL_BENCH_HEALTH_ADDR"
 	childAlertmanager  = "PORTAL_BENCH_ALERTMANAGER_URL"
+	// heapProfileEnv names a file: once the findings settled, the
+	// benchmark sends the child SIGUSR1 and the child writes its heap
+	// profile there (go tool pprof reads it). Unset: no profile.
+	heapProfileEnv = "PORTAL_BENCH_AUDIT_HEAPPROFILE"
 )
 
 func TestMain(m *testing.M) {
@@ -68,9 +74,38 @@ func runPortal() error {
 	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if path := os.Getenv(heapProfileEnv); path != "" {
+		go writeHeapProfileOnSignal(ctx, path)
+	}
 	err = manager.Run(ctx, restCfg, cfg)
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
+}
+
+// writeHeapProfileOnSignal writes the heap profile to path on SIGUSR1.
+func writeHeapProfileOnSignal(ctx context.Context, path string) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	defer signal.Stop(sig)
+	select {
+	case <-sig:
+	case <-ctx.Done():
+		return
+	}
+	runtime.GC()
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "heap profile:", err)
+		return
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, "heap profile:", err)
+	}
+	f.Close()
+	if err := os.Rename(tmp, path); err != nil {
+		fmt.Fprintln(os.Stderr, "heap profile:", err)
+	}
 }

@@ -167,3 +167,25 @@ func (p *portalProcess) waitReady(ctx context.Context, cl client.Client, nRules 
 	}
 	return nil
 }
+
+// heapProfile has the child write its heap profile, when
+// PORTAL_BENCH_AUDIT_HEAPPROFILE names the file, and waits for it.
+func (p *portalProcess) heapProfile(ctx context.Context) error {
+	path := os.Getenv(heapProfileEnv)
+	if path == "" {
+		return nil
+	}
+	_ = os.Remove(path)
+	if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		return err
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(path)
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("heap profile %s not written: %w", path, err)
+	}
+	fmt.Printf("bench-audit: heap profile written to %s\n", path)
+	return nil
+}
