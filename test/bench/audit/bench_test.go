@@ -64,12 +64,12 @@ type result struct {
 	rssIdle, rssPeakSampled, rssHWM int64
 	anonPeakSampled                 int64
 	// API server writes during the run, by verb/resource, pods excluded.
-	writes                map[string]float64
-	portalWrites          float64 // writes not to pods nor leases
-	reportWritesByPortal  float64 // portal_policyreport_writes_total delta
+	writes               map[string]float64
+	portalWrites         float64 // writes not to pods nor leases
+	reportWritesByPortal float64 // portal_policyreport_writes_total delta
 	// reportApplyMean is the API server's mean time to serve one report
 	// apply, from apiserver_request_duration_seconds.
-	reportApplyMean time.Duration
+	reportApplyMean       time.Duration
 	evaluations           float64
 	loadBefore, loadAfter string
 }
