@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	goruntime "runtime"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -235,6 +236,8 @@ func waitDone(done <-chan error) error {
 		}
 		return nil
 	case <-time.After(30 * time.Second):
-		return errors.New("manager did not stop within 30s")
+		buf := make([]byte, 1<<22)
+		n := goruntime.Stack(buf, true)
+		return fmt.Errorf("manager did not stop within 30s; goroutines:\n%s", buf[:n])
 	}
 }

@@ -1,6 +1,8 @@
 package policyreport
 
 import (
+	"time"
+
 	"github.com/vilaca/portal/internal/core"
 )
 
@@ -26,13 +28,47 @@ type shard struct {
 	objects map[core.ObjectKey]struct{}
 	results int
 	bytes   int
-	// dirty shards are written (or deleted, when empty) by the next flush.
-	dirty bool
+	// dirty shards are written (or deleted, when empty) by a writer, the
+	// one dirty longest first (dirtySince).
+	dirty      bool
+	dirtySince time.Time
+	// inflight is set while a writer writes the shard: one write per
+	// report at a time, each with the content current when it started.
+	inflight bool
 	// exists says the report is on the API server.
 	exists bool
 	// written is the digest of the content last applied, to skip
 	// identical writes.
 	written string
+	// pending holds, per object changed since the last write, when the
+	// change was first observed: delivered to the latency metric once a
+	// write carries it. Bounded by the objects of the scope.
+	pending map[core.ObjectKey]time.Time
+	// failures counts consecutive failed writes; retryAt holds the shard
+	// back until its backoff passes.
+	failures int
+	retryAt  time.Time
+}
+
+// markDirty queues the shard for a write.
+func (sh *shard) markDirty() {
+	if !sh.dirty {
+		sh.dirty, sh.dirtySince = true, time.Now()
+	}
+}
+
+// touch marks the shard dirty and remembers when key's change was observed.
+func (sh *shard) touch(key core.ObjectKey, observed time.Time) {
+	sh.markDirty()
+	if observed.IsZero() {
+		return
+	}
+	if sh.pending == nil {
+		sh.pending = map[core.ObjectKey]time.Time{}
+	}
+	if t, ok := sh.pending[key]; !ok || observed.Before(t) {
+		sh.pending[key] = observed
+	}
 }
 
 func newScope(ns string) *scope {
@@ -50,8 +86,9 @@ func (sc *scope) shardAt(i int) *shard {
 }
 
 // set replaces an object's results; nil results remove it. prefer is the
-// shard to keep it in when it fits (-1: none).
-func (sc *scope) set(key core.ObjectKey, results []result, bytes int, prefer int, lim limits) {
+// shard to keep it in when it fits (-1: none). observed is when the change
+// was seen (zero: unknown).
+func (sc *scope) set(key core.ObjectKey, results []result, bytes int, prefer int, lim limits, observed time.Time) {
 	if old := sc.objects[key]; old != nil {
 		if prefer < 0 {
 			prefer = old.shard
@@ -60,8 +97,13 @@ func (sc *scope) set(key core.ObjectKey, results []result, bytes int, prefer int
 		delete(sh.objects, key)
 		sh.results -= len(old.results)
 		sh.bytes -= old.bytes
-		sh.dirty = true
 		delete(sc.objects, key)
+		if len(results) == 0 {
+			sh.touch(key, observed)
+			return
+		}
+		// Only the shard the object ends up in carries its observation.
+		sh.markDirty()
 	}
 	if len(results) == 0 {
 		return
@@ -71,7 +113,7 @@ func (sc *scope) set(key core.ObjectKey, results []result, bytes int, prefer int
 	sh.objects[key] = struct{}{}
 	sh.results += len(results)
 	sh.bytes += bytes
-	sh.dirty = true
+	sh.touch(key, observed)
 	sc.objects[key] = o
 }
 
@@ -101,17 +143,6 @@ func (sc *scope) place(n, bytes, prefer int, lim limits) int {
 		}
 	}
 	return len(sc.shards)
-}
-
-// dirtyShards lists the indexes of the shards to write or delete.
-func (sc *scope) dirtyShards() []int {
-	var out []int
-	for i, sh := range sc.shards {
-		if sh != nil && sh.dirty {
-			out = append(out, i)
-		}
-	}
-	return out
 }
 
 // drop forgets an empty shard once its report is gone, and trailing empty

@@ -27,7 +27,7 @@ func objectFindings(name string, n int, msg string) core.ObjectFindings {
 
 func set(sc *scope, of core.ObjectFindings, lim limits) {
 	r, b := renderObject(of)
-	sc.set(of.Object.Key(), r, b, -1, lim)
+	sc.set(of.Object.Key(), r, b, -1, lim, time.Time{})
 }
 
 // Objects fill the lowest shard with room, stay in their shard while they
@@ -62,8 +62,12 @@ func TestShardPlacement(t *testing.T) {
 		if sc.shards[i] == nil || len(sc.shards[i].objects) == 0 {
 			continue
 		}
-		u, size, _, err := buildReport(formats[FormatWGPolicy], sc, i, limits{results: 10, bytes: 1 << 20})
+		data, _, err := buildReport(formats[FormatWGPolicy], sc, i, limits{results: 10, bytes: 1 << 20})
 		if err != nil {
+			t.Fatal(err)
+		}
+		u, size := &unstructured.Unstructured{}, len(data)
+		if err := u.UnmarshalJSON(data); err != nil {
 			t.Fatal(err)
 		}
 		results, _, _ := unstructured.NestedSlice(u.Object, "results")
@@ -88,12 +92,12 @@ func TestReportBytesBounded(t *testing.T) {
 	}
 	set(sc, objectFindings("huge", 400, long), lim)
 	for i := range sc.shards {
-		_, size, _, err := buildReport(formats[FormatWGPolicy], sc, i, limits{results: 1000, bytes: 64 << 10})
+		data, _, err := buildReport(formats[FormatWGPolicy], sc, i, limits{results: 1000, bytes: 64 << 10})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if size > 64<<10 {
-			t.Errorf("shard %d is %d bytes", i, size)
+		if len(data) > 64<<10 {
+			t.Errorf("shard %d is %d bytes", i, len(data))
 		}
 	}
 	r, _ := renderObject(objectFindings("p", 1, long))

@@ -20,10 +20,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,6 +83,10 @@ const (
 	DefaultMaxBytes = 768 << 10
 	// MaxMessageBytes bounds one result's message.
 	MaxMessageBytes = 1024
+	// DefaultRetryMin and DefaultRetryMax bound the backoff of a report
+	// whose write failed.
+	DefaultRetryMin = 500 * time.Millisecond
+	DefaultRetryMax = 30 * time.Second
 	// writers bounds concurrent report writes.
 	writers = 4
 )
@@ -102,6 +105,10 @@ type Options struct {
 	MaxResults int
 	// MaxBytes per report (encoded). Default DefaultMaxBytes.
 	MaxBytes int
+	// RetryMin and RetryMax bound the backoff before a report whose write
+	// failed is written again (doubling from RetryMin). Defaults
+	// DefaultRetryMin, DefaultRetryMax.
+	RetryMin, RetryMax time.Duration
 	// Logger, default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics (nil: not registered).
@@ -109,13 +116,25 @@ type Options struct {
 }
 
 // Sink writes PolicyReports and ClusterPolicyReports. It runs on the leader.
+//
+// Publish only updates the in-memory model and marks the reports whose
+// results changed; Run's writers apply them in the background, the report
+// dirty longest first, each report written by one writer at a time with the
+// content current when its write starts. A slow write therefore holds up
+// only its own report, and changes that arrive while a report is being
+// written are coalesced into its next write.
 type Sink struct {
 	o       Options
 	format  format
 	lim     limits
 	log     *slog.Logger
 	metrics *Metrics
-	scopes  map[string]*scope
+
+	mu     sync.Mutex
+	scopes map[string]*scope
+	// changed is closed (and replaced) when a report becomes dirty, to wake
+	// idle writers.
+	changed chan struct{}
 }
 
 // New returns the sink.
@@ -139,6 +158,12 @@ func New(o Options) (*Sink, error) {
 	if o.MaxBytes < 4*reportOverhead {
 		return nil, fmt.Errorf("policyreport: MaxBytes %d is too small", o.MaxBytes)
 	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = DefaultRetryMin
+	}
+	if o.RetryMax < o.RetryMin {
+		o.RetryMax = max(DefaultRetryMax, o.RetryMin)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -149,6 +174,7 @@ func New(o Options) (*Sink, error) {
 		log:     o.Logger,
 		metrics: NewMetrics(o.Registerer, o.Format),
 		scopes:  map[string]*scope{},
+		changed: make(chan struct{}),
 	}, nil
 }
 
@@ -158,22 +184,23 @@ func (s *Sink) Name() string { return s.format.name }
 // Metrics returns the sink's metrics.
 func (s *Sink) Metrics() *Metrics { return s.metrics }
 
-// Publish implements core.OutputSink: it updates the model and writes every
-// report whose results changed.
+// Publish implements core.OutputSink: it updates the model and marks the
+// reports whose results changed for Run's writers. Only a full batch can
+// fail: it lists the reports on the API server first, to adopt them.
 func (s *Sink) Publish(ctx context.Context, b core.FindingBatch) error {
 	if b.Full {
-		if err := s.adopt(ctx, b); err != nil {
-			return err
-		}
-	} else {
-		for _, of := range b.Objects {
-			s.set(of, -1)
-		}
+		return s.adopt(ctx, b)
 	}
-	return s.flush(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, of := range b.Objects {
+		s.setLocked(of, -1)
+	}
+	s.wakeLocked()
+	return nil
 }
 
-func (s *Sink) set(of core.ObjectFindings, prefer int) {
+func (s *Sink) setLocked(of core.ObjectFindings, prefer int) {
 	ns := of.Object.Namespace
 	sc := s.scopes[ns]
 	if sc == nil {
@@ -184,7 +211,13 @@ func (s *Sink) set(of core.ObjectFindings, prefer int) {
 		s.scopes[ns] = sc
 	}
 	results, bytes := renderObject(of)
-	sc.set(of.Object.Key(), results, bytes, prefer, s.lim)
+	sc.set(of.Object.Key(), results, bytes, prefer, s.lim, of.Observed)
+}
+
+// wakeLocked wakes every idle writer.
+func (s *Sink) wakeLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // adopt rebuilds the model from a full batch and the reports on the API
@@ -192,20 +225,21 @@ func (s *Sink) set(of core.ObjectFindings, prefer int) {
 // list nothing current are deleted, and every report is rewritten once.
 func (s *Sink) adopt(ctx context.Context, b core.FindingBatch) error {
 	prior := map[core.ObjectKey]int{}
-	s.scopes = map[string]*scope{}
+	scopes := map[string]*scope{}
 	for _, kind := range []string{s.format.namespaced + "List", s.format.clusterKind + "List"} {
 		err := s.list(ctx, kind, func(u *unstructured.Unstructured) {
 			i, ok := shardOf(u)
 			if !ok {
 				return
 			}
-			sc := s.scopes[u.GetNamespace()]
+			sc := scopes[u.GetNamespace()]
 			if sc == nil {
 				sc = newScope(u.GetNamespace())
-				s.scopes[u.GetNamespace()] = sc
+				scopes[u.GetNamespace()] = sc
 			}
 			sh := sc.shardAt(i)
-			sh.exists, sh.dirty = true, true
+			sh.exists = true
+			sh.markDirty()
 			for _, key := range listedObjects(u) {
 				if _, dup := prior[key]; !dup {
 					prior[key] = i
@@ -216,13 +250,17 @@ func (s *Sink) adopt(ctx context.Context, b core.FindingBatch) error {
 			return err
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.scopes = scopes
 	for _, of := range b.Objects {
 		p, ok := prior[of.Object.Key()]
 		if !ok {
 			p = -1
 		}
-		s.set(of, p)
+		s.setLocked(of, p)
 	}
+	s.wakeLocked()
 	return nil
 }
 
@@ -262,134 +300,3 @@ func listedObjects(u *unstructured.Unstructured) []core.ObjectKey {
 	return out
 }
 
-type write struct {
-	sc     *scope
-	shard  int
-	obj    *unstructured.Unstructured
-	size   int
-	digest string
-	err    error
-}
-
-// flush writes (or deletes) every dirty shard, a few at a time. A shard
-// whose write fails stays dirty for the retry.
-func (s *Sink) flush(ctx context.Context) error {
-	var ws []*write
-	for _, sc := range s.scopes {
-		for _, i := range sc.dirtyShards() {
-			w := &write{sc: sc, shard: i}
-			sh := sc.shards[i]
-			if len(sh.objects) > 0 {
-				w.obj, w.size, w.digest, w.err = buildReport(s.format, sc, i, limits{results: s.o.MaxResults, bytes: s.o.MaxBytes})
-				if w.err == nil && w.digest == sh.written && sh.exists {
-					sh.dirty = false
-					continue
-				}
-			}
-			ws = append(ws, w)
-		}
-	}
-	sem := make(chan struct{}, writers)
-	var wg sync.WaitGroup
-	for _, w := range ws {
-		if w.err != nil {
-			continue
-		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			w.err = s.write(ctx, w)
-		})
-	}
-	wg.Wait()
-	var errs []error
-	for _, w := range ws {
-		errs = append(errs, s.settle(w))
-	}
-	for ns, sc := range s.scopes {
-		if sc.empty() {
-			delete(s.scopes, ns)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (s *Sink) write(ctx context.Context, w *write) error {
-	if w.obj == nil {
-		sh := w.sc.shards[w.shard]
-		if !sh.exists {
-			return nil
-		}
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(s.format.gv.WithKind(s.format.kind(w.sc.namespace)))
-		u.SetNamespace(w.sc.namespace)
-		u.SetName(reportName(w.shard))
-		s.metrics.Writes.WithLabelValues("delete").Inc()
-		return client.IgnoreNotFound(s.o.Client.Delete(ctx, u))
-	}
-	s.metrics.Writes.WithLabelValues("apply").Inc()
-	s.metrics.Size.Observe(float64(w.size))
-	return s.o.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(w.obj), client.FieldOwner(FieldOwner), client.ForceOwnership)
-}
-
-// settle records the outcome of one write in the model.
-func (s *Sink) settle(w *write) error {
-	sh := w.sc.shards[w.shard]
-	switch {
-	case w.err == nil && w.obj == nil:
-		w.sc.drop(w.shard)
-		return nil
-	case w.err == nil:
-		sh.dirty, sh.exists, sh.written = false, true, w.digest
-		return nil
-	case gone(w.err):
-		// The namespace is gone or terminating: nothing to report there;
-		// its objects' deletions will follow.
-		s.log.Debug("policy report not written: namespace gone", "namespace", w.sc.namespace, "report", reportName(w.shard), "error", w.err)
-		sh.dirty = false
-		return nil
-	}
-	s.metrics.Errors.Inc()
-	return fmt.Errorf("write report %s/%s: %w", w.sc.namespace, reportName(w.shard), w.err)
-}
-
-func gone(err error) bool {
-	return apierrors.IsNotFound(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
-}
-
-// Metrics are the sink's Prometheus metrics.
-type Metrics struct {
-	Writes *prometheus.CounterVec
-	Errors prometheus.Counter
-	Size   prometheus.Histogram
-}
-
-// NewMetrics creates the metrics of one report format and registers them
-// with reg (nil: not registered).
-func NewMetrics(reg prometheus.Registerer, format string) *Metrics {
-	fl := prometheus.Labels{"format": format}
-	m := &Metrics{
-		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name:        "portal_policyreport_writes_total",
-			Help:        "Report writes, by format (wgpolicyk8s, openreports) and operation (apply, delete).",
-			ConstLabels: fl,
-		}, []string{"op"}),
-		Errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name:        "portal_policyreport_write_errors_total",
-			Help:        "Report writes that failed (retried), by format.",
-			ConstLabels: fl,
-		}),
-		Size: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:        "portal_policyreport_size_bytes",
-			Help:        "Encoded size of the reports applied, by format.",
-			Buckets:     prometheus.ExponentialBuckets(1024, 2, 11),
-			ConstLabels: fl,
-		}),
-	}
-	m.Writes.WithLabelValues("apply")
-	m.Writes.WithLabelValues("delete")
-	if reg != nil {
-		reg.MustRegister(m.Writes, m.Errors, m.Size)
-	}
-	return m
-}

@@ -19,10 +19,12 @@ import (
 	"github.com/vilaca/portal/internal/core"
 )
 
-// result is one report result with the key it is sorted by.
+// result is one report result with the key it is sorted by and its
+// encoded size.
 type result struct {
 	reportsv1alpha2.PolicyReportResult
 	sortKey string
+	size    int
 }
 
 // renderObject turns an object's findings into report results and their
@@ -36,7 +38,8 @@ func renderObject(of core.ObjectFindings) ([]result, int) {
 		if err != nil {
 			continue
 		}
-		bytes += len(b) + 1
+		r.size = len(b) + 1
+		bytes += r.size
 		out = append(out, r)
 	}
 	return out, bytes
@@ -115,8 +118,8 @@ func shardOf(u *unstructured.Unstructured) (int, bool) {
 
 // buildReport renders shard i of sc as a report of format f (the cluster
 // kind for the cluster scope), cutting results that would exceed the limits.
-// It returns the object to apply, its encoded size and its digest.
-func buildReport(f format, sc *scope, i int, lim limits) (*unstructured.Unstructured, int, string, error) {
+// It returns the encoded report, to apply as it is, and its digest.
+func buildReport(f format, sc *scope, i int, lim limits) ([]byte, string, error) {
 	sh := sc.shards[i]
 	results := make([]result, 0, sh.results)
 	for key := range sh.objects {
@@ -129,11 +132,10 @@ func buildReport(f format, sc *scope, i int, lim limits) (*unstructured.Unstruct
 		size    = reportOverhead
 	)
 	for _, r := range results {
-		b, _ := json.Marshal(&r.PolicyReportResult)
-		if len(out) >= lim.results || size+len(b)+1 > lim.bytes {
+		if len(out) >= lim.results || size+r.size > lim.bytes {
 			break
 		}
-		size += len(b) + 1
+		size += r.size
 		out = append(out, r.PolicyReportResult)
 		switch r.Result {
 		case reportsv1alpha2.ResultFail:
@@ -143,32 +145,29 @@ func buildReport(f format, sc *scope, i int, lim limits) (*unstructured.Unstruct
 		}
 	}
 	kind := f.kind(sc.namespace)
+	meta := map[string]any{
+		"name":   reportName(i),
+		"labels": map[string]string{LabelManagedBy: ManagedBy, LabelShard: strconv.Itoa(i)},
+	}
+	if sc.namespace != "" {
+		meta["namespace"] = sc.namespace
+	}
 	doc := map[string]any{
 		"apiVersion": f.gv.String(),
 		"kind":       kind,
-		"metadata": map[string]any{
-			"name":   reportName(i),
-			"labels": map[string]string{LabelManagedBy: ManagedBy, LabelShard: strconv.Itoa(i)},
-		},
-		"summary": summary,
-		"results": out,
-	}
-	if sc.namespace != "" {
-		doc["metadata"].(map[string]any)["namespace"] = sc.namespace
+		"metadata":   meta,
+		"summary":    summary,
+		"results":    out,
 	}
 	if f.source {
 		doc["source"] = Source
 	}
 	data, err := json.Marshal(doc)
 	if err != nil {
-		return nil, 0, "", fmt.Errorf("encode %s %s: %w", kind, reportName(i), err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(data); err != nil {
-		return nil, 0, "", fmt.Errorf("encode %s %s: %w", kind, reportName(i), err)
+		return nil, "", fmt.Errorf("encode %s %s: %w", kind, reportName(i), err)
 	}
 	sum := sha256.Sum256(data)
-	return u, len(data), hex.EncodeToString(sum[:]), nil
+	return data, hex.EncodeToString(sum[:]), nil
 }
 
 // reportOverhead is an allowance for the report's metadata and summary when

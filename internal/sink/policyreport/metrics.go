@@ -1,0 +1,40 @@
+package policyreport
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the sink's Prometheus metrics.
+type Metrics struct {
+	Writes *prometheus.CounterVec
+	Errors prometheus.Counter
+	Size   prometheus.Histogram
+}
+
+// NewMetrics creates the metrics of one report format and registers them
+// with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer, format string) *Metrics {
+	fl := prometheus.Labels{"format": format}
+	m := &Metrics{
+		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "portal_policyreport_writes_total",
+			Help:        "Report writes, by format (wgpolicyk8s, openreports) and operation (apply, delete).",
+			ConstLabels: fl,
+		}, []string{"op"}),
+		Errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        "portal_policyreport_write_errors_total",
+			Help:        "Report writes that failed (retried), by format.",
+			ConstLabels: fl,
+		}),
+		Size: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "portal_policyreport_size_bytes",
+			Help:        "Encoded size of the reports applied, by format.",
+			Buckets:     prometheus.ExponentialBuckets(1024, 2, 11),
+			ConstLabels: fl,
+		}),
+	}
+	m.Writes.WithLabelValues("apply")
+	m.Writes.WithLabelValues("delete")
+	if reg != nil {
+		reg.MustRegister(m.Writes, m.Errors, m.Size)
+	}
+	return m
+}
