@@ -299,4 +299,3 @@ func listedObjects(u *unstructured.Unstructured) []core.ObjectKey {
 	}
 	return out
 }
-
