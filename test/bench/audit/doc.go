@@ -42,7 +42,8 @@
 // It also prints the API server's mean time to serve one PolicyReport apply
 // (apiserver_request_duration_seconds). With PORTAL_BENCH_AUDIT_HEAPPROFILE
 // naming a file, the child writes its heap profile there once the findings
-// settled (read it with go tool pprof).
+// settled (read it with go tool pprof); PORTAL_BENCH_AUDIT_CPUPROFILE
+// likewise names a file for the child's CPU profile of the whole run.
 //
 // Run it with `make bench-audit`, or
 //

@@ -37,6 +37,9 @@ const (
 	// benchmark sends the child SIGUSR1 and the child writes its heap
 	// profile there (go tool pprof reads it). Unset: no profile.
 	heapProfileEnv = "PORTAL_BENCH_AUDIT_HEAPPROFILE"
+	// cpuProfileEnv names a file for the child's CPU profile, from start
+	// to stop. Unset: no profile.
+	cpuProfileEnv = "PORTAL_BENCH_AUDIT_CPUPROFILE"
 )
 
 func TestMain(m *testing.M) {
@@ -76,6 +79,17 @@ func runPortal() error {
 	defer stop()
 	if path := os.Getenv(heapProfileEnv); path != "" {
 		go writeHeapProfileOnSignal(ctx, path)
+	}
+	if path := os.Getenv(cpuProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	err = manager.Run(ctx, restCfg, cfg)
 	if ctx.Err() != nil {
