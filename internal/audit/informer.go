@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
-	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/vilaca/portal/internal/core"
 )
@@ -64,13 +63,16 @@ func (s *Source) startWatch(ctx context.Context, gvr schema.GroupVersionResource
 			return res.Watch(ctx, o)
 		},
 	}, s.dynamic)
+	// The example object is the type the dynamic client decodes events
+	// into, which the reflector checks; the cache holds what the transform
+	// makes of them.
 	w.informer = cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
 		ResyncPeriod:      s.resync,
 		ObjectDescription: gvr.String(),
 	})
-	// Rules never read managedFields in audit; dropping them halves the
-	// memory a cached object takes.
-	if err := w.informer.SetTransform(crcache.TransformStripManagedFields()); err != nil {
+	// The cache holds each object as compact JSON rather than nested maps,
+	// a fraction of the memory; evaluate decodes it again.
+	if err := w.informer.SetTransform(compactTransform(s.log, w.resourceLabel())); err != nil {
 		return nil, fmt.Errorf("watch %s: %w", gvr, err)
 	}
 	if err := w.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {

@@ -2,14 +2,13 @@ package audit
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -368,9 +367,13 @@ func (s *Source) evaluate(k queueKey, observed time.Time) error {
 		s.store.Delete(k.w.objectKey(k.namespace, k.name), observed)
 		return nil
 	}
-	obj, ok := item.(*unstructured.Unstructured)
+	cached, ok := item.(*cachedObject)
 	if !ok {
-		return errors.New("cached object is not unstructured")
+		return fmt.Errorf("cached object is a %T, not a compact one", item)
+	}
+	obj, err := cached.decode()
+	if err != nil {
+		return err
 	}
 	results, err := s.eng.Evaluate(obj, engine.Options{Mode: core.ModeAudit})
 	s.metrics.Evaluations.Inc()
