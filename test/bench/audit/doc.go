@@ -43,7 +43,8 @@
 // (apiserver_request_duration_seconds). With PORTAL_BENCH_AUDIT_HEAPPROFILE
 // naming a file, the child writes its heap profile there once the findings
 // settled (read it with go tool pprof); PORTAL_BENCH_AUDIT_CPUPROFILE
-// likewise names a file for the child's CPU profile of the whole run.
+// likewise names a file for the child's CPU profile of the whole run, and
+// PORTAL_BENCH_AUDIT_REPORT_MAX_RESULTS sets Portal's --report-max-results.
 //
 // Run it with `make bench-audit`, or
 //

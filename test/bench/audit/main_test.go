@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -40,6 +41,9 @@ const (
 	// cpuProfileEnv names a file for the child's CPU profile, from start
 	// to stop. Unset: no profile.
 	cpuProfileEnv = "PORTAL_BENCH_AUDIT_CPUPROFILE"
+	// reportMaxResultsEnv sets Portal's --report-max-results (unset: the
+	// default).
+	reportMaxResultsEnv = "PORTAL_BENCH_AUDIT_REPORT_MAX_RESULTS"
 )
 
 func TestMain(m *testing.M) {
@@ -71,6 +75,14 @@ func runPortal() error {
 	cfg.Admission.Enabled = false
 	cfg.Audit.Enabled = true
 	cfg.Audit.Sinks.AlertmanagerURL = os.Getenv(childAlertmanager)
+	// --report-max-results, to compare shard sizes.
+	if v := os.Getenv(reportMaxResultsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", reportMaxResultsEnv, err)
+		}
+		cfg.Audit.Sinks.ReportMaxResults = n
+	}
 	// One replica: no leader election, as in `portal dev`.
 	cfg.LeaderElection = false
 	// `portal run --log-level info`, the default, JSON on stderr.
