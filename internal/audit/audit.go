@@ -128,6 +128,12 @@ func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
 		return nil, err
 	}
 	names := map[string]bool{}
+	leading := &leadGauge{gauge: m.Leader}
+	for _, sk := range o.Sinks {
+		if (&sinkRunner{sink: sk}).NeedLeaderElection() {
+			leading.want++
+		}
+	}
 	for _, sk := range o.Sinks {
 		if names[sk.Name()] {
 			return nil, fmt.Errorf("audit: two sinks named %q", sk.Name())
@@ -136,6 +142,7 @@ func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
 		err := mgr.Add(&sinkRunner{
 			sink: sk, store: store, synced: src.Synced(), metrics: m, log: o.Logger,
 			maxBatch: DefaultMaxBatch, minBackoff: o.RetryInterval / 10, maxBackoff: 3 * o.RetryInterval,
+			leading: leading,
 		})
 		if err != nil {
 			return nil, err

@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"sink"}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "portal_audit_leader",
-			Help: "1 while this replica publishes audit findings to the leader-only sinks (reports, alerts, logs), else 0.",
+			Help: "1 while this replica leads and each leader-only sink (reports, alerts, logs) has published the full state, else 0.",
 		}),
 	}
 	for _, e := range []string{"add", "update", "delete", "relist"} {

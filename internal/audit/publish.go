@@ -4,7 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vilaca/portal/internal/core"
 )
@@ -22,6 +25,29 @@ type sinkRunner struct {
 	maxBatch   int
 	minBackoff time.Duration
 	maxBackoff time.Duration
+	leading    *leadGauge
+}
+
+// leadGauge is portal_audit_leader: 1 once every leader-only sink of this
+// replica has published the full state (a report sink first adopts the
+// reports on the API server, which can take a second or two), 0 as soon as
+// one stops. Readiness checks and dashboards read it as "this replica's
+// findings are being published".
+type leadGauge struct {
+	gauge prometheus.Gauge
+	want  int32
+	ready atomic.Int32
+}
+
+func (g *leadGauge) up() {
+	if g.ready.Add(1) == g.want {
+		g.gauge.Set(1)
+	}
+}
+
+func (g *leadGauge) down() {
+	g.ready.Add(-1)
+	g.gauge.Set(0)
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: sinks are
@@ -42,10 +68,12 @@ func (r *sinkRunner) Start(ctx context.Context) error {
 	}
 	name := r.sink.Name()
 	leader := r.NeedLeaderElection()
-	if leader {
-		r.metrics.Leader.Set(1)
-		defer r.metrics.Leader.Set(0)
-	}
+	published := false
+	defer func() {
+		if leader && published {
+			r.leading.down()
+		}
+	}()
 	r.log.Info("audit sink started", "sink", name, "leaderOnly", leader)
 	sub := r.store.Subscribe()
 	defer sub.Close()
@@ -85,6 +113,10 @@ func (r *sinkRunner) Start(ctx context.Context) error {
 			continue
 		}
 		backoff = r.minBackoff
+		if leader && !published {
+			published = true
+			r.leading.up()
+		}
 		r.metrics.SinkObjects.WithLabelValues(name).Add(float64(len(b.Objects)))
 		if !isAsync {
 			for _, of := range b.Objects {

@@ -7,6 +7,8 @@ type Metrics struct {
 	Writes *prometheus.CounterVec
 	Errors prometheus.Counter
 	Size   prometheus.Histogram
+	// WriteSeconds is the time one write took, answered by the API server.
+	WriteSeconds *prometheus.HistogramVec
 }
 
 // NewMetrics creates the metrics of one report format and registers them
@@ -30,11 +32,17 @@ func NewMetrics(reg prometheus.Registerer, format string) *Metrics {
 			Buckets:     prometheus.ExponentialBuckets(1024, 2, 11),
 			ConstLabels: fl,
 		}),
+		WriteSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "portal_policyreport_write_duration_seconds",
+			Help:        "Time one report write took, from request to the API server's answer, by format and operation (apply, delete).",
+			Buckets:     []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+			ConstLabels: fl,
+		}, []string{"op"}),
 	}
 	m.Writes.WithLabelValues("apply")
 	m.Writes.WithLabelValues("delete")
 	if reg != nil {
-		reg.MustRegister(m.Writes, m.Errors, m.Size)
+		reg.MustRegister(m.Writes, m.Errors, m.Size, m.WriteSeconds)
 	}
 	return m
 }

@@ -76,8 +76,12 @@ const (
 	ManagedBy      = "portal"
 	LabelShard     = "portal.io/shard"
 
-	// DefaultMaxResults bounds the results of one report.
-	DefaultMaxResults = 1000
+	// DefaultMaxResults bounds the results of one report. Small reports
+	// apply fast: every change rewrites its whole report, and an apply
+	// costs the API server in proportion to the report's size (at 10,000
+	// pods in the audit benchmark, 100-result reports applied in a third of
+	// the time of 1,000-result ones).
+	DefaultMaxResults = 100
 	// DefaultMaxBytes bounds the encoded size of one report, well below the
 	// API server's 1.5 MiB object limit.
 	DefaultMaxBytes = 768 << 10
@@ -224,31 +228,46 @@ func (s *Sink) wakeLocked() {
 // server: objects stay in the shard that already lists them, reports that
 // list nothing current are deleted, and every report is rewritten once.
 func (s *Sink) adopt(ctx context.Context, b core.FindingBatch) error {
-	prior := map[core.ObjectKey]int{}
-	scopes := map[string]*scope{}
-	for _, kind := range []string{s.format.namespaced + "List", s.format.clusterKind + "List"} {
-		err := s.list(ctx, kind, func(u *unstructured.Unstructured) {
-			i, ok := shardOf(u)
-			if !ok {
-				return
-			}
-			sc := scopes[u.GetNamespace()]
-			if sc == nil {
-				sc = newScope(u.GetNamespace())
-				scopes[u.GetNamespace()] = sc
-			}
-			sh := sc.shardAt(i)
-			sh.exists = true
-			sh.markDirty()
-			for _, key := range listedObjects(u) {
-				if _, dup := prior[key]; !dup {
-					prior[key] = i
-				}
-			}
-		})
-		if err != nil {
-			return err
+	start := time.Now()
+	var (
+		mu      sync.Mutex
+		prior   = map[core.ObjectKey]int{}
+		scopes  = map[string]*scope{}
+		reports = 0
+	)
+	record := func(u *unstructured.Unstructured) {
+		i, ok := shardOf(u)
+		if !ok {
+			return
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		sc := scopes[u.GetNamespace()]
+		if sc == nil {
+			sc = newScope(u.GetNamespace())
+			scopes[u.GetNamespace()] = sc
+		}
+		sh := sc.shardAt(i)
+		sh.exists = true
+		reports++
+		sh.markDirty()
+		for _, key := range listedObjects(u) {
+			if _, dup := prior[key]; !dup {
+				prior[key] = i
+			}
+		}
+	}
+	// The two kinds are listed at once: the API server can take a second
+	// to answer the first list of a resource after it started.
+	kinds := []string{s.format.namespaced + "List", s.format.clusterKind + "List"}
+	errs := make([]error, len(kinds))
+	var wg sync.WaitGroup
+	for i, kind := range kinds {
+		wg.Go(func() { errs[i] = s.list(ctx, kind, record) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -261,6 +280,7 @@ func (s *Sink) adopt(ctx context.Context, b core.FindingBatch) error {
 		s.setLocked(of, p)
 	}
 	s.wakeLocked()
+	s.log.Info("policy reports adopted", "reports", reports, "objects", len(b.Objects), "took", time.Since(start))
 	return nil
 }
 

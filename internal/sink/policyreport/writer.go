@@ -158,14 +158,19 @@ func (s *Sink) apply(ctx context.Context, w *write) error {
 	u.SetGroupVersionKind(s.format.gv.WithKind(s.format.kind(w.sc.namespace)))
 	u.SetNamespace(w.sc.namespace)
 	u.SetName(reportName(w.shard))
+	start := time.Now()
 	if w.data == nil {
 		s.metrics.Writes.WithLabelValues("delete").Inc()
-		return client.IgnoreNotFound(s.o.Client.Delete(ctx, u))
+		err := client.IgnoreNotFound(s.o.Client.Delete(ctx, u))
+		s.metrics.WriteSeconds.WithLabelValues("delete").Observe(time.Since(start).Seconds())
+		return err
 	}
 	s.metrics.Writes.WithLabelValues("apply").Inc()
 	s.metrics.Size.Observe(float64(len(w.data)))
 	// The report is sent as rendered: no second encoding.
-	return s.o.Client.Patch(ctx, u, client.RawPatch(types.ApplyPatchType, w.data), client.FieldOwner(FieldOwner), client.ForceOwnership)
+	err := s.o.Client.Patch(ctx, u, client.RawPatch(types.ApplyPatchType, w.data), client.FieldOwner(FieldOwner), client.ForceOwnership)
+	s.metrics.WriteSeconds.WithLabelValues("apply").Observe(time.Since(start).Seconds())
+	return err
 }
 
 // settle records the outcome of one write in the model and returns the

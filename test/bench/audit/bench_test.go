@@ -69,7 +69,10 @@ type result struct {
 	reportWritesByPortal float64 // portal_policyreport_writes_total delta
 	// reportApplyMean is the API server's mean time to serve one report
 	// apply, from apiserver_request_duration_seconds.
-	reportApplyMean       time.Duration
+	reportApplyMean time.Duration
+	// applyP50, applyP99: Portal's portal_policyreport_write_duration_seconds
+	// for applies, interpolated within buckets.
+	applyP50, applyP99    float64
 	evaluations           float64
 	loadBefore, loadAfter string
 }
@@ -359,6 +362,9 @@ func run(b *testing.B) (*result, error) {
 		toAlert = append(toAlert, t.Sub(sent[i]))
 	}
 	res.toReport, res.toAlert = summarise(toReport), summarise(toAlert)
+	printSlowest(envInt("PORTAL_BENCH_AUDIT_SLOWEST", 0), want, toReport, toAlert, func(i int) string {
+		return fmt.Sprintf("%s sent +%v", key(i), sent[i].Sub(start).Round(time.Millisecond))
+	})
 
 	res.histP50, res.histP99, res.histP50Bound, res.histP99Bound, res.histCount = map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
 	const hist = "portal_audit_event_to_report_seconds"
@@ -375,6 +381,9 @@ func run(b *testing.B) (*result, error) {
 		sum := delta(apiBefore, apiAfter, "apiserver_request_duration_seconds_sum", applyFilter...)
 		res.reportApplyMean = time.Duration(sum / n * float64(time.Second))
 	}
+	applies := histogramDeltaWith(portalBefore, portalAfter, "portal_policyreport_write_duration_seconds", `op="apply"`)
+	res.applyP50, _ = histogramQuantile(0.50, applies)
+	res.applyP99, _ = histogramQuantile(0.99, applies)
 
 	// API server writes, from apiserver_request_total: every mutating verb,
 	// by resource. The benchmark writes only pods; the API server itself
@@ -593,5 +602,19 @@ func report(w io.Writer, r *result) {
 	}
 	fmt.Fprintf(w, "API server writes (apiserver_request_total, pods excluded): %s; Portal's (leases excluded): %v; portal_policyreport_writes_total: %v\n",
 		strings.Join(parts, ", "), r.portalWrites, r.reportWritesByPortal)
-	fmt.Fprintf(w, "API server time per PolicyReport apply (mean, apiserver_request_duration_seconds): %s\n\n", r.reportApplyMean.Round(100*time.Microsecond))
+	fmt.Fprintf(w, "PolicyReport apply: API server mean %s (apiserver_request_duration_seconds); as Portal saw it p50 ≈ %.0f ms, p99 ≈ %.0f ms (portal_policyreport_write_duration_seconds)\n\n",
+		r.reportApplyMean.Round(100*time.Microsecond), r.applyP50*1e3, r.applyP99*1e3)
+}
+
+// printSlowest prints the n pods slowest to reach their report, with when
+// they were sent: a cluster of them at one moment is a stall, not a tail.
+func printSlowest(n int, want []int, toReport, toAlert []time.Duration, describe func(i int) string) {
+	idx := make([]int, len(want))
+	for j := range idx {
+		idx[j] = j
+	}
+	sort.Slice(idx, func(a, b int) bool { return toReport[idx[a]] > toReport[idx[b]] })
+	for _, j := range idx[:min(n, len(idx))] {
+		fmt.Printf("slowest: %s: report %v, alert %v\n", describe(want[j]), toReport[j].Round(time.Millisecond), toAlert[j].Round(time.Millisecond))
+	}
 }

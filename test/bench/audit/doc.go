@@ -44,7 +44,10 @@
 // naming a file, the child writes its heap profile there once the findings
 // settled (read it with go tool pprof); PORTAL_BENCH_AUDIT_CPUPROFILE
 // likewise names a file for the child's CPU profile of the whole run, and
-// PORTAL_BENCH_AUDIT_REPORT_MAX_RESULTS sets Portal's --report-max-results.
+// PORTAL_BENCH_AUDIT_REPORT_MAX_RESULTS sets Portal's --report-max-results,
+// PORTAL_BENCH_AUDIT_LOG names a file to keep Portal's log in, and
+// PORTAL_BENCH_AUDIT_SLOWEST=N prints the N pods slowest to reach their report
+// with the moment each was sent.
 //
 // Run it with `make bench-audit`, or
 //

@@ -60,6 +60,10 @@ func startPortal(b *testing.B, cluster *devcluster.Cluster, amURL string) (*port
 		readyzURL:  fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]),
 		exited:     make(chan struct{}),
 	}
+	// PORTAL_BENCH_AUDIT_LOG keeps Portal's log after the run.
+	if path := os.Getenv("PORTAL_BENCH_AUDIT_LOG"); path != "" {
+		p.logPath = path
+	}
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
 		return nil, err
