@@ -3,11 +3,13 @@ package audit
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"reflect"
-	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -62,6 +65,30 @@ const podJSON = `{"apiVersion":"v1","kind":"Pod","metadata":{
   {"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":300}]},
 "status":{"phase":"Pending","qosClass":"Burstable"}}`
 
+// podVariant is the i-th pod of a realistic set: podJSON with its own
+// identity and timestamps, and a few images and violations as in the audit
+// benchmark, so that pods share much but not all of their JSON.
+func podVariant(t testing.TB, i int) *unstructured.Unstructured {
+	t.Helper()
+	u := decodeJSON(t, podJSON)
+	u.SetName(fmt.Sprintf("pod-%05d", i))
+	u.SetNamespace(fmt.Sprintf("bench-%d", i%7))
+	u.SetUID(types.UID(fmt.Sprintf("%08x-94b1-4a57-%04x-%012x", i*2654435761%(1<<32), i%65536, i*104729)))
+	u.SetResourceVersion(strconv.Itoa(48213 + 3*i))
+	u.SetCreationTimestamp(metav1.NewTime(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 1237 * time.Millisecond)))
+	containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "containers")
+	app := containers[0].(map[string]any)
+	app["image"] = fmt.Sprintf("registry.example/app:1.%d", i%5)
+	switch i % 4 {
+	case 1:
+		_ = unstructured.SetNestedField(u.Object, true, "spec", "hostPID")
+	case 2:
+		_ = unstructured.SetNestedStringSlice(app, []string{"SYS_ADMIN"}, "securityContext", "capabilities", "add")
+	}
+	_ = unstructured.SetNestedSlice(u.Object, containers, "spec", "containers")
+	return u
+}
+
 // decodeJSON decodes an object as the dynamic client does.
 func decodeJSON(t testing.TB, data string) *unstructured.Unstructured {
 	t.Helper()
@@ -78,7 +105,7 @@ func roundTrip(t *testing.T, data string) (got, want *unstructured.Unstructured,
 	t.Helper()
 	want = decodeJSON(t, data)
 	unstructured.RemoveNestedField(want.Object, "metadata", "managedFields")
-	c = compact(decodeJSON(t, data))
+	c = compact(decodeJSON(t, data), new(dictionary))
 	if c.err != nil {
 		t.Fatal(c.err)
 	}
@@ -93,10 +120,7 @@ func roundTrip(t *testing.T, data string) (got, want *unstructured.Unstructured,
 }
 
 func TestCompactPodRoundTrip(t *testing.T) {
-	got, _, c := roundTrip(t, podJSON)
-	if bytes.Contains(c.raw, []byte("managedFields")) {
-		t.Error("cached JSON keeps managedFields")
-	}
+	got, want, c := roundTrip(t, podJSON)
 	if _, found, _ := unstructured.NestedFieldNoCopy(got.Object, "metadata", "managedFields"); found {
 		t.Error("decoded object has managedFields")
 	}
@@ -112,12 +136,134 @@ func TestCompactPodRoundTrip(t *testing.T) {
 	if got.GetNamespace() != "bench-3" || got.GetName() != "bench-00042" || got.GetLabels()["team"] != "platform" {
 		t.Errorf("metadata: %v/%v %v", got.GetNamespace(), got.GetName(), got.GetLabels())
 	}
-	// Each evaluation owns its object: a second decode shares nothing.
+	// Each evaluation owns its object: a second decode shares nothing,
+	// neither maps nor the pooled buffers' bytes.
 	again, _ := c.decode()
 	got.SetName("changed")
 	if again.GetName() != "bench-00042" {
 		t.Error("decodes share their maps")
 	}
+	other := compact(podVariant(t, 7), c.dict)
+	if _, err := other.decode(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(again.Object, want.Object) {
+		t.Error("a later decode changed an earlier one's object")
+	}
+}
+
+// TestCompactSize checks that a realistic pod is cached deflated, against a
+// dictionary of its kind or, less so, of another.
+func TestCompactSize(t *testing.T) {
+	u := podVariant(t, 1)
+	unstructured.RemoveNestedField(u.Object, "metadata", "managedFields")
+	jsonSize := len(mustJSON(t, u.Object))
+
+	pods := new(dictionary)
+	if c := compact(podVariant(t, 0), pods); c.err != nil {
+		t.Fatal(c.err)
+	}
+	c := compact(podVariant(t, 1), pods)
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	if len(c.deflated)*8 > jsonSize {
+		t.Errorf("deflated against another pod: %d bytes of %d bytes of JSON", len(c.deflated), jsonSize)
+	}
+	if cap(c.deflated) != len(c.deflated) {
+		t.Errorf("deflated has spare capacity: %d of %d", len(c.deflated), cap(c.deflated))
+	}
+	againstPod := len(c.deflated)
+
+	others := new(dictionary)
+	if c := compact(decodeJSON(t, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"data":{"k":"v"}}`), others); c.err != nil {
+		t.Fatal(c.err)
+	}
+	c = compact(podVariant(t, 1), others)
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	if len(c.deflated)*2 > jsonSize {
+		t.Errorf("deflated against a ConfigMap: %d bytes of %d bytes of JSON", len(c.deflated), jsonSize)
+	}
+	t.Logf("pod: %d bytes of JSON, deflated %d against a pod and %d against a ConfigMap", jsonSize, againstPod, len(c.deflated))
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestCompactDictionary checks that the first object fixes the dictionary
+// and that every later one, whatever its kind, decodes against it.
+func TestCompactDictionary(t *testing.T) {
+	d := new(dictionary)
+	first := compact(podVariant(t, 0), d)
+	dict := bytes.Clone(d.data)
+	if len(dict) == 0 || first.dict != d {
+		t.Fatalf("dictionary not set by the first object: %d bytes", len(dict))
+	}
+	thing := `{"apiVersion":"example.com/v1","kind":"Thing","metadata":{"name":"t","namespace":"n"},"spec":{"x":[1,2.5,"s"]}}`
+	later := []*unstructured.Unstructured{podVariant(t, 1), decodeJSON(t, thing), podVariant(t, 2)}
+	for _, u := range later {
+		want := u.DeepCopy()
+		unstructured.RemoveNestedField(want.Object, "metadata", "managedFields")
+		c := compact(u, d)
+		got, err := c.decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.Object, want.Object) {
+			t.Errorf("%s changed in the round trip", want.GetName())
+		}
+	}
+	if !bytes.Equal(d.data, dict) {
+		t.Error("a later object changed the dictionary")
+	}
+	if got, err := first.decode(); err != nil || got.GetName() != "pod-00000" {
+		t.Errorf("first object = %v, %v", got, err)
+	}
+}
+
+// TestCompactCorrupt checks that a cached form that does not inflate is
+// reported by decode, naming the object, rather than decoded as something
+// else.
+func TestCompactCorrupt(t *testing.T) {
+	c := compact(decodeJSON(t, podJSON), new(dictionary))
+	for _, deflated := range [][]byte{nil, c.deflated[:len(c.deflated)/2], {0xff, 0xff, 0xff}} {
+		bad := *c
+		bad.deflated = deflated
+		if _, err := bad.decode(); err == nil || !strings.Contains(err.Error(), "bench-3/bench-00042") {
+			t.Errorf("decode of %x = %v", deflated, err)
+		}
+	}
+	if _, err := c.decode(); err != nil {
+		t.Errorf("a failed decode broke a pooled decoder: %v", err)
+	}
+}
+
+// TestCompactConcurrent compacts and decodes with one dictionary from many
+// goroutines, as the informers and evaluation workers do; run it with -race.
+func TestCompactConcurrent(t *testing.T) {
+	d := new(dictionary)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := g * 50; i < (g+1)*50; i++ {
+				want := fmt.Sprintf("pod-%05d", i)
+				got, err := compact(podVariant(t, i), d).decode()
+				if err != nil || got.GetName() != want {
+					t.Errorf("decoded %v, %v; want %s", got.GetName(), err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // TestCompactNumbers checks that every number comes back with the type the
@@ -152,7 +298,7 @@ func TestCompactNumbers(t *testing.T) {
 }
 
 func TestCompactMeta(t *testing.T) {
-	c := compact(decodeJSON(t, podJSON))
+	c := compact(decodeJSON(t, podJSON), new(dictionary))
 	m, err := meta.Accessor(c)
 	if err != nil {
 		t.Fatal(err)
@@ -183,8 +329,8 @@ func TestCompactMeta(t *testing.T) {
 	if sameVersion(c, cp) || c.GetName() != "bench-00042" || c.GetResourceVersion() != "48213" {
 		t.Error("the copy's meta is not its own")
 	}
-	if &cp.raw[0] != &c.raw[0] {
-		t.Error("the copy does not share the immutable JSON")
+	if &cp.deflated[0] != &c.deflated[0] || cp.dict != c.dict {
+		t.Error("the copy does not share the immutable JSON and its dictionary")
 	}
 }
 
@@ -331,56 +477,49 @@ func testCompactInformer(t *testing.T, watchList bool) {
 	next("delete bench-3/bench-00042")
 }
 
-// BenchmarkCachedPod reports the heap one cached pod holds as the
-// unstructured object the informer used to cache (managedFields stripped)
-// and as a cachedObject, and times decode, which each evaluation now pays.
-func BenchmarkCachedPod(b *testing.B) {
-	unstructuredBytes := heldPerObject(b, func() any {
-		u := decodeJSON(b, podJSON)
-		unstructured.RemoveNestedField(u.Object, "metadata", "managedFields")
-		return u
+// FuzzCachedRoundTrip checks that any JSON object comes back from the cache
+// as the dynamic client decoded it, against a dictionary of its own and
+// against a pod's.
+func FuzzCachedRoundTrip(f *testing.F) {
+	for _, seed := range []string{
+		podJSON,
+		`{}`,
+		`{"metadata":{"managedFields":[{"manager":"m"}],"name":"n"}}`,
+		`{"metadata":"not a map","kind":7,"apiVersion":null}`,
+		`{"n":[0,-0.0,1.0,1e20,1e21,9223372036854775807,9223372036854775808,-9223372036854775808,5e-324,1.7976931348623157e308]}`,
+		`{"s":"\u003c\u0026\u003e \ud83d\ude00 \u0000 \"\\ ação","":{"":[[],{}]}}`,
+		`{"a":1,"a":2.5}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	pods := new(dictionary)
+	if c := compact(decodeJSON(f, podJSON), pods); c.err != nil {
+		f.Fatal(c.err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want map[string]any
+		if err := utiljson.Unmarshal(data, &want); err != nil || want == nil {
+			t.Skip("not a JSON object")
+		}
+		if md, ok := want["metadata"].(map[string]any); ok {
+			delete(md, "managedFields")
+		}
+		for _, d := range []*dictionary{new(dictionary), pods} {
+			var in map[string]any
+			if err := utiljson.Unmarshal(data, &in); err != nil {
+				t.Fatal(err)
+			}
+			c := compact(&unstructured.Unstructured{Object: in}, d)
+			if c.err != nil {
+				t.Fatalf("compact: %v", c.err)
+			}
+			got, err := c.decode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Object, want) {
+				t.Fatalf("round trip changed the object:\ngot  %#v\nwant %#v", got.Object, want)
+			}
+		}
 	})
-	compactBytes := heldPerObject(b, func() any { return compact(decodeJSON(b, podJSON)) })
-	c := compact(decodeJSON(b, podJSON))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.decode(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(unstructuredBytes, "unstructured-B/pod")
-	b.ReportMetric(compactBytes, "compact-B/pod")
-}
-
-// BenchmarkCompactTransform times the transform of one decoded pod. The
-// pod is compacted again and again: the first call drops its managedFields,
-// after which each call encodes what the cache holds, as the first did.
-func BenchmarkCompactTransform(b *testing.B) {
-	u := decodeJSON(b, podJSON)
-	b.ReportAllocs()
-	for b.Loop() {
-		if c := compact(u); c.err != nil {
-			b.Fatal(c.err)
-		}
-	}
-}
-
-// heldPerObject is the live heap each of 1,000 objects from build holds.
-func heldPerObject(b *testing.B, build func() any) float64 {
-	const n = 1000
-	objs := make([]any, n)
-	var before, after goruntime.MemStats
-	goruntime.GC()
-	goruntime.ReadMemStats(&before)
-	for i := range objs {
-		objs[i] = build()
-	}
-	goruntime.GC()
-	goruntime.ReadMemStats(&after)
-	goruntime.KeepAlive(objs)
-	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	if held < 0 {
-		b.Fatalf("heap shrank by %d bytes while building", -held)
-	}
-	return float64(held) / n
 }
