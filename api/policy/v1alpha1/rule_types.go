@@ -181,11 +181,16 @@ type RuleStatus struct {
 	// +optional
 	ParseError string `json:"parseError,omitempty"`
 
-	// EvalCount is how many times the rule was evaluated.
+	// EvalCount is how many times audit evaluated the rule, one per object
+	// evaluation (changes, rule edits and resyncs all count), since the
+	// rule's counts were first written. Written by the audit leader at a
+	// bounded rate, so it lags by seconds.
 	// +optional
 	EvalCount int64 `json:"evalCount,omitempty"`
 
-	// ViolationCount is how many violations the rule found.
+	// ViolationCount is the number of the rule's open audit violations now:
+	// objects (or containers, for container-scoped rules) that fail it. It
+	// goes down when they are fixed or deleted; it is not a running total.
 	// +optional
 	ViolationCount int64 `json:"violationCount,omitempty"`
 
@@ -218,6 +223,7 @@ const (
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.enforcementAction`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Violations",type=integer,JSONPath=`.status.violationCount`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PortalClusterRule struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -244,6 +250,7 @@ type PortalClusterRuleList struct {
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.enforcementAction`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Violations",type=integer,JSONPath=`.status.violationCount`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PortalRule struct {
 	metav1.TypeMeta   `json:",inline"`
