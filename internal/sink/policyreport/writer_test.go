@@ -1,0 +1,175 @@
+package policyreport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	reportsv1alpha2 "github.com/vilaca/portal/api/reports/v1alpha2"
+	"github.com/vilaca/portal/internal/core"
+)
+
+// recorder stands in for the API server in the writer's unit tests: it
+// records every report applied, and lets a test fail or hold the applies of
+// one namespace.
+type recorder struct {
+	mu      sync.Mutex
+	applied map[string][]reportsv1alpha2.PolicyReport // by namespace, in order
+	fail    map[string]int                            // namespace: applies left to fail
+	hold    map[string]chan struct{}                  // namespace: applies wait for it
+	started chan string                               // namespace of each apply begun
+}
+
+func newRecorder() *recorder {
+	return &recorder{
+		applied: map[string][]reportsv1alpha2.PolicyReport{},
+		fail:    map[string]int{},
+		hold:    map[string]chan struct{}{},
+		started: make(chan string, 100),
+	}
+}
+
+func (r *recorder) client() client.Client {
+	return interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
+		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error { return nil },
+		Patch: func(ctx context.Context, _ client.WithWatch, obj client.Object, patch client.Patch, _ ...client.PatchOption) error {
+			ns := obj.GetNamespace()
+			r.started <- ns
+			r.mu.Lock()
+			hold := r.hold[ns]
+			r.mu.Unlock()
+			if hold != nil {
+				select {
+				case <-hold:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			data, err := patch.Data(obj)
+			if err != nil {
+				return err
+			}
+			var rep reportsv1alpha2.PolicyReport
+			if err := json.Unmarshal(data, &rep); err != nil {
+				return err
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.fail[ns] > 0 {
+				r.fail[ns]--
+				return errors.New("injected failure")
+			}
+			r.applied[ns] = append(r.applied[ns], rep)
+			return nil
+		},
+	})
+}
+
+func (r *recorder) reports(ns string) []reportsv1alpha2.PolicyReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]reportsv1alpha2.PolicyReport(nil), r.applied[ns]...)
+}
+
+// startSink runs a sink against r and returns it with the observations it
+// delivered.
+func startSink(t *testing.T, r *recorder) (*Sink, func() int) {
+	t.Helper()
+	c := r.client()
+	s, err := New(Options{Client: c, Reader: c, RetryMin: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	delivered := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, func(time.Time) { mu.Lock(); delivered++; mu.Unlock() })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := s.Publish(ctx, core.FindingBatch{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	return s, func() int { mu.Lock(); defer mu.Unlock(); return delivered }
+}
+
+func violation(ns, name string) core.ObjectFindings {
+	of := objectFindings(name, 1, "m")
+	of.Object.Namespace = ns
+	for i := range of.Findings {
+		of.Findings[i].Resource.Namespace = ns
+	}
+	of.Observed = time.Now()
+	return of
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A report whose writes fail is retried until it is written, and holds back
+// no other namespace's report meanwhile.
+func TestWriteFailureRetriedAlone(t *testing.T) {
+	r := newRecorder()
+	r.fail["a"] = 3
+	s, delivered := startSink(t, r)
+	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{violation("a", "p"), violation("b", "q")}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "report of b", func() bool { return len(r.reports("b")) == 1 })
+	waitFor(t, "report of a after its failures", func() bool { return len(r.reports("a")) == 1 })
+	if got := r.reports("a")[0]; len(got.Results) != 1 || got.Summary.Fail != 1 {
+		t.Errorf("report of a: %d results, summary fail %d", len(got.Results), got.Summary.Fail)
+	}
+	waitFor(t, "both changes delivered", func() bool { return delivered() == 2 })
+}
+
+// Changes that arrive while a report is being written go out together in
+// its next write, with the current content.
+func TestChangesDuringWriteCoalesce(t *testing.T) {
+	r := newRecorder()
+	release := make(chan struct{})
+	r.hold["a"] = release
+	s, delivered := startSink(t, r)
+	ctx := context.Background()
+	if err := s.Publish(ctx, core.FindingBatch{Objects: []core.ObjectFindings{violation("a", "p0")}}); err != nil {
+		t.Fatal(err)
+	}
+	if ns := <-r.started; ns != "a" {
+		t.Fatalf("first write to %q", ns)
+	}
+	for i := 1; i <= 5; i++ {
+		if err := s.Publish(ctx, core.FindingBatch{Objects: []core.ObjectFindings{violation("a", fmt.Sprintf("p%d", i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	waitFor(t, "every change delivered", func() bool { return delivered() == 6 })
+	got := r.reports("a")
+	if len(got) != 2 {
+		t.Fatalf("%d writes of the report, want 2 (the first, then one with the 5 changes made meanwhile)", len(got))
+	}
+	if n := len(got[1].Results); n != 6 || got[1].Summary.Fail != 6 {
+		t.Errorf("second write: %d results, summary fail %d; want 6", n, got[1].Summary.Fail)
+	}
+}
