@@ -9,6 +9,8 @@ type Metrics struct {
 	Size   prometheus.Histogram
 	// WriteSeconds is the time one write took, answered by the API server.
 	WriteSeconds *prometheus.HistogramVec
+	// Dropped is the number of results no report shows now.
+	Dropped prometheus.Gauge
 }
 
 // NewMetrics creates the metrics of one report format and registers them
@@ -38,11 +40,16 @@ func NewMetrics(reg prometheus.Registerer, format string) *Metrics {
 			Buckets:     []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 			ConstLabels: fl,
 		}, []string{"op"}),
+		Dropped: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "portal_policyreport_results_dropped",
+			Help:        "Results no report shows now: cut because one object's results exceed a report's byte limit, by format.",
+			ConstLabels: fl,
+		}),
 	}
 	m.Writes.WithLabelValues("apply")
 	m.Writes.WithLabelValues("delete")
 	if reg != nil {
-		reg.MustRegister(m.Writes, m.Errors, m.Size, m.WriteSeconds)
+		reg.MustRegister(m.Writes, m.Errors, m.Size, m.WriteSeconds, m.Dropped)
 	}
 	return m
 }

@@ -44,6 +44,9 @@ type shard struct {
 	// change was first observed: delivered to the latency metric once a
 	// write carries it. Bounded by the objects of the scope.
 	pending map[core.ObjectKey]time.Time
+	// dropped is how many results the last rendering cut to stay under the
+	// byte limit (portal_policyreport_results_dropped).
+	dropped int
 	// failures counts consecutive failed writes; retryAt holds the shard
 	// back until its backoff passes.
 	failures int
@@ -119,8 +122,8 @@ func (sc *scope) set(key core.ObjectKey, results []result, bytes int, prefer int
 
 // place picks the shard for an object of n results and the given size: the
 // preferred one when it fits, else the lowest that fits, else a new one. An
-// object larger than a whole report gets a shard of its own (its results are
-// cut when rendered).
+// object larger than a whole report gets a shard of its own (rendering cuts
+// its results only at the byte limit).
 func (sc *scope) place(n, bytes, prefer int, lim limits) int {
 	fits := func(i int) bool {
 		if i < 0 || i >= len(sc.shards) || sc.shards[i] == nil {

@@ -117,9 +117,13 @@ func shardOf(u *unstructured.Unstructured) (int, bool) {
 }
 
 // buildReport renders shard i of sc as a report of format f (the cluster
-// kind for the cluster scope), cutting results that would exceed the limits.
-// It returns the encoded report, to apply as it is, and its digest.
-func buildReport(f format, sc *scope, i int, lim limits) ([]byte, string, error) {
+// kind for the cluster scope). The result count needs no check here: placing
+// objects in shards keeps it, except for one object with more results than a
+// report holds, which gets a shard of its own and keeps all its results.
+// Only maxBytes cuts results, so that no report nears the API server's object
+// size limit; dropped says how many were cut. It returns the encoded report,
+// to apply as it is, and its digest.
+func buildReport(f format, sc *scope, i int, maxBytes int) (data []byte, digest string, dropped int, err error) {
 	sh := sc.shards[i]
 	results := make([]result, 0, sh.results)
 	for key := range sh.objects {
@@ -132,7 +136,8 @@ func buildReport(f format, sc *scope, i int, lim limits) ([]byte, string, error)
 		size    = reportOverhead
 	)
 	for _, r := range results {
-		if len(out) >= lim.results || size+r.size > lim.bytes {
+		if size+r.size > maxBytes {
+			dropped = len(results) - len(out)
 			break
 		}
 		size += r.size
@@ -162,12 +167,12 @@ func buildReport(f format, sc *scope, i int, lim limits) ([]byte, string, error)
 	if f.source {
 		doc["source"] = Source
 	}
-	data, err := json.Marshal(doc)
+	data, err = json.Marshal(doc)
 	if err != nil {
-		return nil, "", fmt.Errorf("encode %s %s: %w", kind, reportName(i), err)
+		return nil, "", 0, fmt.Errorf("encode %s %s: %w", kind, reportName(i), err)
 	}
 	sum := sha256.Sum256(data)
-	return data, hex.EncodeToString(sum[:]), nil
+	return data, hex.EncodeToString(sum[:]), dropped, nil
 }
 
 // reportOverhead is an allowance for the report's metadata and summary when

@@ -120,7 +120,8 @@ func (s *Sink) takeLocked(sc *scope, i int) (*write, []time.Time) {
 	sh := sc.shards[i]
 	w := &write{sc: sc, shard: i}
 	if len(sh.objects) > 0 {
-		data, digest, err := buildReport(s.format, sc, i, limits{results: s.o.MaxResults, bytes: s.o.MaxBytes})
+		data, digest, dropped, err := buildReport(s.format, sc, i, s.o.MaxBytes)
+		s.setDroppedLocked(sc, i, dropped)
 		if err != nil {
 			// Encoding our own types cannot fail short of a bug: log it
 			// and leave the report as it is.
@@ -131,14 +132,33 @@ func (s *Sink) takeLocked(sc *scope, i int) (*write, []time.Time) {
 			return nil, clearPending(sh)
 		}
 		w.data, w.digest = data, digest
-	} else if !sh.exists {
-		done := clearPending(sh)
-		s.dropLocked(sc, i)
-		return nil, done
+	} else {
+		s.setDroppedLocked(sc, i, 0)
+		if !sh.exists {
+			done := clearPending(sh)
+			s.dropLocked(sc, i)
+			return nil, done
+		}
 	}
 	sh.dirty, sh.inflight = false, true
 	w.pending, sh.pending = sh.pending, nil
 	return w, nil
+}
+
+// setDroppedLocked records how many results shard i of sc could not show,
+// warning when that changes: results cut are findings nobody sees in a
+// report.
+func (s *Sink) setDroppedLocked(sc *scope, i, dropped int) {
+	sh := sc.shards[i]
+	if dropped == sh.dropped {
+		return
+	}
+	s.metrics.Dropped.Add(float64(dropped - sh.dropped))
+	if dropped > 0 {
+		s.log.Warn("policy report results cut to stay under the report size limit; the object's remaining findings are in the logs and alerts only",
+			"namespace", sc.namespace, "report", reportName(i), "dropped", dropped, "maxBytes", s.o.MaxBytes)
+	}
+	sh.dropped = dropped
 }
 
 // clearPending marks a shard clean and returns its observations.

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -82,12 +84,16 @@ func (r *recorder) reports(ns string) []reportsv1alpha2.PolicyReport {
 }
 
 // startSink runs a sink against r and returns it with the observations it
-// delivered.
-func startSink(t *testing.T, r *recorder) (*Sink, func() int) {
+// delivered. limits, when given, are MaxResults and MaxBytes.
+func startSink(t *testing.T, r *recorder, limits ...int) (*Sink, func() int) {
 	t.Helper()
 	c := r.client()
-	s, err := New(Options{Client: c, Reader: c, RetryMin: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o := Options{Client: c, Reader: c, RetryMin: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if len(limits) == 2 {
+		o.MaxResults, o.MaxBytes = limits[0], limits[1]
+	}
+	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,4 +178,48 @@ func TestChangesDuringWriteCoalesce(t *testing.T) {
 	if n := len(got[1].Results); n != 6 || got[1].Summary.Fail != 6 {
 		t.Errorf("second write: %d results, summary fail %d; want 6", n, got[1].Summary.Fail)
 	}
+}
+
+// One object with more results than a report holds gets a report of its own
+// with all of them; only the byte limit cuts results, and the cut is counted.
+func TestLargeObjectKeepsItsResults(t *testing.T) {
+	r := newRecorder()
+	s, delivered := startSink(t, r, 5, 8<<10)
+	many := objectFindings("many", 12, "m")
+	huge := objectFindings("huge", 40, strings.Repeat("x", 500))
+	for _, of := range []*core.ObjectFindings{&many, &huge} {
+		of.Object.Namespace = "a"
+		for i := range of.Findings {
+			of.Findings[i].Resource.Namespace = "a"
+		}
+		of.Observed = time.Now()
+	}
+	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{many, huge}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both objects published", func() bool { return delivered() == 2 })
+	byObject := map[string]int{}
+	for _, rep := range r.reports("a") {
+		if n := len(rep.Results); n > 0 && rep.Summary.Fail != n {
+			t.Errorf("report %s: %d results, summary fail %d", rep.Name, n, rep.Summary.Fail)
+		}
+		if len(rep.Results) > 0 {
+			byObject[rep.Results[0].Resources[0].Name] = len(rep.Results)
+		}
+	}
+	if byObject["many"] != 12 {
+		t.Errorf("object with 12 results shows %d, want all 12 in its own report", byObject["many"])
+	}
+	if n := byObject["huge"]; n == 0 || n >= 40 {
+		t.Errorf("object of ~40 KB shows %d results in an 8 KiB report, want some, cut", n)
+	}
+	if got := testutil.ToFloat64(s.Metrics().Dropped); got != float64(40-byObject["huge"]) {
+		t.Errorf("portal_policyreport_results_dropped = %v, want %d", got, 40-byObject["huge"])
+	}
+	// When the object's findings clear, nothing is dropped any more.
+	cleared := core.ObjectFindings{Object: huge.Object, Observed: time.Now()}
+	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{cleared}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "dropped back to 0", func() bool { return testutil.ToFloat64(s.Metrics().Dropped) == 0 })
 }
