@@ -30,8 +30,15 @@ import (
 const (
 	// ConfigName is the default name of the ValidatingWebhookConfiguration.
 	ConfigName = "portal"
-	// WebhookName names the one webhook in it.
+	// WebhookName names its webhook for the kinds cluster-wide rules
+	// (PortalClusterRules, rule files) match, in every namespace but the
+	// excluded ones.
 	WebhookName = "validate.portal.io"
+	// NamespacedWebhookName names its webhook for the kinds only
+	// PortalRules match, limited to the namespaces of those rules, so one
+	// team's rule never puts other namespaces' writes on Portal's path.
+	// Absent when there are none.
+	NamespacedWebhookName = "namespaced.validate.portal.io"
 	// FieldOwner is the server-side apply field manager.
 	FieldOwner = "portal"
 	// TimeoutSeconds is how long the API server waits for Portal.
@@ -43,10 +50,11 @@ const (
 // needed to repair the cluster.
 var SystemNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
 
-// GVKSource lists the kinds the loaded, enabled rules of a mode match;
-// *engine.Engine is one.
+// GVKSource lists the kinds the loaded, enabled rules of a mode match, each
+// with nil when a cluster-wide rule matches it, else the namespaces of the
+// namespaced rules that do; *engine.Engine is one.
 type GVKSource interface {
-	GVKs(m core.Mode) []core.GVK
+	GVKNamespaces(m core.Mode) map[core.GVK][]string
 }
 
 // RulesTarget receives the merged rule set (the rule package's Target);
@@ -104,8 +112,10 @@ func LocalURL(port int) string { return fmt.Sprintf("https://127.0.0.1:%d%s", po
 
 // ConfigManager keeps the ValidatingWebhookConfiguration in line with the
 // admission rules: one webhook whose rules cover the kinds the loaded,
-// enabled admission rules match. With no admission rule it keeps the webhook
-// with an empty rules list, which intercepts nothing. It is a leader-elected
+// enabled cluster-wide admission rules match, and, when PortalRules match
+// kinds no cluster-wide rule does, a second webhook for those kinds limited
+// to the PortalRules' namespaces. With no admission rule it keeps the first
+// webhook with an empty rules list, which intercepts nothing. It is a leader-elected
 // manager.Runnable; it applies at start, on Notify, and when the rule set
 // handed to a Watch target changes the kinds. It never deletes the
 // configuration: a stopped Portal stays fail-closed.
@@ -222,8 +232,8 @@ func (m *ConfigManager) Sync(ctx context.Context) (retry bool) {
 		return true
 	}
 	m.waitingForCA = false
-	rules, unresolved := m.webhookRules()
-	cfg := m.desired(rules, ca)
+	ws, unresolved := m.webhookRules()
+	cfg := m.desired(ws, ca)
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		m.o.Logger.Error("cannot encode the webhook configuration", "error", err)
@@ -238,7 +248,8 @@ func (m *ConfigManager) Sync(ctx context.Context) (retry bool) {
 		return true
 	}
 	m.last = data
-	m.o.Logger.Info("webhook configuration applied", "name", m.o.Name, "resources", describeRules(rules),
+	m.o.Logger.Info("webhook configuration applied", "name", m.o.Name, "resources", describeRules(ws.cluster),
+		"namespacedResources", describeRules(ws.namespaced), "namespaces", ws.namespaces,
 		"failurePolicy", string(m.failurePolicy()))
 	return unresolved
 }
@@ -251,49 +262,72 @@ func (m *ConfigManager) failurePolicy() admissionregistrationv1.FailurePolicyTyp
 }
 
 // desired is the whole configuration Portal owns.
-func (m *ConfigManager) desired(rules []*arv1ac.RuleWithOperationsApplyConfiguration, ca []byte) *arv1ac.ValidatingWebhookConfigurationApplyConfiguration {
-	cc := arv1ac.WebhookClientConfig().WithCABundle(ca...)
-	if s := m.o.Service; s != nil {
-		svc := arv1ac.ServiceReference().WithNamespace(s.Namespace).WithName(s.Name).WithPath(Path).WithPort(443)
-		if s.Port != 0 {
-			svc.WithPort(s.Port)
+func (m *ConfigManager) desired(ws webhookSet, ca []byte) *arv1ac.ValidatingWebhookConfigurationApplyConfiguration {
+	cc := func() *arv1ac.WebhookClientConfigApplyConfiguration {
+		cc := arv1ac.WebhookClientConfig().WithCABundle(ca...)
+		if s := m.o.Service; s != nil {
+			svc := arv1ac.ServiceReference().WithNamespace(s.Namespace).WithName(s.Name).WithPath(Path).WithPort(443)
+			if s.Port != 0 {
+				svc.WithPort(s.Port)
+			}
+			return cc.WithService(svc)
 		}
-		cc.WithService(svc)
-	} else {
-		cc.WithURL(m.o.URL)
+		return cc.WithURL(m.o.URL)
 	}
-	excluded := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(SystemNamespaces), m.o.Namespace))))
-	wh := arv1ac.ValidatingWebhook().
-		WithName(WebhookName).
-		WithClientConfig(cc).
-		WithRules(rules...).
-		WithFailurePolicy(m.failurePolicy()).
-		WithMatchPolicy(admissionregistrationv1.Equivalent).
-		WithNamespaceSelector(metav1ac.LabelSelector().WithMatchExpressions(
-			metav1ac.LabelSelectorRequirement().
-				WithKey(corev1NamespaceNameLabel).
-				WithOperator(metav1.LabelSelectorOpNotIn).
-				WithValues(excluded...))).
-		WithSideEffects(admissionregistrationv1.SideEffectClassNone).
-		WithTimeoutSeconds(TimeoutSeconds).
-		WithAdmissionReviewVersions("v1")
-	return arv1ac.ValidatingWebhookConfiguration(m.o.Name).
+	webhook := func(name string, rules []*arv1ac.RuleWithOperationsApplyConfiguration, op metav1.LabelSelectorOperator, namespaces []string) *arv1ac.ValidatingWebhookApplyConfiguration {
+		return arv1ac.ValidatingWebhook().
+			WithName(name).
+			WithClientConfig(cc()).
+			WithRules(rules...).
+			WithFailurePolicy(m.failurePolicy()).
+			WithMatchPolicy(admissionregistrationv1.Equivalent).
+			WithNamespaceSelector(metav1ac.LabelSelector().WithMatchExpressions(
+				metav1ac.LabelSelectorRequirement().
+					WithKey(corev1NamespaceNameLabel).
+					WithOperator(op).
+					WithValues(namespaces...))).
+			WithSideEffects(admissionregistrationv1.SideEffectClassNone).
+			WithTimeoutSeconds(TimeoutSeconds).
+			WithAdmissionReviewVersions("v1")
+	}
+	cfg := arv1ac.ValidatingWebhookConfiguration(m.o.Name).
 		WithLabels(map[string]string{"app.kubernetes.io/managed-by": "portal"}).
-		WithWebhooks(wh)
+		WithWebhooks(webhook(WebhookName, ws.cluster, metav1.LabelSelectorOpNotIn, m.excluded()))
+	if len(ws.namespaced) > 0 {
+		cfg.WithWebhooks(webhook(NamespacedWebhookName, ws.namespaced, metav1.LabelSelectorOpIn, ws.namespaces))
+	}
+	return cfg
+}
+
+// excluded lists the namespaces admission never sees, sorted.
+func (m *ConfigManager) excluded() []string {
+	return slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(SystemNamespaces), m.o.Namespace))))
 }
 
 // corev1NamespaceNameLabel is set by the API server on every namespace to
 // its name.
 const corev1NamespaceNameLabel = "kubernetes.io/metadata.name"
 
+// webhookSet is the webhook rules of the two webhooks: cluster for the kinds
+// a cluster-wide rule matches, namespaced for the others, admitted only in
+// namespaces (sorted, never an excluded one).
+type webhookSet struct {
+	cluster, namespaced []*arv1ac.RuleWithOperationsApplyConfiguration
+	namespaces          []string
+}
+
+// gv is a group and version of webhook rules; version "*" for any.
+type gv struct{ group, version string }
+
 // webhookRules maps the admission rules' kinds to webhook rules, one per
 // group and version, in a stable order. Kinds the mapper cannot resolve are
 // logged once and left out; unresolved reports whether there were any.
-func (m *ConfigManager) webhookRules() (rules []*arv1ac.RuleWithOperationsApplyConfiguration, unresolved bool) {
-	type gv struct{ group, version string }
-	byGV := map[gv]map[string]bool{}
+func (m *ConfigManager) webhookRules() (ws webhookSet, unresolved bool) {
+	cluster, namespaced := map[gv]map[string]bool{}, map[gv]map[string]bool{}
+	excluded := m.excluded()
+	namespaces := map[string]bool{}
 	seen := map[core.GVK]bool{}
-	for _, g := range m.o.Rules.GVKs(core.ModeAdmission) {
+	for g, nss := range m.o.Rules.GVKNamespaces(core.ModeAdmission) {
 		seen[g] = true
 		resources, err := m.resources(g)
 		if err != nil {
@@ -309,6 +343,17 @@ func (m *ConfigManager) webhookRules() (rules []*arv1ac.RuleWithOperationsApplyC
 			delete(m.unresolved, g)
 			m.o.Logger.Info("admission rule kind resolved", "kind", g.String(), "resources", resources)
 		}
+		byGV := cluster
+		if nss != nil {
+			nss = slices.DeleteFunc(slices.Clone(nss), func(ns string) bool { _, found := slices.BinarySearch(excluded, ns); return found })
+			if len(nss) == 0 {
+				continue
+			}
+			byGV = namespaced
+			for _, ns := range nss {
+				namespaces[ns] = true
+			}
+		}
 		k := gv{g.Group, g.Version}
 		if k.version == "" {
 			k.version = "*"
@@ -321,29 +366,47 @@ func (m *ConfigManager) webhookRules() (rules []*arv1ac.RuleWithOperationsApplyC
 		}
 	}
 	maps.DeleteFunc(m.unresolved, func(g core.GVK, _ bool) bool { return !seen[g] })
+	ws.cluster = ruleList(cluster, nil, admissionregistrationv1.AllScopes)
+	// PortalRules never match cluster-scoped objects, which a namespace
+	// selector would not filter.
+	ws.namespaced = ruleList(namespaced, cluster, admissionregistrationv1.NamespacedScope)
+	if len(ws.namespaced) > 0 {
+		ws.namespaces = slices.Sorted(maps.Keys(namespaces))
+	}
+	return ws, unresolved
+}
+
+// ruleList turns resources by group and version into webhook rules in a
+// stable order. It leaves out a resource already matched for every version
+// of its group, and any resource covered (by the cluster-wide webhook)
+// matches for the same version or every version.
+func ruleList(byGV, covered map[gv]map[string]bool, scope admissionregistrationv1.ScopeType) []*arv1ac.RuleWithOperationsApplyConfiguration {
 	keys := slices.SortedFunc(maps.Keys(byGV), func(a, b gv) int {
 		if a.group != b.group {
 			return cmp.Compare(a.group, b.group)
 		}
 		return cmp.Compare(a.version, b.version)
 	})
+	var rules []*arv1ac.RuleWithOperationsApplyConfiguration
 	for _, k := range keys {
-		// A resource already matched for every version of its group needs
-		// no rule of its own for one version.
-		if all := byGV[gv{k.group, "*"}]; k.version != "*" && all != nil {
-			maps.DeleteFunc(byGV[k], func(r string, _ bool) bool { return all[r] })
+		res := maps.Clone(byGV[k])
+		drop := func(m map[string]bool) { maps.DeleteFunc(res, func(r string, _ bool) bool { return m[r] }) }
+		if k.version != "*" {
+			drop(byGV[gv{k.group, "*"}])
 		}
-		if len(byGV[k]) == 0 {
+		drop(covered[gv{k.group, "*"}])
+		drop(covered[k])
+		if len(res) == 0 {
 			continue
 		}
 		rules = append(rules, arv1ac.RuleWithOperations().
 			WithOperations(admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete).
 			WithAPIGroups(k.group).
 			WithAPIVersions(k.version).
-			WithResources(slices.Sorted(maps.Keys(byGV[k]))...).
-			WithScope(admissionregistrationv1.AllScopes))
+			WithResources(slices.Sorted(maps.Keys(res))...).
+			WithScope(scope))
 	}
-	return rules, unresolved
+	return rules
 }
 
 // resources returns the resource names a kind is admitted under. Pods also

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -218,4 +219,78 @@ func equalJSON(a, b any) bool {
 	ja, errA := jsonString(a)
 	jb, errB := jsonString(b)
 	return errors.Join(errA, errB) == nil && ja == jb
+}
+
+// TestNamespacedRulesWebhook: a kind only PortalRules match is admitted only
+// in those rules' namespaces, by a webhook of its own, so one team's rule
+// never puts other namespaces' writes on Portal's fail-closed path.
+func TestNamespacedRulesWebhook(t *testing.T) {
+	cluster(t)
+	ctx := context.Background()
+	const team, other = "adm-team", "adm-other"
+	namespace(t, team, nil)
+	namespace(t, other, nil)
+	pr := &policyv1alpha1.PortalRule{
+		ObjectMeta: metav1.ObjectMeta{Name: "team-forbidden-cm", Namespace: team},
+		Spec:       simpleRule("team-forbidden-cm", team, configMapGVK, `object.metadata.name == "forbidden"`, "that name is taken", "deny"),
+	}
+	pr.Spec.Match.Namespaces = nil
+	if err := env.client.Create(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.client.Delete(context.Background(), pr) })
+
+	var nsWebhook *admissionregistrationv1.ValidatingWebhook
+	eventually(t, "the namespaced webhook", func() bool {
+		nsWebhook = webhookNamed(t, admission.NamespacedWebhookName)
+		return nsWebhook != nil && findRule(nsWebhook.Rules, "configmaps") != nil
+	})
+	if r := findRule(webhookRules(t), "configmaps"); r != nil {
+		t.Errorf("the cluster-wide webhook intercepts configmaps for a PortalRule: %+v", *r)
+	}
+	want := []metav1.LabelSelectorRequirement{{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{team}}}
+	if !equalJSON(nsWebhook.NamespaceSelector.MatchExpressions, want) {
+		t.Errorf("namespaceSelector: got %v, want %v", nsWebhook.NamespaceSelector.MatchExpressions, want)
+	}
+	if r := findRule(nsWebhook.Rules, "configmaps"); *r.Scope != admissionregistrationv1.NamespacedScope {
+		t.Errorf("scope %v, want Namespaced: PortalRules never match cluster-scoped objects", *r.Scope)
+	}
+	if *nsWebhook.FailurePolicy != admissionregistrationv1.Fail || *nsWebhook.ClientConfig.URL != admission.LocalURL(env.portal.port) {
+		t.Errorf("namespaced webhook: failurePolicy %v, url %v", *nsWebhook.FailurePolicy, *nsWebhook.ClientConfig.URL)
+	}
+
+	cm := func(ns string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "forbidden", Namespace: ns}}
+	}
+	if err := env.client.Create(ctx, cm(team), client.DryRunAll); err == nil || !strings.Contains(err.Error(), "that name is taken") {
+		t.Errorf("configmap in %s: got %v, want denied", team, err)
+	}
+	served := testutil.ToFloat64(env.portal.webhook.Metrics().Requests.WithLabelValues(admission.DecisionAllowed))
+	if err := env.client.Create(ctx, cm(other), client.DryRunAll); err != nil {
+		t.Errorf("configmap in %s: %v", other, err)
+	}
+	if got := testutil.ToFloat64(env.portal.webhook.Metrics().Requests.WithLabelValues(admission.DecisionAllowed)); got != served {
+		t.Errorf("a configmap in %s reached Portal (%v allowed requests, was %v)", other, got, served)
+	}
+
+	// Without the PortalRule, the namespaced webhook goes away.
+	if err := env.client.Delete(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the namespaced webhook removed", func() bool { return webhookNamed(t, admission.NamespacedWebhookName) == nil })
+}
+
+// webhookNamed returns the named webhook of Portal's configuration, or nil.
+func webhookNamed(t *testing.T, name string) *admissionregistrationv1.ValidatingWebhook {
+	t.Helper()
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := env.client.Get(context.Background(), types.NamespacedName{Name: admission.ConfigName}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	for i := range vwc.Webhooks {
+		if vwc.Webhooks[i].Name == name {
+			return &vwc.Webhooks[i]
+		}
+	}
+	return nil
 }

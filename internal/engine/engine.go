@@ -149,6 +149,33 @@ func (e *Engine) GVKs(m core.Mode) []core.GVK {
 	return out
 }
 
+// GVKNamespaces returns the kinds the enabled rules of mode m match, each
+// with where: nil when a cluster-wide rule (PortalClusterRule or file) matches
+// it, else the sorted namespaces of the namespaced rules (PortalRule) that
+// match it, which never act outside their own namespace.
+func (e *Engine) GVKNamespaces(m core.Mode) map[core.GVK][]string {
+	out := map[core.GVK][]string{}
+	cluster := map[core.GVK]bool{}
+	for _, r := range e.rules.Load().all {
+		if !r.Enabled || (m != "" && !r.HasMode(m)) {
+			continue
+		}
+		for _, g := range r.Match.GVKs {
+			switch {
+			case r.Namespace == "":
+				cluster[g] = true
+				out[g] = nil
+			case !cluster[g] && !slices.Contains(out[g], r.Namespace):
+				out[g] = append(out[g], r.Namespace)
+			}
+		}
+	}
+	for g := range out {
+		slices.Sort(out[g])
+	}
+	return out
+}
+
 // Options select which rules run and what they see.
 type Options struct {
 	// Mode limits evaluation to rules with this mode; empty runs every rule.

@@ -233,3 +233,40 @@ func TestMessageTemplateErrorsStayInTheMessage(t *testing.T) {
 		t.Fatal("unclosed template compiled")
 	}
 }
+
+// Kinds only namespaced rules match are admitted in those namespaces only;
+// a cluster-wide rule on a kind makes it cluster-wide.
+func TestGVKNamespaces(t *testing.T) {
+	cm := core.GVK{Kind: "ConfigMap"}
+	secret := core.GVK{Kind: "Secret"}
+	inNS := func(name, ns string, gvks ...core.GVK) *core.Rule {
+		r := newRule(name, "true")
+		r.Namespace, r.Match.GVKs = ns, gvks
+		return r
+	}
+	auditOnly := inNS("audit-only", "team-c", secret)
+	auditOnly.Modes = []core.Mode{core.ModeAudit}
+	e := load(t,
+		inNS("b-cm", "team-b", cm),
+		inNS("a-cm", "team-a", cm, secret),
+		inNS("a-cm-again", "team-a", cm),
+		inNS("b-pods", "team-b", podGVK...),
+		newRule("cluster-pods", "true"),
+		auditOnly,
+	)
+	got := e.GVKNamespaces(core.ModeAdmission)
+	want := map[core.GVK][]string{
+		cm:        {"team-a", "team-b"},
+		secret:    {"team-a"},
+		podGVK[0]: nil,
+		podGVK[1]: nil,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for g, ns := range want {
+		if v, ok := got[g]; !ok || strings.Join(v, ",") != strings.Join(ns, ",") || (ns == nil) != (v == nil) {
+			t.Errorf("%v: got %v (present %v), want %v", g, v, ok, ns)
+		}
+	}
+}
