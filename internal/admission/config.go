@@ -37,7 +37,7 @@ const (
 	// NamespacedWebhookName names its webhook for the kinds only
 	// PortalRules match, limited to the namespaces of those rules, so one
 	// team's rule never puts other namespaces' writes on Portal's path.
-	// Absent when there are none.
+	// With no such kind its rules are empty: it intercepts nothing.
 	NamespacedWebhookName = "namespaced.validate.portal.io"
 	// FieldOwner is the server-side apply field manager.
 	FieldOwner = "portal"
@@ -114,8 +114,8 @@ func LocalURL(port int) string { return fmt.Sprintf("https://127.0.0.1:%d%s", po
 // admission rules: one webhook whose rules cover the kinds the loaded,
 // enabled cluster-wide admission rules match, and, when PortalRules match
 // kinds no cluster-wide rule does, a second webhook for those kinds limited
-// to the PortalRules' namespaces. With no admission rule it keeps the first
-// webhook with an empty rules list, which intercepts nothing. It is a leader-elected
+// to the PortalRules' namespaces. A webhook with nothing to match keeps an
+// empty rules list, which intercepts nothing. It is a leader-elected
 // manager.Runnable; it applies at start, on Notify, and when the rule set
 // handed to a Watch target changes the kinds. It never deletes the
 // configuration: a stopped Portal stays fail-closed.
@@ -290,13 +290,18 @@ func (m *ConfigManager) desired(ws webhookSet, ca []byte) *arv1ac.ValidatingWebh
 			WithTimeoutSeconds(TimeoutSeconds).
 			WithAdmissionReviewVersions("v1")
 	}
-	cfg := arv1ac.ValidatingWebhookConfiguration(m.o.Name).
-		WithLabels(map[string]string{"app.kubernetes.io/managed-by": "portal"}).
-		WithWebhooks(webhook(WebhookName, ws.cluster, metav1.LabelSelectorOpNotIn, m.excluded()))
-	if len(ws.namespaced) > 0 {
-		cfg.WithWebhooks(webhook(NamespacedWebhookName, ws.namespaced, metav1.LabelSelectorOpIn, ws.namespaces))
+	// The namespaced webhook stays, with no rules, when no PortalRule needs
+	// it: removing it would leave behind the caBundle the certificate
+	// injector co-owns, a stub the API server rejects.
+	nsOp, nsValues := metav1.LabelSelectorOpIn, ws.namespaces
+	if len(nsValues) == 0 {
+		nsOp, nsValues = metav1.LabelSelectorOpNotIn, m.excluded()
 	}
-	return cfg
+	return arv1ac.ValidatingWebhookConfiguration(m.o.Name).
+		WithLabels(map[string]string{"app.kubernetes.io/managed-by": "portal"}).
+		WithWebhooks(
+			webhook(WebhookName, ws.cluster, metav1.LabelSelectorOpNotIn, m.excluded()),
+			webhook(NamespacedWebhookName, ws.namespaced, nsOp, nsValues))
 }
 
 // excluded lists the namespaces admission never sees, sorted.

@@ -31,8 +31,11 @@ func TestWebhookConfiguration(t *testing.T) {
 	if err := env.client.Get(ctx, types.NamespacedName{Name: admission.ConfigName}, vwc); err != nil {
 		t.Fatal(err)
 	}
-	if len(vwc.Webhooks) != 1 {
-		t.Fatalf("want one webhook, got %d", len(vwc.Webhooks))
+	if len(vwc.Webhooks) != 2 || vwc.Webhooks[1].Name != admission.NamespacedWebhookName {
+		t.Fatalf("want the cluster-wide and the namespaced webhook, got %d", len(vwc.Webhooks))
+	}
+	if n := vwc.Webhooks[1].Rules; len(n) != 0 {
+		t.Errorf("namespaced webhook intercepts %+v without any PortalRule", n)
 	}
 	wh := vwc.Webhooks[0]
 	checks := []struct {
@@ -273,11 +276,14 @@ func TestNamespacedRulesWebhook(t *testing.T) {
 		t.Errorf("a configmap in %s reached Portal (%v allowed requests, was %v)", other, got, served)
 	}
 
-	// Without the PortalRule, the namespaced webhook goes away.
+	// Without the PortalRule, the namespaced webhook intercepts nothing.
 	if err := env.client.Delete(ctx, pr); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the namespaced webhook removed", func() bool { return webhookNamed(t, admission.NamespacedWebhookName) == nil })
+	eventually(t, "the namespaced webhook emptied", func() bool {
+		wh := webhookNamed(t, admission.NamespacedWebhookName)
+		return wh != nil && len(wh.Rules) == 0
+	})
 }
 
 // webhookNamed returns the named webhook of Portal's configuration, or nil.
