@@ -58,10 +58,11 @@ func coreRequest(req *admission.Request) (*core.Request, error) {
 
 // decodeMap decodes a JSON object the way unstructured objects are decoded
 // everywhere else (whole numbers become int64), so a rule sees the same
-// types at admission as in audit and in `portal eval`.
+// types at admission as in audit and in `portal eval`, and without
+// metadata.managedFields, as in audit.
 func decodeMap(raw []byte) (map[string]any, error) {
 	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
+	if err := json.Unmarshal(withoutManagedFields(raw), &m); err != nil {
 		return nil, err
 	}
 	if m == nil {
