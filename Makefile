@@ -116,6 +116,10 @@ test-go: tools ## go test ./... against the real control plane in bin/k8s
 
 # Every Fuzz target in the module, found with `go test -list`, runs for FUZZTIME.
 # Output is shown only for a failing target (it names the crasher under testdata/fuzz).
+# Go 1.26's fuzz coordinator can end a duration-bound run with a bare "context
+# deadline exceeded" and no failing input (go.dev/issue/75804, fixed in Go
+# 1.27): that is not a finding, so only a run that wrote a failing input, or
+# failed otherwise, fails the target.
 fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each
 	@list=$$($(GO) test -list '^Fuzz' ./...) || { printf '%s\n' "$$list"; exit 1; }; \
 	targets=$$(printf '%s\n' "$$list" | awk ' \
@@ -126,8 +130,12 @@ fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each
 	for t in $$targets; do \
 		pkg=$${t%%:*}; name=$${t#*:}; \
 		echo "fuzz: $$pkg $$name ($(FUZZTIME))"; \
-		out=$$($(GO) test -run '^$$' -fuzz '^'"$$name"'$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x "$$pkg" 2>&1) \
-			|| { printf '%s\n' "$$out"; exit 1; }; \
+		out=$$($(GO) test -run '^$$' -fuzz '^'"$$name"'$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x "$$pkg" 2>&1) && continue; \
+		case "$$out" in \
+		*'Failing input written to'*) printf '%s\n' "$$out"; exit 1;; \
+		*'context deadline exceeded'*) echo "fuzz: $$name: the fuzz coordinator's end-of-fuzztime race (go.dev/issue/75804), no failing input: not a failure";; \
+		*) printf '%s\n' "$$out"; exit 1;; \
+		esac; \
 	done
 
 # The steps run one after another (also under -j) and stop at the first failure.
