@@ -23,7 +23,7 @@ func TestForcedExpiryIsRenewedWithoutFailedRequests(t *testing.T) {
 	r := start(t, opts, "")
 	url, calls := webhookServer(t, r.c)
 	createVWC(t, ns, url, nil)
-	eventually(t, "the webhook admits through the API server", func() bool { return createConfigMap(ns) == nil })
+	eventually(t, "the webhook admits through the API server", func() bool { return admitsThroughWebhook(ns, calls) })
 
 	stop := loadLoop(t, ns, 5000)
 	before := calls.Load()
