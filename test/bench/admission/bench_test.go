@@ -163,15 +163,15 @@ func run(b *testing.B) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	portal, err := startPortal(ctx, b, cluster)
+	portal, err := startPortal(b, cluster)
 	if err != nil {
 		return nil, err
 	}
-	defer portal.stop()
-	if err := portal.waitReady(ctx, cl, nRules); err != nil {
+	defer portal.Stop()
+	if err := portal.WaitReady(ctx, cl, nRules, webhookCoversPods(cl)); err != nil {
 		return nil, err
 	}
-	logf("portal running as pid %d with %d rules", portal.cmd.Process.Pid, nRules)
+	logf("portal running as pid %d with %d rules", portal.Pid(), nRules)
 
 	// Portal's webhook configuration intercepts every namespace but the
 	// system ones and Portal's own. Narrow it to (b)'s namespace, so (a)
@@ -186,7 +186,7 @@ func run(b *testing.B) (*result, error) {
 	// should: checked with server-side dry runs, until the API server has
 	// caught up with the configuration changes.
 	if err := sanityCheck(ctx, cs); err != nil {
-		return nil, errors.Join(err, portal.logTail())
+		return nil, errors.Join(err, portal.LogTail())
 	}
 	logf("sanity: %d violations denied by (b) and (c), admitted by (a); the compliant pod admitted by all", len(violations))
 
@@ -198,11 +198,11 @@ func run(b *testing.B) (*result, error) {
 	}
 	for _, c := range configurations {
 		if _, errs := createPods(ctx, workers, c.namespace, "warmup-", warmupPods); len(errs) > 0 {
-			return nil, fmt.Errorf("warm-up (%s): %w", c.key, errors.Join(append(errs, portal.logTail())...))
+			return nil, fmt.Errorf("warm-up (%s): %w", c.key, errors.Join(append(errs, portal.LogTail())...))
 		}
 	}
 
-	portalBefore, err := portal.scrape(ctx)
+	portalBefore, err := portal.Scrape(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func run(b *testing.B) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := procStatus(portal.cmd.Process.Pid)
+	st, err := procStatus(portal.Pid())
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +223,7 @@ func run(b *testing.B) (*result, error) {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if st, err := procStatus(portal.cmd.Process.Pid); err == nil {
+			if st, err := procStatus(portal.Pid()); err == nil {
 				for _, m := range []struct {
 					peak *atomic.Int64
 					key  string
@@ -265,7 +265,7 @@ func run(b *testing.B) (*result, error) {
 			if len(res.failures[c.key])*100 > podsPerConfig || ctx.Err() != nil {
 				close(sampleStop)
 				<-sampleDone
-				return nil, fmt.Errorf("round %d (%s): too many failed creates: %w", round, c.key, errors.Join(append(errs, portal.logTail())...))
+				return nil, fmt.Errorf("round %d (%s): too many failed creates: %w", round, c.key, errors.Join(append(errs, portal.LogTail())...))
 			}
 		}
 	}
@@ -273,13 +273,13 @@ func run(b *testing.B) (*result, error) {
 	close(sampleStop)
 	<-sampleDone
 	res.rssPeakSampled, res.anonPeakSampled, res.filePeakSampled = rssPeak.Load(), anonPeak.Load(), filePeak.Load()
-	if st, err = procStatus(portal.cmd.Process.Pid); err != nil {
+	if st, err = procStatus(portal.Pid()); err != nil {
 		return nil, err
 	}
 	res.rssHWM = st["VmHWM"]
 	res.loadAfter = loadAverage()
 
-	portalAfter, err := portal.scrape(ctx)
+	portalAfter, err := portal.Scrape(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -8,12 +8,10 @@ import "github.com/vilaca/portal/test/bench/benchstat"
 // benchmarks; these names keep the benchmark code short.
 type (
 	latencies = benchstat.Latencies
-	metrics   = benchstat.Metrics
 )
 
 var (
 	summarise         = benchstat.Summarise
-	parseMetrics      = benchstat.ParseMetrics
 	delta             = benchstat.Delta
 	histogramDelta    = benchstat.HistogramDelta
 	histogramQuantile = benchstat.HistogramQuantile
@@ -22,6 +20,5 @@ var (
 	loadAverage       = benchstat.LoadAverage
 	envInt            = benchstat.EnvInt
 	freePort          = benchstat.FreePort
-	httpGet           = benchstat.HTTPGet
 	scrapeAPIServer   = benchstat.ScrapeAPIServer
 )

@@ -161,11 +161,11 @@ func run(b *testing.B) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer portal.stop()
-	if err := portal.waitReady(ctx, cl, nRules); err != nil {
+	defer portal.Stop()
+	if err := portal.WaitReady(ctx, cl, nRules, auditLeads(portal)); err != nil {
 		return nil, err
 	}
-	logf("portal running as pid %d with %d rules, audit only, sinks: policyreport, alertmanager (%s), prometheus, stdout", portal.cmd.Process.Pid, nRules, am.URL())
+	logf("portal running as pid %d with %d rules, audit only, sinks: policyreport, alertmanager (%s), prometheus, stdout", portal.Pid(), nRules, am.URL())
 
 	// Observers: a watch on every PolicyReport and a poll of Alertmanager,
 	// each noting when a pod first appears.
@@ -179,7 +179,7 @@ func run(b *testing.B) (*result, error) {
 	stopObservers := func() { obsStop(); obs.Wait() }
 	defer stopObservers()
 
-	portalBefore, err := portal.scrape(ctx)
+	portalBefore, err := portal.Scrape(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func run(b *testing.B) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := procStatus(portal.cmd.Process.Pid)
+	st, err := procStatus(portal.Pid())
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +200,7 @@ func run(b *testing.B) (*result, error) {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if st, err := procStatus(portal.cmd.Process.Pid); err == nil {
+			if st, err := procStatus(portal.Pid()); err == nil {
 				if st["VmRSS"] > rssPeak.Load() {
 					rssPeak.Store(st["VmRSS"])
 				}
@@ -294,7 +294,7 @@ func run(b *testing.B) (*result, error) {
 		if r < len(want) || a < len(want) {
 			return false, nil
 		}
-		m, err := portal.scrape(ctx)
+		m, err := portal.Scrape(ctx)
 		if err != nil {
 			return false, nil
 		}
@@ -303,14 +303,14 @@ func run(b *testing.B) (*result, error) {
 		return m.Sum("portal_audit_queue_depth") == 0 && evals >= float64(res.pods), nil
 	})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("waiting for the findings (%s): %w", last, err), portal.logTail())
+		return nil, errors.Join(fmt.Errorf("waiting for the findings (%s): %w", last, err), portal.LogTail())
 	}
 	res.settleElapsed = time.Since(start)
 	// Count writes only once the sinks have gone quiet: two scrapes a
 	// second apart that agree on the objects published.
 	prevPublished := -1.0
 	_ = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, false, func(ctx context.Context) (bool, error) {
-		m, err := portal.scrape(ctx)
+		m, err := portal.Scrape(ctx)
 		if err != nil {
 			return false, nil
 		}
@@ -322,16 +322,16 @@ func run(b *testing.B) (*result, error) {
 	close(sampleStop)
 	<-sampleDone
 	stopObservers()
-	if err := portal.heapProfile(ctx); err != nil {
+	if err := heapProfile(ctx, portal); err != nil {
 		return nil, err
 	}
 	res.rssPeakSampled, res.anonPeakSampled = rssPeak.Load(), anonPeak.Load()
-	if st, err = procStatus(portal.cmd.Process.Pid); err != nil {
+	if st, err = procStatus(portal.Pid()); err != nil {
 		return nil, err
 	}
 	res.rssHWM = st["VmHWM"]
 	res.loadAfter = loadAverage()
-	portalAfter, err := portal.scrape(ctx)
+	portalAfter, err := portal.Scrape(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,6 @@ type (
 
 var (
 	summarise         = benchstat.Summarise
-	parseMetrics      = benchstat.ParseMetrics
 	delta             = benchstat.Delta
 	histogramDelta    = benchstat.HistogramDelta
 	histogramQuantile = benchstat.HistogramQuantile
@@ -22,7 +21,5 @@ var (
 	machine           = benchstat.Machine
 	loadAverage       = benchstat.LoadAverage
 	envInt            = benchstat.EnvInt
-	freePort          = benchstat.FreePort
-	httpGet           = benchstat.HTTPGet
 	scrapeAPIServer   = benchstat.ScrapeAPIServer
 )

@@ -1,0 +1,178 @@
+//go:build linux
+
+package benchstat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster"
+)
+
+// Child is Portal running in a child process of a benchmark: the
+// benchmark's own test binary started again with an environment its
+// TestMain recognises, so Portal's memory can be read on its own from
+// /proc/<pid>/status, without the benchmark's clients in it.
+type Child struct {
+	Cmd        *exec.Cmd
+	LogPath    string
+	MetricsURL string
+	ReadyzURL  string
+	exited     chan struct{}
+	stopOnce   sync.Once
+}
+
+// ChildSetup is what a benchmark's environment for its child is built from:
+// the kubeconfig file of the control plane and free addresses of 127.0.0.1
+// for Portal's /metrics and /healthz, /readyz.
+type ChildSetup struct {
+	Kubeconfig  string
+	MetricsAddr string
+	HealthAddr  string
+}
+
+// StartChild writes cluster's kubeconfig into dir and starts the running
+// test binary again, with env(setup) added to its environment. The child's
+// output goes to logPath (empty: dir/portal.log), and it dies with the
+// benchmark, however that ends.
+func StartChild(dir, logPath string, cluster *devcluster.Cluster, env func(ChildSetup) []string) (*Child, error) {
+	kc, err := cluster.Kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	setup := ChildSetup{Kubeconfig: filepath.Join(dir, "kubeconfig")}
+	if err := os.WriteFile(setup.Kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+	for _, addr := range []*string{&setup.MetricsAddr, &setup.HealthAddr} {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		*addr = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	if logPath == "" {
+		logPath = filepath.Join(dir, "portal.log")
+	}
+	c := &Child{
+		LogPath:    logPath,
+		MetricsURL: "http://" + setup.MetricsAddr + "/metrics",
+		ReadyzURL:  "http://" + setup.HealthAddr + "/readyz",
+		exited:     make(chan struct{}),
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	c.Cmd = exec.Command(self)
+	c.Cmd.Env = append(os.Environ(), env(setup)...)
+	c.Cmd.Stdout, c.Cmd.Stderr = logFile, logFile
+	c.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.Cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	go func() {
+		_ = c.Cmd.Wait()
+		logFile.Close()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// Pid is the child's process ID.
+func (c *Child) Pid() int { return c.Cmd.Process.Pid }
+
+// Stop asks Portal to shut down (SIGTERM) and kills it after 15 s.
+func (c *Child) Stop() {
+	c.stopOnce.Do(func() {
+		_ = c.Cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.exited:
+		case <-time.After(15 * time.Second):
+			_ = c.Cmd.Process.Kill()
+			<-c.exited
+		}
+	})
+}
+
+// LogTail is the end of Portal's log, as an error to join to the one that
+// made the benchmark stop.
+func (c *Child) LogTail() error {
+	data, err := os.ReadFile(c.LogPath)
+	if err != nil {
+		return err
+	}
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	return fmt.Errorf("portal log (tail):\n%s", data)
+}
+
+// Scrape reads Portal's /metrics.
+func (c *Child) Scrape(ctx context.Context) (Metrics, error) {
+	code, body, err := HTTPGet(ctx, c.MetricsURL)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("portal /metrics: HTTP %d", code)
+	}
+	return ParseMetrics(string(body)), nil
+}
+
+// WaitReady waits until Portal answers /readyz, nRules PortalClusterRules
+// are Ready, and ready says the benchmark's own condition holds (or, when
+// not, what it waits for).
+func (c *Child) WaitReady(ctx context.Context, cl client.Client, nRules int, ready func(context.Context) (ok bool, waitingFor string, err error)) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-c.exited:
+			return false, errors.New("portal exited")
+		default:
+		}
+		if code, _, err := HTTPGet(ctx, c.ReadyzURL); err != nil || code != http.StatusOK {
+			last = fmt.Sprintf("/readyz: %d %v", code, err)
+			return false, nil
+		}
+		var rules policyv1alpha1.PortalClusterRuleList
+		if err := cl.List(ctx, &rules); err != nil {
+			return false, err
+		}
+		n := 0
+		for _, r := range rules.Items {
+			if apimeta.IsStatusConditionTrue(r.Status.Conditions, policyv1alpha1.ConditionReady) {
+				n++
+			}
+		}
+		if n != nRules {
+			last = fmt.Sprintf("%d of %d rules ready", n, nRules)
+			return false, nil
+		}
+		ok, waitingFor, err := ready(ctx)
+		last = waitingFor
+		return ok, err
+	})
+	if err != nil {
+		return errors.Join(fmt.Errorf("waiting for portal (%s): %w", last, err), c.LogTail())
+	}
+	return nil
+}
