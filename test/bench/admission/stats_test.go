@@ -21,4 +21,5 @@ var (
 	envInt            = benchstat.EnvInt
 	freePort          = benchstat.FreePort
 	scrapeAPIServer   = benchstat.ScrapeAPIServer
+	compliantPod      = benchstat.CompliantPod
 )
