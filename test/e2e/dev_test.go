@@ -43,8 +43,9 @@ func freePort(t *testing.T) int {
 }
 
 // TestPortalDev is the newcomer's path: portal dev comes up, a violating pod
-// applied with kubectl is denied with the rule's message, and Ctrl-C leaves
-// no control plane behind.
+// applied with kubectl is denied with the rule's message, `kubectl get polr
+// -A` shows audit's findings on the legacy Deployment created before Portal
+// started, and Ctrl-C leaves no control plane behind.
 func TestPortalDev(t *testing.T) {
 	root, err := devcluster.RepoRoot()
 	if err != nil {
@@ -99,6 +100,21 @@ func TestPortalDev(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "[pss-baseline-privileged]") || !strings.Contains(string(out), "privileged=true") {
 		t.Fatalf("privileged pod not denied with the rule's message: %v\n%s", err, out)
 	}
+
+	// Audit found the legacy Deployment of namespace demo.
+	var reports string
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		get := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "get", "polr", "-A", "-o",
+			`jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} fail={.summary.fail} {range .results[*]}{.resources[0].kind}/{.resources[0].name} {end}{"\n"}{end}`)
+		out, err := get.CombinedOutput()
+		reports = string(out)
+		return err == nil && strings.Contains(reports, "demo/portal fail=") && strings.Contains(reports, "Deployment/legacy-billing") &&
+			!strings.Contains(reports, "demo/portal fail=0 "), nil
+	})
+	if err != nil {
+		t.Fatalf("kubectl get polr -A shows no audit finding on the legacy Deployment: %v\n%s", err, reports)
+	}
+	t.Logf("kubectl get polr -A: %s", reports)
 
 	apiserver := serverAddr(t, kubeconfig)
 	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
