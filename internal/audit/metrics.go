@@ -6,7 +6,8 @@ import (
 
 // LatencyBuckets are the buckets of portal_audit_event_to_report_seconds:
 // from an informer event to the sink having written (or sent) the result.
-var LatencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+// 200 ms and 1 s are bounds, so the latency goal and budget read exactly.
+var LatencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 30}
 
 // Metrics are the audit layer's Prometheus metrics, documented in
 // docs/reference/metrics.md.
