@@ -499,7 +499,7 @@ func FuzzCachedRoundTrip(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var want map[string]any
 		if err := utiljson.Unmarshal(data, &want); err != nil || want == nil {
-			t.Skip("not a JSON object")
+			return // not a JSON object: nothing to round-trip
 		}
 		if md, ok := want["metadata"].(map[string]any); ok {
 			delete(md, "managedFields")
