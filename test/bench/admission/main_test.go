@@ -12,11 +12,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/vilaca/portal/internal/manager"
+	"github.com/vilaca/portal/test/bench/benchstat"
 )
 
 // The benchmark runs Portal in a child process, so that Portal's memory can be
@@ -32,17 +31,7 @@ const (
 	childHealthEnv     = "PORTAL_BENCH_HEALTH_ADDR"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		if err := runPortal(); err != nil {
-			fmt.Fprintln(os.Stderr, "portal (benchmark child):", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	ctrl.SetLogger(logr.Discard())
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { benchstat.Main(m, childEnv, runPortal) }
 
 // runPortal is the child: `portal run --admission --leader-elect=false` with
 // the defaults of `portal run` (WAF off), except that the webhook listens

@@ -12,10 +12,14 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
@@ -175,4 +179,19 @@ func (c *Child) WaitReady(ctx context.Context, cl client.Client, nRules int, rea
 		return errors.Join(fmt.Errorf("waiting for portal (%s): %w", last, err), c.LogTail())
 	}
 	return nil
+}
+
+// Main is a benchmark package's TestMain: in the child (childEnv set) it
+// runs Portal with child and exits; otherwise it runs the tests and
+// benchmarks with controller-runtime's logs discarded.
+func Main(m *testing.M, childEnv string, child func() error) {
+	if os.Getenv(childEnv) != "" {
+		if err := child(); err != nil {
+			fmt.Fprintln(os.Stderr, "portal (benchmark child):", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	ctrl.SetLogger(logr.Discard())
+	os.Exit(m.Run())
 }
