@@ -82,7 +82,7 @@ func TestEvalExitCodes(t *testing.T) {
 		{"deny", []string{"--rules", evalRules, "--file", evalManifests}, exitViolation, ""},
 		{"warn only", []string{"--rules", warnRule, "--file", evalManifests}, exitOK, ""},
 		{"bad manifest", []string{"--rules", evalRules, "--file", badYAML}, exitUsage, "bad.yaml:4"},
-		{"bad rule", []string{"--rules", badRule, "--file", good}, exitUsage, "rule.yaml:1"},
+		{"bad rule", []string{"--rules", badRule, "--file", good}, exitUsage, "rule.yaml:3:24"},
 		{"missing flag", []string{"--file", good}, exitUsage, "--rules"},
 		{"bad output", []string{"--rules", evalRules, "--file", good, "-o", "xml"}, exitUsage, "--output"},
 		{"missing file", []string{"--rules", evalRules, "--file", filepath.Join(dir, "nope.yaml")}, exitUsage, "nope.yaml"},

@@ -61,7 +61,7 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 	}
 	prog, err := e.expr.Compile(r.Expression)
 	if err != nil {
-		return nil, fmt.Errorf("rule %q: compile expression: %w", r.Name, err)
+		return nil, fmt.Errorf("rule %q: compile expression: %w", r.Name, inField("rule", 0, err))
 	}
 	msg, err := compileTemplate(e.expr, r.Message)
 	if err != nil {

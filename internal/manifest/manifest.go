@@ -31,10 +31,15 @@ type Document struct {
 type Error struct {
 	Path string
 	Line int
-	Err  error
+	// Column is 1-based; 0 when only the line is known.
+	Column int
+	Err    error
 }
 
 func (e *Error) Error() string {
+	if e.Line > 0 && e.Column > 0 {
+		return fmt.Sprintf("%s:%d:%d: %v", e.Path, e.Line, e.Column, e.Err)
+	}
 	if e.Line > 0 {
 		return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err)
 	}
