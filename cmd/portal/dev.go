@@ -37,6 +37,10 @@ func newDevCommand() *cobra.Command {
 	o := &devOptions{kubeconfigOut: filepath.Join(".portal-dev", "kubeconfig"), logLevel: "warn", cfg: manager.Defaults()}
 	o.cfg.LeaderElection = false
 	o.cfg.MetricsAddr = "127.0.0.1:18090"
+	// Plain HTTP on the loopback of a development machine, whose only
+	// user is also the local cluster's admin; --metrics-secure tries the
+	// production setup.
+	o.cfg.MetricsSecure = false
 	o.cfg.HealthAddr = "127.0.0.1:18091"
 	o.cfg.Admission.Enabled = true
 	o.cfg.Admission.LocalURL = true

@@ -50,6 +50,11 @@ type Options struct {
 	// when set, otherwise <repo>/bin/k8s, where <repo> is found by walking up from the
 	// working directory to the go.mod of module github.com/vilaca/portal.
 	BinaryDir string
+
+	// APIServerFlags are added to kube-apiserver's command line, flag name
+	// (without dashes) to value, e.g. "admission-control-config-file" to
+	// make the API server present a client certificate to webhooks.
+	APIServerFlags map[string]string
 }
 
 // Cluster is a running control plane. Call Stop when done.
@@ -116,6 +121,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	// Explicit paths: envtest would otherwise let TEST_ASSET_* variables pick others.
 	env.ControlPlane.GetAPIServer().Path = filepath.Join(binDir, "kube-apiserver")
+	for k, v := range opts.APIServerFlags {
+		env.ControlPlane.GetAPIServer().Configure().Set(k, v)
+	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(binDir, "etcd")}
 	env.ControlPlane.KubectlPath = filepath.Join(binDir, "kubectl")
 
