@@ -294,9 +294,9 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 				s.mu.Unlock()
 			}
 		}
-		err := s.flush(ctx, delivered)
+		accepted, err := s.flush(ctx, delivered)
 		switch {
-		case err == nil && failing:
+		case err == nil && failing && accepted:
 			// Alertmanager is back, possibly restarted without its
 			// alerts: re-send every open one now.
 			s.log.Info("alertmanager reachable again; re-sending open alerts", "url", s.url)
@@ -306,6 +306,8 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 			s.mu.Unlock()
 			s.signal()
 		case err == nil:
+			// Only retries of refused alerts were sent (and refused
+			// again): no sign yet that Alertmanager is back.
 			backoff = 0
 		case ctx.Err() != nil:
 			return
@@ -320,8 +322,8 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 }
 
 // flush sends every queued change that is due, then, when due, every open
-// alert.
-func (s *Sink) flush(ctx context.Context, delivered func(time.Time)) error {
+// alert. It reports whether Alertmanager accepted any request.
+func (s *Sink) flush(ctx context.Context, delivered func(time.Time)) (bool, error) {
 	f := &flushing{delivered: delivered}
 	for {
 		batch := s.takePending(time.Now())
@@ -329,10 +331,11 @@ func (s *Sink) flush(ctx context.Context, delivered func(time.Time)) error {
 			break
 		}
 		if err := s.send(ctx, batch, f); err != nil {
-			return err
+			return f.accepted, err
 		}
 	}
-	return s.resend(ctx, f)
+	err := s.resend(ctx, f)
+	return f.accepted, err
 }
 
 // flushing is the state of one flush.
