@@ -87,7 +87,8 @@ func deleteOnCleanup(t *testing.T, c client.Client, o client.Object) {
 
 // A kind only PortalRules audit is listed, watched and cached only in their
 // namespaces: a tenant's PortalRule in namespace A never makes Portal watch
-// namespace B's ConfigMaps, and B gets no report. A PortalClusterRule for
+// namespace B's ConfigMaps, and B gets no report; a cluster-scoped kind it
+// names is not watched at all. A PortalClusterRule for
 // the kind switches to one cluster-wide informer and B is audited, A's
 // findings kept across; when it goes, the watch narrows to A again and B's
 // findings go; when the last PortalRule goes, nothing is watched.
@@ -105,6 +106,9 @@ func TestNamespacedRuleWatchesOnlyItsNamespace(t *testing.T) {
 	eventually(t, 30*time.Second, "instance leads", func() (bool, error) { return inst.leader(t), nil })
 
 	tenant := &policyv1alpha1.PortalRule{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "cm-flag"}, Spec: configMapRule()}
+	// A PortalRule never matches a cluster-scoped object: naming one
+	// watches nothing.
+	tenant.Spec.Match.GVK = append(tenant.Spec.Match.GVK, policyv1alpha1.GroupVersionKind{Kind: "Namespace"})
 	create(t, c, tenant)
 	deleteOnCleanup(t, c, tenant)
 	waitReport(t, c, nsA, "A's ConfigMap reported", func(st reportState) bool { return st.has("cm-flag/flagged/") })
@@ -117,6 +121,9 @@ func TestNamespacedRuleWatchesOnlyItsNamespace(t *testing.T) {
 	}
 	if got := informers("cluster"); got != 0 {
 		t.Errorf("cluster-wide configmaps informers = %v, want 0", got)
+	}
+	if got := inst.metric(t, "portal_audit_informers", map[string]string{"resource": "namespaces"}); got != 0 {
+		t.Errorf("namespaces informers = %v, want none for a PortalRule", got)
 	}
 	want := []audit.WatchScope{{Resource: corev1.SchemeGroupVersion.WithResource("configmaps"), Namespace: nsA}}
 	if got := inst.layer.Source.Watches(); !slices.Equal(got, want) {

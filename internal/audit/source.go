@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -362,12 +363,15 @@ type WatchScope struct {
 	Namespace string
 }
 
-// Watches lists the running informers.
+// Watches lists the running informers, by resource and namespace.
 func (s *Source) Watches() []WatchScope {
 	var out []WatchScope
 	for _, w := range s.watches.list() {
 		out = append(out, WatchScope{Resource: w.gvr, Namespace: w.namespace})
 	}
+	slices.SortFunc(out, func(a, b WatchScope) int {
+		return cmp.Or(cmp.Compare(a.Resource.String(), b.Resource.String()), cmp.Compare(a.Namespace, b.Namespace))
+	})
 	return out
 }
 
