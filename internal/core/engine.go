@@ -69,3 +69,22 @@ type ContextBuilder interface {
 	// Build must not modify obj.
 	Build(obj *unstructured.Unstructured, req *Request) (*EvalContext, error)
 }
+
+// Schema describes the shape of a name a context builder binds, so that a
+// misspelt field (container.imag) is a compile error instead of a nil on
+// every object. A schema with Fields lists every field its map has; Open
+// means any key may follow (object, labels, container.raw); neither is a leaf
+// value (a string, a number, a list) that has no fields.
+type Schema struct {
+	Fields map[string]*Schema
+	Open   bool
+}
+
+// Member is one chain of field reads in an expression, from a top-level
+// name: container.image.tag is Path [container image tag]. Offsets holds the
+// rune offset of each element in the expression, for errors. A chain stops
+// where a field is not a constant name (an index, a computed key).
+type Member struct {
+	Path    []string
+	Offsets []int
+}

@@ -67,10 +67,13 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 		return nil, fmt.Errorf("rule %q: match.gvk is empty: list the kinds the rule applies to", r.Name)
 	}
 	prog, err := e.expr.Compile(r.Expression)
+	if err == nil {
+		err = checkMembers(prog)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rule %q: compile expression: %w", r.Name, inField("rule", 0, err))
 	}
-	msg, err := compileTemplate(e.expr, r.Message)
+	msg, err := compileTemplate(e.expr, r.Message, checkMembers)
 	if err != nil {
 		return nil, fmt.Errorf("rule %q: compile message: %w", r.Name, err)
 	}

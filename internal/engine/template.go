@@ -18,7 +18,8 @@ type segment struct {
 	prog core.Program
 }
 
-func compileTemplate(eng core.ExpressionEngine, msg string) (template, error) {
+// compileTemplate compiles the holes of msg, each also passed to check.
+func compileTemplate(eng core.ExpressionEngine, msg string, check func(core.Program) error) (template, error) {
 	var t template
 	for pos := 0; pos < len(msg); {
 		s := msg[pos:]
@@ -38,6 +39,9 @@ func compileTemplate(eng core.ExpressionEngine, msg string) (template, error) {
 		inner := s[start+2 : start+end]
 		src := strings.TrimSpace(inner)
 		p, err := eng.Compile(src)
+		if err == nil {
+			err = check(p)
+		}
 		if err != nil {
 			lead := len(inner) - len(strings.TrimLeft(inner, " \t\n"))
 			at := utf8.RuneCountInString(msg[:pos+start+2+lead])

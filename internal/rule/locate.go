@@ -3,6 +3,7 @@ package rule
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
+	"github.com/vilaca/portal/internal/didyoumean"
 	"github.com/vilaca/portal/internal/manifest"
 )
 
@@ -307,52 +309,9 @@ func jsonFields(typ reflect.Type) map[string]reflect.Type {
 
 func unknownFieldError(path, name string, known map[string]reflect.Type) error {
 	msg := fmt.Sprintf("unknown field %q", path)
-	if s := suggest(name, known); s != "" {
+	names := slices.Sorted(maps.Keys(known))
+	if s := didyoumean.Closest(name, names); s != "" {
 		return fmt.Errorf("%s: did you mean %q? (see docs/reference/rule-schema.md)", msg, s)
 	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for k := range known {
-			if !yield(k) {
-				return
-			}
-		}
-	})
 	return fmt.Errorf("%s: expected one of %s (see docs/reference/rule-schema.md)", msg, strings.Join(names, ", "))
-}
-
-// suggest returns the known name closest to name, when it is close enough to
-// be a typo.
-func suggest[V any](name string, known map[string]V) string {
-	best, bestD := "", len(name)/2+2
-	for k := range known {
-		if d := distance(strings.ToLower(name), strings.ToLower(k)); d < bestD || (d == bestD && k < best) {
-			best, bestD = k, d
-		}
-	}
-	if bestD > max(1, len(name)/3+1) {
-		return ""
-	}
-	return best
-}
-
-// distance is the Levenshtein distance between a and b.
-func distance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }

@@ -193,3 +193,55 @@ func FuzzParseFile(f *testing.F) {
 		}
 	})
 }
+
+// TestSugarFieldsAreTypedAtCompileTime: a misspelt pod sugar field is a load
+// error at its character with the field meant, in the expression and in a
+// message hole; object.* and the raw maps stay open.
+func TestSugarFieldsAreTypedAtCompileTime(t *testing.T) {
+	eng := engine.New(exprlang.New())
+	const head = "name: a\nmatch: {gvk: [{kind: Pod}]}\n"
+	bad := []struct {
+		name, doc string
+		want      []string
+	}{
+		{"expression", head + "rule: container.imag.registry != 'ghcr.io'\n",
+			[]string{"r.yaml:3:17: ", "unknown field container.imag: did you mean container.image?"}},
+		{"nested", head + "rule: container.securityContext.capabilities.ad contains 'X'\n",
+			[]string{"r.yaml:3:46: ", "did you mean container.securityContext.capabilities.add?"}},
+		{"optional chain", head + "rule: container?.image?.tg == 'latest'\n",
+			[]string{"r.yaml:3:25: ", "did you mean container.image.tag?"}},
+		{"a value has no fields", head + "rule: container.name.first == 'x'\n",
+			[]string{"r.yaml:3:22: ", "container.name is a value"}},
+		{"pod-level sugar", head + "rule: spec.hostNetwrk == true\n",
+			[]string{"r.yaml:3:12: ", "did you mean spec.hostNetwork?", "object.*"}},
+		{"message hole", head + "rule: container.name == 'x'\nmessage: 'container {{ container.nme }} is bad'\n",
+			[]string{"r.yaml:4:34: ", "did you mean container.name?"}},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errs := rule.CompileFile(eng, "r.yaml", []byte(tt.doc))
+			if len(errs) != 1 {
+				t.Fatalf("errors %v, want one", errs)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(errs[0].Error(), w) {
+					t.Errorf("error does not contain %q:\n%v", w, errs[0])
+				}
+			}
+		})
+	}
+	for _, expr := range []string{
+		"object.spec.anything.at.all == 1",
+		"container.raw.resources.limits.cpu == '1'",
+		"metadata.labels.team == 'a' && metadata.annotations['x/y'] == 'z'",
+		"pod.spec.volumes[0].hostPath.path == '/'",
+		"request.userInfo.username == 'x' && request.oldObject.spec.x == 1",
+		"container.ports[0].containerPort == 80",
+		"all(container.securityContext.capabilities.add, # != 'NET_ADMIN')",
+		"any(object.spec.containers, .name == 'x')",
+	} {
+		if _, errs := rule.CompileFile(eng, "r.yaml", []byte(head+"rule: \""+expr+"\"\n")); len(errs) > 0 {
+			t.Errorf("%s: %v", expr, errs)
+		}
+	}
+}

@@ -75,13 +75,14 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 		}
 		return nil, ce
 	}
-	return &program{engine: e, prog: p, ids: identifiers(p.Node())}, nil
+	return &program{engine: e, prog: p, ids: identifiers(p.Node()), members: members(expression)}, nil
 }
 
 type program struct {
-	engine *Engine
-	prog   *vm.Program
-	ids    []string
+	engine  *Engine
+	prog    *vm.Program
+	ids     []string
+	members []core.Member
 }
 
 func (p *program) Eval(env core.Env) (out any, err error) {
