@@ -1,6 +1,7 @@
 package ruleset
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,6 +17,21 @@ type Options struct {
 	// added: the waf-proxy sets its error callback and body limits here. It
 	// must not set a root filesystem or add directives.
 	Configure func(coraza.WAFConfig) coraza.WAFConfig
+	// MaxDataFileBytes bounds each data file that a file operator
+	// (@pmFromFile, @ipMatchFromFile, @validateSchema and their aliases)
+	// reads: Coraza builds a matcher from the whole file in memory. 0 means
+	// DefaultMaxDataFileBytes.
+	MaxDataFileBytes int
+}
+
+// DefaultMaxDataFileBytes is the default of Options.MaxDataFileBytes.
+const DefaultMaxDataFileBytes = 1 << 20
+
+func (o Options) maxDataFile() int {
+	if o.MaxDataFileBytes > 0 {
+		return o.MaxDataFileBytes
+	}
+	return DefaultMaxDataFileBytes
 }
 
 // Compiled is a rule set compiled by Coraza.
@@ -54,12 +70,14 @@ type Error struct {
 	Problems []Problem
 }
 
-// Kind is KindSandbox when any problem is a sandbox violation, else
-// KindInvalid.
+// Kind is the most serious kind among the problems: KindSandbox, then
+// KindTooLarge, then KindTimeout, else KindInvalid.
 func (e *Error) Kind() Kind {
-	for _, p := range e.Problems {
-		if p.Kind == KindSandbox {
-			return KindSandbox
+	for _, k := range []Kind{KindSandbox, KindTooLarge, KindTimeout} {
+		for _, p := range e.Problems {
+			if p.Kind == k {
+				return k
+			}
 		}
 	}
 	return KindInvalid
@@ -83,22 +101,36 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Compile checks b against the sandbox (Check) and compiles it with Coraza.
-// The compile sees only b's data files and the embedded Core Rule Set. On
-// failure the error is an *Error whose problems locate the failing directive
-// (source and line, when b has spans).
+// Compile is CompileContext without a deadline.
 func Compile(b Bundle, opts Options) (*Compiled, error) {
-	problems, an := check(b)
+	return CompileContext(context.Background(), b, opts)
+}
+
+// CompileContext checks b against the sandbox (Check) and compiles it with
+// Coraza. The compile sees only b's data files and the embedded Core Rule
+// Set, and runs on an engine whose forbidden actions, operators, audit log
+// writers and directives refuse to work (engine.go). On failure the error is
+// an *Error whose problems locate the failing directive (source and line,
+// when b has spans). When ctx ends first, Coraza is stopped at its next file
+// read and the error is of KindTimeout.
+func CompileContext(ctx context.Context, b Bundle, opts Options) (*Compiled, error) {
+	problems, an := check(b, opts)
 	if len(problems) > 0 {
 		return nil, &Error{Problems: problems}
 	}
+	if ctx.Err() != nil {
+		return nil, timeoutError()
+	}
 	dir := "rs-" + b.dataDigest()
 	var rules []ruleInfo
-	waf, err := newWAF(b, dir, b.Rules, opts, func(r types.RuleMetadata) {
+	waf, err := newWAF(ctx, b, dir, b.Rules, opts, nil, func(r types.RuleMetadata) {
 		rules = append(rules, ruleInfo{ID: r.ID(), Tags: r.Tags()})
 	})
 	if err != nil {
-		return nil, &Error{Problems: []Problem{locate(b, dir, opts, err)}}
+		if ctx.Err() != nil {
+			return nil, timeoutError()
+		}
+		return nil, &Error{Problems: []Problem{locate(ctx, b, dir, opts, err)}}
 	}
 	c := &Compiled{WAF: waf, Bundle: b, SHA256: b.SHA256(), rules: rules, analysis: an}
 	if wr, ok := waf.(experimental.WAFWithRules); ok {
@@ -107,15 +139,38 @@ func Compile(b Bundle, opts Options) (*Compiled, error) {
 	return c, nil
 }
 
-func newWAF(b Bundle, dir, rules string, opts Options, observe func(types.RuleMetadata)) (coraza.WAF, error) {
+func timeoutError() *Error {
+	return &Error{Problems: []Problem{{Kind: KindTimeout,
+		Message: "the compile did not finish before its deadline (--waf-compile-timeout); make the rule set smaller or simpler"}}}
+}
+
+// newWAF runs Coraza over rules. g, when not nil, is the guard to use (the
+// fuzz test records with it).
+func newWAF(ctx context.Context, b Bundle, dir, rules string, opts Options, g *guard, observe func(types.RuleMetadata)) (w coraza.WAF, err error) {
 	cfg := coraza.NewWAFConfig()
 	if opts.Configure != nil {
 		cfg = opts.Configure(cfg)
 	}
-	cfg = cfg.WithRootFS(newSandboxFS(dir, rules, b.DataFiles)).WithDirectivesFromFile(dir + "/" + rulesFile)
+	if g == nil {
+		g = &guard{}
+	}
+	cfg = cfg.WithRootFS(newSandboxFS(ctx, dir, rules, b.DataFiles)).
+		WithDirectivesFromFile(dir + "/" + rulesFile).
+		WithDebugLogger(g)
 	if observe != nil {
 		cfg = experimental.WAFConfigWithRuleObserver(cfg, observe)
 	}
+	g.compiling.Store(true)
+	defer g.compiling.Store(false)
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(*forbiddenDirective)
+			if !ok {
+				panic(r)
+			}
+			w, err = nil, f
+		}
+	}()
 	return coraza.NewWAF(cfg)
 }
 
@@ -123,26 +178,35 @@ func newWAF(b Bundle, dir, rules string, opts Options, observe func(types.RuleMe
 // not parse, as opposed to a setting it rejects once every directive is read.
 const parseErrorPrefix = "invalid WAF config from file: "
 
+// auditErrorPrefix starts the error Coraza returns when the audit log writer
+// refuses its settings, once every directive is read.
+const auditErrorPrefix = "invalid WAF config from audit log: "
+
 // maxLocateCompiles bounds the compiles spent finding a failing directive.
 const maxLocateCompiles = 24
 
 // locate turns a Coraza error into a Problem on the directive that caused
 // it. Coraza's errors carry no line, and it stops at the first directive
 // that fails, so the failing directive is the first one whose prefix of the
-// rules fails to compile: found by bisection, one compile per step.
-func locate(b Bundle, dir string, opts Options, err error) Problem {
+// rules fails to compile: found by bisection, one compile per step, while ctx
+// lasts.
+func locate(ctx context.Context, b Bundle, dir string, opts Options, err error) Problem {
 	msg := cleanError(err)
 	p := Problem{Kind: KindInvalid, Message: msg}
-	if !strings.HasPrefix(err.Error(), parseErrorPrefix) {
+	var fd *forbiddenDirective
+	if strings.Contains(msg, refusal) || errors.As(err, &fd) {
+		p.Kind = KindSandbox
+	}
+	if fd == nil && !strings.HasPrefix(err.Error(), parseErrorPrefix) && !strings.HasPrefix(err.Error(), auditErrorPrefix) {
 		return p
 	}
-	dirs, _ := split(b.Rules)
+	dirs, _ := splitBundle(b)
 	if len(dirs) == 0 {
 		return p
 	}
 	lines := strings.SplitAfter(b.Rules, "\n")
 	fails := func(i int) bool {
-		w, err := newWAF(b, dir, strings.Join(lines[:dirs[i].End], ""), opts, nil)
+		w, err := newWAF(ctx, b, dir, strings.Join(lines[:dirs[i].End], ""), opts, nil, nil)
 		if err != nil {
 			return true
 		}
@@ -152,7 +216,7 @@ func locate(b Bundle, dir string, opts Options, err error) Problem {
 		return false
 	}
 	lo, hi := 0, len(dirs)-1 // the prefix ending at hi fails
-	for n := 0; lo < hi && n < maxLocateCompiles; n++ {
+	for n := 0; lo < hi && n < maxLocateCompiles && ctx.Err() == nil; n++ {
 		mid := (lo + hi) / 2
 		if fails(mid) {
 			hi = mid
@@ -160,7 +224,7 @@ func locate(b Bundle, dir string, opts Options, err error) Problem {
 			lo = mid + 1
 		}
 	}
-	if lo != hi {
+	if lo != hi || ctx.Err() != nil {
 		return p
 	}
 	d := dirs[hi]
@@ -172,7 +236,7 @@ func locate(b Bundle, dir string, opts Options, err error) Problem {
 // cleanError drops the wrappers Coraza puts around a directive's error.
 func cleanError(err error) string {
 	msg := err.Error()
-	for _, prefix := range []string{parseErrorPrefix, "failed to parse string: "} {
+	for _, prefix := range []string{parseErrorPrefix, auditErrorPrefix, "failed to parse string: "} {
 		msg = strings.TrimPrefix(msg, prefix)
 	}
 	return msg
