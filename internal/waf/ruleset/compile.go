@@ -45,6 +45,9 @@ type Compiled struct {
 	// RuleCount is the number of rules (SecRule, SecAction; a chain counts
 	// once) in the WAF.
 	RuleCount int
+	// Weight estimates the memory the WAF holds: the bytes of SecLang Coraza
+	// parsed, included Core Rule Set files too, plus the data files.
+	Weight int64
 
 	rules    []ruleInfo
 	analysis analysis
@@ -123,7 +126,8 @@ func CompileContext(ctx context.Context, b Bundle, opts Options) (*Compiled, err
 	}
 	dir := "rs-" + b.dataDigest()
 	var rules []ruleInfo
-	waf, err := newWAF(ctx, b, dir, b.Rules, opts, nil, func(r types.RuleMetadata) {
+	g := &guard{}
+	waf, err := newWAF(ctx, b, dir, b.Rules, opts, g, func(r types.RuleMetadata) {
 		rules = append(rules, ruleInfo{ID: r.ID(), Tags: r.Tags()})
 	})
 	if err != nil {
@@ -132,7 +136,10 @@ func CompileContext(ctx context.Context, b Bundle, opts Options) (*Compiled, err
 		}
 		return nil, &Error{Problems: []Problem{locate(ctx, b, dir, opts, err)}}
 	}
-	c := &Compiled{WAF: waf, Bundle: b, SHA256: b.SHA256(), rules: rules, analysis: an}
+	c := &Compiled{WAF: waf, Bundle: b, SHA256: b.SHA256(), rules: rules, analysis: an, Weight: g.parsed}
+	for _, d := range b.DataFiles {
+		c.Weight += int64(len(d))
+	}
 	if wr, ok := waf.(experimental.WAFWithRules); ok {
 		c.RuleCount = wr.RulesCount()
 	}

@@ -135,6 +135,9 @@ type guard struct {
 	// record, when set, receives every directive line Coraza evaluates
 	// (the differential fuzz test reads them).
 	record func(line string)
+	// parsed counts the bytes of the lines Coraza evaluated, included files
+	// too. Coraza parses in one goroutine.
+	parsed int64
 }
 
 // forbiddenDirective is what guard panics with.
@@ -183,6 +186,7 @@ func (e *guardEvent) Msg(msg string) {
 	if msg != "Parsing directive" || !e.has {
 		return
 	}
+	e.g.parsed += int64(len(e.line))
 	if e.g.record != nil {
 		e.g.record(e.line)
 	}
