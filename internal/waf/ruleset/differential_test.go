@@ -47,7 +47,8 @@ func FuzzSecLangDifferential(f *testing.F) {
 		strings.Repeat("x", MaxLineLength) + "\r\nSecAuditLog /tmp/a",
 		"\v SecAction \"id:1,pass,exec:/bin/sh\"\u0085",
 	} {
-		f.Add(s, uint(len(s)/2))
+		f.Add(s, uint(len(s)))   // one source
+		f.Add(s, uint(len(s)/2)) // cut in two
 	}
 	f.Fuzz(func(t *testing.T, rules string, cut uint) {
 		i := int(cut % uint(len(rules)+1))
