@@ -161,7 +161,7 @@ func newWAF(ctx context.Context, b Bundle, dir, rules string, opts Options, g *g
 	if g == nil {
 		g = &guard{}
 	}
-	cfg = cfg.WithRootFS(newSandboxFS(ctx, dir, rules, b.DataFiles)).
+	cfg = cfg.WithRootFS(newSandboxFS(ctx, dir, chunk(rules), b.DataFiles)).
 		WithDirectivesFromFile(dir + "/" + rulesFile).
 		WithDebugLogger(g)
 	if observe != nil {
@@ -179,6 +179,71 @@ func newWAF(ctx context.Context, b Bundle, dir, rules string, opts Options, g *g
 		}
 	}()
 	return coraza.NewWAF(cfg)
+}
+
+// Large rules are fed to Coraza in parts, each included from rules.conf,
+// because Coraza checks nothing between the directives of one file: the
+// sandbox filesystem refuses the next part's read once the deadline passes,
+// so a compile past its deadline stops within one part instead of running
+// to the end of the rules.
+const (
+	chunkThreshold = 256 << 10
+	minChunk       = 64 << 10
+	maxChunks      = 32
+	// maxIncludes is Coraza's limit on Include directives in one compile.
+	maxIncludes = 100
+)
+
+// chunk returns the rule files of a compile, named relative to the bundle
+// directory: rules.conf alone, or for large rules, rules.conf including
+// part-0.conf, part-1.conf... cut at directive boundaries, so every part
+// parses as the same directives did in one file.
+func chunk(rules string) map[string]string {
+	if len(rules) <= chunkThreshold {
+		return map[string]string{rulesFile: rules}
+	}
+	dirs, _ := split(rules, 1)
+	includes := 0
+	for _, d := range dirs {
+		if d.Name == "include" {
+			includes++
+		}
+	}
+	n := min(maxChunks, maxIncludes-1-includes)
+	if n < 2 {
+		return map[string]string{rulesFile: rules}
+	}
+	target := max(len(rules)/n+1, minChunk)
+	// ends[i] is the offset just after line i+1.
+	ends := make([]int, 0, strings.Count(rules, "\n")+1)
+	for off := 0; off < len(rules); {
+		i := strings.IndexByte(rules[off:], '\n')
+		if i < 0 {
+			off = len(rules)
+		} else {
+			off += i + 1
+		}
+		ends = append(ends, off)
+	}
+	files := map[string]string{}
+	var index strings.Builder
+	start := 0
+	cut := func(end int) {
+		name := fmt.Sprintf("part-%d.conf", len(files))
+		files[name] = rules[start:end]
+		fmt.Fprintf(&index, "Include %s\n", name)
+		start = end
+	}
+	for _, d := range dirs {
+		if end := ends[d.End-1]; end-start >= target {
+			cut(end)
+		}
+	}
+	if start < len(rules) {
+		cut(len(rules))
+	}
+	files[rulesFile] = index.String()
+	return files
 }
 
 // parseErrorPrefix starts the errors Coraza returns for a directive that does
@@ -243,8 +308,12 @@ func locate(ctx context.Context, b Bundle, dir string, opts Options, err error) 
 // cleanError drops the wrappers Coraza puts around a directive's error.
 func cleanError(err error) string {
 	msg := err.Error()
-	for _, prefix := range []string{parseErrorPrefix, auditErrorPrefix, "failed to parse string: "} {
+	for _, prefix := range []string{parseErrorPrefix, auditErrorPrefix} {
 		msg = strings.TrimPrefix(msg, prefix)
+	}
+	// One wrapper per file: rules.conf and, for large rules, the part.
+	for strings.HasPrefix(msg, "failed to parse string: ") {
+		msg = strings.TrimPrefix(msg, "failed to parse string: ")
 	}
 	return msg
 }

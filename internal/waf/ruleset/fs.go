@@ -24,7 +24,8 @@ const rulesFile = "rules.conf"
 //   - the embedded Core Rule Set, under any path whose first element starting
 //     with "@" names it ("@owasp_crs/x.conf", "dir/@crs-setup.conf.example");
 //   - the bundle's data files, at the root and in the bundle directory;
-//   - the bundle's rules, as <dir>/rules.conf.
+//   - the bundle's rules, as <dir>/rules.conf (which includes <dir>/part-N.conf
+//     when the rules are large; see chunk).
 //
 // The bundle directory is named after a digest of the data files. Coraza
 // memoizes @pmFromFile matchers by directory and file name across WAF
@@ -42,8 +43,11 @@ type sandboxFS struct {
 	crs fs.FS
 }
 
-func newSandboxFS(ctx context.Context, dir, rules string, files map[string][]byte) *sandboxFS {
-	mem := fstest.MapFS{dir + "/" + rulesFile: &fstest.MapFile{Data: []byte(rules), Mode: 0o444}}
+func newSandboxFS(ctx context.Context, dir string, rules map[string]string, files map[string][]byte) *sandboxFS {
+	mem := fstest.MapFS{}
+	for name, text := range rules {
+		mem[dir+"/"+name] = &fstest.MapFile{Data: []byte(text), Mode: 0o444}
+	}
 	for name, data := range files {
 		f := &fstest.MapFile{Data: data, Mode: 0o444}
 		mem[name] = f
