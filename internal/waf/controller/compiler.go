@@ -189,8 +189,15 @@ func (c *Compiler) compile(key types.NamespacedName, b ruleset.Bundle, st *State
 	go func() {
 		defer c.metrics.InFlight.Dec()
 		defer release()
-		compiled, err := c.opts.Compile(ctx, b, ruleset.Options{MaxDataFileBytes: c.opts.MaxDataFileBytes})
-		done <- compileResult{compiled, err}
+		var r compileResult
+		defer func() {
+			// Outside the reconciler, a panic would end the process.
+			if p := recover(); p != nil {
+				r = compileResult{err: fmt.Errorf("compile: %v", p)}
+			}
+			done <- r
+		}()
+		r.compiled, r.err = c.opts.Compile(ctx, b, ruleset.Options{MaxDataFileBytes: c.opts.MaxDataFileBytes})
 	}()
 	var r compileResult
 	select {

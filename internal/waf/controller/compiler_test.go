@@ -35,6 +35,10 @@ import (
 // compile that does not stop.
 const holdMarker = "# portal-test: hold this compile"
 
+// panicMarker makes the test's compile function panic, as a compiler bug
+// triggered by input would.
+const panicMarker = "# portal-test: panic in this compile"
+
 // Limits of the WAF layer under test.
 const (
 	testConcurrency   = 2
@@ -85,6 +89,9 @@ func setup(cl *devcluster.Cluster) (func() error, error) {
 		MaxDataFileBytes: testMaxDataFile,
 		MaxLastGoodBytes: testMaxLastGood,
 		Compile: func(ctx context.Context, b ruleset.Bundle, o ruleset.Options) (*ruleset.Compiled, error) {
+			if strings.Contains(b.Rules, panicMarker) {
+				panic("compiler bug")
+			}
 			if strings.Contains(b.Rules, holdMarker) {
 				env.held.Add(1)
 				<-env.release
@@ -336,4 +343,21 @@ func TestLastGoodWAFsBounded(t *testing.T) {
 	if n := metric(t, "portal_waf_ruleset_last_good_wafs", ""); n < 1 || n >= 4 {
 		t.Fatalf("%v last good WAFs kept of 4 that do not fit together", n)
 	}
+}
+
+// TestCompilePanicIsAnError: a compile that panics (a compiler bug some
+// input triggers) fails that RuleSet and nothing else: the compile runs
+// outside the reconciler, where a panic would end the process.
+func TestCompilePanicIsAnError(t *testing.T) {
+	shared.Cluster(t)
+	ns := namespace(t, "waf-panic")
+	create(t, source(ns, "boom", panicMarker+"\n"+smallRule), source(ns, "fine", smallRule))
+	bad, good := ruleSet(ns, "bad", []string{"boom"}), ruleSet(ns, "good", []string{"fine"})
+	create(t, bad)
+	c := readyWith(t, bad, metav1.ConditionFalse, wafv1alpha1.ReasonInvalidRuleSet)
+	if !strings.Contains(c.Message, "compiler bug") {
+		t.Fatalf("message %q", c.Message)
+	}
+	create(t, good)
+	readyWith(t, good, metav1.ConditionTrue, wafv1alpha1.ReasonRulesCached)
 }

@@ -170,12 +170,13 @@ func newWAF(ctx context.Context, b Bundle, dir, rules string, opts Options, g *g
 	g.compiling.Store(true)
 	defer g.compiling.Store(false)
 	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(*forbiddenDirective)
-			if !ok {
-				panic(r)
-			}
-			w, err = nil, f
+		switch r := recover().(type) {
+		case nil:
+		case *forbiddenDirective:
+			w, err = nil, r
+		default:
+			// No input may crash the controller or the data plane.
+			w, err = nil, fmt.Errorf("the Coraza compiler failed on these rules: %v", r)
 		}
 	}()
 	return coraza.NewWAF(cfg)
