@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/corazawaf/coraza/v3/debuglog"
@@ -83,6 +84,9 @@ func (inertCollection) Type() plugintypes.ActionType                            
 type consoleWriter struct {
 	w         io.Writer
 	formatter plugintypes.AuditLogFormatter
+	// mu keeps concurrent transactions' entries whole, as the log.Logger
+	// of Coraza's own serial writer does.
+	mu sync.Mutex
 }
 
 func (c *consoleWriter) Init(cfg plugintypes.AuditLogConfig) error {
@@ -108,6 +112,8 @@ func (c *consoleWriter) Write(al plugintypes.AuditLog) error {
 	if err != nil || len(b) == 0 {
 		return err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	_, err = c.w.Write(append(b, '\n'))
 	return err
 }

@@ -3,6 +3,7 @@ package ruleset
 import (
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -264,5 +265,35 @@ func TestCheckReadsEachSourceAlone(t *testing.T) {
 		if len(problems) == 0 || problems[0].Source != "first" || problems[0].Kind != KindInvalid {
 			t.Errorf("%q: problems %v, want one on RuleSource first", first, problems)
 		}
+	}
+}
+
+// TestConsoleAuditLogStillWorks: the engine's Serial writer still writes
+// audit entries to standard output, the one audit log the sandbox allows.
+func TestConsoleAuditLogStillWorks(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	c, err := Compile(Bundle{Rules: "SecRuleEngine On\nSecAuditEngine On\nSecAuditLogFormat JSON\nSecAuditLog /dev/stdout\n" +
+		"SecRule ARGS \"@rx evil\" \"id:7,phase:1,deny,status:403,log,auditlog\"\n"}, Options{})
+	os.Stdout = stdout
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tx := c.WAF.NewTransaction()
+	tx.ProcessURI("/?q=evil", "GET", "HTTP/1.1")
+	if it := tx.ProcessRequestHeaders(); it == nil || it.Status != 403 {
+		t.Fatalf("interruption %+v", it)
+	}
+	tx.ProcessLogging()
+	_ = tx.Close()
+	_ = w.Close()
+	out, err := io.ReadAll(r)
+	if err != nil || !strings.Contains(string(out), `"uri":"/?q=evil"`) || !strings.Contains(string(out), `"is_interrupted":true`) {
+		t.Fatalf("audit output %q, %v", out, err)
 	}
 }
