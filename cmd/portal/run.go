@@ -115,6 +115,12 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.DurationVar(&w.CacheMaxAge, "cache-max-age", w.CacheMaxAge, "evict cached rule set revisions older than this (a rule set's latest revision is never evicted)")
 	f.Int64Var(&w.CacheMaxSize, "cache-max-size", w.CacheMaxSize, "evict the oldest revisions when the cache holds more bytes than this")
 	f.DurationVar(&w.CacheGCInterval, "cache-gc-interval", w.CacheGCInterval, "how often the cache evicts")
+	wc := &w.Compile
+	f.Int64Var(&wc.MaxRuleSetBytes, "waf-max-ruleset-bytes", wc.MaxRuleSetBytes, "reject a RuleSet whose sources and data files hold more bytes than this together (reason TooLarge)")
+	f.IntVar(&wc.MaxDataFileBytes, "waf-max-data-file-bytes", wc.MaxDataFileBytes, "reject a RuleSet whose @pmFromFile, @ipMatchFromFile or @validateSchema reads a data file larger than this (reason TooLarge)")
+	f.DurationVar(&wc.CompileTimeout, "waf-compile-timeout", wc.CompileTimeout, "give up on a RuleSet compile after this long (reason CompileTimeout)")
+	f.IntVar(&wc.Concurrency, "waf-compile-concurrency", wc.Concurrency, "RuleSets compiled at once; one namespace uses at most half of them (at least one)")
+	f.Int64Var(&wc.MaxLastGoodBytes, "waf-max-last-good-bytes", wc.MaxLastGoodBytes, "weight of the last good WAFs kept open to speed up recompiles; the oldest are closed beyond it")
 }
 
 func newLogger(level string) (*slog.Logger, error) {

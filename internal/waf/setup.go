@@ -38,6 +38,10 @@ type Options struct {
 	// EventRecorderName names the recorder of RuleSet events ("portal" when
 	// empty).
 	EventRecorderName string
+	// Compile bounds the RuleSet compiler (--waf-max-ruleset-bytes,
+	// --waf-max-data-file-bytes, --waf-compile-timeout,
+	// --waf-compile-concurrency, --waf-max-last-good-bytes).
+	Compile controller.CompilerOptions
 }
 
 // DefaultOptions are the defaults of the flags.
@@ -47,6 +51,7 @@ func DefaultOptions() Options {
 		CacheMaxAge:     cache.DefaultMaxAge,
 		CacheMaxSize:    cache.DefaultMaxSize,
 		CacheGCInterval: cache.DefaultGCInterval,
+		Compile:         controller.DefaultCompilerOptions(),
 	}
 }
 
@@ -89,7 +94,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err := controller.SetupIndexes(context.Background(), mgr); err != nil {
 		return nil, err
 	}
-	comp := controller.NewCompiler(mgr.GetCache(), c, log, controller.NewMetrics(reg))
+	comp := controller.NewCompiler(mgr.GetCache(), c, log, controller.NewMetrics(reg), opts.Compile)
 	if err := comp.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
