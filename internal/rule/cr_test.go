@@ -85,7 +85,7 @@ func privilegedPod(ns string) *unstructured.Unstructured {
 // verdict is the outcome of the named rule on obj, or "" when it did not run.
 func verdict(t *testing.T, eng *engine.Engine, obj *unstructured.Unstructured, name string) core.Outcome {
 	t.Helper()
-	results, err := eng.Evaluate(obj, engine.Options{})
+	results, err := eng.Evaluate(context.Background(), obj, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,295 @@
+package exprlang
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+)
+
+// Names of the metering helpers the budget patch inserts. Like fetchName they
+// cannot be written in an expression.
+const (
+	meterName   = "$portal.meter"
+	loopName    = "$portal.loop"
+	scanName    = "$portal.scan"
+	scanInName  = "$portal.scanIn"
+	expandName  = "$portal.expand"
+	builtName   = "$portal.built"
+	joinName    = "$portal.join"
+	replaceName = "$portal.replace"
+	globName    = "$portal.glob"
+)
+
+// budgetPatch makes every evaluation pay for its work out of the meter bound
+// as meterName in the environment:
+//
+//   - a predicate (all, any, map, reduce, ...) pays, before it starts, the
+//     size of its body for every element it may visit, so nested loops are
+//     charged their product before they run;
+//   - an operator or builtin whose cost grows with its input (==, in,
+//     contains, matches, toJSON, sort, max, ...) pays for the input first;
+//   - whatever builds a string, array or map (+, join, replace, map,
+//     filter, concat, split, toJSON, string, ...) pays for what it built,
+//     and where the result can be far larger than the input (join, replace,
+//     toJSON, string, flatten) for the expected result before building it.
+//
+// Nodes outside predicates run at most once per evaluation; the engine
+// charges the expression's size once when the evaluation starts.
+type budgetPatch struct{}
+
+func (budgetPatch) Visit(node *ast.Node) {
+	switch n := (*node).(type) {
+	case *ast.BuiltinNode:
+		patchBuiltin(node, n)
+	case *ast.BinaryNode:
+		patchBinary(node, n)
+	case *ast.CallNode:
+		if id, ok := n.Callee.(*ast.IdentifierNode); ok {
+			switch id.Value {
+			case "quantity", "parseImage":
+				wrapArgs(n.Arguments, scanName)
+			case "glob":
+				if len(n.Arguments) == 2 {
+					n.Arguments = []ast.Node{n.Arguments[0], helper(globName, n.Arguments[0], n.Arguments[1])}
+				}
+			}
+		}
+	}
+}
+
+// predicates are the builtins that run a closure per element.
+var predicates = map[string]bool{
+	"all": true, "none": true, "any": true, "one": true, "filter": true, "map": true,
+	"find": true, "findIndex": true, "findLast": true, "findLastIndex": true,
+	"count": true, "sum": true, "groupBy": true, "sortBy": true, "reduce": true,
+}
+
+// constant-time builtins: their cost does not depend on their input.
+var constantTime = map[string]bool{
+	"len": true, "type": true, "abs": true, "ceil": true, "floor": true, "round": true,
+	"int": true, "float": true, "first": true, "last": true, "get": true, "bitnot": true,
+	"bitand": true, "bitor": true, "bitxor": true, "bitnand": true, "bitshl": true,
+	"bitshr": true, "bitushr": true, "now": true, "timezone": true,
+}
+
+// expanding builtins can build far more than they read.
+var expanding = map[string]bool{"string": true, "toJSON": true, "flatten": true}
+
+func patchBuiltin(node *ast.Node, n *ast.BuiltinNode) {
+	if predicates[n.Name] && len(n.Arguments) >= 2 {
+		if body, ok := n.Arguments[1].(*ast.PredicateNode); ok {
+			cost := int(countNodes(body)) + 1
+			n.Arguments[0] = helper(loopName, &ast.IntegerNode{Value: cost}, n.Arguments[0])
+			// reduce's initial value and any other argument run once.
+			switch n.Name {
+			case "filter", "map", "groupBy", "sortBy":
+				wrapNode(node, builtName)
+			}
+			return
+		}
+	}
+	switch {
+	case constantTime[n.Name]:
+		return
+	case expanding[n.Name]:
+		wrapArgs(n.Arguments, expandName)
+	case n.Name == "join" && len(n.Arguments) >= 1:
+		sep := ast.Node(&ast.StringNode{Value: ""})
+		if len(n.Arguments) > 1 {
+			sep = n.Arguments[1]
+		}
+		n.Arguments[0] = helper(joinName, n.Arguments[0], sep)
+	case n.Name == "replace" && len(n.Arguments) == 3:
+		n.Arguments[0] = helper(replaceName, n.Arguments[0], n.Arguments[1], n.Arguments[2])
+	default:
+		wrapArgs(n.Arguments, scanName)
+	}
+	wrapNode(node, builtName)
+}
+
+func patchBinary(node *ast.Node, n *ast.BinaryNode) {
+	switch n.Operator {
+	case "+":
+		if !isNumber(n.Left.Type()) || !isNumber(n.Right.Type()) {
+			wrapNode(node, builtName)
+		}
+	case "..":
+		wrapNode(node, builtName)
+	case "==", "!=", "<", ">", "<=", ">=":
+		// The comparison stops within the smaller operand; a literal one
+		// makes it cheap.
+		if !isLiteral(n.Left) && !isLiteral(n.Right) {
+			n.Left = helper(scanName, n.Left)
+		}
+	case "in", "not in":
+		if !isLiteral(n.Right) {
+			n.Right = helper(scanInName, n.Right)
+		}
+	case "contains", "matches":
+		if !isLiteral(n.Left) {
+			n.Left = helper(scanName, n.Left)
+		}
+		if !isLiteral(n.Right) {
+			n.Right = helper(scanName, n.Right)
+		}
+	case "startsWith", "endsWith":
+		if !isLiteral(n.Right) {
+			n.Right = helper(scanName, n.Right)
+		}
+	}
+}
+
+// helper is a call of the metering function name with the meter first.
+func helper(name string, args ...ast.Node) ast.Node {
+	call := &ast.CallNode{
+		Callee:    &ast.IdentifierNode{Value: name},
+		Arguments: append([]ast.Node{&ast.IdentifierNode{Value: meterName}}, args...),
+	}
+	if len(args) > 0 {
+		call.SetLocation(args[len(args)-1].Location())
+	}
+	return call
+}
+
+func wrapNode(node *ast.Node, name string) {
+	call := helper(name, *node)
+	call.SetLocation((*node).Location())
+	ast.Patch(node, call)
+}
+
+func wrapArgs(args []ast.Node, name string) {
+	for i, a := range args {
+		if !isLiteral(a) {
+			args[i] = helper(name, a)
+		}
+	}
+}
+
+// isLiteral reports whether n is a constant whose cost is its own size,
+// known when the rule compiles.
+func isLiteral(n ast.Node) bool {
+	switch x := n.(type) {
+	case *ast.NilNode, *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.StringNode, *ast.ConstantNode:
+		return true
+	case *ast.UnaryNode:
+		return isLiteral(x.Node)
+	case *ast.ArrayNode:
+		for _, e := range x.Nodes {
+			if !isLiteral(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func isNumber(t reflect.Type) bool {
+	if t == nil {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return true
+	}
+	return false
+}
+
+// countNodes is the number of AST nodes under root: what one run of it
+// costs, not counting the loops inside, which pay for themselves.
+func countNodes(root ast.Node) int64 {
+	c := &nodeCounter{}
+	ast.Walk(&root, c)
+	return c.n
+}
+
+type nodeCounter struct{ n int64 }
+
+func (c *nodeCounter) Visit(*ast.Node) { c.n++ }
+
+// budgetOptions registers the metering helpers. Each returns its last
+// argument unchanged once the meter has accepted the charge.
+func budgetOptions() []expr.Option {
+	return []expr.Option{
+		expr.Function(loopName, func(p ...any) (any, error) {
+			return p[2], p[0].(*meter).charge(satMul(length(p[2]), int64(p[1].(int))), 0)
+		}),
+		expr.Function(scanName, func(p ...any) (any, error) {
+			return p[1], p[0].(*meter).scan(p[1])
+		}),
+		expr.Function(scanInName, func(p ...any) (any, error) {
+			m := p[0].(*meter)
+			if reflect.ValueOf(p[1]).Kind() == reflect.Map {
+				return p[1], m.charge(1, 0)
+			}
+			return p[1], m.scan(p[1])
+		}),
+		expr.Function(expandName, func(p ...any) (any, error) {
+			return p[1], p[0].(*meter).expand(p[1])
+		}),
+		expr.Function(builtName, func(p ...any) (any, error) {
+			return p[1], p[0].(*meter).built(p[1])
+		}),
+		expr.Function(joinName, meteredJoin),
+		expr.Function(replaceName, meteredReplace),
+		expr.Function(globName, meteredGlob),
+	}
+}
+
+// meteredJoin charges join(p[1], p[2]) its result before it is built.
+func meteredJoin(p ...any) (any, error) {
+	m := p[0].(*meter)
+	if err := m.scan(p[1]); err != nil {
+		return nil, err
+	}
+	sep, _ := p[2].(string)
+	n := length(p[1])
+	_, b, _ := deep(p[1], m.left())
+	size := satAdd(b, satMul(max(n-1, 0), int64(len(sep))))
+	return p[1], m.charge(size/bytesPerOp, size)
+}
+
+// meteredReplace charges replace(p[1], p[2], p[3]) its result before it is
+// built: with an empty old string the new one is inserted between every
+// character.
+func meteredReplace(p ...any) (any, error) {
+	m := p[0].(*meter)
+	s, ok1 := p[1].(string)
+	old, ok2 := p[2].(string)
+	repl, ok3 := p[3].(string)
+	if !ok1 || !ok2 || !ok3 {
+		return p[1], m.charge(1, 0)
+	}
+	if err := m.charge(int64(len(s))/bytesPerOp+1, 0); err != nil {
+		return nil, err
+	}
+	var n int64
+	if old == "" {
+		n = int64(len(s)) + 1
+	} else {
+		n = int64(strings.Count(s, old))
+	}
+	size := satAdd(int64(len(s)), satMul(n, int64(max(len(repl)-len(old), 0))))
+	return p[1], m.charge(size/bytesPerOp, size)
+}
+
+// meteredGlob charges glob(pattern, name): matching can try the pattern at
+// every position of the name.
+func meteredGlob(p ...any) (any, error) {
+	m := p[0].(*meter)
+	pattern, _ := p[1].(string)
+	name, _ := p[2].(string)
+	if len(pattern) > maxGlobPattern {
+		return nil, fmt.Errorf("glob: pattern is %d bytes, longer than %d", len(pattern), maxGlobPattern)
+	}
+	cost := satMul(int64(len(pattern)+1), int64(len(name)+1)) / bytesPerOp
+	return p[2], m.charge(cost+1, 0)
+}
+
+// maxGlobPattern bounds a glob pattern; no name pattern needs more.
+const maxGlobPattern = 1024
