@@ -47,8 +47,14 @@ type BudgetReporter interface {
 	BudgetExceeded(r *core.Rule, ref core.ResourceRef, err error)
 }
 
-// ReportBudget sends every budget error to r from now on.
-func (e *Engine) ReportBudget(r BudgetReporter) { e.budget.Store(&r) }
+// ReportBudget sends every budget error to r from now on; nil stops it.
+func (e *Engine) ReportBudget(r BudgetReporter) {
+	if r == nil {
+		e.budget.Store(nil)
+		return
+	}
+	e.budget.Store(&r)
+}
 
 type ruleSet struct {
 	all  []*Rule
