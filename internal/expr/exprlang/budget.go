@@ -81,8 +81,11 @@ var expanding = map[string]bool{"string": true, "toJSON": true, "flatten": true}
 func patchBuiltin(node *ast.Node, n *ast.BuiltinNode) {
 	if predicates[n.Name] && len(n.Arguments) >= 2 {
 		if body, ok := n.Arguments[1].(*ast.PredicateNode); ok {
-			cost := int(countNodes(body)) + 1
-			n.Arguments[0] = helper(loopName, &ast.IntegerNode{Value: cost}, n.Arguments[0])
+			// Over an array literal the number of iterations is known
+			// when the rule compiles: staticCost charges it up front.
+			if _, static := n.Arguments[0].(*ast.ArrayNode); !static {
+				n.Arguments[0] = helper(loopName, &ast.IntegerNode{Value: int(staticCost(body)) + 1}, n.Arguments[0])
+			}
 			// reduce's initial value and any other argument run once.
 			switch n.Name {
 			case "filter", "map", "groupBy", "sortBy":
@@ -104,20 +107,35 @@ func patchBuiltin(node *ast.Node, n *ast.BuiltinNode) {
 		n.Arguments[0] = helper(joinName, n.Arguments[0], sep)
 	case n.Name == "replace" && len(n.Arguments) == 3:
 		n.Arguments[0] = helper(replaceName, n.Arguments[0], n.Arguments[1], n.Arguments[2])
+	case linear[n.Name]:
+		// Cost and result both grow with the input: charging the result
+		// is enough.
 	default:
 		wrapArgs(n.Arguments, scanName)
 	}
 	wrapNode(node, builtName)
 }
 
+// linear builtins build a result about as large as what they read.
+var linear = map[string]bool{
+	"keys": true, "values": true, "toPairs": true, "fromPairs": true, "concat": true,
+	"reverse": true, "take": true, "split": true, "splitAfter": true, "upper": true,
+	"lower": true, "trim": true, "trimPrefix": true, "trimSuffix": true,
+	"toBase64": true, "fromBase64": true,
+}
+
 func patchBinary(node *ast.Node, n *ast.BinaryNode) {
 	switch n.Operator {
 	case "+":
-		if !isNumber(n.Left.Type()) || !isNumber(n.Right.Type()) {
+		// A number on either side makes a number (or an error).
+		if !isNumber(n.Left.Type()) && !isNumber(n.Right.Type()) && !isNumberLiteral(n.Left) && !isNumberLiteral(n.Right) {
 			wrapNode(node, builtName)
 		}
 	case "..":
-		wrapNode(node, builtName)
+		// Literal bounds: its size is known when the rule compiles.
+		if !isLiteral(n.Left) || !isLiteral(n.Right) {
+			wrapNode(node, builtName)
+		}
 	case "==", "!=", "<", ">", "<=", ">=":
 		// The comparison stops within the smaller operand; a literal one
 		// makes it cheap.
@@ -200,17 +218,89 @@ func isNumber(t reflect.Type) bool {
 	return false
 }
 
-// countNodes is the number of AST nodes under root: what one run of it
-// costs, not counting the loops inside, which pay for themselves.
-func countNodes(root ast.Node) int64 {
-	c := &nodeCounter{}
-	ast.Walk(&root, c)
-	return c.n
+func isNumberLiteral(n ast.Node) bool {
+	switch x := n.(type) {
+	case *ast.IntegerNode, *ast.FloatNode:
+		return true
+	case *ast.UnaryNode:
+		return isNumberLiteral(x.Node)
+	}
+	return false
 }
 
-type nodeCounter struct{ n int64 }
+// staticCost is what one run of n costs, known when the rule compiles: one
+// per node, and a predicate over an array literal its body once per
+// element. Predicates over anything else pay for themselves when they run.
+func staticCost(n ast.Node) int64 {
+	if n == nil {
+		return 0
+	}
+	if b, ok := n.(*ast.BuiltinNode); ok && predicates[b.Name] && len(b.Arguments) >= 2 {
+		if n, ok := literalLen(b.Arguments[0]); ok {
+			var c int64 = 1
+			for i, a := range b.Arguments {
+				if i != 1 {
+					c = satAdd(c, staticCost(a))
+				}
+			}
+			return satAdd(c, satMul(n, staticCost(b.Arguments[1])))
+		}
+	}
+	var c int64 = 1
+	for _, ch := range children(n) {
+		c = satAdd(c, staticCost(ch))
+	}
+	return c
+}
 
-func (c *nodeCounter) Visit(*ast.Node) { c.n++ }
+// literalLen is the length of an array written in the expression (the
+// optimizer turns constant ones into a ConstantNode).
+func literalLen(n ast.Node) (int64, bool) {
+	switch x := n.(type) {
+	case *ast.ArrayNode:
+		return int64(len(x.Nodes)), true
+	case *ast.ConstantNode:
+		if v := reflect.ValueOf(x.Value); v.Kind() == reflect.Slice || v.Kind() == reflect.Array {
+			return int64(v.Len()), true
+		}
+	}
+	return 0, false
+}
+
+// children are the nodes ast.Walk visits under n.
+func children(n ast.Node) []ast.Node {
+	switch x := n.(type) {
+	case *ast.UnaryNode:
+		return []ast.Node{x.Node}
+	case *ast.BinaryNode:
+		return []ast.Node{x.Left, x.Right}
+	case *ast.ChainNode:
+		return []ast.Node{x.Node}
+	case *ast.MemberNode:
+		return []ast.Node{x.Node, x.Property}
+	case *ast.SliceNode:
+		return []ast.Node{x.Node, x.From, x.To}
+	case *ast.CallNode:
+		return append([]ast.Node{x.Callee}, x.Arguments...)
+	case *ast.BuiltinNode:
+		return x.Arguments
+	case *ast.PredicateNode:
+		return []ast.Node{x.Node}
+	case *ast.VariableDeclaratorNode:
+		return []ast.Node{x.Value, x.Expr}
+	case *ast.SequenceNode:
+		return x.Nodes
+	case *ast.ConditionalNode:
+		return []ast.Node{x.Cond, x.Exp1, x.Exp2}
+	case *ast.ArrayNode:
+		return x.Nodes
+	case *ast.MapNode:
+		return x.Pairs
+	case *ast.PairNode:
+		return []ast.Node{x.Key, x.Value}
+	}
+	return nil
+}
 
 // budgetOptions registers the metering helpers. Each returns its last
 // argument unchanged once the meter has accepted the charge.

@@ -108,7 +108,24 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &program{engine: e, prog: p, ids: identifiers(p.Node()), base: countNodes(p.Node())}, nil
+	return &program{engine: e, prog: p, ids: identifiers(p.Node()), base: staticCost(p.Node()), metered: readsMeter(p.Node())}, nil
+}
+
+// readsMeter reports whether the budget patch put a metering helper in the
+// expression. One without runs each node at most once: its cost is its size,
+// bounded by MaxNodes, and it needs no meter.
+func readsMeter(root ast.Node) bool {
+	v := &meterVisitor{}
+	ast.Walk(&root, v)
+	return v.found
+}
+
+type meterVisitor struct{ found bool }
+
+func (v *meterVisitor) Visit(node *ast.Node) {
+	if id, ok := (*node).(*ast.IdentifierNode); ok && id.Value == meterName {
+		v.found = true
+	}
 }
 
 type program struct {
@@ -117,6 +134,8 @@ type program struct {
 	ids    []string
 	// base is what running every node once costs.
 	base int64
+	// metered is false for expressions without loops or costly operators.
+	metered bool
 }
 
 // Eval implements core.Program. It binds the evaluation's meter in env for
@@ -125,33 +144,49 @@ func (p *program) Eval(ctx context.Context, env core.Env) (out any, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &core.BudgetError{Kind: core.BudgetDeadline, Err: context.Cause(ctx)}
 	}
+	if p.base > p.engine.limits.Operations {
+		// Loops over array literals cost this much whatever the input.
+		return nil, &core.BudgetError{Kind: core.BudgetOperations, Limit: p.engine.limits.Operations}
+	}
 	r := p.engine.runners.Get().(*runner)
-	defer p.engine.runners.Put(r)
 	r.meter.reset(ctx, p.engine.limits, p.base)
-	defer func() { r.meter.ctx, r.meter.done = nil, nil }()
-	env[meterName] = &r.meter
-	defer delete(env, meterName)
-	// The VM recovers panics from the program itself; this guards the
-	// helpers and anything else that could still unwind.
+	if p.metered {
+		env[meterName] = &r.meter
+	}
+	out, err = r.run(p.prog, env)
+	if p.metered {
+		delete(env, meterName)
+	}
+	if err == nil {
+		err = checkResult(&r.meter, out)
+	}
+	r.meter.ctx, r.meter.done = nil, nil
+	p.engine.runners.Put(r)
+	if err != nil {
+		return nil, budgetError(err, p.engine.limits)
+	}
+	return out, nil
+}
+
+// run runs prog on the runner's VM. The VM recovers panics from the program
+// itself; this guards the helpers and anything else that could still unwind.
+func (r *runner) run(prog *vm.Program, env core.Env) (out any, err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
 			out, err = nil, fmt.Errorf("evaluation panicked: %v", rec)
 		}
 	}()
-	out, err = r.vm.Run(p.prog, env)
-	if err != nil {
-		return nil, budgetError(err, p.engine.limits)
-	}
-	// A composite result is printed (messages) or encoded by the caller:
-	// measure it as they will walk it.
+	return r.vm.Run(prog, env)
+}
+
+// checkResult measures a composite result as the caller will walk it when it
+// prints (messages) or encodes it.
+func checkResult(m *meter, out any) error {
 	switch out.(type) {
 	case nil, bool, string, int, float64:
-	default:
-		if err := r.meter.expand(out); err != nil {
-			return nil, err
-		}
+		return nil
 	}
-	return out, nil
+	return m.expand(out)
 }
 
 // budgetError gives expr-lang's own allocation guard the same error as the
