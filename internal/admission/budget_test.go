@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,9 @@ import (
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/admission"
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/rule"
 )
 
@@ -157,5 +161,41 @@ func TestHostileRuleIsBoundedAndOthersUnaffected(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"msg":"rule evaluation stopped by its budget","rule":"budget-growing"`) {
 		t.Errorf("no budget log line for budget-growing in:\n%s", logs.String())
+	}
+}
+
+// TestEvaluationStopsAtTheWebhookDeadline: a rule whose budget cannot stop
+// it (this Portal lifts it) is stopped by the deadline the API server sends
+// with the call, early enough that Portal still answers: the request is
+// denied with the deadline error instead of failing on a webhook timeout.
+func TestEvaluationStopsAtTheWebhookDeadline(t *testing.T) {
+	cluster(t)
+	ctx := context.Background()
+	const ns, name = "budget-deadline", "portal-budget-deadline"
+	namespace(t, ns, nil)
+	eng := engine.New(exprlang.New(exprlang.WithLimits(exprlang.Limits{Operations: 1 << 60, Bytes: 1 << 40})))
+	r, err := eng.Compile(&core.Rule{
+		Name: "endless", Enabled: true, Modes: []core.Mode{core.ModeAdmission},
+		EnforcementAction: core.ActionDeny, OnError: core.OnErrorDeny,
+		Match:      core.Match{GVKs: []core.GVK{{Version: "v1", Kind: "ConfigMap"}}, Namespaces: core.NamespaceMatch{Include: []string{ns}}},
+		Expression: `let a = 1..1000; all(a, {all(a, {all(a, {all(a, {# > 0})})})})`,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetRules([]*engine.Rule{r})
+	p, err := startPortal(portalOptions{name: name, logs: &syncWriter{}, evaluator: eng, rules: eng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.stop()
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		_ = env.client.Delete(context.Background(), vwc)
+	})
+	waitCovered(t, name, "configmaps", true)
+	err = env.client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns}}, client.DryRunAll)
+	if err == nil || !strings.Contains(err.Error(), "[endless] evaluation error: evaluation budget exceeded: the request's deadline passed") {
+		t.Fatalf("create: %v; want denied by the deadline", err)
 	}
 }
