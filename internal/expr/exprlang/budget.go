@@ -21,6 +21,15 @@ const (
 	joinName    = "$portal.join"
 	replaceName = "$portal.replace"
 	globName    = "$portal.glob"
+	inflateName = "$portal.inflate"
+)
+
+// Bytes charged per byte of input where a small input builds a large value:
+// a compiled regexp, a decoded JSON document ("[[],[]]" is mostly slice
+// headers).
+const (
+	regexpInflation = 64
+	jsonInflation   = 16
 )
 
 // budgetPatch makes every evaluation pay for its work out of the meter bound
@@ -105,6 +114,8 @@ func patchBuiltin(node *ast.Node, n *ast.BuiltinNode) {
 			sep = n.Arguments[1]
 		}
 		n.Arguments[0] = helper(joinName, n.Arguments[0], sep)
+	case n.Name == "fromJSON" && len(n.Arguments) == 1:
+		n.Arguments[0] = helper(inflateName, &ast.IntegerNode{Value: jsonInflation}, n.Arguments[0])
 	case n.Name == "replace" && len(n.Arguments) == 3:
 		n.Arguments[0] = helper(replaceName, n.Arguments[0], n.Arguments[1], n.Arguments[2])
 	case linear[n.Name]:
@@ -150,7 +161,12 @@ func patchBinary(node *ast.Node, n *ast.BinaryNode) {
 		if !isLiteral(n.Left) {
 			n.Left = helper(scanName, n.Left)
 		}
-		if !isLiteral(n.Right) {
+		switch {
+		case isLiteral(n.Right):
+		case n.Operator == "matches":
+			// A pattern that is not a literal is compiled on every run.
+			n.Right = helper(inflateName, &ast.IntegerNode{Value: regexpInflation}, n.Right)
+		default:
 			n.Right = helper(scanName, n.Right)
 		}
 	case "startsWith", "endsWith":
@@ -324,6 +340,10 @@ func budgetOptions() []expr.Option {
 		}),
 		expr.Function(builtName, func(p ...any) (any, error) {
 			return p[1], p[0].(*meter).built(p[1])
+		}),
+		expr.Function(inflateName, func(p ...any) (any, error) {
+			n := length(p[2])
+			return p[2], p[0].(*meter).charge(n/bytesPerOp+1, satMul(n, int64(p[1].(int))))
 		}),
 		expr.Function(joinName, meteredJoin),
 		expr.Function(replaceName, meteredReplace),

@@ -19,7 +19,10 @@ func bigEnv() core.Env {
 	}
 	return core.Env{
 		"object": map[string]any{
-			"data":  map[string]any{"big": strings.Repeat("a", 1<<20), "other": strings.Repeat("a", 1<<20)},
+			"data": map[string]any{
+				"big": strings.Repeat("a", 1<<20), "other": strings.Repeat("a", 1<<20),
+				"json": "[" + strings.Repeat("[],", 200_000) + "[]]",
+			},
 			"items": items,
 		},
 		"metadata": map[string]any{"name": "n"},
@@ -54,6 +57,8 @@ func TestPathologicalRulesEndInBudgetError(t *testing.T) {
 		"deep nesting compared":                {`reduce(1..5000, [#acc], []) == reduce(1..5000, [#acc], [1])`, core.BudgetDepth},
 		"deep nesting returned":                {`reduce(1..5000, [#acc], [])`, core.BudgetDepth},
 		"nested loops over array literals":     {`any([` + strings.Repeat("1,", 1500) + `1], {any([` + strings.Repeat("1,", 1500) + `1], {any([` + strings.Repeat("1,", 1500) + `1], {# < 0})})})`, core.BudgetOperations},
+		"JSON decoded from a large string":     {`len(fromJSON("[" + replace(object.data.big, "a", "[],") + "[]]")) > 0`, ""},
+		"regexp compiled from a large string":  {`"x" matches object.data.big`, core.BudgetBytes},
 		"sort in a loop":                       {`all(1..100000, {len(sort(object.items | map(.i))) > 0})`, ""},
 	}
 	e := New()
