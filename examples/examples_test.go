@@ -5,6 +5,7 @@
 package examples_test
 
 import (
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -64,7 +65,7 @@ func evaluate(t *testing.T, eng *engine.Engine, path string) []core.Result {
 			t.Fatal(err)
 		}
 		for _, obj := range objs {
-			res, err := eng.Evaluate(obj, engine.Options{})
+			res, err := eng.Evaluate(context.Background(), obj, engine.Options{})
 			if err != nil {
 				t.Fatalf("%s: %v", path, err)
 			}

@@ -66,6 +66,12 @@ func checkManagerFlags(cfg *manager.Config) error {
 	if len(cfg.Admission.ClientAllowedNames) > 0 && cfg.Admission.ClientCAFile == "" {
 		return errors.New("--webhook-client-allowed-names needs --webhook-client-ca-file: names are only checked on certificates that CA signed")
 	}
+	if cfg.RuleBudget.Operations <= 0 || cfg.RuleBudget.Bytes <= 0 {
+		return fmt.Errorf("--rule-max-operations (%d) and --rule-max-bytes (%d) must be positive", cfg.RuleBudget.Operations, cfg.RuleBudget.Bytes)
+	}
+	if cfg.Audit.EvalTimeout <= 0 {
+		return fmt.Errorf("--audit-eval-timeout %s must be positive", cfg.Audit.EvalTimeout)
+	}
 	if cfg.KubeAPIBurst < 0 {
 		return fmt.Errorf("--kube-api-burst %d is negative; use 0 for twice --kube-api-qps", cfg.KubeAPIBurst)
 	}
@@ -83,6 +89,11 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "client-side limit of requests per second to the API server; 0 sets none (API Priority and Fairness governs)")
 	f.IntVar(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "requests allowed above --kube-api-qps in a burst; 0 means twice --kube-api-qps")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", cfg.LeaderElection, "elect one replica to write status, certificates and webhook configuration")
+
+	// Rule evaluation budget (admission and audit).
+	f.Int64Var(&cfg.RuleBudget.Operations, "rule-max-operations", cfg.RuleBudget.Operations, "operations one rule evaluation may run (each operator, function call and loop iteration counts) before it ends in an error")
+	f.Int64Var(&cfg.RuleBudget.Bytes, "rule-max-bytes", cfg.RuleBudget.Bytes, "bytes of strings, arrays and maps one rule evaluation may build before it ends in an error")
+	f.DurationVar(&cfg.Audit.EvalTimeout, "audit-eval-timeout", cfg.Audit.EvalTimeout, "deadline of one object's evaluation by its audit rules; a rule still running then ends in an error")
 
 	a := &cfg.Admission
 	f.BoolVar(&a.Enabled, "admission", a.Enabled, "run the validating admission webhook (L4)")

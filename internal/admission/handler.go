@@ -20,7 +20,7 @@ import (
 
 // Evaluator runs the loaded rules on one object; *engine.Engine is one.
 type Evaluator interface {
-	Evaluate(obj *unstructured.Unstructured, opts engine.Options) ([]core.Result, error)
+	Evaluate(ctx context.Context, obj *unstructured.Unstructured, opts engine.Options) ([]core.Result, error)
 }
 
 // handler decides admission requests. It implements admission.Handler.
@@ -94,7 +94,9 @@ func (h *handler) decide(ctx context.Context, req *admission.Request) (admission
 	if err != nil {
 		return h.malformed(req, MalformedObjectUndecoded, err)
 	}
-	results, err := h.eval.Evaluate(obj, engine.Options{Mode: core.ModeAdmission, Request: creq})
+	// ctx carries the webhook's deadline: no evaluation outlives the
+	// request.
+	results, err := h.eval.Evaluate(ctx, obj, engine.Options{Mode: core.ModeAdmission, Request: creq})
 	if errors.Is(err, engine.ErrInvalidObject) {
 		return h.malformed(req, MalformedObjectShape, err)
 	}

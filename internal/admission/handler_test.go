@@ -89,7 +89,7 @@ func TestDecisionsOffline(t *testing.T) {
 // panicky is an Evaluator that fails the way a bug would.
 type panicky struct{}
 
-func (panicky) Evaluate(*unstructured.Unstructured, engine.Options) ([]core.Result, error) {
+func (panicky) Evaluate(context.Context, *unstructured.Unstructured, engine.Options) ([]core.Result, error) {
 	panic("boom")
 }
 

@@ -172,7 +172,7 @@ func TestHostileReviewsLeaveReadinessAlone(t *testing.T) {
 // that has nothing to do with the object.
 type brokenEvaluator struct{}
 
-func (brokenEvaluator) Evaluate(*unstructured.Unstructured, engine.Options) ([]core.Result, error) {
+func (brokenEvaluator) Evaluate(context.Context, *unstructured.Unstructured, engine.Options) ([]core.Result, error) {
 	return nil, errors.New("rule index corrupted")
 }
 

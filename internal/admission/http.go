@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,7 +75,9 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, reason, http.StatusBadRequest, "malformed AdmissionReview: "+err.Error())
 		return
 	}
-	resp := h.hook.Handle(r.Context(), admission.Request{AdmissionRequest: *review.Request})
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	resp := h.hook.Handle(ctx, admission.Request{AdmissionRequest: *review.Request})
 	out := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
 		Response: &resp.AdmissionResponse,
@@ -95,6 +99,17 @@ func (e *malformedError) Error() string { return e.err.Error() }
 func (e *malformedError) Unwrap() error { return e.err }
 
 func malformed(reason string, err error) error { return &malformedError{reason: reason, err: err} }
+
+// requestContext is the request's context with the deadline the API server
+// sends as ?timeout=, shortened by a tenth so that rule evaluations stopped
+// by it still answer (with their error) before the API server gives up.
+func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	d, err := time.ParseDuration(r.URL.Query().Get("timeout"))
+	if err != nil || d <= 0 {
+		return context.WithCancel(r.Context())
+	}
+	return context.WithTimeout(r.Context(), d-d/10)
+}
 
 // decodeReview decodes and checks an AdmissionReview v1 request. The errors
 // are *malformedError and read as the second half of "malformed

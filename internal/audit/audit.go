@@ -43,6 +43,9 @@ const (
 	DefaultSyncTimeout   = 2 * time.Minute
 	DefaultRetryInterval = 10 * time.Second
 	DefaultMaxBatch      = 1000
+	// DefaultEvalTimeout bounds the evaluation of one object by all its
+	// audit rules, so one rule cannot hold a worker.
+	DefaultEvalTimeout = 2 * time.Second
 )
 
 // Options configure the audit layer. The zero value is usable.
@@ -72,6 +75,10 @@ type Options struct {
 	// is looked up again, and the first delay before a failed sink batch is
 	// retried (doubling up to 30 times that). Default DefaultRetryInterval.
 	RetryInterval time.Duration
+	// EvalTimeout is the deadline of one object's evaluation by all its
+	// rules; a rule still running then ends with a budget error. Default
+	// DefaultEvalTimeout.
+	EvalTimeout time.Duration
 	// Logger, default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics. Default: controller-runtime's
@@ -105,6 +112,9 @@ func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
 	}
 	if o.RetryInterval <= 0 {
 		o.RetryInterval = DefaultRetryInterval
+	}
+	if o.EvalTimeout <= 0 {
+		o.EvalTimeout = DefaultEvalTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -58,6 +58,11 @@ type instanceOptions struct {
 	amOptions func(*amsink.Options)
 	// formats are the report formats; default wgpolicyk8s.
 	formats []string
+	// limits, workers and evalTimeout override the evaluation budget, the
+	// worker count and the per-object deadline.
+	limits      exprlang.Limits
+	workers     int
+	evalTimeout time.Duration
 }
 
 func startInstance(t *testing.T, o instanceOptions) *instance {
@@ -70,7 +75,7 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := engine.New(exprlang.New())
+	eng := engine.New(exprlang.New(exprlang.WithLimits(o.limits)))
 	if o.rules != "" {
 		rules, errs := rule.CompileFile(eng, "test-rules.yaml", []byte(o.rules))
 		if len(errs) > 0 {
@@ -110,6 +115,7 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 	ao := audit.Options{
 		Sinks: sinks, Logger: log, Registerer: reg, RestConfig: o.restConfig,
 		ResyncPeriod: resync, RetryInterval: time.Second,
+		Workers: o.workers, EvalTimeout: o.evalTimeout,
 	}
 	if o.crRules {
 		inst.counts = rule.NewStatusCounts(mgr.GetClient(), rule.CountOptions{Interval: 200 * time.Millisecond, QPS: 20, Logger: log, Registerer: reg})

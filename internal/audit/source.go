@@ -45,6 +45,7 @@ type Source struct {
 	workers     int
 	syncTimeout time.Duration
 	retry       time.Duration
+	evalTimeout time.Duration
 	rulesLoaded <-chan struct{}
 
 	queue   workqueue.TypedRateLimitingInterface[queueKey]
@@ -70,7 +71,7 @@ func newSource(o *Options, eng *engine.Engine, mapper meta.RESTMapper, dyn dynam
 	return &Source{
 		eng: eng, mapper: mapper, dynamic: dyn, store: store, counter: o.RuleCounter,
 		log: o.Logger, metrics: m, resync: o.ResyncPeriod, workers: o.Workers,
-		syncTimeout: o.SyncTimeout, retry: o.RetryInterval, rulesLoaded: o.RulesLoaded,
+		syncTimeout: o.SyncTimeout, retry: o.RetryInterval, rulesLoaded: o.RulesLoaded, evalTimeout: o.EvalTimeout,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queueKey](),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "portal-audit"}),
 		watches:      watchSet{m: map[watchKey]*resourceWatch{}},
@@ -496,7 +497,13 @@ func (s *Source) evaluate(k queueKey, observed time.Time) error {
 	if err != nil {
 		return err
 	}
-	results, err := s.eng.Evaluate(obj, engine.Options{Mode: core.ModeAudit})
+	timeout := s.evalTimeout
+	if timeout <= 0 {
+		timeout = DefaultEvalTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	results, err := s.eng.Evaluate(ctx, obj, engine.Options{Mode: core.ModeAudit})
+	cancel()
 	s.metrics.Evaluations.Inc()
 	if err != nil {
 		return err

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"context"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -16,11 +18,12 @@ type ExpressionEngine interface {
 	Compile(expression string) (Program, error)
 }
 
-// Program is a compiled expression. Eval must be safe for concurrent use and
-// must bound its own cost: a pathological expression returns an error, it
-// never hangs.
+// Program is a compiled expression. Eval must be safe for concurrent use (on
+// distinct envs) and must bound its own cost: a pathological expression
+// returns an error wrapping ErrBudgetExceeded, it never hangs, and it returns
+// soon after ctx ends.
 type Program interface {
-	Eval(env Env) (any, error)
+	Eval(ctx context.Context, env Env) (any, error)
 	// Identifiers lists the top-level names the expression reads, so callers
 	// can tell container-scoped rules and lookups apart without parsing.
 	Identifiers() []string

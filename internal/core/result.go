@@ -32,6 +32,9 @@ type Result struct {
 	// Message is the rule's rendered message for failures, and the error text
 	// for errors.
 	Message string
+	// Err is the evaluation error behind OutcomeError (errors.Is it
+	// ErrBudgetExceeded when the rule ran out of its budget).
+	Err error `json:"-"`
 }
 
 // Denies reports whether this result rejects an admission request.

@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path"
@@ -40,8 +41,25 @@ func (r *Rule) ContainerScoped() bool { return r.containerScoped }
 
 // Engine evaluates rules. It is safe for concurrent use.
 type Engine struct {
-	expr  core.ExpressionEngine
-	rules atomic.Pointer[ruleSet]
+	expr   core.ExpressionEngine
+	rules  atomic.Pointer[ruleSet]
+	budget atomic.Pointer[BudgetReporter]
+}
+
+// BudgetReporter hears of every evaluation its budget stopped (too many
+// operations or bytes, or the request's deadline): *rule.BudgetStatus
+// counts, logs and writes it to the rule's status. It must not block.
+type BudgetReporter interface {
+	BudgetExceeded(r *core.Rule, ref core.ResourceRef, err error)
+}
+
+// ReportBudget sends every budget error to r from now on; nil stops it.
+func (e *Engine) ReportBudget(r BudgetReporter) {
+	if r == nil {
+		e.budget.Store(nil)
+		return
+	}
+	e.budget.Store(&r)
 }
 
 type ruleSet struct {
@@ -197,7 +215,12 @@ type Options struct {
 // Evaluate runs every enabled rule that matches obj and returns one result per
 // rule, or one per failing container for container-scoped rules. obj is not
 // modified.
-func (e *Engine) Evaluate(obj *unstructured.Unstructured, opts Options) ([]core.Result, error) {
+//
+// Every rule evaluation stops with an error result when it runs out of its
+// budget or ctx ends (the admission request's deadline, an audit worker's);
+// the rules after it are not evaluated once ctx has ended, and each reports
+// the same error.
+func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, opts Options) ([]core.Result, error) {
 	gvk := obj.GroupVersionKind()
 	candidates := e.rules.Load().byGK[gvk.GroupKind()]
 	if len(candidates) == 0 {
@@ -218,9 +241,26 @@ func (e *Engine) Evaluate(obj *unstructured.Unstructured, opts Options) ([]core.
 				return nil, fmt.Errorf("build context for %s %s/%s: %w: %w", gvk.Kind, ref.Namespace, ref.Name, ErrInvalidObject, err)
 			}
 		}
-		results = r.evaluate(ectx, ref, results)
+		n := len(results)
+		results = r.evaluate(ctx, ectx, ref, results)
+		e.reportBudget(results[n:])
 	}
 	return results, nil
+}
+
+func (e *Engine) reportBudget(results []core.Result) {
+	rep := e.budget.Load()
+	if rep == nil {
+		return
+	}
+	for i := range results {
+		if res := &results[i]; res.Outcome == core.OutcomeError && res.Err != nil && errors.Is(res.Err, core.ErrBudgetExceeded) {
+			(*rep).BudgetExceeded(res.Rule, res.Resource, res.Err)
+			// One report per rule and object: the containers of a
+			// container-scoped rule share the budget's cause.
+			return
+		}
+	}
 }
 
 func buildContext(obj *unstructured.Unstructured, req *core.Request) (*core.EvalContext, error) {
@@ -267,15 +307,15 @@ func anyGlob(patterns []string, s string) bool {
 }
 
 // evaluate appends r's verdict on one object to out.
-func (r *Rule) evaluate(ectx *core.EvalContext, ref core.ResourceRef, out []core.Result) []core.Result {
+func (r *Rule) evaluate(ctx context.Context, ectx *core.EvalContext, ref core.ResourceRef, out []core.Result) []core.Result {
 	if !r.containerScoped {
-		return append(out, r.verdict(ectx.Env, ref, nil))
+		return append(out, r.verdict(ctx, ectx.Env, ref, nil))
 	}
 	n := len(out)
 	for i := range ectx.Containers {
 		c := &ectx.Containers[i]
 		ectx.Env["container"] = c.Sugar
-		if res := r.verdict(ectx.Env, ref, c); res.Outcome != core.OutcomePass {
+		if res := r.verdict(ctx, ectx.Env, ref, c); res.Outcome != core.OutcomePass {
 			out = append(out, res)
 		}
 	}
@@ -286,21 +326,21 @@ func (r *Rule) evaluate(ectx *core.EvalContext, ref core.ResourceRef, out []core
 	return out
 }
 
-func (r *Rule) verdict(env core.Env, ref core.ResourceRef, c *core.Container) core.Result {
+func (r *Rule) verdict(ctx context.Context, env core.Env, ref core.ResourceRef, c *core.Container) core.Result {
 	res := core.Result{Rule: r.Rule, Resource: ref}
 	if c != nil {
 		res.Container, res.ContainerType = c.Name, c.Type
 	}
-	v, err := r.program.Eval(env)
+	v, err := r.program.Eval(ctx, env)
 	switch b, isBool := v.(bool); {
 	case err != nil:
-		res.Outcome, res.Message = core.OutcomeError, err.Error()
+		res.Outcome, res.Message, res.Err = core.OutcomeError, err.Error(), err
 	case v == nil || (isBool && !b):
 		// A rule that reads a missing field evaluates to nil: nothing is
 		// flagged.
 		res.Outcome = core.OutcomePass
 	case isBool:
-		res.Outcome, res.Message = core.OutcomeFail, r.message.render(env, r.Name)
+		res.Outcome, res.Message = core.OutcomeFail, r.message.render(ctx, env, r.Name)
 	default:
 		res.Outcome = core.OutcomeError
 		res.Message = fmt.Sprintf("rule must evaluate to a boolean, got %T (%v)", v, v)

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -62,7 +63,7 @@ spec:
 
 func evaluate(t *testing.T, e *engine.Engine, o *unstructured.Unstructured) []core.Result {
 	t.Helper()
-	res, err := e.Evaluate(o, engine.Options{})
+	res, err := e.Evaluate(context.Background(), o, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestMatching(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRule("r", "true")
 			tt.edit(r)
-			res, err := load(t, r).Evaluate(pod, tt.opts)
+			res, err := load(t, r).Evaluate(context.Background(), pod, tt.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +210,7 @@ func TestCompileRejectsPodSugarOnOtherKinds(t *testing.T) {
 func TestRequestIsBound(t *testing.T) {
 	e := load(t, newRule("update-only", `request.operation == "UPDATE" && request.oldObject.metadata.name == "p"`))
 	pod := obj(t, twoBadContainers)
-	res, err := e.Evaluate(pod, engine.Options{Request: &core.Request{Operation: "UPDATE", OldObject: pod.Object}})
+	res, err := e.Evaluate(context.Background(), pod, engine.Options{Request: &core.Request{Operation: "UPDATE", OldObject: pod.Object}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -70,7 +71,7 @@ func inField(field string, base int, err error) error {
 // render fills the holes from env; an empty template renders as fallback. A
 // hole that fails to evaluate renders as <error: ...> so the violation is
 // still reported.
-func (t template) render(env core.Env, fallback string) string {
+func (t template) render(ctx context.Context, env core.Env, fallback string) string {
 	if len(t) == 0 {
 		return fallback
 	}
@@ -83,7 +84,7 @@ func (t template) render(env core.Env, fallback string) string {
 			b.WriteString(s.text)
 			continue
 		}
-		v, err := s.prog.Eval(env)
+		v, err := s.prog.Eval(ctx, env)
 		switch {
 		case err != nil:
 			fmt.Fprintf(&b, "<error: %v>", err)

@@ -2,6 +2,7 @@ package eval_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -78,7 +79,7 @@ func BenchmarkRestrictedBundle(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				start := time.Now()
-				res, err := eng.Evaluate(obj, engine.Options{Mode: core.ModeAdmission})
+				res, err := eng.Evaluate(context.Background(), obj, engine.Options{Mode: core.ModeAdmission})
 				samples = append(samples, time.Since(start))
 				if err != nil || len(res) == 0 {
 					b.Fatalf("evaluate: %v (%d results)", err, len(res))
@@ -131,7 +132,7 @@ func BenchmarkEvalPreparsed(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, o := range objs {
-			if _, err := eng.Evaluate(o, engine.Options{}); err != nil {
+			if _, err := eng.Evaluate(context.Background(), o, engine.Options{}); err != nil {
 				b.Fatal(err)
 			}
 		}

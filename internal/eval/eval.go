@@ -4,6 +4,8 @@
 package eval
 
 import (
+	"context"
+
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/manifest"
@@ -73,7 +75,7 @@ func Run(eng *engine.Engine, docs []manifest.Document, mode core.Mode) (*Report,
 		}
 		rep.objects += len(objs)
 		for _, obj := range objs {
-			results, err := eng.Evaluate(obj, opts)
+			results, err := eng.Evaluate(context.Background(), obj, opts)
 			if err != nil {
 				errs = append(errs, d.Errorf("%v", err))
 				continue

@@ -21,12 +21,15 @@ type AuditConfig struct {
 	ResyncPeriod time.Duration
 	// Workers bounds concurrent evaluations.
 	Workers int
+	// EvalTimeout is the deadline of one object's evaluation by its audit
+	// rules, so no rule holds a worker longer.
+	EvalTimeout time.Duration
 	// Sinks selects and configures the outputs.
 	Sinks sink.Options
 }
 
 func defaultAudit() AuditConfig {
-	return AuditConfig{ResyncPeriod: audit.DefaultResyncPeriod, Workers: audit.DefaultWorkers, Sinks: sink.Defaults()}
+	return AuditConfig{ResyncPeriod: audit.DefaultResyncPeriod, Workers: audit.DefaultWorkers, EvalTimeout: audit.DefaultEvalTimeout, Sinks: sink.Defaults()}
 }
 
 // setupAudit adds the audit layer and returns the rule target that tells it
@@ -46,6 +49,7 @@ func setupAudit(mgr ctrl.Manager, eng *engine.Engine, cfg AuditConfig, next rule
 		RulesLoaded:  loaded,
 		ResyncPeriod: cfg.ResyncPeriod,
 		Workers:      cfg.Workers,
+		EvalTimeout:  cfg.EvalTimeout,
 		Sinks:        sinks,
 		RuleCounter:  counts,
 		Logger:       log,

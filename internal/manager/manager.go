@@ -70,6 +70,10 @@ type Config struct {
 	LeaderElection   bool
 	LeaderElectionID string
 
+	// RuleBudget bounds every rule evaluation (admission, audit): the
+	// operations it may run and the bytes it may build.
+	RuleBudget exprlang.Limits
+
 	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
 	Audit     AuditConfig
@@ -93,6 +97,7 @@ func Defaults() Config {
 		HealthAddr:       ":8081",
 		LeaderElection:   true,
 		LeaderElectionID: "portal-leader",
+		RuleBudget:       exprlang.DefaultLimits(),
 		Admission:        defaultAdmission(),
 		WAFOptions:       waf.DefaultOptions(),
 		Audit:            defaultAudit(),
@@ -166,7 +171,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
-	eng := engine.New(exprlang.New())
+	eng := engine.New(exprlang.New(exprlang.WithLimits(cfg.RuleBudget)))
 	// loaded is closed once every rule source has been read, for the
 	// layers that must not answer before.
 	loaded := make(chan struct{})
@@ -190,6 +195,11 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	budget := rule.NewBudgetStatus(mgr.GetClient(), loader, rule.BudgetOptions{Logger: log, Registerer: metrics.Registry})
+	if err := mgr.Add(budget); err != nil {
+		return err
+	}
+	eng.ReportBudget(budget)
 	rulesLoaded := []<-chan struct{}{}
 	if cfg.RulesFolder != "" {
 		folder := rule.NewFolder(cfg.RulesFolder, eng, index, log, ruleMetrics)

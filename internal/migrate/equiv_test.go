@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -86,7 +87,7 @@ func spelViolations(t *testing.T, r pocRule, ast Node, obj *unstructured.Unstruc
 // portalViolations evaluates a compiled rule through the real engine.
 func portalViolations(t *testing.T, eng *engine.Engine, obj *unstructured.Unstructured) []string {
 	t.Helper()
-	results, err := eng.Evaluate(obj, engine.Options{Mode: core.ModeAudit})
+	results, err := eng.Evaluate(context.Background(), obj, engine.Options{Mode: core.ModeAudit})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,6 +28,7 @@ import (
 var env struct {
 	client client.Client
 	engine *engine.Engine
+	budget *rule.BudgetStatus
 }
 
 var shared = devtest.Shared{Setup: startControllers}
@@ -60,6 +62,11 @@ func startControllers(cl *devcluster.Cluster) (func() error, error) {
 	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	env.budget = rule.NewBudgetStatus(mgr.GetClient(), loader, rule.BudgetOptions{Interval: 100 * time.Millisecond, Logger: log})
+	if err := mgr.Add(env.budget); err != nil {
+		return nil, err
+	}
+	eng.ReportBudget(env.budget)
 	env.engine = eng
 	if env.client, err = client.New(cl.Config, client.Options{Scheme: scheme}); err != nil {
 		return nil, err
@@ -85,7 +92,7 @@ func privilegedPod(ns string) *unstructured.Unstructured {
 // verdict is the outcome of the named rule on obj, or "" when it did not run.
 func verdict(t *testing.T, eng *engine.Engine, obj *unstructured.Unstructured, name string) core.Outcome {
 	t.Helper()
-	results, err := eng.Evaluate(obj, engine.Options{})
+	results, err := eng.Evaluate(context.Background(), obj, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

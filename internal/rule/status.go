@@ -76,6 +76,11 @@ func (s *StatusReconciler) reconcile(ctx context.Context, kind string, req ctrl.
 	status := obj.GetRuleStatus()
 	cond := readyCondition(st)
 	meta.SetStatusCondition(&status.Conditions, cond)
+	// A budget error describes the generation that ran out; a new spec
+	// starts with a clean record.
+	if c := meta.FindStatusCondition(status.Conditions, policyv1alpha1.ConditionBudgetExceeded); c != nil && c.ObservedGeneration != st.ActiveGeneration {
+		meta.RemoveStatusCondition(&status.Conditions, policyv1alpha1.ConditionBudgetExceeded)
+	}
 	status.ObservedGeneration = st.Generation
 	status.ParseError = st.Error
 	status.ActiveOn = nil

@@ -172,6 +172,10 @@ type RuleStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Ready is True when the rule compiled and is loaded.
+	// BudgetExceeded is True once an evaluation of the active generation ran
+	// out of its budget (operations, bytes, nesting depth, or the request's
+	// deadline); its reason says which and its message is the last such
+	// evaluation. It is removed when the rule's spec changes.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -212,6 +216,15 @@ const (
 	ReasonLoaded      = "Loaded"
 	ReasonInvalidRule = "InvalidRule"
 	ReasonDisabled    = "Disabled"
+
+	ConditionBudgetExceeded = "BudgetExceeded"
+
+	// Reasons of BudgetExceeded: which budget the last stopped evaluation
+	// ran out of.
+	ReasonOperationBudget = "OperationBudgetExceeded"
+	ReasonByteBudget      = "ByteBudgetExceeded"
+	ReasonDepthLimit      = "DepthLimitExceeded"
+	ReasonDeadline        = "DeadlineExceeded"
 )
 
 // PortalClusterRule is a rule that applies to objects in every namespace (as

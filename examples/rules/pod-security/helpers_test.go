@@ -1,6 +1,7 @@
 package podsecurity_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -167,7 +168,7 @@ func (v verdict) String() string {
 // message that renders an error, a nil or a line break, is an error: the
 // bundle must never fail to evaluate.
 func evaluate(eng *engine.Engine, obj *unstructured.Unstructured) (verdict, error) {
-	results, err := eng.Evaluate(obj, engine.Options{Mode: core.ModeAdmission})
+	results, err := eng.Evaluate(context.Background(), obj, engine.Options{Mode: core.ModeAdmission})
 	if err != nil {
 		return verdict{}, err
 	}

@@ -1,13 +1,17 @@
 // Package exprlang is Portal's default ExpressionEngine, built on
 // github.com/expr-lang/expr. Each expression is compiled once; evaluation runs
-// the cached bytecode on a pooled VM with a memory budget, which bounds the
-// work any expression can do.
+// the cached bytecode on a pooled VM. Every evaluation has a budget of
+// operations and of bytes it may build, charged by helpers an AST patch puts
+// around loops and costly operators (budget.go), and it stops when the
+// caller's context ends.
 package exprlang
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/expr-lang/expr"
@@ -25,24 +29,48 @@ var names = []string{"object", "metadata", "request", "container", "spec", "secu
 const (
 	// MaxNodes bounds the size of a compiled expression.
 	MaxNodes = 10_000
-	// MemoryBudget bounds the work of one evaluation. expr-lang charges every
-	// allocation and every element a predicate (all, any, filter, ...) visits,
-	// so nested loops over large inputs end in an error instead of a hang.
+	// MemoryBudget is expr-lang's own allocation guard: it counts the
+	// elements of the arrays, maps and ranges the VM itself allocates. The
+	// meter (Limits) bounds everything else.
 	MemoryBudget = 1_000_000
 )
 
 // Engine compiles expr-lang expressions.
 type Engine struct {
 	options []expr.Option
-	vms     sync.Pool
+	limits  Limits
+	runners sync.Pool
+}
+
+// runner is a VM and the meter of the evaluation it runs, pooled together.
+type runner struct {
+	vm    vm.VM
+	meter meter
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithLimits sets the budget of every evaluation; zero fields keep the
+// defaults.
+func WithLimits(l Limits) Option {
+	return func(e *Engine) {
+		if l.Operations > 0 {
+			e.limits.Operations = l.Operations
+		}
+		if l.Bytes > 0 {
+			e.limits.Bytes = l.Bytes
+		}
+	}
 }
 
 // New returns the expr-lang engine with Portal's helper functions.
-func New() *Engine {
-	shape := make(map[string]any, len(names))
+func New(options ...Option) *Engine {
+	shape := make(map[string]any, len(names)+1)
 	for _, n := range names {
 		shape[n] = map[string]any(nil)
 	}
+	shape[meterName] = (*meter)(nil)
 	opts := []expr.Option{
 		expr.Env(shape),
 		expr.MaxNodes(MaxNodes),
@@ -53,11 +81,21 @@ func New() *Engine {
 	}
 	opts = append(opts, functions()...)
 	opts = append(opts, fetchOption(), expr.Patch(fetchPatch{}))
-	return &Engine{
+	opts = append(opts, budgetOptions()...)
+	opts = append(opts, expr.Patch(budgetPatch{}))
+	e := &Engine{
 		options: opts,
-		vms:     sync.Pool{New: func() any { return &vm.VM{MemoryBudget: MemoryBudget} }},
+		limits:  DefaultLimits(),
+		runners: sync.Pool{New: func() any { return &runner{vm: vm.VM{MemoryBudget: MemoryBudget}} }},
 	}
+	for _, o := range options {
+		o(e)
+	}
+	return e
 }
+
+// Limits returns the budget of every evaluation.
+func (e *Engine) Limits() Limits { return e.limits }
 
 // Name implements core.ExpressionEngine.
 func (e *Engine) Name() string { return "expr" }
@@ -75,27 +113,96 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 		}
 		return nil, ce
 	}
-	return &program{engine: e, prog: p, ids: identifiers(p.Node()), members: members(expression)}, nil
+	return &program{engine: e, prog: p, ids: identifiers(p.Node()), members: members(expression), base: staticCost(p.Node()), metered: readsMeter(p.Node())}, nil
+}
+
+// readsMeter reports whether the budget patch put a metering helper in the
+// expression. One without runs each node at most once: its cost is its size,
+// bounded by MaxNodes, and it needs no meter.
+func readsMeter(root ast.Node) bool {
+	v := &meterVisitor{}
+	ast.Walk(&root, v)
+	return v.found
+}
+
+type meterVisitor struct{ found bool }
+
+func (v *meterVisitor) Visit(node *ast.Node) {
+	if id, ok := (*node).(*ast.IdentifierNode); ok && id.Value == meterName {
+		v.found = true
+	}
 }
 
 type program struct {
-	engine  *Engine
-	prog    *vm.Program
-	ids     []string
+	engine *Engine
+	prog   *vm.Program
+	ids    []string
+	// members are the field chains it reads, for the engine's schema check.
 	members []core.Member
+	// base is what running every node once costs.
+	base int64
+	// metered is false for expressions without loops or costly operators.
+	metered bool
 }
 
-func (p *program) Eval(env core.Env) (out any, err error) {
-	m := p.engine.vms.Get().(*vm.VM)
-	defer p.engine.vms.Put(m)
-	// The VM recovers panics from the program itself; this guards the
-	// helpers and anything else that could still unwind.
+// Eval implements core.Program. It binds the evaluation's meter in env for
+// the duration of the call, so env must not be shared with a concurrent Eval.
+func (p *program) Eval(ctx context.Context, env core.Env) (out any, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &core.BudgetError{Kind: core.BudgetDeadline, Err: context.Cause(ctx)}
+	}
+	if p.base > p.engine.limits.Operations {
+		// Loops over array literals cost this much whatever the input.
+		return nil, &core.BudgetError{Kind: core.BudgetOperations, Limit: p.engine.limits.Operations}
+	}
+	r := p.engine.runners.Get().(*runner)
+	r.meter.reset(ctx, p.engine.limits, p.base)
+	if p.metered {
+		env[meterName] = &r.meter
+	}
+	out, err = r.run(p.prog, env)
+	if p.metered {
+		delete(env, meterName)
+	}
+	if err == nil {
+		err = checkResult(&r.meter, out)
+	}
+	r.meter.ctx, r.meter.done = nil, nil
+	p.engine.runners.Put(r)
+	if err != nil {
+		return nil, budgetError(err, p.engine.limits)
+	}
+	return out, nil
+}
+
+// run runs prog on the runner's VM. The VM recovers panics from the program
+// itself; this guards the helpers and anything else that could still unwind.
+func (r *runner) run(prog *vm.Program, env core.Env) (out any, err error) {
 	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("evaluation panicked: %v", r)
+		if rec := recover(); rec != nil {
+			out, err = nil, fmt.Errorf("evaluation panicked: %v", rec)
 		}
 	}()
-	return m.Run(p.prog, env)
+	return r.vm.Run(prog, env)
+}
+
+// checkResult measures a composite result as the caller will walk it when it
+// prints (messages) or encodes it.
+func checkResult(m *meter, out any) error {
+	switch out.(type) {
+	case nil, bool, string, int, float64:
+		return nil
+	}
+	return m.expand(out)
+}
+
+// budgetError gives expr-lang's own allocation guard the same error as the
+// meter's byte budget.
+func budgetError(err error, l Limits) error {
+	if !errors.Is(err, core.ErrBudgetExceeded) && strings.Contains(err.Error(), "memory budget exceeded") {
+		return fmt.Errorf("%w: %w", &core.BudgetError{Kind: core.BudgetBytes, Limit: l.Bytes}, err)
+	}
+	return err
 }
 
 func (p *program) Identifiers() []string { return p.ids }

@@ -1,9 +1,13 @@
 package exprlang
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/vilaca/portal/internal/core"
 )
 
 func TestEval(t *testing.T) {
@@ -34,7 +38,7 @@ func TestEval(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.expr, err)
 		}
-		got, err := p.Eval(env)
+		got, err := p.Eval(context.Background(), env)
 		if err != nil {
 			t.Fatalf("%s: %v", tt.expr, err)
 		}
@@ -66,8 +70,8 @@ func TestBoundedCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Eval(map[string]any{}); err == nil || !strings.Contains(err.Error(), "memory budget") {
-		t.Fatalf("want a memory budget error, got %v", err)
+	if _, err := p.Eval(context.Background(), map[string]any{}); !errors.Is(err, core.ErrBudgetExceeded) {
+		t.Fatalf("want a budget error, got %v", err)
 	}
 	if _, err := New().Compile(strings.Repeat("1 + ", MaxNodes) + "1"); err == nil {
 		t.Fatal("expression beyond MaxNodes compiled")
@@ -108,6 +112,6 @@ func FuzzCompile(f *testing.F) {
 		if err != nil {
 			return
 		}
-		_, _ = p.Eval(env)
+		_, _ = p.Eval(context.Background(), env)
 	})
 }

@@ -134,7 +134,7 @@ func measureDirect(ctx context.Context, restCfg *rest.Config, cs kubernetes.Inte
 			return nil, fmt.Errorf("direct: the pod was not admitted: %v", resp.Result)
 		}
 		t0 = time.Now()
-		if _, err := eng.Evaluate(obj, opts); err != nil {
+		if _, err := eng.Evaluate(context.Background(), obj, opts); err != nil {
 			return nil, err
 		}
 		evaluate[i] = time.Since(t0)

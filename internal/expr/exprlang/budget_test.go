@@ -1,0 +1,133 @@
+package exprlang
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/vilaca/portal/internal/core"
+)
+
+// bigEnv is an object as large as the API server admits (about 1.5 MiB),
+// the input a hostile rule can make every operation pay for.
+func bigEnv() core.Env {
+	items := make([]any, 2000)
+	for i := range items {
+		items[i] = map[string]any{"name": strings.Repeat("x", 100), "i": float64(i)}
+	}
+	return core.Env{
+		"object": map[string]any{
+			"data": map[string]any{
+				"big": strings.Repeat("a", 1<<20), "other": strings.Repeat("a", 1<<20),
+				"json": "[" + strings.Repeat("[],", 200_000) + "[]]",
+			},
+			"items": items,
+		},
+		"metadata": map[string]any{"name": "n"},
+	}
+}
+
+// TestPathologicalRulesEndInBudgetError runs one rule of every class that
+// used to run for hours or allocate gigabytes: each must end in a budget
+// error, not a result.
+func TestPathologicalRulesEndInBudgetError(t *testing.T) {
+	tests := map[string]struct {
+		expr string
+		kind core.BudgetKind
+	}{
+		"nested iteration over the object":        {`all(object.items, {all(object.items, {all(object.items, {.i >= 0})})})`, core.BudgetOperations},
+		"nested iteration over ranges":            {`any(1..10000, {any(1..10000, {# < 0})})`, ""},
+		"iteration scanning a large string":       {`none(1..100000, {object.data.big contains "zzz"})`, core.BudgetOperations},
+		"iteration comparing large values":        {`all(1..100000, {object.data.big == object.data.other})`, core.BudgetOperations},
+		"iteration with membership tests":         {`none(1..100000, {metadata in object.items})`, core.BudgetOperations},
+		"regexp over a large string in a loop":    {`none(1..100000, {object.data.big matches "b$"})`, core.BudgetOperations},
+		"exponential string growth":               {`reduce(1..64, #acc + #acc, "ab") != ""`, ""},
+		"string growth in let chain":              {`let a = object.data.big + object.data.big; let b = a + a; let c = b + b; let d = c + c; d != ""`, core.BudgetBytes},
+		"exponential array growth":                {`len(reduce(1..64, concat(#acc, #acc), [1])) > 0`, ""},
+		"shared branches flattened":               {`len(flatten(reduce(1..64, [#acc, #acc], [1]))) > 0`, core.BudgetOperations},
+		"shared branches encoded":                 {`toJSON(reduce(1..64, [#acc, #acc], [1])) != ""`, core.BudgetOperations},
+		"shared branches printed":                 {`string(reduce(1..64, [#acc, #acc], [1])) != ""`, core.BudgetOperations},
+		"shared branches compared":                {`reduce(1..64, [#acc, #acc], [1]) == reduce(1..64, [#acc, #acc], [2])`, core.BudgetOperations},
+		"join with a large separator":             {`join(map(1..5000, "x"), object.data.big) != ""`, ""},
+		"replace inserting everywhere":            {`replace(object.data.big, "", object.data.big) != ""`, ""},
+		"map building arrays":                     {`len(map(1..100000, {map(1..100000, #)})) > 0`, ""},
+		"glob over a large name in a loop":        {`none(1..100000, {glob("*a*a*a*b", object.data.big)})`, core.BudgetOperations},
+		"deep nesting compared":                   {`reduce(1..5000, [#acc], []) == reduce(1..5000, [#acc], [1])`, core.BudgetDepth},
+		"deep nesting returned":                   {`reduce(1..5000, [#acc], [])`, core.BudgetDepth},
+		"nested loops over array literals":        {`any([` + strings.Repeat("1,", 1500) + `1], {any([` + strings.Repeat("1,", 1500) + `1], {any([` + strings.Repeat("1,", 1500) + `1], {# < 0})})})`, core.BudgetOperations},
+		"JSON decoded from a large string":        {`len(fromJSON("[" + replace(object.data.big, "a", "[],") + "[]]")) > 0`, ""},
+		"regexp compiled from a large string":     {`"x" matches object.data.big`, core.BudgetBytes},
+		"split scanning a large string in a loop": {`none(1..100000, {len(split(object.data.big, "zzz")) > 1})`, core.BudgetOperations},
+		"sort in a loop":                          {`all(1..100000, {len(sort(object.items | map(.i))) > 0})`, ""},
+	}
+	e := New()
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			p, err := e.Compile(tt.expr)
+			if err != nil {
+				t.Fatalf("compile %s: %v", tt.expr, err)
+			}
+			_, err = p.Eval(context.Background(), bigEnv())
+			var be *core.BudgetError
+			if !errors.As(err, &be) {
+				t.Fatalf("%s: want a budget error, got %v", tt.expr, err)
+			}
+			if tt.kind != "" && be.Kind != tt.kind {
+				t.Errorf("%s: budget %s exceeded, want %s (%v)", tt.expr, be.Kind, tt.kind, err)
+			}
+		})
+	}
+}
+
+// FuzzBudget runs arbitrary expressions under a small budget and under the
+// default one. Neither may panic or hang; a budget error is the only error
+// the small budget may add, and what finishes within it must give the same
+// result under the larger one (metering never changes a verdict).
+func FuzzBudget(f *testing.F) {
+	for _, s := range []string{
+		`all(object.items, {.name startsWith "x"})`,
+		`reduce(1..20, #acc + #acc, "ab") != ""`,
+		`toJSON(reduce(1..20, [#acc, #acc], [1]))`,
+		`join(map(object.items, .name), metadata.name)`,
+		`replace(metadata.name, "", "xy")`,
+		`object.items == object.items`,
+		`metadata in object.items`,
+		`flatten([[1], [[2]], object.items])`,
+		`glob("*a*", metadata.name)`,
+		`string(object)`,
+		`sort(map(object.items, .i))`,
+		`reduce(1..50, [#acc], [])`,
+	} {
+		f.Add(s)
+	}
+	small := New(WithLimits(Limits{Operations: 2000, Bytes: 4096}))
+	large := New()
+	env := func() core.Env {
+		items := make([]any, 20)
+		for i := range items {
+			items[i] = map[string]any{"name": "item", "i": float64(i)}
+		}
+		return core.Env{"object": map[string]any{"items": items}, "metadata": map[string]any{"name": "n"}}
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ps, err := small.Compile(s)
+		if err != nil {
+			return
+		}
+		pl, err := large.Compile(s)
+		if err != nil {
+			t.Fatalf("compiles under one budget only: %v", err)
+		}
+		got, errSmall := ps.Eval(context.Background(), env())
+		want, errLarge := pl.Eval(context.Background(), env())
+		switch {
+		case errors.Is(errSmall, core.ErrBudgetExceeded):
+		case (errSmall == nil) != (errLarge == nil):
+			t.Fatalf("%s: small budget: %v, large budget: %v", s, errSmall, errLarge)
+		case errSmall == nil && fmt.Sprint(got) != fmt.Sprint(want):
+			t.Fatalf("%s: %v under the small budget, %v under the large one", s, got, want)
+		}
+	})
+}

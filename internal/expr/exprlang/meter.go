@@ -1,0 +1,235 @@
+package exprlang
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"reflect"
+
+	"github.com/vilaca/portal/internal/core"
+)
+
+// Limits bound one evaluation of one expression.
+type Limits struct {
+	// Operations is the most operations an evaluation may run: every AST
+	// node executed counts one (so every operator, function call and loop
+	// iteration of all/any/none/one/filter/map/reduce/count/find/...), and
+	// operations whose cost grows with their input count one per element
+	// and one per 16 bytes of string they read.
+	Operations int64
+	// Bytes is the most an evaluation may build: the bytes of every string,
+	// and 16 per element of every array and map, that an operator or a
+	// function makes (concatenation, join, replace, toJSON, map, filter,
+	// flatten, ...). It is cumulative: a string built and dropped still counts.
+	Bytes int64
+}
+
+// Default limits. Every shipped rule, even over a pod with 50 containers of
+// 50 environment variables each, stays under a ten-thousandth of them
+// (examples/budget_test.go checks a hundredth). DefaultOperations matches
+// the per-expression cost limit of the API server's CEL (PerCallLimit); an
+// evaluation that spends all of it runs for tens of milliseconds.
+const (
+	DefaultOperations = 1_000_000
+	DefaultBytes      = 8 << 20
+)
+
+// DefaultLimits returns DefaultOperations and DefaultBytes.
+func DefaultLimits() Limits { return Limits{Operations: DefaultOperations, Bytes: DefaultBytes} }
+
+const (
+	// maxDepth bounds how deeply nested a value the meter measures; values
+	// nested deeper make the evaluation fail instead of recursing in
+	// encoders and comparisons.
+	maxDepth = 1000
+	// elemBytes is what one array or map element is charged.
+	elemBytes = 16
+	// bytesPerOp is how many bytes of string one operation reads.
+	bytesPerOp = 16
+)
+
+// meter is one evaluation's account. Its methods are unexported so a rule
+// that reaches it through $env cannot call them.
+type meter struct {
+	ops, bytes       int64
+	maxOps, maxBytes int64
+	ctx              context.Context
+	done             <-chan struct{}
+}
+
+func (m *meter) reset(ctx context.Context, l Limits, base int64) {
+	*m = meter{ops: base, maxOps: l.Operations, maxBytes: l.Bytes, ctx: ctx, done: ctx.Done()}
+}
+
+// charge adds ops and bytes and fails when either budget is spent or the
+// evaluation's context has ended.
+func (m *meter) charge(ops, bytes int64) error {
+	m.ops = satAdd(m.ops, ops)
+	m.bytes = satAdd(m.bytes, bytes)
+	if m.ops > m.maxOps {
+		return &core.BudgetError{Kind: core.BudgetOperations, Limit: m.maxOps}
+	}
+	if m.bytes > m.maxBytes {
+		return &core.BudgetError{Kind: core.BudgetBytes, Limit: m.maxBytes}
+	}
+	if m.done != nil {
+		select {
+		case <-m.done:
+			return &core.BudgetError{Kind: core.BudgetDeadline, Err: context.Cause(m.ctx)}
+		default:
+		}
+	}
+	return nil
+}
+
+func satAdd(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func satMul(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// shallow is what building v cost: its bytes if a string, its elements if
+// an array or map. Nested values were charged when they were built.
+func shallow(v any) (elems, bytes int64) {
+	switch x := v.(type) {
+	case nil, bool, int, int64, float64:
+		return 0, 0
+	case string:
+		return 0, int64(len(x))
+	case []any:
+		return int64(len(x)), int64(len(x)) * elemBytes
+	case map[string]any:
+		return int64(len(x)), int64(len(x)) * elemBytes
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.String:
+		return 0, int64(rv.Len())
+	case reflect.Slice, reflect.Array, reflect.Map:
+		return int64(rv.Len()), int64(rv.Len()) * elemBytes
+	}
+	return 0, 0
+}
+
+// length is the number of elements a predicate visits in v.
+func length(v any) int64 {
+	switch x := v.(type) {
+	case []any:
+		return int64(len(x))
+	case []int:
+		return int64(len(x))
+	case []string:
+		return int64(len(x))
+	case nil:
+		return 0
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Slice, reflect.Array, reflect.Map, reflect.String:
+		return int64(rv.Len())
+	}
+	return 0
+}
+
+// deep measures v as an encoder or a deep comparison would walk it: every
+// element of every nested array and map, every byte of every string, with
+// values shared between branches counted each time they are reached. It
+// stops (with an error) once the count passes limit or the nesting passes
+// maxDepth, so the walk itself is bounded.
+func deep(v any, limit int64) (elems, bytes int64, err error) {
+	type item struct {
+		v     any
+		depth int
+	}
+	stack := []item{{v, 0}}
+	for len(stack) > 0 {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if it.depth > maxDepth {
+			return elems, bytes, &core.BudgetError{Kind: core.BudgetDepth, Limit: maxDepth}
+		}
+		elems++
+		switch x := it.v.(type) {
+		case string:
+			bytes += int64(len(x))
+		case []any:
+			for _, e := range x {
+				stack = append(stack, item{e, it.depth + 1})
+			}
+		case map[string]any:
+			for k, e := range x {
+				bytes += int64(len(k))
+				stack = append(stack, item{e, it.depth + 1})
+			}
+		case nil, bool, int, int64, float64, []int, []float64:
+			if n := length(x); n > 0 {
+				elems += n
+			}
+		default:
+			rv := reflect.ValueOf(x)
+			switch rv.Kind() {
+			case reflect.String:
+				bytes += int64(rv.Len())
+			case reflect.Slice, reflect.Array:
+				for i := range rv.Len() {
+					stack = append(stack, item{rv.Index(i).Interface(), it.depth + 1})
+				}
+			case reflect.Map:
+				it2 := rv.MapRange()
+				for it2.Next() {
+					stack = append(stack, item{it2.Key().Interface(), it.depth + 1}, item{it2.Value().Interface(), it.depth + 1})
+				}
+			}
+		}
+		if elems+bytes/bytesPerOp > limit {
+			return elems, bytes, errTooBig
+		}
+	}
+	return elems, bytes, nil
+}
+
+// errTooBig is deep's signal that the value alone exceeds what is left of
+// the budget; callers turn it into the budget error.
+var errTooBig = fmt.Errorf("value exceeds the evaluation budget")
+
+// left is the budget m has left, in operations.
+func (m *meter) left() int64 { return max(m.maxOps-m.ops, 0) }
+
+// scan charges reading v deeply (comparisons, encoders, searches).
+func (m *meter) scan(v any) error {
+	elems, bytes, err := deep(v, m.left())
+	if err == errTooBig {
+		return m.charge(math.MaxInt64, 0)
+	}
+	if err != nil {
+		return err
+	}
+	return m.charge(elems+bytes/bytesPerOp, 0)
+}
+
+// expand charges reading v deeply and building a value as large as v is
+// when expanded (toJSON, string, flatten): shared branches count each time.
+func (m *meter) expand(v any) error {
+	elems, bytes, err := deep(v, m.left())
+	if err == errTooBig {
+		return m.charge(math.MaxInt64, 0)
+	}
+	if err != nil {
+		return err
+	}
+	return m.charge(elems+bytes/bytesPerOp, satAdd(satMul(elems, elemBytes), bytes))
+}
+
+// built charges a value an operator or function just made.
+func (m *meter) built(v any) error {
+	elems, bytes := shallow(v)
+	return m.charge(1+elems+bytes/bytesPerOp, bytes)
+}
