@@ -1,6 +1,7 @@
 package admission_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -229,5 +231,41 @@ func TestSustainedInternalErrorsFailReadiness(t *testing.T) {
 	}
 	if err := p.webhook.ReadyCheck()(nil); err == nil || !strings.Contains(err.Error(), "6 of the last 20 requests failed inside the handler") {
 		t.Fatalf("readiness check after a flood of malformed requests: %v, want still 6 failures", err)
+	}
+}
+
+// TestStalledBodyIsCutOff: a client that sends the headers of a review and
+// then stops sending its body is answered 400 and disconnected once the body
+// read timeout passes, instead of holding a connection, a goroutine and a
+// buffer until it chooses to hang up.
+func TestStalledBodyIsCutOff(t *testing.T) {
+	cluster(t)
+	p := env.portal
+	m := p.webhook.Metrics()
+	before := testutil.ToFloat64(m.Malformed.WithLabelValues(admission.MalformedUnreadable))
+	conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port), &tls.Config{RootCAs: env.cert.pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"apiVersion\":", admission.Path); err != nil {
+		t.Fatal(err)
+	}
+	// Far beyond the webhook's 2s: without the timeout the read below waits
+	// this long and fails.
+	if err := conn.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "cannot read the request body") {
+		t.Fatalf("stalled body answered %d: %s", resp.StatusCode, body)
+	}
+	if got := testutil.ToFloat64(m.Malformed.WithLabelValues(admission.MalformedUnreadable)) - before; got != 1 {
+		t.Errorf("portal_admission_malformed_total{reason=%q} moved by %v, want 1", admission.MalformedUnreadable, got)
 	}
 }

@@ -42,9 +42,10 @@ var reviewCodecs = func() serializer.CodecFactory {
 // message that says what is wrong. Well-formed reviews go through
 // admission.Webhook.Handle as usual.
 type reviewHandler struct {
-	hook    *admission.Webhook
-	log     *slog.Logger
-	metrics *Metrics
+	hook        *admission.Webhook
+	log         *slog.Logger
+	metrics     *Metrics
+	bodyTimeout time.Duration
 }
 
 func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -57,6 +58,9 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, MalformedContentType, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: send application/json", r.Header.Get("Content-Type")))
 		return
 	}
+	// The server has a header timeout but none for the body: a client that
+	// trickles one would hold this goroutine and its buffer indefinitely.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyTimeout))
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
 	if err != nil {
 		h.reject(w, r, MalformedUnreadable, http.StatusBadRequest, fmt.Sprintf("cannot read the request body: %v", err))

@@ -120,6 +120,8 @@ func startEnv() error {
 	env.logs = &syncWriter{}
 	env.portal, err = startPortal(portalOptions{
 		name: admission.ConfigName, logs: env.logs, evaluator: env.engine, rules: env.engine,
+		// Short, so TestStalledBodyIsCutOff need not wait the default 10s.
+		bodyTimeout: 2 * time.Second,
 		setup: func(mgr manager.Manager, cm *admission.ConfigManager) error {
 			index := rule.NewIndex(cm.Watch(env.engine))
 			log := slog.New(slog.NewJSONHandler(env.logs, nil))
@@ -160,6 +162,8 @@ type portalOptions struct {
 	// the test presents when it checks the server is up.
 	tls        []func(*tls.Config)
 	clientCert *tls.Certificate
+	// bodyTimeout is the webhook's BodyReadTimeout; 0 for its default.
+	bodyTimeout time.Duration
 }
 
 // startPortal starts a manager serving the webhook over TLS on a free port
@@ -194,6 +198,7 @@ func startPortal(o portalOptions) (*portal, error) {
 	p := &portal{mgr: mgr, registry: prometheus.NewRegistry(), port: port, healthPort: healthPort}
 	p.webhook, err = admission.New(admission.Options{
 		Evaluator: o.evaluator, Namespaces: mgr.GetCache(), Logger: log, Registerer: p.registry, RulesLoaded: loaded,
+		BodyReadTimeout: o.bodyTimeout,
 	})
 	if err != nil {
 		return nil, err

@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,6 +67,11 @@ type Options struct {
 	FailOpen bool
 	// Health tunes when handler failures make the webhook not ready.
 	Health HealthOptions
+	// BodyReadTimeout bounds how long reading one request's body may take,
+	// so a client that sends a body slowly cannot hold a connection and a
+	// goroutine for ever. Default 10s: the API server sends its bodies at
+	// once, and gives up on the webhook after at most 30s.
+	BodyReadTimeout time.Duration
 }
 
 // Webhook is the validating admission webhook: an admission.Handler, and an
@@ -109,7 +115,10 @@ func New(o Options) (*Webhook, error) {
 		// logger on the hot path.
 		LogConstructor: func(base logr.Logger, _ *admission.Request) logr.Logger { return base },
 	}
-	return &Webhook{handler: h, http: &reviewHandler{hook: hook, log: o.Logger, metrics: m}}, nil
+	if o.BodyReadTimeout <= 0 {
+		o.BodyReadTimeout = 10 * time.Second
+	}
+	return &Webhook{handler: h, http: &reviewHandler{hook: hook, log: o.Logger, metrics: m, bodyTimeout: o.BodyReadTimeout}}, nil
 }
 
 // ServeHTTP serves AdmissionReview v1 requests. Register it with the
