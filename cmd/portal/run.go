@@ -63,6 +63,9 @@ func checkManagerFlags(cfg *manager.Config) error {
 	if cfg.Namespace == "" {
 		return errors.New("--namespace must name Portal's own namespace")
 	}
+	if cfg.LeaderElection && cfg.LeaderElectionID == "" {
+		return errors.New("--leader-election-id must name the Lease when --leader-elect is on")
+	}
 	if cfg.KubeAPIBurst < 0 {
 		return fmt.Errorf("--kube-api-burst %d is negative; use 0 for twice --kube-api-qps", cfg.KubeAPIBurst)
 	}
@@ -78,6 +81,7 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "client-side limit of requests per second to the API server; 0 sets none (API Priority and Fairness governs)")
 	f.IntVar(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "requests allowed above --kube-api-qps in a burst; 0 means twice --kube-api-qps")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", cfg.LeaderElection, "elect one replica to write status, certificates and webhook configuration")
+	f.StringVar(&cfg.LeaderElectionID, "leader-election-id", cfg.LeaderElectionID, "name of the leader election Lease in --namespace; Portal Deployments that run different layers need different names")
 
 	a := &cfg.Admission
 	f.BoolVar(&a.Enabled, "admission", a.Enabled, "run the validating admission webhook (L4)")
