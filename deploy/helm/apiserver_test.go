@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -227,14 +229,20 @@ func TestChartRBACIsEnoughForPortal(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// client-go's informers report a refused list or watch through klog.
 	klog.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler()))
-	runCtx, stop := context.WithCancel(context.Background())
+	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- manager.Run(runCtx, restCfg, cfg) }()
+	var stopOnce sync.Once
+	stop := func() {
+		stopOnce.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("portal: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
 		stop()
-		if err := <-done; err != nil {
-			t.Errorf("portal: %v", err)
-		}
 		// The webhook would outlive Portal in the shared control plane.
 		_ = c.Delete(context.Background(), &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": map[string]any{"name": "portal"}}})
@@ -276,13 +284,76 @@ func TestChartRBACIsEnoughForPortal(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "portal"}, lease); err != nil {
 		t.Errorf("leader election Lease: %v", err)
 	}
-	// Give nothing more time: everything above needed the API server, and
-	// any refusal on the way was logged.
+	// Everything above needed the API server, and any refusal on the way
+	// was logged.
 	if l := logs.String(); strings.Contains(strings.ToLower(l), "forbidden") {
 		for _, line := range strings.Split(l, "\n") {
 			if strings.Contains(strings.ToLower(line), "forbidden") {
 				t.Errorf("Portal was refused by the API server with the chart's RBAC: %s", line)
 			}
 		}
+	}
+
+	stop()
+	runUninstallHook(t, c, cl, sa, manifest)
+}
+
+// runUninstallHook runs the command of the chart's pre-delete Job, as the
+// chart's ServiceAccount, against the chart's Deployment: the webhook
+// configuration goes and Portal is scaled to zero.
+func runUninstallHook(t *testing.T, c client.Client, cl *devcluster.Cluster, sa string, manifest []byte) {
+	t.Helper()
+	ctx := t.Context()
+	var hookArgs []string
+	for _, u := range objects(t, manifest) {
+		switch u.GetKind() {
+		case "Deployment":
+			if err := c.Create(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+		case "Job":
+			containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+			hookArgs, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		}
+	}
+	if len(hookArgs) == 0 {
+		t.Fatal("the render has no uninstall hook Job")
+	}
+	kubeconfig, err := cl.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range kc.AuthInfos {
+		ai.Impersonate = "system:serviceaccount:" + releaseNS + ":" + sa
+	}
+	dir := t.TempDir()
+	kcPath := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kcPath); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "portal")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/portal").CombinedOutput(); err != nil {
+		t.Fatalf("build portal: %v\n%s", err, out)
+	}
+	out, err := exec.CommandContext(ctx, bin, append(hookArgs, "--kubeconfig="+kcPath)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("portal %s as the chart's ServiceAccount: %v\n%s", strings.Join(hookArgs, " "), err, out)
+	}
+	vwc := &unstructured.Unstructured{}
+	vwc.SetGroupVersionKind(schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingWebhookConfiguration"})
+	if err := c.Get(ctx, client.ObjectKey{Name: "portal"}, vwc); !apierrors.IsNotFound(err) {
+		t.Errorf("webhook configuration after the uninstall hook: %v, want not found", err)
+	}
+	d := &unstructured.Unstructured{}
+	d.SetGroupVersionKind(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+	if err := c.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "portal"}, d); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); n != 0 {
+		t.Errorf("Deployment replicas after the uninstall hook: %d, want 0", n)
 	}
 }
