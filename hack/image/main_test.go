@@ -30,11 +30,7 @@ func testOptions(t *testing.T, bin []byte) options {
 
 func buildDigest(t *testing.T, o options) string {
 	t.Helper()
-	img, err := build(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := write(img, o)
+	d, err := build(o)
 	if err != nil {
 		t.Fatal(err)
 	}
