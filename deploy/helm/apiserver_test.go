@@ -357,3 +357,54 @@ func runUninstallHook(t *testing.T, c client.Client, cl *devcluster.Cluster, sa 
 		t.Errorf("Deployment replicas after the uninstall hook: %d, want 0", n)
 	}
 }
+
+// podAntiAffinity auto asks the cluster (lookup) how many nodes it has:
+// required anti-affinity with two or more, preferred with fewer, so a
+// one-node cluster can still run two replicas.
+func TestAntiAffinityAutoFollowsNodeCount(t *testing.T) {
+	c, cl := adminClient(t)
+	kubeconfig, err := cl.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcPath := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	affinity := func() string {
+		t.Helper()
+		cmd := exec.Command(helmBinary(t), "template", releaseName, chartDir, "--namespace", releaseNS,
+			"--dry-run=server", "--kubeconfig", kcPath, "--show-only", "templates/deployment.yaml")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm template --dry-run=server: %v\n%s", err, out)
+		}
+		switch {
+		case bytes.Contains(out, []byte("requiredDuringSchedulingIgnoredDuringExecution")):
+			return "required"
+		case bytes.Contains(out, []byte("preferredDuringSchedulingIgnoredDuringExecution")):
+			return "preferred"
+		}
+		return "none"
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.List(t.Context(), nodes); err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) > 1 {
+		t.Fatalf("the test control plane already has %d nodes", len(nodes.Items))
+	}
+	if got := affinity(); got != "preferred" {
+		t.Errorf("with %d node(s): %s anti-affinity, want preferred", len(nodes.Items), got)
+	}
+	for i := len(nodes.Items); i < 2; i++ {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + strconv.Itoa(i)}}
+		if err := c.Create(t.Context(), n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
+	}
+	if got := affinity(); got != "required" {
+		t.Errorf("with 2 nodes: %s anti-affinity, want required", got)
+	}
+}
