@@ -373,7 +373,9 @@ func TestAntiAffinityAutoFollowsNodeCount(t *testing.T) {
 	}
 	affinity := func() string {
 		t.Helper()
-		cmd := exec.Command(helmBinary(t), "template", releaseName, chartDir, "--namespace", releaseNS,
+		// A release of its own: the RBAC test's objects in releaseNS belong
+		// to no release, which a server-side dry run refuses to adopt.
+		cmd := exec.Command(helmBinary(t), "template", "affinity", chartDir, "--namespace", "portal-affinity",
 			"--dry-run=server", "--kubeconfig", kcPath, "--show-only", "templates/deployment.yaml")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -386,6 +388,9 @@ func TestAntiAffinityAutoFollowsNodeCount(t *testing.T) {
 			return "preferred"
 		}
 		return "none"
+	}
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "portal-affinity"}}); err != nil {
+		t.Fatal(err)
 	}
 	nodes := &corev1.NodeList{}
 	if err := c.List(t.Context(), nodes); err != nil {
