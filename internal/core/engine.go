@@ -26,6 +26,21 @@ type Program interface {
 	Identifiers() []string
 }
 
+// CompileError is an expression that does not compile, with where: tools
+// point at the character of the file the expression came from.
+type CompileError struct {
+	// Field is the rule field holding the expression ("rule", "message"),
+	// empty when the engine does not know.
+	Field string
+	// Offset is the rune offset of the problem in that field's value; -1
+	// when unknown.
+	Offset int
+	Err    error
+}
+
+func (e *CompileError) Error() string { return e.Err.Error() }
+func (e *CompileError) Unwrap() error { return e.Err }
+
 // Request carries the admission request fields rules see as request.*.
 type Request struct {
 	Operation string
