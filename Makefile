@@ -237,7 +237,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 
 image: ## Build the OCI image of portal into bin/image (oci/, portal.tar, digest) and its SBOM bin/image/sbom.cdx.json, offline
 	@mkdir -p $(BIN)/image-build
-	@CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -buildvcs=auto -trimpath \
+	@CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -buildvcs=false -trimpath \
 		-ldflags '-s -w -buildid= -X main.version=$(VERSION)' -o $(BIN)/image-build/portal ./cmd/portal
 	@$(GO) run ./hack/image -binary $(BIN)/image-build/portal -out $(IMAGE_DIR) -version '$(VERSION)' \
 		-revision '$(REVISION)' -arch $(IMAGE_ARCH) -source-date-epoch '$(SOURCE_DATE_EPOCH)' >/dev/null
