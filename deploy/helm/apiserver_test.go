@@ -3,10 +3,12 @@ package helm_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,13 +18,16 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -214,7 +219,10 @@ func TestChartRBACIsEnoughForPortal(t *testing.T) {
 	logs := &logSink{}
 	cfg := manager.Defaults()
 	cfg.Namespace = releaseNS
-	cfg.MetricsAddr, cfg.HealthAddr = "0", "0"
+	// The chart's default: HTTPS metrics checked by TokenReview and
+	// SubjectAccessReview, which Portal's ServiceAccount must be allowed.
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg.MetricsAddr, cfg.MetricsSecure, cfg.HealthAddr = metricsAddr, true, "0"
 	cfg.LeaderElectionID = "portal"
 	cfg.Admission.Enabled = true
 	cfg.Admission.LocalURL = true
@@ -284,6 +292,8 @@ func TestChartRBACIsEnoughForPortal(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "portal"}, lease); err != nil {
 		t.Errorf("leader election Lease: %v", err)
 	}
+	checkMetricsAccess(t, c, cl, metricsAddr)
+
 	// Everything above needed the API server, and any refusal on the way
 	// was logged.
 	if l := logs.String(); strings.Contains(strings.ToLower(l), "forbidden") {
@@ -411,5 +421,56 @@ func TestAntiAffinityAutoFollowsNodeCount(t *testing.T) {
 	}
 	if got := affinity(); got != "required" {
 		t.Errorf("with 2 nodes: %s anti-affinity, want required", got)
+	}
+}
+
+// checkMetricsAccess scrapes /metrics with the token of a ServiceAccount
+// bound to the chart's metrics-reader ClusterRole (200) and of one that is
+// not (403): Portal could review both tokens with the chart's RBAC.
+func checkMetricsAccess(t *testing.T, c client.Client, cl *devcluster.Cluster, addr string) {
+	t.Helper()
+	ctx := t.Context()
+	cs := kubernetes.NewForConfigOrDie(cl.Config)
+	token := func(name string) string {
+		t.Helper()
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: releaseNS}}
+		if err := c.Create(ctx, sa); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := cs.CoreV1().ServiceAccounts(releaseNS).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "scraper-portal-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "portal-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "scraper", Namespace: releaseNS}},
+	}
+	if err := c.Create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	scraper, stranger := token("scraper"), token("stranger")
+	// Portal's metrics certificate is self-signed.
+	httpc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	scrape := func(tok string) int {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := httpc.Do(req)
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	var got int
+	devtest.Eventually(t, "a scrape with the metrics-reader token", func() bool { got = scrape(scraper); return got == http.StatusOK })
+	if got := scrape(stranger); got != http.StatusForbidden {
+		t.Errorf("scrape with a token not bound to metrics-reader: HTTP %d, want 403", got)
 	}
 }
