@@ -80,6 +80,10 @@ func walk(m *yaml.Node, prefix string, entries *[]entry, errs *[]error) {
 		key := prefix + k.Value
 		desc, documented := description(k.HeadComment)
 		switch {
+		case k.Value == "":
+			*errs = append(*errs, fmt.Errorf("line %d: an empty key under %q", k.Line, prefix))
+		case documented && desc == "":
+			*errs = append(*errs, fmt.Errorf("line %d: %s: the \"# --\" comment is empty: say what the value does", k.Line, key))
 		case documented:
 			def, err := defaultOf(v)
 			if err != nil {

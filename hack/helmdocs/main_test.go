@@ -72,3 +72,24 @@ func TestCheckReportsStalePage(t *testing.T) {
 		t.Errorf("check right after writing: %v", err)
 	}
 }
+
+// Whatever values.yaml holds, parse returns entries or an error; every
+// entry it returns has a key and a description.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("# -- One.\na: 1\n"))
+	f.Add([]byte("a:\n  # -- Nested.\n  b: [1, 2]\n"))
+	f.Add([]byte("- not a map\n"))
+	f.Add([]byte("# -- Anchor.\na: &x {b: 1}\n# -- Alias.\nc: *x\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		entries, err := parse(src)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			if e.Key == "" || e.Description == "" {
+				t.Errorf("entry without key or description: %+v", e)
+			}
+		}
+		_ = render(entries)
+	})
+}
