@@ -34,7 +34,7 @@ help: ## List the targets
 
 ## ---- tools -----------------------------------------------------------------
 
-tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/alertmanager ## Build bin/k8s/{kube-apiserver,kubectl,etcd} when missing or when hack/tools pins change
+tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/alertmanager $(BIN)/helm ## Build bin/k8s/{kube-apiserver,kubectl,etcd}, bin/alertmanager and bin/helm when missing or when hack/tools pins change
 	@:
 
 # The version of k8s.io/kubernetes in hack/tools/go.mod is stamped in as the release
@@ -66,6 +66,17 @@ $(BIN)/alertmanager: $(AM_TOOLS_DEPS)
 	@echo 'tools: building $@'
 	@mkdir -p $(@D)
 	@cd hack/tools/alertmanager && $(GO) build -o '$(CURDIR)/$@' github.com/prometheus/alertmanager/cmd/alertmanager
+	@touch $@
+
+HELM_TOOLS_DEPS := hack/tools/helm/go.mod hack/tools/helm/go.sum
+
+# helm for the chart checks (helm-check, the golden tests in deploy/helm). The
+# module's version is stamped in as helm's release build does.
+$(BIN)/helm: $(HELM_TOOLS_DEPS)
+	@echo 'tools: building $@'
+	@mkdir -p $(@D)
+	@cd hack/tools/helm && v=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v4) || exit 1; \
+	$(GO) build -ldflags "-X helm.sh/helm/v4/internal/version.version=$$v" -o '$(CURDIR)/$@' helm.sh/helm/v4/cmd/helm
 	@touch $@
 
 ## ---- code generation -------------------------------------------------------
@@ -139,12 +150,13 @@ fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each
 	done
 
 # The steps run one after another (also under -j) and stop at the first failure.
-test: ## tools, verify-generated, vet, staticcheck, test-go, fuzz
+test: ## tools, verify-generated, vet, staticcheck, helm-check, test-go, fuzz
 	@$(MAKE) --no-print-directory tools
 	@$(MAKE) --no-print-directory verify-generated
 	@$(MAKE) --no-print-directory fmt-check
 	@$(MAKE) --no-print-directory vet
 	@$(MAKE) --no-print-directory staticcheck
+	@$(MAKE) --no-print-directory helm-check
 	@$(MAKE) --no-print-directory test-go
 	@$(MAKE) --no-print-directory fuzz
 
@@ -211,3 +223,43 @@ clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 
 clean-tools: ## Remove bin/k8s and bin/alertmanager (the next `make tools` rebuilds them)
 	@rm -rf $(K8S_BIN) $(BIN)/alertmanager
+
+## ---- image and Helm chart ------------------------------------------------
+
+.PHONY: image helm-check helm-golden helm-docs
+
+IMAGE_DIR  := $(BIN)/image
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+# Reproducible: the same commit gives the same binary, image digest and SBOM.
+VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+
+image: ## Build the OCI image of portal into bin/image (oci/, portal.tar, digest) and its SBOM bin/image/sbom.cdx.json, offline
+	@mkdir -p $(BIN)/image-build
+	@CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -buildvcs=false -trimpath \
+		-ldflags '-s -w -buildid= -X main.version=$(VERSION)' -o $(BIN)/image-build/portal ./cmd/portal
+	@$(GO) run ./hack/image -binary $(BIN)/image-build/portal -out $(IMAGE_DIR) -version '$(VERSION)' \
+		-revision '$(REVISION)' -arch $(IMAGE_ARCH) -source-date-epoch '$(SOURCE_DATE_EPOCH)' >/dev/null
+	@$(GO) tool cyclonedx-gomod bin -json -noserial -notimestamp -version '$(VERSION)' \
+		-output $(IMAGE_DIR)/sbom.cdx.json $(BIN)/image-build/portal
+	@echo "image: portal:$(VERSION) $$(cat $(IMAGE_DIR)/digest) in $(IMAGE_DIR) (docker load -i $(IMAGE_DIR)/portal.tar)"
+
+HELM_CHART := deploy/helm/portal
+
+# helm lint with every values file of the golden tests, and the values
+# reference page is what hack/helmdocs makes of values.yaml. The golden
+# template tests themselves run in test-go (deploy/helm).
+helm-check: $(BIN)/helm ## helm lint --strict the chart with each test values file; fail when docs/reference/helm-values.md is stale
+	@$(BIN)/helm lint --strict --quiet $(HELM_CHART) >/dev/null || $(BIN)/helm lint --strict $(HELM_CHART)
+	@for f in deploy/helm/testdata/values/*.yaml; do \
+		$(BIN)/helm lint --strict --quiet $(HELM_CHART) --values "$$f" >/dev/null || { $(BIN)/helm lint --strict $(HELM_CHART) --values "$$f"; exit 1; }; \
+	done
+	@$(GO) run ./hack/helmdocs -check
+
+helm-golden: $(BIN)/helm ## Rewrite the chart's golden template outputs and its copy of deploy/crds, then regenerate the values reference
+	@UPDATE_GOLDEN=1 $(GO) test -count=1 -run '^(TestGoldenTemplates|TestChartCRDsMatchDeployCRDs)$$' ./deploy/helm/
+	@$(MAKE) --no-print-directory helm-docs
+
+helm-docs: ## Generate docs/reference/helm-values.md from the comments in the chart's values.yaml
+	@$(GO) run ./hack/helmdocs

@@ -63,6 +63,9 @@ func checkManagerFlags(cfg *manager.Config) error {
 	if cfg.Namespace == "" {
 		return errors.New("--namespace must name Portal's own namespace")
 	}
+	if cfg.LeaderElection && cfg.LeaderElectionID == "" {
+		return errors.New("--leader-election-id must name the Lease when --leader-elect is on")
+	}
 	if len(cfg.Admission.ClientAllowedNames) > 0 && cfg.Admission.ClientCAFile == "" {
 		return errors.New("--webhook-client-allowed-names needs --webhook-client-ca-file: names are only checked on certificates that CA signed")
 	}
@@ -89,6 +92,7 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "client-side limit of requests per second to the API server; 0 sets none (API Priority and Fairness governs)")
 	f.IntVar(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "requests allowed above --kube-api-qps in a burst; 0 means twice --kube-api-qps")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", cfg.LeaderElection, "elect one replica to write status, certificates and webhook configuration")
+	f.StringVar(&cfg.LeaderElectionID, "leader-election-id", cfg.LeaderElectionID, "name of the leader election Lease in --namespace; Portal Deployments that run different layers need different names")
 
 	// Rule evaluation budget (admission and audit).
 	f.Int64Var(&cfg.RuleBudget.Operations, "rule-max-operations", cfg.RuleBudget.Operations, "operations one rule evaluation may run (each operator, function call and loop iteration counts) before it ends in an error")

@@ -1,0 +1,238 @@
+// Package helm_test checks the Portal chart in deploy/helm/portal: golden
+// `helm template` outputs for the main value combinations, the values a
+// render refuses, the CRDs it ships, and (apiserver_test.go) that a real API
+// server accepts what it renders and that its RBAC is enough for Portal.
+//
+// UPDATE_GOLDEN=1 go test ./deploy/helm/ rewrites the golden files and the
+// chart's copy of deploy/crds (make helm-golden).
+package helm_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const (
+	chartDir    = "portal"
+	valuesDir   = "testdata/values"
+	goldenDir   = "testdata/golden"
+	releaseName = "portal"
+	releaseNS   = "portal-system"
+)
+
+func update() bool { return os.Getenv("UPDATE_GOLDEN") != "" }
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+// helmBinary is bin/helm, built from hack/tools/helm (as `make tools` does)
+// when missing.
+func helmBinary(t testing.TB) string {
+	t.Helper()
+	helmOnce.Do(func() {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			helmErr = err
+			return
+		}
+		helmPath = filepath.Join(root, "bin", "helm")
+		if _, err := os.Stat(helmPath); err == nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", helmPath, "helm.sh/helm/v4/cmd/helm")
+		cmd.Dir = filepath.Join(root, "hack", "tools", "helm")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			helmErr = errors.New("build bin/helm from hack/tools/helm: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if helmErr != nil {
+		t.Fatal(helmErr)
+	}
+	return helmPath
+}
+
+// render runs helm template on the chart with the values file (none when
+// empty) and --set arguments.
+func render(t testing.TB, valuesFile string, set ...string) ([]byte, error) {
+	t.Helper()
+	args := []string{"template", releaseName, chartDir, "--namespace", releaseNS}
+	if valuesFile != "" {
+		args = append(args, "--values", valuesFile)
+	}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	cmd := exec.Command(helmBinary(t), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, errors.New(stderr.String())
+	}
+	return out, nil
+}
+
+// valueFiles are the cases: testdata/values/<case>.yaml.
+func valueFiles(t testing.TB) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(valuesDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no value files in %s (%v)", valuesDir, err)
+	}
+	return files
+}
+
+func goldenFile(valuesFile string) string {
+	return filepath.Join(goldenDir, filepath.Base(valuesFile))
+}
+
+func TestGoldenTemplates(t *testing.T) {
+	for _, vf := range valueFiles(t) {
+		t.Run(strings.TrimSuffix(filepath.Base(vf), ".yaml"), func(t *testing.T) {
+			got, err := render(t, vf)
+			if err != nil {
+				t.Fatalf("helm template -f %s: %v", vf, err)
+			}
+			gf := goldenFile(vf)
+			if update() {
+				if err := os.WriteFile(gf, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(gf)
+			if err != nil {
+				t.Fatalf("%v: run make helm-golden (UPDATE_GOLDEN=1 go test ./deploy/helm/) to create it", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("helm template -f %s differs from %s; review the change and run make helm-golden:\n%s", vf, gf, lineDiff(string(want), string(got)))
+			}
+		})
+	}
+	if update() {
+		return
+	}
+	// A golden file whose values file is gone is stale.
+	goldens, _ := filepath.Glob(filepath.Join(goldenDir, "*.yaml"))
+	for _, g := range goldens {
+		if _, err := os.Stat(filepath.Join(valuesDir, filepath.Base(g))); err != nil {
+			t.Errorf("%s has no values file in %s: delete it", g, valuesDir)
+		}
+	}
+}
+
+// lineDiff shows the first lines that differ, enough to find the change.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	shown := 0
+	for i := 0; i < max(len(w), len(g)) && shown < 20; i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			shown++
+			b.WriteString("line " + strconv.Itoa(i+1) + ":\n  golden: " + wl + "\n  render: " + gl + "\n")
+		}
+	}
+	return b.String()
+}
+
+// The chart ships deploy/crds unchanged: `make generate` writes there, and
+// the chart's copy must follow.
+func TestChartCRDsMatchDeployCRDs(t *testing.T) {
+	src, err := filepath.Glob("../crds/*.yaml")
+	if err != nil || len(src) == 0 {
+		t.Fatalf("no CRDs in deploy/crds (%v)", err)
+	}
+	shipped, _ := filepath.Glob(filepath.Join(chartDir, "crds", "*.yaml"))
+	names := map[string]bool{}
+	for _, s := range src {
+		names[filepath.Base(s)] = true
+		want, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(chartDir, "crds", filepath.Base(s))
+		if update() {
+			if err := os.WriteFile(dst, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(dst)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s is not a copy of %s: run make helm-golden", dst, s)
+		}
+	}
+	for _, s := range shipped {
+		if names[filepath.Base(s)] {
+			continue
+		}
+		if update() {
+			if err := os.Remove(s); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		t.Errorf("%s is not in deploy/crds any more: run make helm-golden", s)
+	}
+}
+
+// Values that cannot work stop the render with a message that says what to
+// change.
+func TestTemplateRefusesUnsafeValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want string
+	}{
+		{"fail closed without a PodDisruptionBudget", []string{"podDisruptionBudget.enabled=false"}, "global.failClosed requires podDisruptionBudget.enabled"},
+		{"no layer", []string{"admission.enabled=false"}, "enable at least one of"},
+		{"unknown mode", []string{"global.mode=sharded"}, "/global/mode"},
+		{"misspelt value", []string{"replicas=3"}, "additional properties 'replicas' not allowed"},
+		{"negative replicas", []string{"replicaCount=-1"}, "/replicaCount"},
+		{"bad anti-affinity", []string{"podAntiAffinity=always"}, "/podAntiAffinity"},
+		{"bad duration", []string{"audit.resyncPeriod=10 minutes"}, "/audit/resyncPeriod"},
+		{"watched kind without resources", []string{"watchedGvks[0].apiGroup=apps"}, "/watchedGvks/0"},
+		{"digest that is not one", []string{"image.digest=latest"}, "/image/digest"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := render(t, "", tc.set...)
+			if err == nil {
+				t.Fatalf("helm template --set %v rendered; want an error containing %q", tc.set, tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("helm template --set %v: %v\nwant an error containing %q", tc.set, err, tc.want)
+			}
+		})
+	}
+}
+
+// helm lint --strict passes with every case's values.
+func TestLint(t *testing.T) {
+	for _, vf := range append([]string{""}, valueFiles(t)...) {
+		args := []string{"lint", "--strict", chartDir, "--namespace", releaseNS}
+		if vf != "" {
+			args = append(args, "--values", vf)
+		}
+		out, err := exec.Command(helmBinary(t), args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+{{/* Name of the chart, or nameOverride. */}}
+{{- define "portal.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Prefix of every resource name. */}}
+{{- define "portal.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "portal.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "portal.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Selector of every Portal pod of the release. */}}
+{{- define "portal.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "portal.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "portal.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "portal.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "portal.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{- define "portal.webhookService" -}}{{ include "portal.fullname" . }}-webhook{{- end }}
+{{- define "portal.webhookConfigName" -}}{{ default (include "portal.fullname" .) .Values.admission.configName }}{{- end }}
+{{- define "portal.certSecret" -}}{{ include "portal.fullname" . }}-webhook-cert{{- end }}
+
+{{/*
+portal.components lists the Deployments as YAML: {items: [{name, component,
+layers, replicas, resources}]}. Single mode: one Deployment "portal" with
+every enabled layer. Split mode: one per enabled layer.
+*/}}
+{{- define "portal.components" -}}
+{{- $v := .Values }}
+{{- $fullname := include "portal.fullname" . }}
+{{- $layers := list }}
+{{- range $l := list "admission" "audit" "waf" }}
+{{- if (index $v $l).enabled }}{{ $layers = append $layers $l }}{{ end }}
+{{- end }}
+items:
+{{- if eq $v.global.mode "split" }}
+{{- range $l := $layers }}
+  - name: {{ printf "%s-%s" $fullname $l }}
+    component: {{ $l }}
+    layers: [{{ $l }}]
+    replicas: {{ (index $v $l).replicaCount }}
+    resources: {{ default $v.resources (index $v $l).resources | toJson }}
+{{- end }}
+{{- else }}
+  - name: {{ $fullname }}
+    component: portal
+    layers: {{ $layers | toJson }}
+    replicas: {{ $v.replicaCount }}
+    resources: {{ $v.resources | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* portal.checks fails the render on value combinations that cannot work. */}}
+{{- define "portal.checks" -}}
+{{- if not (or .Values.admission.enabled .Values.audit.enabled .Values.waf.enabled) }}
+{{- fail "enable at least one of admission.enabled, audit.enabled and waf.enabled" }}
+{{- end }}
+{{- if and .Values.global.failClosed .Values.admission.enabled (not .Values.podDisruptionBudget.enabled) }}
+{{- fail "global.failClosed requires podDisruptionBudget.enabled: without it a node drain can stop every replica and block admission; set global.failClosed=false to run without a PodDisruptionBudget" }}
+{{- end }}
+{{- end }}
+
+{{/* The restricted Pod Security Standard, for pods and containers. */}}
+{{- define "portal.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "portal.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* RBAC rules for a list of {apiGroup, resources} with the given verbs. */}}
+{{- define "portal.resourceRules" -}}
+{{- $verbs := .verbs }}
+{{- range .list }}
+- apiGroups: [{{ .apiGroup | quote }}]
+  resources: {{ .resources | toJson }}
+  verbs: {{ $verbs | toJson }}
+{{- end }}
+{{- end }}
