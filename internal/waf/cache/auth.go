@@ -14,6 +14,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/utils/clock"
 )
 
 // Audience is the token audience the cache server accepts: a data plane
@@ -127,12 +128,16 @@ type KubeAuthorizer struct {
 // NewKubeAuthorizer returns an authorizer with the default TTLs that
 // remembers at most size decisions (DefaultDecisionsCache when size <= 0).
 func NewKubeAuthorizer(tokens TokenReviewer, access AccessReviewer, size int, m *Metrics) *KubeAuthorizer {
+	return newKubeAuthorizer(tokens, access, size, m, clock.RealClock{})
+}
+
+func newKubeAuthorizer(tokens TokenReviewer, access AccessReviewer, size int, m *Metrics, clk clock.Clock) *KubeAuthorizer {
 	if size <= 0 {
 		size = DefaultDecisionsCache
 	}
 	return &KubeAuthorizer{
 		Tokens: tokens, Access: access, AllowTTL: DefaultAllowTTL, DenyTTL: DefaultDenyTTL, Metrics: m,
-		decisions: utilcache.NewLRUExpireCache(size),
+		decisions: utilcache.NewLRUExpireCacheWithClock(size, clk),
 	}
 }
 
