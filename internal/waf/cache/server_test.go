@@ -283,7 +283,10 @@ func TestServerConcurrencyBound(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 2)
 	blocking := AuthorizerFunc(func(ctx context.Context, _, _, _ string) (Decision, error) {
-		entered <- struct{}{}
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
 		<-release
 		return Decision{Allowed: true}, nil
 	})
@@ -292,7 +295,12 @@ func TestServerConcurrencyBound(t *testing.T) {
 	c.Put("ns/rs", "id", "SecRuleEngine On\n", nil)
 	srv := httptest.NewTLSServer(NewServer(c, ServerOptions{Authorizer: blocking, MaxConcurrent: 2, Logger: discardLog()}, m).Handler())
 	defer srv.Close()
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // before Close, which waits for the handlers
 	client = srv.Client()
+	// Without the bound the third request would wait for the first two.
+	client.Timeout = 10 * time.Second
 	var wg sync.WaitGroup
 	codes := make(chan int, 2)
 	for range 2 {
@@ -307,7 +315,7 @@ func TestServerConcurrencyBound(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("request beyond the bound: %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	close(release)
+	unblock()
 	wg.Wait()
 	close(codes)
 	for code := range codes {
