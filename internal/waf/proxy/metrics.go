@@ -53,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		ReloadFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_waf_proxy_reload_failures_total",
-			Help: "Failed attempts to load a new rule set revision, by reason (fetch or compile); the last good revision stays enforced.",
+			Help: "Failed attempts to load a new rule set revision, by reason (fetch, digest or compile); the last good revision stays enforced.",
 		}, []string{"reason"}),
 	}
 	for _, r := range []string{FailureFetch, FailureCompile, FailureDigest} {
