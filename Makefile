@@ -193,8 +193,8 @@ bench-waf: bench-tools build ## waf-proxy vs nginx+ModSecurity with the CRS, dri
 
 ## ---- build and run ---------------------------------------------------------
 
-build: ## Build bin/portal
-	@$(GO) build -o $(BIN)/portal ./cmd/portal
+build: ## Build bin/portal (stamped with the git commit: portal version)
+	@$(GO) build -buildvcs=auto -o $(BIN)/portal ./cmd/portal
 
 # Demo: evaluate the example manifests against the pod-security rules. Exit status 1
 # means "deny found", which is what the demo shows, so it does not fail the target.

@@ -36,6 +36,7 @@ type devOptions struct {
 	rules         []string
 	manifests     []string
 	logLevel      string
+	binDir        string
 	cfg           manager.Config
 }
 
@@ -43,6 +44,10 @@ func newDevCommand() *cobra.Command {
 	o := &devOptions{kubeconfigOut: filepath.Join(".portal-dev", "kubeconfig"), logLevel: "warn", cfg: manager.Defaults()}
 	o.cfg.LeaderElection = false
 	o.cfg.MetricsAddr = "127.0.0.1:18090"
+	// Plain HTTP on the loopback of a development machine, whose only
+	// user is also the local cluster's admin; --metrics-secure tries the
+	// production setup.
+	o.cfg.MetricsSecure = false
 	o.cfg.HealthAddr = "127.0.0.1:18091"
 	o.cfg.Admission.Enabled = true
 	o.cfg.Admission.LocalURL = true
@@ -57,24 +62,33 @@ func newDevCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local control plane with Portal in it (no Docker, no cluster)",
-		Long: `Start etcd and kube-apiserver from bin/k8s (make tools builds them) on
-127.0.0.1, install Portal's CRDs and the example rule bundles as
-PortalClusterRules, and run Portal in this process with every layer that
-exists. A kubeconfig for kubectl is written to --kubeconfig-out. Ctrl-C stops
-everything and leaves no process behind.`,
+		Long: `Start etcd and kube-apiserver on 127.0.0.1, install Portal's CRDs and the
+example rule bundles as PortalClusterRules, and run Portal in this process
+with every layer that exists. A kubeconfig for kubectl is written to
+--kubeconfig-out. Ctrl-C stops everything and leaves no process behind.
+
+It works from any directory. kube-apiserver, etcd and kubectl come from
+--k8s-bin-dir, $KUBEBUILDER_ASSETS, the directory of the portal binary or its
+k8s/ subdirectory (bin/portal and bin/k8s, as make tools builds them), or
+bin/k8s of the checkout above the working directory. The CRDs and the demo's
+files come from that checkout, or, outside one, from copies built into the
+binary, written next to the kubeconfig.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.Flags().Changed)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfigOut, "kubeconfig-out", o.kubeconfigOut, "where to write the kubeconfig of the local control plane")
 	f.StringSliceVar(&o.rules, "install-rules", o.rules, "rule files or directories to install as PortalClusterRules")
 	f.StringSliceVar(&o.manifests, "install-manifests", o.manifests, "manifest files or directories to create (namespaced objects without a namespace go to default)")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (logs go to stderr)")
+	f.StringVar(&o.binDir, "k8s-bin-dir", o.binDir, "directory of kube-apiserver, etcd and kubectl (default: beside the portal binary, then bin/k8s of the checkout)")
 	addManagerFlags(f, &o.cfg)
 	return cmd
 }
 
-func (o *devOptions) run(ctx context.Context, out io.Writer) error {
+func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag string) bool) error {
 	log, err := newLogger(o.logLevel)
 	if err != nil {
 		return usageError(err)
@@ -83,9 +97,19 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 	if err := checkManagerFlags(&o.cfg); err != nil {
 		return usageError(err)
 	}
+	assets, err := resolveDevAssets(filepath.Dir(o.kubeconfigOut))
+	if err != nil {
+		return err
+	}
+	if !changed("install-rules") {
+		o.rules = mapSlice(o.rules, assets.path)
+	}
+	if !changed("install-manifests") {
+		o.manifests = mapSlice(o.manifests, assets.path)
+	}
 	start := time.Now()
 	fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
-	cluster, err := devcluster.Start(ctx, devcluster.Options{})
+	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: []string{assets.crds}})
 	if err != nil {
 		return err
 	}
@@ -135,8 +159,8 @@ func (o *devOptions) run(ctx context.Context, out io.Writer) error {
 			}
 		}
 		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
-		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f examples/manifests/pods.yaml   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",
-			relative(o.kubeconfigOut), kubectl, kubectl, kubectl, proxyHint)
+		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",
+			relative(o.kubeconfigOut), kubectl, kubectl, relative(assets.path(filepath.Join("examples", "manifests", "pods.yaml"))), kubectl, proxyHint)
 	}
 	err = manager.Run(ctx, cluster.Config, o.cfg)
 	if errors.Is(ctx.Err(), context.Canceled) {
@@ -301,4 +325,12 @@ func installManifests(ctx context.Context, c client.Client, paths []string) erro
 		}
 	}
 	return nil
+}
+
+func mapSlice(in []string, f func(string) string) []string {
+	out := make([]string, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
 }

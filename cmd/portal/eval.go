@@ -17,10 +17,11 @@ import (
 )
 
 type evalOptions struct {
-	rules  []string
-	files  []string
-	output string
-	mode   string
+	rules      []string
+	files      []string
+	output     string
+	mode       string
+	allowEmpty bool
 }
 
 func newEvalCommand() *cobra.Command {
@@ -34,8 +35,15 @@ func newEvalCommand() *cobra.Command {
 .json) and may be repeated or comma-separated; --file - reads standard input.
 Manifests may hold several YAML documents and List kinds.
 
+A file named twice (the same directory twice, a file inside a directory also
+given) is read once. Two rules with the same name are an error that names both
+places; a PortalRule may share its name with a cluster-wide rule or with a
+PortalRule of another namespace.
+
 Exit status: 0 when no deny rule failed, 1 when one did (or a rule with
-onError=deny errored), 2 for usage errors and unreadable input.`,
+onError=deny errored), 2 for usage errors, unreadable input, and a run that
+read no rule or no object (an empty stdin from a failed command upstream must
+not pass a CI check; --allow-empty accepts it).`,
 		Example: `  portal eval --rules examples/rules/pod-security --file deploy/
   kustomize build overlays/prod | portal eval --rules rules/ --file - -o junit > report.xml`,
 		Args: cobra.NoArgs,
@@ -46,6 +54,7 @@ onError=deny errored), 2 for usage errors and unreadable input.`,
 	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest files or directories; - for stdin")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(eval.Formats, "|"))
 	f.StringVar(&o.mode, "mode", "", "only evaluate rules with this mode: admission|audit")
+	f.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when no rule or no object was read, instead of 2")
 	return cmd
 }
 
@@ -65,6 +74,9 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if len(errs) > 0 {
 		return usageError(fmt.Errorf("cannot load rules:\n  %w", joinLines(errs)))
 	}
+	if len(rules) == 0 && !o.allowEmpty {
+		return usageError(fmt.Errorf("no rule found in --rules %s: check the paths (rule files end in .yaml, .yml or .json), or pass --allow-empty", strings.Join(o.rules, ",")))
+	}
 	eng.SetRules(rules)
 	docs, err := manifest.ReadPaths(o.files, cmd.InOrStdin())
 	if err != nil {
@@ -73,6 +85,9 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	report, errs := eval.Run(eng, docs, mode)
 	if len(errs) > 0 {
 		return usageError(fmt.Errorf("cannot read manifests:\n  %w", joinLines(errs)))
+	}
+	if report.Objects() == 0 && !o.allowEmpty {
+		return usageError(fmt.Errorf("no Kubernetes object found in --file %s: an empty input usually means the command feeding it failed (use set -o pipefail), or pass --allow-empty", strings.Join(o.files, ",")))
 	}
 	if err := report.Write(cmd.OutOrStdout(), o.output); err != nil {
 		return err

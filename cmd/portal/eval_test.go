@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"encoding/xml"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,7 +82,7 @@ func TestEvalExitCodes(t *testing.T) {
 		{"deny", []string{"--rules", evalRules, "--file", evalManifests}, exitViolation, ""},
 		{"warn only", []string{"--rules", warnRule, "--file", evalManifests}, exitOK, ""},
 		{"bad manifest", []string{"--rules", evalRules, "--file", badYAML}, exitUsage, "bad.yaml:4"},
-		{"bad rule", []string{"--rules", badRule, "--file", good}, exitUsage, "rule.yaml:1"},
+		{"bad rule", []string{"--rules", badRule, "--file", good}, exitUsage, "rule.yaml:3:24"},
 		{"missing flag", []string{"--file", good}, exitUsage, "--rules"},
 		{"bad output", []string{"--rules", evalRules, "--file", good, "-o", "xml"}, exitUsage, "--output"},
 		{"missing file", []string{"--rules", evalRules, "--file", filepath.Join(dir, "nope.yaml")}, exitUsage, "nope.yaml"},
@@ -134,5 +135,110 @@ func writeFile(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEvalNeverPassesOnNothing: a CI step fed by a failed command (empty stdin,
+// an empty directory) or pointed at no rules must fail, not report success.
+func TestEvalNeverPassesOnNothing(t *testing.T) {
+	dir := t.TempDir()
+	emptyDir := filepath.Join(dir, "empty")
+	if err := os.Mkdir(emptyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.yaml")
+	writeFile(t, good, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: x}\n")
+
+	tests := []struct {
+		name  string
+		stdin string
+		args  []string
+		code  int
+		msg   string
+	}{
+		{"empty stdin", "", []string{"--rules", evalRules, "--file", "-"}, exitUsage, "no Kubernetes object"},
+		{"blank stdin", "\n---\n# nothing\n", []string{"--rules", evalRules, "--file", "-"}, exitUsage, "no Kubernetes object"},
+		{"empty directory", "", []string{"--rules", evalRules, "--file", emptyDir}, exitUsage, "no Kubernetes object"},
+		{"no rules", "", []string{"--rules", emptyDir, "--file", good}, exitUsage, "no rule found"},
+		{"allowed empty stdin", "", []string{"--rules", evalRules, "--file", "-", "--allow-empty"}, exitOK, ""},
+		{"allowed no rules", "", []string{"--rules", emptyDir, "--file", good, "--allow-empty"}, exitOK, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := runCLI(t, tt.stdin, append([]string{"eval"}, tt.args...)...)
+			if code := exitCodeOf(err); code != tt.code {
+				t.Fatalf("exit code %d, want %d (%v)", code, tt.code, err)
+			}
+			if tt.msg != "" && (err == nil || !strings.Contains(err.Error(), tt.msg)) {
+				t.Fatalf("error %v does not mention %q", err, tt.msg)
+			}
+		})
+	}
+}
+
+// TestEvalDuplicateRules: two rules with one name load as an error naming both
+// places; a PortalRule may share its name with a cluster-wide rule.
+func TestEvalDuplicateRules(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	writeFile(t, good, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: x}\n")
+	rules := filepath.Join(dir, "rules")
+	if err := os.Mkdir(rules, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const rule = "name: same\nmatch: {gvk: [{kind: ConfigMap}]}\nrule: 'false'\n"
+	writeFile(t, filepath.Join(rules, "a.yaml"), rule)
+	writeFile(t, filepath.Join(rules, "b.yaml"), "# the same name again\n"+rule)
+	_, err := runCLI(t, "", "eval", "--rules", rules, "--file", good)
+	if code := exitCodeOf(err); code != exitUsage {
+		t.Fatalf("exit code %d, want %d (%v)", code, exitUsage, err)
+	}
+	for _, want := range []string{"b.yaml:2", `rule "same" is already defined at`, "a.yaml:1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+
+	scoped := filepath.Join(dir, "scoped")
+	if err := os.Mkdir(scoped, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(scoped, "a.yaml"), rule)
+	writeFile(t, filepath.Join(scoped, "b.yaml"), `apiVersion: portal.io/v1alpha1
+kind: PortalRule
+metadata: {name: same, namespace: x}
+spec:
+  match: {gvk: [{kind: ConfigMap}]}
+  rule: 'false'
+`)
+	if _, err := runCLI(t, "", "eval", "--rules", scoped, "--file", good); err != nil {
+		t.Fatalf("a PortalRule sharing a cluster rule's name: %v", err)
+	}
+}
+
+// TestEvalOverlappingPaths: the same directory twice, or a file and the
+// directory holding it, give the results of reading each file once.
+func TestEvalOverlappingPaths(t *testing.T) {
+	summary := func(args ...string) map[string]int {
+		t.Helper()
+		out, err := runCLI(t, "", append([]string{"eval", "-o", "json"}, args...)...)
+		if exitCodeOf(err) != exitViolation {
+			t.Fatalf("%v: %v", args, err)
+		}
+		var rep struct{ Summary map[string]int }
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.Summary
+	}
+	once := summary("--rules", evalRules, "--file", evalManifests)
+	for _, args := range [][]string{
+		{"--rules", evalRules + "," + evalRules, "--file", evalManifests},
+		{"--rules", evalRules, "--file", evalManifests, "--file", evalManifests},
+		{"--rules", evalRules, "--file", filepath.Join(evalManifests, "pods.yaml"), "--file", evalManifests + "/"},
+	} {
+		if got := summary(args...); !maps.Equal(got, once) {
+			t.Errorf("%v: summary %v, want %v as when read once", args, got, once)
+		}
 	}
 }

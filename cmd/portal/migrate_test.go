@@ -128,7 +128,7 @@ func TestEvalRefusesPOCRules(t *testing.T) {
 	if code := exitCodeOf(err); code != exitUsage {
 		t.Fatalf("portal eval --rules %s: exit %d (%v), want %d", pocRulesDir, code, err, exitUsage)
 	}
-	for _, w := range []string{`privileged-container.yaml:5: unknown field "filter"`, "host-network.yaml:2:", "match.gvk is required"} {
+	for _, w := range []string{`privileged-container.yaml:5:1: unknown field "filter"`, "host-network.yaml:2:", "match.gvk is required"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not contain %q", err, w)
 		}

@@ -63,6 +63,9 @@ func checkManagerFlags(cfg *manager.Config) error {
 	if cfg.Namespace == "" {
 		return errors.New("--namespace must name Portal's own namespace")
 	}
+	if len(cfg.Admission.ClientAllowedNames) > 0 && cfg.Admission.ClientCAFile == "" {
+		return errors.New("--webhook-client-allowed-names needs --webhook-client-ca-file: names are only checked on certificates that CA signed")
+	}
 	if cfg.KubeAPIBurst < 0 {
 		return fmt.Errorf("--kube-api-burst %d is negative; use 0 for twice --kube-api-qps", cfg.KubeAPIBurst)
 	}
@@ -74,6 +77,8 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "Portal's own namespace (leader election, certificates; never subject to admission)")
 	f.StringVar(&cfg.RulesFolder, "rules-folder", cfg.RulesFolder, "also load rule files from this directory, reloading on change")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "listen address of /metrics; 0 disables it")
+	f.BoolVar(&cfg.MetricsSecure, "metrics-secure", cfg.MetricsSecure, "serve /metrics over HTTPS only to bearer tokens allowed get on the /metrics non-resource URL (TokenReview, SubjectAccessReview); false serves plain HTTP to anyone who can connect")
+	f.StringVar(&cfg.MetricsCertDir, "metrics-cert-dir", cfg.MetricsCertDir, "directory with tls.crt and tls.key for the HTTPS metrics server, reloaded on change; empty: a self-signed certificate generated at start")
 	f.StringVar(&cfg.HealthAddr, "health-addr", cfg.HealthAddr, "listen address of /healthz and /readyz; 0 disables it")
 	f.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "client-side limit of requests per second to the API server; 0 sets none (API Priority and Fairness governs)")
 	f.IntVar(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "requests allowed above --kube-api-qps in a burst; 0 means twice --kube-api-qps")
@@ -89,6 +94,8 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringVar(&a.CertSource, "cert-source", a.CertSource, "webhook certificate: self (issued and renewed by Portal) or cert-manager (read from --cert-secret)")
 	f.StringVar(&a.CertSecret, "cert-secret", a.CertSecret, "Secret holding the webhook serving certificate")
 	f.BoolVar(&a.FailOpen, "fail-open", a.FailOpen, "failurePolicy Ignore: admit requests when Portal is unreachable (default: fail closed)")
+	f.StringVar(&a.ClientCAFile, "webhook-client-ca-file", a.ClientCAFile, "accept only webhook clients presenting a certificate signed by a CA in this PEM file: the API server, configured with an AdmissionConfiguration kubeConfigFile; empty accepts any client")
+	f.StringSliceVar(&a.ClientAllowedNames, "webhook-client-allowed-names", a.ClientAllowedNames, "with --webhook-client-ca-file, also require the client certificate's common name or a DNS name to be one of these")
 
 	au := &cfg.Audit
 	f.BoolVar(&au.Enabled, "audit", au.Enabled, "run continuous audit of live objects into reports, alerts, metrics and logs (L5)")
@@ -111,6 +118,12 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.DurationVar(&w.CacheMaxAge, "cache-max-age", w.CacheMaxAge, "evict cached rule set revisions older than this (a rule set's latest revision is never evicted)")
 	f.Int64Var(&w.CacheMaxSize, "cache-max-size", w.CacheMaxSize, "evict the oldest revisions when the cache holds more bytes than this")
 	f.DurationVar(&w.CacheGCInterval, "cache-gc-interval", w.CacheGCInterval, "how often the cache evicts")
+	wc := &w.Compile
+	f.Int64Var(&wc.MaxRuleSetBytes, "waf-max-ruleset-bytes", wc.MaxRuleSetBytes, "reject a RuleSet whose sources and data files hold more bytes than this together (reason TooLarge)")
+	f.IntVar(&wc.MaxDataFileBytes, "waf-max-data-file-bytes", wc.MaxDataFileBytes, "reject a RuleSet whose @pmFromFile, @ipMatchFromFile or @validateSchema reads a data file larger than this (reason TooLarge)")
+	f.DurationVar(&wc.CompileTimeout, "waf-compile-timeout", wc.CompileTimeout, "give up on a RuleSet compile after this long (reason CompileTimeout)")
+	f.IntVar(&wc.Concurrency, "waf-compile-concurrency", wc.Concurrency, "RuleSets compiled at once; one namespace uses at most half of them (at least one)")
+	f.Int64Var(&wc.MaxLastGoodBytes, "waf-max-last-good-bytes", wc.MaxLastGoodBytes, "weight of the last good WAFs kept open to speed up recompiles; the oldest are closed beyond it")
 }
 
 func newLogger(level string) (*slog.Logger, error) {

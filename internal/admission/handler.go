@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -39,6 +41,9 @@ type outcome struct {
 	// failed marks a failure inside the handler (a recovered panic, an
 	// internal error); denials are not failures.
 	failed bool
+	// malformed is the reason the request's content was refused without a
+	// decision; such requests leave readiness and the decision counts alone.
+	malformed string
 }
 
 // Handle implements admission.Handler. It never panics: a panic below it is
@@ -51,6 +56,13 @@ func (h *handler) Handle(ctx context.Context, req admission.Request) (resp admis
 			err := fmt.Errorf("panic: %v", r)
 			h.log.Error("admission handler failed", append(requestAttrs(&req), "error", err, "stack", string(debug.Stack()))...)
 			resp, out = h.internalError(&req, err), outcome{decision: DecisionError, failed: true}
+		}
+		if out.malformed != "" {
+			// Not recorded for readiness at all: a flood of them must
+			// neither fail it nor push Portal's own failures out of the
+			// window.
+			h.metrics.Malformed.WithLabelValues(out.malformed).Inc()
+			return
 		}
 		h.metrics.Latency.Observe(time.Since(start).Seconds())
 		h.metrics.Requests.WithLabelValues(out.decision).Inc()
@@ -73,16 +85,19 @@ func (h *handler) decide(ctx context.Context, req *admission.Request) (admission
 	}
 	obj, err := subject(req)
 	if err != nil {
-		return h.failure(req, err)
+		return h.malformed(req, MalformedObjectUndecoded, err)
 	}
 	if obj == nil {
 		return admission.Allowed(""), outcome{decision: DecisionAllowed}
 	}
 	creq, err := coreRequest(req)
 	if err != nil {
-		return h.failure(req, err)
+		return h.malformed(req, MalformedObjectUndecoded, err)
 	}
 	results, err := h.eval.Evaluate(obj, engine.Options{Mode: core.ModeAdmission, Request: creq})
+	if errors.Is(err, engine.ErrInvalidObject) {
+		return h.malformed(req, MalformedObjectShape, err)
+	}
 	if err != nil {
 		return h.failure(req, err)
 	}
@@ -168,6 +183,18 @@ func warning(s string) string {
 func (h *handler) failure(req *admission.Request, err error) (admission.Response, outcome) {
 	h.log.Error("admission handler failed", append(requestAttrs(req), "error", err)...)
 	return h.internalError(req, err), outcome{decision: DecisionError, failed: true}
+}
+
+// malformed refuses a request whose content Portal cannot evaluate: an
+// object the API server would never send. It is rejected whatever the
+// failure policy (Portal did not fail; the request is wrong), counted, and
+// not a handler failure, so requests from anything but the API server cannot
+// take a replica out of readiness.
+func (h *handler) malformed(req *admission.Request, reason string, err error) (admission.Response, outcome) {
+	h.log.Debug("malformed admission request", append(requestAttrs(req), "reason", reason, "error", err)...)
+	resp := admission.Errored(http.StatusBadRequest, fmt.Errorf("malformed AdmissionReview: %w", err))
+	resp.Result.Reason = metav1.StatusReasonBadRequest
+	return resp, outcome{decision: DecisionError, malformed: reason}
 }
 
 // internalError rejects the request (fail closed) or, with FailOpen, admits

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -161,16 +162,30 @@ func TestNotReadyUntilRulesLoaded(t *testing.T) {
 	}
 }
 
-// TestHandleMalformedObject: an object that is not a JSON object is an
-// internal failure, answered and counted, never a panic.
+// TestHandleMalformedObject: an object that is not a JSON object is refused
+// as malformed (400 BadRequest), counted as such, and is neither an error
+// decision nor a handler failure for readiness, however many arrive.
 func TestHandleMalformedObject(t *testing.T) {
-	wh := offlineWebhook(t, admission.Options{})
+	wh := offlineWebhook(t, admission.Options{Health: admission.HealthOptions{Window: 4, MaxFailures: 1}})
 	req := ctrladmission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		UID: "m", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(`[1]`)},
 	}}
 	req.Kind.Version, req.Kind.Kind = "v1", "Pod"
-	resp := wh.Handle(context.Background(), req)
-	if resp.Allowed || resp.Result.Code != http.StatusInternalServerError || !strings.Contains(resp.Result.Message, "decode request.object") {
-		t.Fatalf("%+v", resp.Result)
+	for range 10 {
+		resp := wh.Handle(context.Background(), req)
+		if resp.Allowed || resp.Result.Code != http.StatusBadRequest || resp.Result.Reason != metav1.StatusReasonBadRequest ||
+			!strings.Contains(resp.Result.Message, "malformed AdmissionReview: decode request.object") {
+			t.Fatalf("%+v", resp.Result)
+		}
+	}
+	if err := wh.ReadyCheck()(nil); err != nil {
+		t.Errorf("readiness after malformed objects: %v", err)
+	}
+	m := wh.Metrics()
+	if got := testutil.ToFloat64(m.Malformed.WithLabelValues(admission.MalformedObjectUndecoded)); got != 10 {
+		t.Errorf("malformed count %v, want 10", got)
+	}
+	if got := testutil.ToFloat64(m.Requests.WithLabelValues(admission.DecisionError)); got != 0 {
+		t.Errorf("error decisions %v, want 0", got)
 	}
 }

@@ -40,32 +40,37 @@ var reviewCodecs = func() serializer.CodecFactory {
 // message that says what is wrong. Well-formed reviews go through
 // admission.Webhook.Handle as usual.
 type reviewHandler struct {
-	hook *admission.Webhook
-	log  *slog.Logger
+	hook    *admission.Webhook
+	log     *slog.Logger
+	metrics *Metrics
 }
 
 func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		h.reject(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: POST an AdmissionReview", r.Method))
+		h.reject(w, r, MalformedMethod, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: POST an AdmissionReview", r.Method))
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		h.reject(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: send application/json", r.Header.Get("Content-Type")))
+		h.reject(w, r, MalformedContentType, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: send application/json", r.Header.Get("Content-Type")))
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
 	if err != nil {
-		h.reject(w, http.StatusBadRequest, fmt.Sprintf("cannot read the request body: %v", err))
+		h.reject(w, r, MalformedUnreadable, http.StatusBadRequest, fmt.Sprintf("cannot read the request body: %v", err))
 		return
 	}
 	if len(body) > maxRequestBytes {
-		h.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxRequestBytes))
+		h.reject(w, r, MalformedTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxRequestBytes))
 		return
 	}
 	review, err := decodeReview(body)
 	if err != nil {
-		h.reject(w, http.StatusBadRequest, "malformed AdmissionReview: "+err.Error())
+		reason := MalformedInvalidRequest
+		if me := (*malformedError)(nil); errors.As(err, &me) {
+			reason = me.reason
+		}
+		h.reject(w, r, reason, http.StatusBadRequest, "malformed AdmissionReview: "+err.Error())
 		return
 	}
 	resp := h.hook.Handle(r.Context(), admission.Request{AdmissionRequest: *review.Request})
@@ -79,40 +84,53 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// malformedError is request content Portal refuses to decide on: the reason
+// is the label of portal_admission_malformed_total.
+type malformedError struct {
+	reason string
+	err    error
+}
+
+func (e *malformedError) Error() string { return e.err.Error() }
+func (e *malformedError) Unwrap() error { return e.err }
+
+func malformed(reason string, err error) error { return &malformedError{reason: reason, err: err} }
+
 // decodeReview decodes and checks an AdmissionReview v1 request. The errors
-// read as the second half of "malformed AdmissionReview: ...".
+// are *malformedError and read as the second half of "malformed
+// AdmissionReview: ...".
 func decodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 	if len(body) == 0 {
-		return nil, errors.New("the request body is empty")
+		return nil, malformed(MalformedNotJSON, errors.New("the request body is empty"))
 	}
 	review := &admissionv1.AdmissionReview{}
 	_, gvk, err := reviewCodecs.UniversalDeserializer().Decode(body, nil, review)
 	if err != nil {
 		var syntax map[string]any
 		if jerr := json.Unmarshal(body, &syntax); jerr != nil {
-			return nil, fmt.Errorf("the body is not a JSON object: %v", jerr)
+			return nil, malformed(MalformedNotJSON, fmt.Errorf("the body is not a JSON object: %v", jerr))
 		}
 		if runtime.IsMissingKind(err) || runtime.IsMissingVersion(err) || runtime.IsNotRegisteredError(err) {
-			return nil, fmt.Errorf("apiVersion and kind must be admission.k8s.io/v1 AdmissionReview: %v", err)
+			return nil, malformed(MalformedWrongType, fmt.Errorf("apiVersion and kind must be admission.k8s.io/v1 AdmissionReview: %v", err))
 		}
-		return nil, err
+		return nil, malformed(MalformedInvalidRequest, err)
 	}
 	if gvk == nil || *gvk != admissionv1.SchemeGroupVersion.WithKind("AdmissionReview") {
-		return nil, fmt.Errorf("apiVersion and kind must be admission.k8s.io/v1 AdmissionReview, got %v", gvk)
+		return nil, malformed(MalformedWrongType, fmt.Errorf("apiVersion and kind must be admission.k8s.io/v1 AdmissionReview, got %v", gvk))
 	}
 	req := review.Request
 	switch {
 	case req == nil:
-		return nil, errors.New("request is missing")
+		return nil, malformed(MalformedNoRequest, errors.New("request is missing"))
 	case req.UID == "":
-		return nil, errors.New("request.uid is empty")
+		return nil, malformed(MalformedInvalidRequest, errors.New("request.uid is empty"))
 	case req.Kind.Kind == "" || req.Kind.Version == "":
-		return nil, errors.New("request.kind must name a version and kind")
+		return nil, malformed(MalformedInvalidRequest, errors.New("request.kind must name a version and kind"))
 	}
 	switch req.Operation {
 	case admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect:
 	default:
-		return nil, fmt.Errorf("request.operation %q is not one of CREATE, UPDATE, DELETE, CONNECT", req.Operation)
+		return nil, malformed(MalformedInvalidRequest, fmt.Errorf("request.operation %q is not one of CREATE, UPDATE, DELETE, CONNECT", req.Operation))
 	}
 	return review, nil
 }
@@ -125,9 +143,13 @@ var statusReasons = map[int]metav1.StatusReason{
 }
 
 // reject answers a request that is not a usable AdmissionReview with an HTTP
-// error and a Kubernetes Status body.
-func (h *reviewHandler) reject(w http.ResponseWriter, code int, msg string) {
-	h.log.Warn("bad admission request", "code", code, "error", msg)
+// error and a Kubernetes Status body, and counts it. It never touches
+// readiness: what a client sends says nothing about Portal's health. The log
+// line is at debug level so a flood of them cannot flood the logs; the
+// metric counts every one.
+func (h *reviewHandler) reject(w http.ResponseWriter, r *http.Request, reason string, code int, msg string) {
+	h.metrics.Malformed.WithLabelValues(reason).Inc()
+	h.log.Debug("malformed admission request", "reason", reason, "code", code, "remote", r.RemoteAddr, "error", msg)
 	st := metav1.Status{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
 		Status:   metav1.StatusFailure,

@@ -6,8 +6,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -139,7 +141,10 @@ type portal struct {
 	config   *admission.ConfigManager
 	registry *prometheus.Registry
 	port     int
-	stop     func() error
+	// healthPort serves the manager's /healthz and /readyz, with the
+	// webhook's readiness check registered as in production.
+	healthPort int
+	stop       func() error
 }
 
 type portalOptions struct {
@@ -149,6 +154,12 @@ type portalOptions struct {
 	rules     admission.GVKSource
 	// setup adds more to the manager (the rule loader).
 	setup func(manager.Manager, *admission.ConfigManager) error
+	// cfg is the API server to run against; nil for the shared one.
+	cfg *rest.Config
+	// tls is added to the webhook server's TLS options; clientCert is what
+	// the test presents when it checks the server is up.
+	tls        []func(*tls.Config)
+	clientCert *tls.Certificate
 }
 
 // startPortal starts a manager serving the webhook over TLS on a free port
@@ -159,12 +170,20 @@ func startPortal(o portalOptions) (*portal, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(env.cfg, ctrl.Options{
+	healthPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cfg := o.cfg
+	if cfg == nil {
+		cfg = env.cfg
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 env.scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+		HealthProbeBindAddress: fmt.Sprintf("127.0.0.1:%d", healthPort),
 		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: "127.0.0.1", Port: port, TLSOpts: admission.TLSOptions(env.cert.GetCertificate),
+			Host: "127.0.0.1", Port: port, TLSOpts: append(admission.TLSOptions(env.cert.GetCertificate), o.tls...),
 		}),
 	})
 	if err != nil {
@@ -172,7 +191,7 @@ func startPortal(o portalOptions) (*portal, error) {
 	}
 	log := slog.New(slog.NewJSONHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	loaded := make(chan struct{})
-	p := &portal{mgr: mgr, registry: prometheus.NewRegistry(), port: port}
+	p := &portal{mgr: mgr, registry: prometheus.NewRegistry(), port: port, healthPort: healthPort}
 	p.webhook, err = admission.New(admission.Options{
 		Evaluator: o.evaluator, Namespaces: mgr.GetCache(), Logger: log, Registerer: p.registry, RulesLoaded: loaded,
 	})
@@ -180,6 +199,9 @@ func startPortal(o portalOptions) (*portal, error) {
 		return nil, err
 	}
 	mgr.GetWebhookServer().Register(admission.Path, p.webhook)
+	if err := mgr.AddReadyzCheck("admission", p.webhook.ReadyCheck()); err != nil {
+		return nil, err
+	}
 	p.config, err = admission.NewConfigManager(admission.ConfigOptions{
 		Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Rules: o.rules, Name: o.name,
 		Namespace: portalNamespace, URL: admission.LocalURL(port), CABundle: env.cert.CABundle,
@@ -215,7 +237,7 @@ func startPortal(o portalOptions) (*portal, error) {
 		once.Do(func() { cancel(); stopErr = <-done })
 		return stopErr
 	}
-	if err := p.waitServing(); err != nil {
+	if err := p.waitServing(o.clientCert); err != nil {
 		return nil, errors.Join(err, p.stop())
 	}
 	return p, nil
@@ -223,11 +245,15 @@ func startPortal(o portalOptions) (*portal, error) {
 
 // waitServing waits for the TLS listener, the rules and the webhook
 // configuration.
-func (p *portal) waitServing() error {
+func (p *portal) waitServing(clientCert *tls.Certificate) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	tc := &tls.Config{RootCAs: env.cert.pool}
+	if clientCert != nil {
+		tc.Certificates = []tls.Certificate{*clientCert}
+	}
 	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port), &tls.Config{RootCAs: env.cert.pool})
+		conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port), tc)
 		if err != nil {
 			return false, nil
 		}
@@ -237,6 +263,17 @@ func (p *portal) waitServing() error {
 		}
 		return true, nil
 	})
+}
+
+// readyz GETs the manager's /readyz and returns the HTTP status code.
+func (p *portal) readyz() (int, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", p.healthPort))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
 }
 
 func freePort() (int, error) {

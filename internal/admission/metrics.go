@@ -14,6 +14,28 @@ const (
 	DecisionError    = "error"
 )
 
+// Malformed reasons are the values of the reason label of
+// portal_admission_malformed_total: why a request was refused without being
+// decided. The API server never sends any of these; anything else that can
+// reach the webhook port can.
+const (
+	MalformedMethod          = "method"             // not a POST
+	MalformedContentType     = "content_type"       // not application/json
+	MalformedTooLarge        = "too_large"          // body over the size limit
+	MalformedUnreadable      = "unreadable"         // body could not be read
+	MalformedNotJSON         = "not_json"           // body is not a JSON object
+	MalformedWrongType       = "wrong_type"         // not an admission.k8s.io/v1 AdmissionReview
+	MalformedNoRequest       = "no_request"         // review without request
+	MalformedInvalidRequest  = "invalid_request"    // request fields missing or of the wrong type
+	MalformedObjectUndecoded = "undecodable_object" // object or oldObject is not a JSON object
+	MalformedObjectShape     = "invalid_object"     // object does not have the shape of its kind
+)
+
+var malformedReasons = []string{
+	MalformedMethod, MalformedContentType, MalformedTooLarge, MalformedUnreadable, MalformedNotJSON,
+	MalformedWrongType, MalformedNoRequest, MalformedInvalidRequest, MalformedObjectUndecoded, MalformedObjectShape,
+}
+
 // LatencyBuckets are the buckets of portal_admission_latency_seconds. The
 // histogram times the decision inside the handler (no TLS, no decoding of the
 // AdmissionReview), which normally takes tens of microseconds, so the buckets
@@ -32,6 +54,7 @@ type Metrics struct {
 	Bypass           *prometheus.CounterVec
 	DryRunViolations *prometheus.CounterVec
 	RuleErrors       *prometheus.CounterVec
+	Malformed        *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -60,12 +83,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_admission_rule_errors_total",
 			Help: "Rule evaluations that failed with an error at admission, by rule and onError (deny: the request was rejected; allow: admitted with a warning).",
 		}, []string{"rule", "on_error"}),
+		Malformed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portal_admission_malformed_total",
+			Help: "Requests to the webhook refused as malformed, without a decision and without affecting readiness, by reason.",
+		}, []string{"reason"}),
 	}
 	for _, d := range []string{DecisionAllowed, DecisionDenied, DecisionWarned, DecisionBypassed, DecisionError} {
 		m.Requests.WithLabelValues(d)
 	}
+	for _, r := range malformedReasons {
+		m.Malformed.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.Latency, m.Bypass, m.DryRunViolations, m.RuleErrors)
+		reg.MustRegister(m.Requests, m.Latency, m.Bypass, m.DryRunViolations, m.RuleErrors, m.Malformed)
 	}
 	return m
 }

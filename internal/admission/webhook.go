@@ -25,9 +25,12 @@ package admission
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,7 +109,7 @@ func New(o Options) (*Webhook, error) {
 		// logger on the hot path.
 		LogConstructor: func(base logr.Logger, _ *admission.Request) logr.Logger { return base },
 	}
-	return &Webhook{handler: h, http: &reviewHandler{hook: hook, log: o.Logger}}, nil
+	return &Webhook{handler: h, http: &reviewHandler{hook: hook, log: o.Logger, metrics: m}}, nil
 }
 
 // ServeHTTP serves AdmissionReview v1 requests. Register it with the
@@ -132,4 +135,37 @@ func TLSOptions(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) []
 		c.MinVersion = tls.VersionTLS12
 		c.NextProtos = []string{"http/1.1"}
 	}}
+}
+
+// ClientAuth makes the webhook server accept only clients that present a
+// certificate signed by a CA in caPEM (PEM, one or more certificates) and,
+// when allowedNames is not empty, whose common name or one of whose DNS
+// names is in allowedNames. With it, only the API server (configured through
+// an AdmissionConfiguration kubeConfigFile to present such a certificate) can
+// send AdmissionReviews; anything else on the network fails the TLS
+// handshake before a byte of its request is read. Append it to TLSOptions.
+func ClientAuth(caPEM []byte, allowedNames []string) (func(*tls.Config), error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("admission: the client CA holds no PEM certificate")
+	}
+	allowed := slices.Clone(allowedNames)
+	return func(c *tls.Config) {
+		c.ClientCAs = pool
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+		if len(allowed) == 0 {
+			return
+		}
+		// Runs after the chain has been verified against pool.
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("admission: no client certificate")
+			}
+			leaf := cs.PeerCertificates[0]
+			if slices.Contains(allowed, leaf.Subject.CommonName) || slices.ContainsFunc(leaf.DNSNames, func(n string) bool { return slices.Contains(allowed, n) }) {
+				return nil
+			}
+			return fmt.Errorf("admission: client certificate %q (DNS names %v) is not one of the allowed names %v", leaf.Subject.CommonName, leaf.DNSNames, allowed)
+		}
+	}, nil
 }

@@ -12,23 +12,41 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/vilaca/portal/internal/core"
 )
 
+// watchKey names one informer: a resource in one namespace, or in all
+// namespaces when namespace is empty.
+type watchKey struct {
+	gvr       schema.GroupVersionResource
+	namespace string
+}
+
+// scope is the scope label of the informer's metrics.
+func (k watchKey) scope() string {
+	if k.namespace == "" {
+		return scopeCluster
+	}
+	return scopeNamespace
+}
+
 // resourceWatch is one informer on one resource (group, version, resource),
-// started when an audit rule first matches its kind and stopped when the
-// last one goes.
+// in all namespaces or in one, started when an audit rule first needs it and
+// stopped when the last one goes.
 type resourceWatch struct {
 	gvr        schema.GroupVersionResource
 	gvk        schema.GroupVersionKind
 	namespaced bool
-	informer   cache.SharedIndexInformer
-	reg        cache.ResourceEventHandlerRegistration
-	cancel     context.CancelFunc
-	done       chan struct{}
-	stopped    atomic.Bool
+	// namespace limits the informer to one namespace; empty: all.
+	namespace string
+	informer  cache.SharedIndexInformer
+	reg       cache.ResourceEventHandlerRegistration
+	cancel    context.CancelFunc
+	done      chan struct{}
+	stopped   atomic.Bool
 	// evaluating is held (shared) by each evaluation of one of w's
 	// objects, so stop can wait for them before dropping findings.
 	evaluating sync.RWMutex
@@ -48,9 +66,13 @@ func (w *resourceWatch) objectKey(namespace, name string) core.ObjectKey {
 
 // startWatch creates and runs the informer of one resource. Its events go to
 // s's queue; its re-opened watches count as reconnects once it has synced.
-func (s *Source) startWatch(ctx context.Context, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, namespaced bool) (*resourceWatch, error) {
-	w := &resourceWatch{gvr: gvr, gvk: gvk, namespaced: namespaced, done: make(chan struct{})}
-	res := s.dynamic.Resource(gvr)
+func (s *Source) startWatch(ctx context.Context, key watchKey, gvk schema.GroupVersionKind, namespaced bool) (*resourceWatch, error) {
+	gvr := key.gvr
+	w := &resourceWatch{gvr: gvr, gvk: gvk, namespaced: namespaced, namespace: key.namespace, done: make(chan struct{})}
+	var res dynamic.ResourceInterface = s.dynamic.Resource(gvr)
+	if key.namespace != "" {
+		res = s.dynamic.Resource(gvr).Namespace(key.namespace)
+	}
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return res.List(ctx, o)
@@ -68,7 +90,7 @@ func (s *Source) startWatch(ctx context.Context, gvr schema.GroupVersionResource
 	// makes of them.
 	w.informer = cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
 		ResyncPeriod:      s.resync,
-		ObjectDescription: gvr.String(),
+		ObjectDescription: key.description(),
 	})
 	// The cache holds each object as compact JSON rather than nested maps,
 	// a fraction of the memory; evaluate decodes it again.
@@ -144,10 +166,18 @@ func sameVersion(a, b any) bool {
 	return aok && bok && am.GetResourceVersion() == bm.GetResourceVersion()
 }
 
-// watchSet is the set of running informers, by resource.
+// description names the informer in client-go's logs.
+func (k watchKey) description() string {
+	if k.namespace == "" {
+		return k.gvr.String()
+	}
+	return k.gvr.String() + " in namespace " + k.namespace
+}
+
+// watchSet is the set of running informers, by resource and namespace.
 type watchSet struct {
 	mu sync.Mutex
-	m  map[schema.GroupVersionResource]*resourceWatch
+	m  map[watchKey]*resourceWatch
 }
 
 func (ws *watchSet) list() []*resourceWatch {

@@ -9,6 +9,12 @@ import (
 // 200 ms and 1 s are bounds, so the latency goal and budget read exactly.
 var LatencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 30}
 
+// Scopes of portal_audit_informers.
+const (
+	scopeCluster   = "cluster"
+	scopeNamespace = "namespace"
+)
+
 // Metrics are the audit layer's Prometheus metrics, documented in
 // docs/reference/metrics.md.
 type Metrics struct {
@@ -16,6 +22,7 @@ type Metrics struct {
 	Resyncs         prometheus.Counter
 	WatchReconnects *prometheus.CounterVec
 	Watched         prometheus.Gauge
+	Informers       *prometheus.GaugeVec
 	QueueDepth      prometheus.Gauge
 	Evaluations     prometheus.Counter
 	RuleErrors      *prometheus.CounterVec
@@ -43,8 +50,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"resource"}),
 		Watched: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "portal_audit_watched_resources",
-			Help: "Resources (group, version, resource) the audit layer watches now: one informer each.",
+			Help: "Resources (group, version, resource) the audit layer watches now, cluster-wide or in some namespaces.",
 		}),
+		Informers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portal_audit_informers",
+			Help: "Informers the audit layer runs now, by resource and scope: cluster (one watch of every namespace, for a kind a cluster-wide rule audits) or namespace (one per namespace whose PortalRules audit a kind no cluster-wide rule does).",
+		}, []string{"resource", "scope"}),
 		QueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "portal_audit_queue_depth",
 			Help: "Objects waiting in the audit work queue for evaluation.",
@@ -79,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Events.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Resyncs, m.WatchReconnects, m.Watched, m.QueueDepth,
+		reg.MustRegister(m.Events, m.Resyncs, m.WatchReconnects, m.Watched, m.Informers, m.QueueDepth,
 			m.Evaluations, m.RuleErrors, m.EventToReport, m.SinkErrors, m.SinkObjects, m.Leader)
 	}
 	return m

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -26,7 +27,9 @@ type queueKey struct {
 }
 
 // Source is the audit event source: one informer per resource that enabled
-// audit rules match, a rate-limited work queue, and a bounded pool of workers
+// audit rules match (cluster-wide when a cluster-wide rule matches it, else
+// one per namespace whose PortalRules match it), a rate-limited work queue,
+// and a bounded pool of workers
 // that evaluate the queued objects and record their findings in the store.
 // It never polls: objects are evaluated on watch events, on rule changes and
 // on the periodic resync (the safety net). It runs on every replica.
@@ -70,7 +73,7 @@ func newSource(o *Options, eng *engine.Engine, mapper meta.RESTMapper, dyn dynam
 		syncTimeout: o.SyncTimeout, retry: o.RetryInterval, rulesLoaded: o.RulesLoaded,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queueKey](),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "portal-audit"}),
-		watches:      watchSet{m: map[schema.GroupVersionResource]*resourceWatch{}},
+		watches:      watchSet{m: map[watchKey]*resourceWatch{}},
 		pending:      map[queueKey]time.Time{},
 		idle:         make(chan struct{}, 1),
 		ruleSets:     map[schema.GroupKind][]*engine.Rule{},
@@ -173,41 +176,54 @@ func (s *Source) waitSynced(ctx context.Context, watches []*resourceWatch) {
 	close(s.synced)
 }
 
-// reconcile starts an informer for every resource the audit rules match and
-// stops the others, and re-queues the objects of kinds whose rules changed.
-// It returns the informers it started.
+// reconcile starts an informer for every resource (and namespace) the audit
+// rules match and stops the others, and re-queues the objects of kinds whose
+// rules changed. It returns the informers it started.
 func (s *Source) reconcile(ctx context.Context) []*resourceWatch {
 	want := s.wantedResources()
 	var started []*resourceWatch
 	s.watches.mu.Lock()
-	for gvr, w := range s.watches.m {
-		if _, ok := want[gvr]; !ok {
-			delete(s.watches.m, gvr)
-			s.stopWatch(w)
+	for key, w := range s.watches.m {
+		if _, ok := want.watches[key]; !ok {
+			delete(s.watches.m, key)
+			s.stopWatch(w, want)
 		}
 	}
-	for gvr, t := range want {
-		if _, ok := s.watches.m[gvr]; ok {
+	for key, t := range want.watches {
+		if _, ok := s.watches.m[key]; ok {
 			continue
 		}
-		w, err := s.startWatch(ctx, gvr, t.gvk, t.namespaced)
+		w, err := s.startWatch(ctx, key, t.gvk, t.namespaced)
 		if err != nil {
-			s.log.Error("audit informer not started", "resource", gvr.String(), "error", err)
+			s.log.Error("audit informer not started", "resource", key.gvr.String(), "namespace", key.namespace, "error", err)
 			continue
 		}
-		s.watches.m[gvr] = w
+		s.watches.m[key] = w
 		started = append(started, w)
-		s.log.Info("audit watching", "resource", gvr.String())
+		go s.pruneAfterSync(ctx, w)
+		s.log.Info("audit watching", "resource", key.gvr.String(), "namespace", key.namespace)
 	}
 	watches := make([]*resourceWatch, 0, len(s.watches.m))
 	for _, w := range s.watches.m {
 		watches = append(watches, w)
 	}
-	s.metrics.Watched.Set(float64(len(s.watches.m)))
+	s.setWatchMetricsLocked()
 	s.watches.mu.Unlock()
 
 	s.requeueChangedKinds(watches, started)
 	return started
+}
+
+// setWatchMetricsLocked sets the watch gauges from the running informers;
+// the caller holds s.watches.mu.
+func (s *Source) setWatchMetricsLocked() {
+	resources := map[schema.GroupVersionResource]bool{}
+	s.metrics.Informers.Reset()
+	for key, w := range s.watches.m {
+		resources[key.gvr] = true
+		s.metrics.Informers.WithLabelValues(w.resourceLabel(), key.scope()).Inc()
+	}
+	s.metrics.Watched.Set(float64(len(resources)))
 }
 
 type wanted struct {
@@ -215,13 +231,40 @@ type wanted struct {
 	namespaced bool
 }
 
+// wantedSet is what the audit rules need watched: each informer, and for
+// each resource whether it is watched cluster-wide or in which namespaces.
+type wantedSet struct {
+	watches map[watchKey]wanted
+	// cluster holds the resources watched in every namespace; the others
+	// are watched only in the namespaces of their keys.
+	cluster map[schema.GroupVersionResource]bool
+}
+
+// covers reports whether the objects of gvr in namespace ns stay watched.
+func (ws wantedSet) covers(gvr schema.GroupVersionResource, ns string) bool {
+	if ws.cluster[gvr] {
+		return true
+	}
+	_, ok := ws.watches[watchKey{gvr: gvr, namespace: ns}]
+	return ns != "" && ok
+}
+
 // wantedResources resolves the kinds of the enabled audit rules to
-// resources. A kind the API server does not serve is logged once and
-// retried every RetryInterval.
-func (s *Source) wantedResources() map[schema.GroupVersionResource]wanted {
-	want := map[schema.GroupVersionResource]wanted{}
+// resources. A kind only PortalRules match is watched only in their
+// namespaces, since they never match an object elsewhere: a tenant's rule
+// cannot make Portal list, watch and cache every namespace's objects. A
+// cluster-scoped kind only PortalRules match is not watched at all. A kind
+// the API server does not serve is logged once and retried every
+// RetryInterval.
+func (s *Source) wantedResources() wantedSet {
+	type scope struct {
+		wanted
+		cluster    bool
+		namespaces map[string]bool
+	}
+	byGVR := map[schema.GroupVersionResource]*scope{}
 	unresolved := map[core.GVK]string{}
-	for _, g := range s.eng.GVKs(core.ModeAudit) {
+	for g, namespaces := range s.eng.GVKNamespaces(core.ModeAudit) {
 		gk := schema.GroupKind{Group: g.Group, Kind: g.Kind}
 		var versions []string
 		if g.Version != "" {
@@ -232,7 +275,32 @@ func (s *Source) wantedResources() map[schema.GroupVersionResource]wanted {
 			unresolved[g] = err.Error()
 			continue
 		}
-		want[m.Resource] = wanted{gvk: m.GroupVersionKind, namespaced: m.Scope.Name() == meta.RESTScopeNameNamespace}
+		namespaced := m.Scope.Name() == meta.RESTScopeNameNamespace
+		if namespaces != nil && !namespaced {
+			continue
+		}
+		sc := byGVR[m.Resource]
+		if sc == nil {
+			sc = &scope{wanted: wanted{gvk: m.GroupVersionKind, namespaced: namespaced}, namespaces: map[string]bool{}}
+			byGVR[m.Resource] = sc
+		}
+		if namespaces == nil {
+			sc.cluster = true
+		}
+		for _, ns := range namespaces {
+			sc.namespaces[ns] = true
+		}
+	}
+	want := wantedSet{watches: map[watchKey]wanted{}, cluster: map[schema.GroupVersionResource]bool{}}
+	for gvr, sc := range byGVR {
+		if sc.cluster {
+			want.cluster[gvr] = true
+			want.watches[watchKey{gvr: gvr}] = sc.wanted
+			continue
+		}
+		for ns := range sc.namespaces {
+			want.watches[watchKey{gvr: gvr, namespace: ns}] = sc.wanted
+		}
 	}
 	s.mu.Lock()
 	for g, msg := range unresolved {
@@ -245,13 +313,66 @@ func (s *Source) wantedResources() map[schema.GroupVersionResource]wanted {
 	return want
 }
 
-// stopWatch stops an informer whose kind no rule audits any more and drops
-// its objects' findings.
-func (s *Source) stopWatch(w *resourceWatch) {
+// stopWatch stops an informer no rule needs any more and drops the
+// findings of its objects that no other wanted informer watches: when a
+// namespaced watch gives way to a cluster-wide one, or back, the findings
+// of the objects still watched stay (with their first sight) until the new
+// informer evaluates them again.
+func (s *Source) stopWatch(w *resourceWatch, want wantedSet) {
 	w.stop()
 	apiVersion, kind := w.gvk.GroupVersion().String(), w.gvk.Kind
-	s.store.DeleteFunc(func(k core.ObjectKey) bool { return k.APIVersion == apiVersion && k.Kind == kind }, time.Now())
-	s.log.Info("audit stopped watching", "resource", w.gvr.String())
+	s.store.DeleteFunc(func(k core.ObjectKey) bool {
+		return k.APIVersion == apiVersion && k.Kind == kind &&
+			(w.namespace == "" || k.Namespace == w.namespace) && !want.covers(w.gvr, k.Namespace)
+	}, time.Now())
+	s.log.Info("audit stopped watching", "resource", w.gvr.String(), "namespace", w.namespace)
+}
+
+// pruneAfterSync drops, once w has listed its objects, the findings of
+// objects in its scope that it does not have: objects deleted while no
+// informer watched them, when a cluster-wide informer and namespaced ones
+// took over from each other and the findings were kept across.
+func (s *Source) pruneAfterSync(ctx context.Context, w *resourceWatch) {
+	if !w.waitSynced(ctx, s.syncTimeout) {
+		return
+	}
+	w.evaluating.RLock()
+	defer w.evaluating.RUnlock()
+	if w.stopped.Load() {
+		return
+	}
+	apiVersion, kind := w.gvk.GroupVersion().String(), w.gvk.Kind
+	cache := w.informer.GetStore()
+	s.store.DeleteFunc(func(k core.ObjectKey) bool {
+		if k.APIVersion != apiVersion || k.Kind != kind || (w.namespace != "" && k.Namespace != w.namespace) {
+			return false
+		}
+		key := k.Name
+		if k.Namespace != "" {
+			key = k.Namespace + "/" + k.Name
+		}
+		_, exists, err := cache.GetByKey(key)
+		return err == nil && !exists
+	}, time.Now())
+}
+
+// WatchScope is one running informer: a resource, watched in one namespace
+// or, with Namespace empty, in all.
+type WatchScope struct {
+	Resource  schema.GroupVersionResource
+	Namespace string
+}
+
+// Watches lists the running informers, by resource and namespace.
+func (s *Source) Watches() []WatchScope {
+	var out []WatchScope
+	for _, w := range s.watches.list() {
+		out = append(out, WatchScope{Resource: w.gvr, Namespace: w.namespace})
+	}
+	slices.SortFunc(out, func(a, b WatchScope) int {
+		return cmp.Or(cmp.Compare(a.Resource.String(), b.Resource.String()), cmp.Compare(a.Namespace, b.Namespace))
+	})
+	return out
 }
 
 // requeueChangedKinds re-queues every cached object of the running informers

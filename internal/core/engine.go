@@ -26,6 +26,21 @@ type Program interface {
 	Identifiers() []string
 }
 
+// CompileError is an expression that does not compile, with where: tools
+// point at the character of the file the expression came from.
+type CompileError struct {
+	// Field is the rule field holding the expression ("rule", "message"),
+	// empty when the engine does not know.
+	Field string
+	// Offset is the rune offset of the problem in that field's value; -1
+	// when unknown.
+	Offset int
+	Err    error
+}
+
+func (e *CompileError) Error() string { return e.Err.Error() }
+func (e *CompileError) Unwrap() error { return e.Err }
+
 // Request carries the admission request fields rules see as request.*.
 type Request struct {
 	Operation string
@@ -53,4 +68,23 @@ type ContextBuilder interface {
 	Supports(gvk schema.GroupVersionKind) bool
 	// Build must not modify obj.
 	Build(obj *unstructured.Unstructured, req *Request) (*EvalContext, error)
+}
+
+// Schema describes the shape of a name a context builder binds, so that a
+// misspelt field (container.imag) is a compile error instead of a nil on
+// every object. A schema with Fields lists every field its map has; Open
+// means any key may follow (object, labels, container.raw); neither is a leaf
+// value (a string, a number, a list) that has no fields.
+type Schema struct {
+	Fields map[string]*Schema
+	Open   bool
+}
+
+// Member is one chain of field reads in an expression, from a top-level
+// name: container.image.tag is Path [container image tag]. Offsets holds the
+// rune offset of each element in the expression, for errors. A chain stops
+// where a field is not a constant name (an index, a computed key).
+type Member struct {
+	Path    []string
+	Offsets []int
 }

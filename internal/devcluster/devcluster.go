@@ -50,6 +50,11 @@ type Options struct {
 	// when set, otherwise <repo>/bin/k8s, where <repo> is found by walking up from the
 	// working directory to the go.mod of module github.com/vilaca/portal.
 	BinaryDir string
+
+	// APIServerFlags are added to kube-apiserver's command line, flag name
+	// (without dashes) to value, e.g. "admission-control-config-file" to
+	// make the API server present a client certificate to webhooks.
+	APIServerFlags map[string]string
 }
 
 // Cluster is a running control plane. Call Stop when done.
@@ -116,6 +121,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	// Explicit paths: envtest would otherwise let TEST_ASSET_* variables pick others.
 	env.ControlPlane.GetAPIServer().Path = filepath.Join(binDir, "kube-apiserver")
+	for k, v := range opts.APIServerFlags {
+		env.ControlPlane.GetAPIServer().Configure().Set(k, v)
+	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(binDir, "etcd")}
 	env.ControlPlane.KubectlPath = filepath.Join(binDir, "kubectl")
 
@@ -171,18 +179,53 @@ func startTimeout(ctx context.Context) (time.Duration, error) {
 	return defaultStartTimeout, nil
 }
 
+// resolveBinaryDir picks the directory of kube-apiserver, etcd and kubectl:
+// the one given, $KUBEBUILDER_ASSETS, the running executable's own
+// directory or its k8s/ subdirectory (bin/portal next to bin/k8s, as `make
+// tools` lays them out, wherever the binary is run from), or bin/k8s of the
+// checkout above the working directory.
 func resolveBinaryDir(dir string) (string, error) {
 	if dir == "" {
 		dir = os.Getenv("KUBEBUILDER_ASSETS")
 	}
 	if dir == "" {
+		dir = besideExecutable()
+	}
+	if dir == "" {
 		root, err := RepoRoot()
 		if err != nil {
-			return "", fmt.Errorf("devcluster: no binary directory (set KUBEBUILDER_ASSETS or Options.BinaryDir): %w", err)
+			return "", fmt.Errorf("devcluster: no kube-apiserver, etcd and kubectl found: not beside the executable (in its directory or its k8s/), and no checkout above the working directory to find bin/k8s in (%w); pass their directory (portal dev --k8s-bin-dir, or KUBEBUILDER_ASSETS)", err)
 		}
 		dir = filepath.Join(root, "bin", "k8s")
 	}
 	return filepath.Abs(dir)
+}
+
+// besideExecutable returns the directory next to the running executable
+// that holds every binary of Binaries, or "".
+func besideExecutable() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	for _, dir := range []string{filepath.Join(filepath.Dir(exe), "k8s"), filepath.Dir(exe)} {
+		if hasBinaries(dir) {
+			return dir
+		}
+	}
+	return ""
+}
+
+func hasBinaries(dir string) bool {
+	for _, b := range Binaries {
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() {
+			return false
+		}
+	}
+	return true
 }
 
 func defaultCRDPaths() []string {

@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -17,6 +18,12 @@ import (
 	"github.com/vilaca/portal/internal/context/pod"
 	"github.com/vilaca/portal/internal/core"
 )
+
+// ErrInvalidObject marks an Evaluate error caused by the object itself: a
+// field its kind defines (a pod template) has the wrong shape. The API server
+// never sends such an object, so a caller can tell input it should refuse
+// from a failure of its own.
+var ErrInvalidObject = errors.New("the object does not have the shape of its kind")
 
 // Rule is a rule ready to evaluate: its expression and message compiled, its
 // match criteria indexed.
@@ -60,10 +67,13 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 		return nil, fmt.Errorf("rule %q: match.gvk is empty: list the kinds the rule applies to", r.Name)
 	}
 	prog, err := e.expr.Compile(r.Expression)
-	if err != nil {
-		return nil, fmt.Errorf("rule %q: compile expression: %w", r.Name, err)
+	if err == nil {
+		err = checkMembers(prog)
 	}
-	msg, err := compileTemplate(e.expr, r.Message)
+	if err != nil {
+		return nil, fmt.Errorf("rule %q: compile expression: %w", r.Name, inField("rule", 0, err))
+	}
+	msg, err := compileTemplate(e.expr, r.Message, checkMembers)
 	if err != nil {
 		return nil, fmt.Errorf("rule %q: compile message: %w", r.Name, err)
 	}
@@ -205,7 +215,7 @@ func (e *Engine) Evaluate(obj *unstructured.Unstructured, opts Options) ([]core.
 		if ectx == nil {
 			var err error
 			if ectx, err = buildContext(obj, opts.Request); err != nil {
-				return nil, fmt.Errorf("build context for %s %s/%s: %w", gvk.Kind, ref.Namespace, ref.Name, err)
+				return nil, fmt.Errorf("build context for %s %s/%s: %w: %w", gvk.Kind, ref.Namespace, ref.Name, ErrInvalidObject, err)
 			}
 		}
 		results = r.evaluate(ectx, ref, results)

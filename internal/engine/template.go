@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/vilaca/portal/internal/core"
 )
@@ -16,9 +18,11 @@ type segment struct {
 	prog core.Program
 }
 
-func compileTemplate(eng core.ExpressionEngine, s string) (template, error) {
+// compileTemplate compiles the holes of msg, each also passed to check.
+func compileTemplate(eng core.ExpressionEngine, msg string, check func(core.Program) error) (template, error) {
 	var t template
-	for s != "" {
+	for pos := 0; pos < len(msg); {
+		s := msg[pos:]
 		start := strings.Index(s, "{{")
 		if start < 0 {
 			t = append(t, segment{text: s})
@@ -26,20 +30,41 @@ func compileTemplate(eng core.ExpressionEngine, s string) (template, error) {
 		}
 		end := strings.Index(s[start:], "}}")
 		if end < 0 {
-			return nil, fmt.Errorf("unclosed {{ at offset %d", start)
+			at := utf8.RuneCountInString(msg[:pos+start])
+			return nil, &core.CompileError{Field: "message", Offset: at, Err: fmt.Errorf("unclosed {{ at character %d: close it with }}", at+1)}
 		}
 		if start > 0 {
 			t = append(t, segment{text: s[:start]})
 		}
-		src := strings.TrimSpace(s[start+2 : start+end])
+		inner := s[start+2 : start+end]
+		src := strings.TrimSpace(inner)
 		p, err := eng.Compile(src)
+		if err == nil {
+			err = check(p)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("{{ %s }}: %w", src, err)
+			lead := len(inner) - len(strings.TrimLeft(inner, " \t\n"))
+			at := utf8.RuneCountInString(msg[:pos+start+2+lead])
+			return nil, fmt.Errorf("{{ %s }}: %w", src, inField("message", at, err))
 		}
 		t = append(t, segment{prog: p})
-		s = s[start+end+2:]
+		pos += start + end + 2
 	}
 	return t, nil
+}
+
+// inField places an expression's compile error in the rule field it came
+// from, base runes into that field's value.
+func inField(field string, base int, err error) error {
+	ce, ok := errors.AsType[*core.CompileError](err)
+	if !ok {
+		return &core.CompileError{Field: field, Offset: base, Err: err}
+	}
+	off := base
+	if ce.Offset >= 0 {
+		off += ce.Offset
+	}
+	return &core.CompileError{Field: field, Offset: off, Err: ce.Err}
 }
 
 // render fills the holes from env; an empty template renders as fallback. A

@@ -41,7 +41,12 @@ type Summary struct {
 type Report struct {
 	Results []Result `json:"results"`
 	Summary Summary  `json:"summary"`
+
+	objects int
 }
+
+// Objects counts the Kubernetes objects the run read, matched by a rule or not.
+func (r *Report) Objects() int { return r.objects }
 
 // Denied reports whether any result would reject an admission request: a
 // failing deny rule, or an erroring rule with onError=deny.
@@ -66,6 +71,7 @@ func Run(eng *engine.Engine, docs []manifest.Document, mode core.Mode) (*Report,
 			errs = append(errs, err)
 			continue
 		}
+		rep.objects += len(objs)
 		for _, obj := range objs {
 			results, err := eng.Evaluate(obj, opts)
 			if err != nil {

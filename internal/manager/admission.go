@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -33,6 +34,12 @@ type AdmissionConfig struct {
 	CertSecret string
 	// FailOpen sets failurePolicy Ignore: if Portal is down, requests pass.
 	FailOpen bool
+	// ClientCAFile, when set, makes the webhook server require a client
+	// certificate signed by a CA in this PEM file (the API server's, through
+	// an AdmissionConfiguration kubeConfigFile); ClientAllowedNames further
+	// limits the certificate's common name or DNS names.
+	ClientCAFile       string
+	ClientAllowedNames []string
 }
 
 func defaultAdmission() AdmissionConfig {
@@ -80,10 +87,22 @@ func newAdmission(cfg *Config, opts *ctrl.Options) (*admissionLayer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook certificates: %w", err)
 	}
+	tlsOpts := admission.TLSOptions(cc.GetCertificate)
+	if a.ClientCAFile != "" {
+		caPEM, err := os.ReadFile(a.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("webhook client CA: %w", err)
+		}
+		clientAuth, err := admission.ClientAuth(caPEM, a.ClientAllowedNames)
+		if err != nil {
+			return nil, fmt.Errorf("webhook client CA %s: %w", a.ClientCAFile, err)
+		}
+		tlsOpts = append(tlsOpts, clientAuth)
+	}
 	opts.WebhookServer = webhook.NewServer(webhook.Options{
 		Host:    a.Host,
 		Port:    a.Port,
-		TLSOpts: admission.TLSOptions(cc.GetCertificate),
+		TLSOpts: tlsOpts,
 	})
 	return &admissionLayer{cfg: a, certs: cc}, nil
 }

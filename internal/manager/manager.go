@@ -5,6 +5,7 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
@@ -44,6 +46,17 @@ type Config struct {
 	// /healthz and /readyz; "0" disables a listener.
 	MetricsAddr string
 	HealthAddr  string
+	// MetricsSecure serves /metrics over HTTPS and only to clients whose
+	// bearer token the API server authenticates (TokenReview) and allows
+	// get on the /metrics non-resource URL (SubjectAccessReview), as
+	// kubebuilder projects do. false serves plain HTTP to anyone who can
+	// connect.
+	MetricsSecure bool
+	// MetricsCertDir holds tls.crt and tls.key for the HTTPS metrics
+	// server, reloaded when they change; empty means a self-signed
+	// certificate generated at start (scrapers then skip verification or
+	// pin nothing: the bearer token is what is checked).
+	MetricsCertDir string
 
 	// KubeAPIQPS and KubeAPIBurst bound Portal's requests to the API server
 	// on the client side. QPS <= 0 (the default) sets no client-side limit,
@@ -75,7 +88,8 @@ type Config struct {
 func Defaults() Config {
 	return Config{
 		Namespace:        "portal-system",
-		MetricsAddr:      ":8080",
+		MetricsAddr:      ":8443",
+		MetricsSecure:    true,
 		HealthAddr:       ":8081",
 		LeaderElection:   true,
 		LeaderElectionID: "portal-leader",
@@ -130,7 +144,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	}
 	opts := ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		Metrics:                       metricsOptions(&cfg),
 		HealthProbeBindAddress:        cfg.HealthAddr,
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              cfg.LeaderElectionID,
@@ -252,6 +266,24 @@ func (r *readiness) check(*http.Request) error {
 		return errors.New("rules not loaded yet")
 	}
 	return nil
+}
+
+// metricsOptions configures the metrics server: HTTPS with Kubernetes
+// authentication and authorization unless plain HTTP was asked for.
+func metricsOptions(cfg *Config) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: cfg.MetricsAddr}
+	if !cfg.MetricsSecure {
+		return o
+	}
+	o.SecureServing = true
+	o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	o.CertDir, o.CertName, o.KeyName = cfg.MetricsCertDir, "tls.crt", "tls.key"
+	o.TLSOpts = []func(*tls.Config){func(c *tls.Config) {
+		c.MinVersion = tls.VersionTLS12
+		// HTTP/2 off, as on the webhook server (CVE-2023-44487).
+		c.NextProtos = []string{"http/1.1"}
+	}}
+	return o
 }
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }

@@ -31,10 +31,15 @@ type Document struct {
 type Error struct {
 	Path string
 	Line int
-	Err  error
+	// Column is 1-based; 0 when only the line is known.
+	Column int
+	Err    error
 }
 
 func (e *Error) Error() string {
+	if e.Line > 0 && e.Column > 0 {
+		return fmt.Sprintf("%s:%d:%d: %v", e.Path, e.Line, e.Column, e.Err)
+	}
 	if e.Line > 0 {
 		return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err)
 	}
@@ -96,8 +101,13 @@ func blank(doc []byte) bool {
 
 // ReadPaths reads every document under paths: files, directories (walked for
 // .yaml, .yml and .json files) and "-" for stdin.
+//
+// A file named twice, directly or through two of the paths (a directory and a
+// file in it, the same directory twice, a symbolic link), is read once, so
+// overlapping arguments never double the results.
 func ReadPaths(paths []string, stdin io.Reader) ([]Document, error) {
 	var docs []Document
+	seen := FileSet{}
 	for _, p := range paths {
 		if p == "-" {
 			data, err := io.ReadAll(io.LimitReader(stdin, MaxStdin+1))
@@ -115,6 +125,9 @@ func ReadPaths(paths []string, stdin io.Reader) ([]Document, error) {
 			return nil, err
 		}
 		for _, f := range files {
+			if !seen.First(f) {
+				continue
+			}
 			data, err := os.ReadFile(f)
 			if err != nil {
 				return nil, fmt.Errorf("read %s: %w", f, err)
@@ -123,6 +136,26 @@ func ReadPaths(paths []string, stdin io.Reader) ([]Document, error) {
 		}
 	}
 	return docs, nil
+}
+
+// FileSet remembers which files were already read, by their resolved path.
+type FileSet map[string]struct{}
+
+// First reports whether path is new to the set and adds it. Paths that cannot
+// be resolved are compared as written.
+func (s FileSet) First(path string) bool {
+	key := path
+	if abs, err := filepath.Abs(path); err == nil {
+		key = abs
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			key = real
+		}
+	}
+	if _, ok := s[key]; ok {
+		return false
+	}
+	s[key] = struct{}{}
+	return true
 }
 
 // Files lists the YAML and JSON files at p: p itself when it is a file, or

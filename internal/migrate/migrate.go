@@ -385,7 +385,7 @@ func check(eng *engine.Engine, path string, doc *yaml.Node) error {
 	}
 	r, err := rule.ParseDocument(manifest.Document{Path: path, Line: doc.Line, Data: data})
 	if err != nil {
-		return err
+		return atLine(path, doc.Line, err)
 	}
 	if _, err := eng.Compile(r); err != nil {
 		return &manifest.Error{Path: path, Line: doc.Line, Err: err}
@@ -438,4 +438,22 @@ func ObjectNames(data []byte) []string {
 		}
 	}
 	return out
+}
+
+// atLine places the errors of a generated document at the input document it
+// came from: their own lines and columns count in the generated text, which
+// the user never sees.
+func atLine(path string, line int, err error) error {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		if me, ok := errors.AsType[*manifest.Error](e); ok {
+			e = me.Err
+		}
+		out[i] = &manifest.Error{Path: path, Line: line, Err: e}
+	}
+	return errors.Join(out...)
 }

@@ -41,17 +41,17 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 	}
 	var errs []error
 	if r.Name == "" {
-		errs = append(errs, errors.New("name is required"))
+		errs = append(errs, fieldErr("name", "name is required"))
 	}
 	if r.Severity == "" {
 		r.Severity = core.SeverityMedium
 	} else if !slices.Contains(severities, r.Severity) {
-		errs = append(errs, fmt.Errorf("severity %q is not one of %v", r.Severity, severities))
+		errs = append(errs, fieldErr("severity", "severity %q is not one of %v", r.Severity, severities))
 	}
 	if r.EnforcementAction == "" {
 		r.EnforcementAction = core.ActionDeny
 	} else if !slices.Contains(enforce, r.EnforcementAction) {
-		errs = append(errs, fmt.Errorf("enforcementAction %q is not one of %v", r.EnforcementAction, enforce))
+		errs = append(errs, fieldErr("enforcementAction", "enforcementAction %q is not one of %v", r.EnforcementAction, enforce))
 	}
 	switch r.OnError {
 	case "":
@@ -61,18 +61,18 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 		}
 	case core.OnErrorDeny, core.OnErrorAllow:
 	default:
-		errs = append(errs, fmt.Errorf("onError %q is not one of [deny allow]", r.OnError))
+		errs = append(errs, fieldErr("onError", "onError %q is not one of [deny allow]", r.OnError))
 	}
 	switch {
 	case spec.Mode == nil:
 		r.Modes = slices.Clone(modes)
 	case len(spec.Mode) == 0:
-		errs = append(errs, fmt.Errorf("mode is empty: list at least one of %v, or leave it out for both", modes))
+		errs = append(errs, fieldErr("mode", "mode is empty: list at least one of %v, or leave it out for both", modes))
 	default:
 		r.Modes, errs = convertModes("mode", spec.Mode, errs)
 	}
 	if spec.Rule == "" {
-		errs = append(errs, errors.New("rule (the expression) is required"))
+		errs = append(errs, fieldErr("rule", "rule (the expression) is required"))
 	}
 	r.Match, errs = convertMatch(spec.Match, errs)
 	r.Actions, errs = convertActions(spec, errs)
@@ -88,11 +88,11 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 func convertMatch(m policyv1alpha1.Match, errs []error) (core.Match, []error) {
 	out := core.Match{LabelSelector: m.LabelSelector}
 	if len(m.GVK) == 0 {
-		errs = append(errs, errors.New("match.gvk is required: list the kinds the rule applies to, e.g. {group: \"\", version: v1, kind: Pod}"))
+		errs = append(errs, fieldErr("match.gvk", "match.gvk is required: list the kinds the rule applies to, e.g. {group: \"\", version: v1, kind: Pod}"))
 	}
 	for i, g := range m.GVK {
 		if g.Kind == "" {
-			errs = append(errs, fmt.Errorf("match.gvk[%d].kind is required", i))
+			errs = append(errs, fieldErr(fmt.Sprintf("match.gvk[%d]", i), "match.gvk[%d].kind is required", i))
 		}
 		out.GVKs = append(out.GVKs, core.GVK{Group: g.Group, Version: g.Version, Kind: g.Kind})
 	}
@@ -100,11 +100,11 @@ func convertMatch(m policyv1alpha1.Match, errs []error) (core.Match, []error) {
 		switch op {
 		case "CREATE", "UPDATE", "DELETE", "CONNECT":
 			if slices.Contains(out.Operations, string(op)) {
-				errs = append(errs, fmt.Errorf("match.operations[%d]: %q is listed twice", i, op))
+				errs = append(errs, fieldErr(fmt.Sprintf("match.operations[%d]", i), "match.operations[%d]: %q is listed twice", i, op))
 			}
 			out.Operations = append(out.Operations, string(op))
 		default:
-			errs = append(errs, fmt.Errorf("match.operations[%d]: %q is not one of CREATE, UPDATE, DELETE, CONNECT", i, op))
+			errs = append(errs, fieldErr(fmt.Sprintf("match.operations[%d]", i), "match.operations[%d]: %q is not one of CREATE, UPDATE, DELETE, CONNECT", i, op))
 		}
 	}
 	if m.Namespaces != nil {
@@ -117,13 +117,13 @@ func convertActions(spec *policyv1alpha1.RuleSpec, errs []error) ([]core.ActionS
 	var out []core.ActionSpec
 	for i, a := range spec.Actions {
 		if !slices.Contains(actions, a.Type) {
-			errs = append(errs, fmt.Errorf("actions[%d].type %q is not one of %v", i, a.Type, actions))
+			errs = append(errs, fieldErr(fmt.Sprintf("actions[%d].type", i), "actions[%d].type %q is not one of %v", i, a.Type, actions))
 			continue
 		}
 		as := core.ActionSpec{Type: a.Type, Params: map[string]string{}}
 		as.Modes, errs = convertModes(fmt.Sprintf("actions[%d].mode", i), a.Mode, errs)
 		if a.RateLimit != "" && !rateLimit.MatchString(a.RateLimit) {
-			errs = append(errs, fmt.Errorf("actions[%d].rateLimit %q: write COUNT/UNIT with UNIT s, min or h, e.g. 5/min", i, a.RateLimit))
+			errs = append(errs, fieldErr(fmt.Sprintf("actions[%d].rateLimit", i), "actions[%d].rateLimit %q: write COUNT/UNIT with UNIT s, min or h, e.g. 5/min", i, a.RateLimit))
 		}
 		for k, v := range map[string]string{"key": a.Key, "value": a.Value, "template": a.Template, "rateLimit": a.RateLimit} {
 			if v != "" {
@@ -145,12 +145,13 @@ func convertActions(spec *policyv1alpha1.RuleSpec, errs []error) ([]core.ActionS
 // convertModes checks a list of modes for unknown values and duplicates.
 func convertModes(field string, in []policyv1alpha1.Mode, errs []error) ([]core.Mode, []error) {
 	var out []core.Mode
-	for _, m := range in {
+	for i, m := range in {
+		at := fmt.Sprintf("%s[%d]", field, i)
 		switch {
 		case !slices.Contains(modes, core.Mode(m)):
-			errs = append(errs, fmt.Errorf("%s: %q is not one of %v", field, m, modes))
+			errs = append(errs, fieldErr(at, "%s: %q is not one of %v", field, m, modes))
 		case slices.Contains(out, core.Mode(m)):
-			errs = append(errs, fmt.Errorf("%s: %q is listed twice", field, m))
+			errs = append(errs, fieldErr(at, "%s: %q is listed twice", field, m))
 		default:
 			out = append(out, core.Mode(m))
 		}

@@ -155,6 +155,9 @@ func (f *Folder) loadFile(p string) {
 		var me *manifest.Error
 		if errors.As(e, &me) {
 			attrs = append(attrs, "line", me.Line)
+			if me.Column > 0 {
+				attrs = append(attrs, "column", me.Column)
+			}
 		}
 		f.log.Error("rule not loaded", attrs...)
 		f.metrics.LoadErrors.WithLabelValues("folder").Inc()

@@ -61,15 +61,15 @@ func TestFolderHotReload(t *testing.T) {
 		t.Fatalf("initial load: verdict %q, want fail", got)
 	}
 
-	// A broken rule in the same file is reported with file and line; the
+	// A broken rule in the same file is reported with file, line and column; the
 	// good one keeps loading.
 	write(t, file, folderRule+brokenRule)
 	eventually(t, "load error counted", func() bool {
 		return testutil.ToFloat64(metrics.LoadErrors.WithLabelValues("folder")) == 1
 	})
 	logged := logs.String()
-	if !strings.Contains(logged, `"line":7`) || !strings.Contains(logged, file) {
-		t.Errorf("error log does not name file and line 7:\n%s", logged)
+	if !strings.Contains(logged, `"line":10,"column":45`) || !strings.Contains(logged, file) {
+		t.Errorf("error log does not name the file and the line and column of the expression error (10:45):\n%s", logged)
 	}
 	if got := verdict(t, eng, privilegedPod("default"), "no-privileged"); got != core.OutcomeFail {
 		t.Fatalf("good rule lost after a sibling broke: verdict %q", got)

@@ -64,8 +64,8 @@ func TestParseErrorsPointAtFileAndLine(t *testing.T) {
 	tests := []struct {
 		name, doc, want string
 	}{
-		{"unknown field", "name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\nsevrity: high\n", `r.yaml:4: unknown field "sevrity"`},
-		{"bad enum", "name: a\nseverity: extreme\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `r.yaml:1: rule "a": severity "extreme"`},
+		{"unknown field", "name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\nsevrity: high\n", `r.yaml:4:1: unknown field "sevrity": did you mean "severity"?`},
+		{"bad enum", "name: a\nseverity: extreme\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `r.yaml:2:11: rule "a": severity "extreme"`},
 		{"no gvk", "name: a\nrule: 'true'\n", "match.gvk is required"},
 		{"no name", "match: {gvk: [{kind: Pod}]}\nrule: 'true'\n", "name is required"},
 		{"yaml syntax", "name: a\nrule: [unclosed\n", "r.yaml:"},
@@ -88,8 +88,76 @@ func TestCompileFileKeepsGoodRulesAndLocatesBadOnes(t *testing.T) {
 	if len(rules) != 3 || len(errs) != 1 {
 		t.Fatalf("got %d rules, errors %v", len(rules), errs)
 	}
-	if !strings.HasPrefix(errs[0].Error(), "r.yaml:28: rule \"broken\": compile expression") {
+	if !strings.HasPrefix(errs[0].Error(), "r.yaml:30:18: rule \"broken\": compile expression") {
 		t.Fatalf("error %q does not locate the rule", errs[0])
+	}
+}
+
+// TestLoadErrorsPointAtFieldAndCharacter: every load error names the file,
+// line and column of the field or expression character it is about, in the
+// flow style the docs use too, and a document with several problems lists
+// each at its own place.
+func TestLoadErrorsPointAtFieldAndCharacter(t *testing.T) {
+	eng := engine.New(exprlang.New())
+	tests := []struct {
+		name, doc string
+		want      []string
+	}{
+		{"unknown field in a flow mapping", `# comment
+name: a
+match:
+  gvk: [{group: "", knd: Pod}]
+rule: 'true'
+`, []string{`r.yaml:4:21: unknown field "match.gvk[0].knd": did you mean "kind"?`}},
+		{"every unknown field, each located", `name: a
+sevrity: high
+match: {gvk: [{kind: Pod}], namespace: {include: [x]}}
+rule: 'true'
+`, []string{`r.yaml:2:1: unknown field "sevrity"`, `r.yaml:3:29: unknown field "match.namespace": did you mean "namespaces"?`}},
+		{"enum in a custom resource", `apiVersion: portal.io/v1alpha1
+kind: PortalClusterRule
+metadata: {name: c}
+spec:
+  enforcementAction: block
+  match: {gvk: [{kind: Pod}], operations: [CREATE, PATCH]}
+  rule: 'true'
+`, []string{`r.yaml:5:22: enforcementAction "block"`, `r.yaml:6:52: match.operations[1]: "PATCH"`}},
+		{"wrong type", "name: a\nmatch: {gvk: {kind: Pod}}\nrule: 'true'\n", []string{"r.yaml:2:14: "}},
+		{"expression, plain scalar", "name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: object.spec.x == = 1\n", []string{"r.yaml:3:24: "}},
+		{"expression, literal block", `name: a
+match: {gvk: [{kind: Pod}]}
+rule: |
+  object.spec.hostNetwork == true &&
+    object.spec.x ==
+`, []string{"r.yaml:5:21: "}},
+		{"expression, double quotes", "name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: \"object.a ? 1\"\n", []string{"r.yaml:3:"}},
+		{"message hole after another", `name: a
+match: {gvk: [{kind: Pod}]}
+rule: 'true'
+message: 'pod {{ object.metadata.name }} has {{ object.x ]] }}'
+`, []string{"r.yaml:4:", "compile message"}},
+		{"unclosed message hole", `name: a
+match: {gvk: [{kind: Pod}]}
+rule: 'true'
+message: 'a {{ object.x }} b {{ object.y'
+`, []string{"r.yaml:4:30: ", "unclosed {{ at character 20"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errs := rule.CompileFile(eng, "r.yaml", []byte(tt.doc))
+			if len(errs) == 0 {
+				t.Fatal("the rule loaded")
+			}
+			all := ""
+			for _, e := range errs {
+				all += e.Error() + "\n"
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(all, w) {
+					t.Errorf("errors do not contain %q:\n%s", w, all)
+				}
+			}
+		})
 	}
 }
 
@@ -99,6 +167,7 @@ func FuzzParseFile(f *testing.F) {
 	f.Add([]byte(mixedFile))
 	f.Add([]byte("name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\nsevrity: high\n"))
 	f.Add([]byte("---\n---\n"))
+	f.Add([]byte("name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: >\n  object.a ==\n  ]\nmessage: \"{{ x ]] }} {{\"\n"))
 	f.Add([]byte("apiVersion: portal.io/v1alpha1\nkind: PortalRule\n"))
 	f.Add([]byte("{\"name\": \"j\", \"rule\": \"true\", \"match\": {\"gvk\": [{\"kind\": \"Pod\"}]}}"))
 	eng := engine.New(exprlang.New())
@@ -115,5 +184,64 @@ func FuzzParseFile(f *testing.F) {
 			}
 			_, _ = eng.Compile(r)
 		}
+		// Locating compile errors reads positions inside scalars.
+		_, errs = rule.CompileFile(eng, "fuzz.yaml", data)
+		for _, e := range errs {
+			if e.Error() == "" {
+				t.Fatal("empty error message")
+			}
+		}
 	})
+}
+
+// TestSugarFieldsAreTypedAtCompileTime: a misspelt pod sugar field is a load
+// error at its character with the field meant, in the expression and in a
+// message hole; object.* and the raw maps stay open.
+func TestSugarFieldsAreTypedAtCompileTime(t *testing.T) {
+	eng := engine.New(exprlang.New())
+	const head = "name: a\nmatch: {gvk: [{kind: Pod}]}\n"
+	bad := []struct {
+		name, doc string
+		want      []string
+	}{
+		{"expression", head + "rule: container.imag.registry != 'ghcr.io'\n",
+			[]string{"r.yaml:3:17: ", "unknown field container.imag: did you mean container.image?"}},
+		{"nested", head + "rule: container.securityContext.capabilities.ad contains 'X'\n",
+			[]string{"r.yaml:3:46: ", "did you mean container.securityContext.capabilities.add?"}},
+		{"optional chain", head + "rule: container?.image?.tg == 'latest'\n",
+			[]string{"r.yaml:3:25: ", "did you mean container.image.tag?"}},
+		{"a value has no fields", head + "rule: container.name.first == 'x'\n",
+			[]string{"r.yaml:3:22: ", "container.name is a value"}},
+		{"pod-level sugar", head + "rule: spec.hostNetwrk == true\n",
+			[]string{"r.yaml:3:12: ", "did you mean spec.hostNetwork?", "object.*"}},
+		{"message hole", head + "rule: container.name == 'x'\nmessage: 'container {{ container.nme }} is bad'\n",
+			[]string{"r.yaml:4:34: ", "did you mean container.name?"}},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errs := rule.CompileFile(eng, "r.yaml", []byte(tt.doc))
+			if len(errs) != 1 {
+				t.Fatalf("errors %v, want one", errs)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(errs[0].Error(), w) {
+					t.Errorf("error does not contain %q:\n%v", w, errs[0])
+				}
+			}
+		})
+	}
+	for _, expr := range []string{
+		"object.spec.anything.at.all == 1",
+		"container.raw.resources.limits.cpu == '1'",
+		"metadata.labels.team == 'a' && metadata.annotations['x/y'] == 'z'",
+		"pod.spec.volumes[0].hostPath.path == '/'",
+		"request.userInfo.username == 'x' && request.oldObject.spec.x == 1",
+		"container.ports[0].containerPort == 80",
+		"all(container.securityContext.capabilities.add, # != 'NET_ADMIN')",
+		"any(object.spec.containers, .name == 'x')",
+	} {
+		if _, errs := rule.CompileFile(eng, "r.yaml", []byte(head+"rule: \""+expr+"\"\n")); len(errs) > 0 {
+			t.Errorf("%s: %v", expr, errs)
+		}
+	}
 }

@@ -163,6 +163,19 @@ func TestAPIServerValidation(t *testing.T) {
 	if err := env.client.Create(context.Background(), data(ns, "ok", map[string]string{"a-b_c.1.txt": "x"})); err != nil {
 		t.Errorf("valid RuleData rejected: %v", err)
 	}
+
+	// One RuleSource (or RuleData) listed many times: the API server refuses
+	// the RuleSet, so no replica joins one large source 2,048 times.
+	many := make([]string, 2048)
+	for i := range many {
+		many[i] = "big"
+	}
+	for _, rs := range []*wafv1alpha1.RuleSet{ruleSet(ns, "dup-sources", many), ruleSet(ns, "dup-data", []string{"a"}, "ok", "other", "ok")} {
+		err := env.client.Create(context.Background(), rs)
+		if err == nil || !contains(err.Error(), "Duplicate value") {
+			t.Errorf("RuleSet %s: %v, want a Duplicate value error", rs.Name, err)
+		}
+	}
 }
 
 // brokenEdits breaks the custom RuleSource twice (a compile error, then a

@@ -25,6 +25,7 @@ import (
 
 // Defaults of the cache server's identity.
 const (
+	DefaultNamespace       = "portal-system"
 	DefaultCacheService    = "portal-waf-cache"
 	DefaultCacheCertSecret = "portal-waf-cache-cert"
 )
@@ -32,7 +33,8 @@ const (
 // Options configure the WAF rule layer. Start from DefaultOptions.
 type Options struct {
 	// Namespace is Portal's own namespace, where the cache's certificate
-	// Secret lives. Required.
+	// Secret lives (DefaultNamespace in DefaultOptions; portal run sets
+	// its --namespace). Required.
 	Namespace string
 	// CacheAddr is the cache server's listen address (--waf-cache-addr).
 	CacheAddr string
@@ -62,11 +64,16 @@ type Options struct {
 	// EventRecorderName names the recorder of RuleSet events ("portal" when
 	// empty).
 	EventRecorderName string
+	// Compile bounds the RuleSet compiler (--waf-max-ruleset-bytes,
+	// --waf-max-data-file-bytes, --waf-compile-timeout,
+	// --waf-compile-concurrency, --waf-max-last-good-bytes).
+	Compile controller.CompilerOptions
 }
 
 // DefaultOptions are the defaults of the flags.
 func DefaultOptions() Options {
 	return Options{
+		Namespace:          DefaultNamespace,
 		CacheAddr:          cache.DefaultAddr,
 		CacheService:       DefaultCacheService,
 		CacheCertSecret:    DefaultCacheCertSecret,
@@ -74,6 +81,7 @@ func DefaultOptions() Options {
 		CacheMaxAge:        cache.DefaultMaxAge,
 		CacheMaxSize:       cache.DefaultMaxSize,
 		CacheGCInterval:    cache.DefaultGCInterval,
+		Compile:            controller.DefaultCompilerOptions(),
 	}
 }
 
@@ -136,7 +144,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err := controller.SetupIndexes(context.Background(), mgr); err != nil {
 		return nil, err
 	}
-	comp := controller.NewCompiler(mgr.GetCache(), c, log, controller.NewMetrics(reg))
+	comp := controller.NewCompiler(mgr.GetCache(), c, log, controller.NewMetrics(reg), opts.Compile)
 	if err := comp.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

@@ -48,25 +48,34 @@ func freePort(t *testing.T) int {
 // TestPortalDev is the newcomer's path: portal dev comes up, a violating pod
 // applied with kubectl is denied with the rule's message, `kubectl get polr
 // -A` shows audit's findings on the legacy Deployment created before Portal
-// started, and Ctrl-C leaves no control plane behind.
+// started, and Ctrl-C leaves no control plane behind. It runs the binary as
+// `make tools` lays it out (bin/portal beside bin/k8s) from a directory
+// outside any checkout, with no KUBEBUILDER_ASSETS: portal dev finds its
+// binaries beside itself and installs the CRDs and demo built into it.
 func TestPortalDev(t *testing.T) {
 	root, err := devcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "portal")
+	binDir := t.TempDir()
+	if err := os.Symlink(filepath.Join(root, "bin", "k8s"), filepath.Join(binDir, "k8s")); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir, "portal")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/portal")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	workDir := t.TempDir()
+	kubeconfig := filepath.Join(workDir, ".portal-dev", "kubeconfig")
 	dev := exec.Command(bin, "dev", "--kubeconfig-out", kubeconfig,
 		"--webhook-port", fmt.Sprint(freePort(t)),
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		"--health-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		"--waf-cache-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
-	dev.Dir = root
+	dev.Dir = workDir
+	dev.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KUBEBUILDER_ASSETS=") })
 	dev.Stderr = os.Stderr
 	stdout, err := dev.StdoutPipe()
 	if err != nil {
@@ -77,11 +86,16 @@ func TestPortalDev(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	ready := make(chan struct{})
+	hints := make(chan string, 100)
 	proxyLine := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			t.Log(sc.Text())
+			select {
+			case hints <- sc.Text():
+			default:
+			}
 			if strings.HasPrefix(sc.Text(), "portal dev: ready") {
 				close(ready)
 			}
@@ -108,6 +122,23 @@ func TestPortalDev(t *testing.T) {
 		t.Fatalf("privileged pod not denied with the rule's message: %v\n%s", err, out)
 	}
 
+	// The hint's manifest exists where the hint says, from this directory.
+	var applyHint string
+	for len(hints) > 0 && applyHint == "" {
+		if _, after, ok := strings.Cut(<-hints, " apply -f "); ok {
+			applyHint, _, _ = strings.Cut(strings.TrimSpace(after), " ")
+		}
+	}
+	if applyHint == "" {
+		t.Fatal(`portal dev printed no "apply -f" hint`)
+	}
+	if !filepath.IsAbs(applyHint) {
+		applyHint = filepath.Join(workDir, applyHint)
+	}
+	if _, err := os.Stat(applyHint); err != nil {
+		t.Fatalf("the hint names a manifest that is not there: %v", err)
+	}
+
 	// Audit found the legacy Deployment of namespace demo.
 	var reports string
 	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
@@ -125,7 +156,7 @@ func TestPortalDev(t *testing.T) {
 
 	select {
 	case line := <-proxyLine:
-		runPrintedWAFProxy(t, root, bin, line)
+		runPrintedWAFProxy(t, workDir, bin, line)
 	case <-time.After(10 * time.Second):
 		t.Fatal("portal dev printed no waf-proxy command line")
 	}
@@ -155,11 +186,11 @@ func TestPortalDev(t *testing.T) {
 	}
 }
 
-// runPrintedWAFProxy runs the waf-proxy command line portal dev printed,
-// with its own ports and upstream, and checks that it loads the example
+// runPrintedWAFProxy runs the waf-proxy command line portal dev printed, in
+// dir (portal dev's working directory), with its own ports and upstream, and checks that it loads the example
 // rule set through the cache (TLS with the printed CA file, the printed
 // token file) and blocks an attack.
-func runPrintedWAFProxy(t *testing.T, root, bin, line string) {
+func runPrintedWAFProxy(t *testing.T, dir, bin, line string) {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("app")) }))
 	defer up.Close()
@@ -181,7 +212,7 @@ func runPrintedWAFProxy(t *testing.T, root, bin, line string) {
 		}
 	}
 	proxy := exec.Command(bin, args...)
-	proxy.Dir = root
+	proxy.Dir = dir
 	proxy.Stderr = os.Stderr
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)

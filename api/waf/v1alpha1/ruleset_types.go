@@ -29,19 +29,23 @@ type DataReference struct {
 type RuleSetSpec struct {
 	// Sources are the RuleSources whose rules, concatenated in this order,
 	// make up the rule set. Order matters in SecLang: a rule can only update
-	// or remove rules defined before it.
+	// or remove rules defined before it. A RuleSource may be named once: the
+	// API server rejects a list that names one twice, and Portal reports such
+	// a RuleSet (stored before this rule) with reason DuplicateReference.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=2048
-	// +listType=atomic
+	// +listType=map
+	// +listMapKey=name
 	Sources []SourceReference `json:"sources"`
 
 	// Data are the RuleData whose files the rules may read. They are merged
 	// in this order; a file name defined twice takes the content of the later
-	// RuleData.
+	// RuleData. A RuleData may be named once, as for sources.
 	// +optional
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=256
-	// +listType=atomic
+	// +listType=map
+	// +listMapKey=name
 	Data []DataReference `json:"data,omitempty"`
 }
 
@@ -163,6 +167,17 @@ const (
 	ReasonRuleSourceNotFound = "RuleSourceNotFound"
 	// ReasonRuleDataNotFound: a RuleData in spec.data does not exist.
 	ReasonRuleDataNotFound = "RuleDataNotFound"
+	// ReasonDuplicateReference: spec.sources or spec.data names the same
+	// object twice. Nothing is read or compiled.
+	ReasonDuplicateReference = "DuplicateReference"
+	// ReasonTooLarge: the rule set is larger than Portal compiles: its
+	// sources and data files together exceed --waf-max-ruleset-bytes
+	// (checked before they are joined), or a data file read by a file
+	// operator exceeds --waf-max-data-file-bytes.
+	ReasonTooLarge = "TooLarge"
+	// ReasonCompileTimeout: the compile did not finish within
+	// --waf-compile-timeout. Any change to the RuleSet or its inputs retries.
+	ReasonCompileTimeout = "CompileTimeout"
 	// ReasonUnsupportedRules: the cached revision holds rules a data plane
 	// cannot run (Degraded=True).
 	ReasonUnsupportedRules = "UnsupportedRules"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
 
 	"github.com/vilaca/portal/internal/core"
@@ -68,15 +69,20 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 	}
 	p, err := expr.Compile(expression, e.options...)
 	if err != nil {
-		return nil, err
+		ce := &core.CompileError{Offset: -1, Err: err}
+		if fe, ok := errors.AsType[*file.Error](err); ok {
+			ce.Offset = fe.From
+		}
+		return nil, ce
 	}
-	return &program{engine: e, prog: p, ids: identifiers(p.Node())}, nil
+	return &program{engine: e, prog: p, ids: identifiers(p.Node()), members: members(expression)}, nil
 }
 
 type program struct {
-	engine *Engine
-	prog   *vm.Program
-	ids    []string
+	engine  *Engine
+	prog    *vm.Program
+	ids     []string
+	members []core.Member
 }
 
 func (p *program) Eval(env core.Env) (out any, err error) {

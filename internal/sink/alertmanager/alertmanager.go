@@ -15,9 +15,19 @@
 // full is a change dropped (portal_alertmanager_alerts_dropped_total): a
 // dropped firing alert still goes out with the next re-send, a dropped
 // resolution lets the alert expire at its endsAt.
+//
+// A refusal (4xx) is never a reason to drop a change: it may come from a
+// proxy or an authenticating gateway in front of Alertmanager, for a
+// while, or from one alert Alertmanager finds invalid. A refused batch is
+// split until the alerts Alertmanager refuses on their own are found; each
+// of those stays queued, retried with its own backoff and reported
+// (portal_alertmanager_alerts_refused_total by rule, a log line), while the
+// rest of the batch goes out. When nothing at all is accepted the whole
+// sink backs off, as for an unreachable Alertmanager.
 package alertmanager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,6 +101,11 @@ type pending struct {
 	resolved bool
 	observed time.Time
 	seq      uint64
+	// refused is set while Alertmanager refuses this alert sent on its
+	// own; it is then retried at retryAt, after its own backoff.
+	refused bool
+	backoff time.Duration
+	retryAt time.Time
 }
 
 // Sink sends alerts. It runs on the leader.
@@ -184,6 +199,9 @@ func (s *Sink) queueLocked(fp string, a alert, resolved bool, observed time.Time
 		return
 	}
 	s.seq++
+	if old := s.pending[fp]; old != nil && old.refused {
+		s.metrics.Refused.Dec()
+	}
 	s.pending[fp] = &pending{alert: a, resolved: resolved, observed: observed, seq: s.seq}
 	s.metrics.Pending.Set(float64(len(s.pending)))
 }
@@ -246,6 +264,8 @@ func fingerprint(labels map[string]string) string {
 func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 	resend := time.NewTicker(s.o.ResendInterval)
 	defer resend.Stop()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
 	var backoff time.Duration
 	failing := false
 	for {
@@ -256,19 +276,27 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 			case <-time.After(backoff):
 			}
 		} else {
+			// A refused alert waits for its own retry time; the others
+			// go out as they come.
+			if at, ok := s.nextRetry(); ok {
+				retry.Reset(time.Until(at))
+			} else {
+				retry.Stop()
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-s.wake:
+			case <-retry.C:
 			case <-resend.C:
 				s.mu.Lock()
 				s.resendDue = true
 				s.mu.Unlock()
 			}
 		}
-		err := s.flush(ctx, delivered)
+		accepted, err := s.flush(ctx, delivered)
 		switch {
-		case err == nil && failing:
+		case err == nil && failing && accepted:
 			// Alertmanager is back, possibly restarted without its
 			// alerts: re-send every open one now.
 			s.log.Info("alertmanager reachable again; re-sending open alerts", "url", s.url)
@@ -278,6 +306,8 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 			s.mu.Unlock()
 			s.signal()
 		case err == nil:
+			// Only retries of refused alerts were sent (and refused
+			// again): no sign yet that Alertmanager is back.
 			backoff = 0
 		case ctx.Err() != nil:
 			return
@@ -291,75 +321,187 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 	}
 }
 
-// flush sends every queued change, then, when due, every open alert.
-func (s *Sink) flush(ctx context.Context, delivered func(time.Time)) error {
+// flush sends every queued change that is due, then, when due, every open
+// alert. It reports whether Alertmanager accepted any request.
+func (s *Sink) flush(ctx context.Context, delivered func(time.Time)) (bool, error) {
+	f := &flushing{delivered: delivered}
 	for {
-		batch := s.takePending()
+		batch := s.takePending(time.Now())
 		if len(batch) == 0 {
 			break
 		}
-		alerts := make([]alert, len(batch))
-		for i, p := range batch {
-			alerts[i] = p.alert
-		}
-		err := s.post(ctx, alerts)
-		var rejected *rejectedError
-		if err != nil && !errors.As(err, &rejected) {
-			return err
-		}
-		s.mu.Lock()
-		for _, p := range batch {
-			fp := fingerprint(p.alert.Labels)
-			if cur := s.pending[fp]; cur != nil && cur.seq == p.seq {
-				delete(s.pending, fp)
-			}
-		}
-		s.metrics.Pending.Set(float64(len(s.pending)))
-		s.mu.Unlock()
-		if err != nil {
-			s.log.Error("alertmanager rejected alerts; dropped", "alerts", len(batch), "error", err)
-			continue
-		}
-		for _, p := range batch {
-			s.metrics.Sent.WithLabelValues(state(p.resolved)).Inc()
-			if delivered != nil && !p.observed.IsZero() {
-				delivered(p.observed)
-			}
+		if err := s.send(ctx, batch, f); err != nil {
+			return f.accepted, err
 		}
 	}
-	return s.resend(ctx)
+	err := s.resend(ctx, f)
+	return f.accepted, err
 }
 
-func (s *Sink) takePending() []*pending {
+// flushing is the state of one flush.
+type flushing struct {
+	delivered func(time.Time)
+	// accepted is set once Alertmanager accepted a request of this flush:
+	// from then on a refusal is the alerts' fault, not the endpoint's.
+	accepted bool
+}
+
+// send posts batch. When Alertmanager refuses it (4xx), the batch is split
+// and each half sent on its own, down to the single alerts it refuses,
+// which stay queued with their own backoff: one invalid alert delays no
+// other. A fresh alert refused before anything was accepted returns the
+// refusal, so the sink backs off as a whole (a proxy or gateway refusing
+// everything).
+func (s *Sink) send(ctx context.Context, batch []*pending, f *flushing) error {
+	alerts := make([]alert, len(batch))
+	for i, p := range batch {
+		alerts[i] = p.alert
+	}
+	err := s.post(ctx, alerts)
+	var refused *refusedError
+	switch {
+	case err == nil:
+		f.accepted = true
+		s.sent(batch, f.delivered)
+		return nil
+	case !errors.As(err, &refused):
+		return err
+	case len(batch) > 1:
+		mid := len(batch) / 2
+		if err := s.send(ctx, batch[:mid], f); err != nil {
+			return err
+		}
+		return s.send(ctx, batch[mid:], f)
+	}
+	wasRefused := batch[0].refused
+	s.refuse(batch[0], refused)
+	if !f.accepted && !wasRefused {
+		// Nothing accepted yet and a fresh alert refused: the endpoint
+		// may refuse everything. A retry of an alert refused before
+		// says nothing new about it, so it backs off on its own.
+		return err
+	}
+	return nil
+}
+
+// sent forgets the delivered changes, unless a newer state of the same alert
+// arrived meanwhile.
+func (s *Sink) sent(batch []*pending, delivered func(time.Time)) {
+	s.mu.Lock()
+	for _, p := range batch {
+		fp := fingerprint(p.alert.Labels)
+		if cur := s.pending[fp]; cur != nil && cur.seq == p.seq {
+			if cur.refused {
+				s.metrics.Refused.Dec()
+			}
+			delete(s.pending, fp)
+		}
+	}
+	s.metrics.Pending.Set(float64(len(s.pending)))
+	s.mu.Unlock()
+	for _, p := range batch {
+		s.metrics.Sent.WithLabelValues(state(p.resolved)).Inc()
+		if delivered != nil && !p.observed.IsZero() {
+			delivered(p.observed)
+		}
+	}
+}
+
+// refuse keeps a change Alertmanager refused on its own queued and backs it
+// off; it is logged the first time, counted every time.
+func (s *Sink) refuse(p *pending, err *refusedError) {
+	rule := p.alert.Labels["rule"]
+	s.metrics.RefusedTotal.WithLabelValues(rule).Inc()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*pending, 0, min(len(s.pending), s.o.BatchSize))
-	for _, p := range s.pending {
-		if len(out) == s.o.BatchSize {
-			break
+	fp := fingerprint(p.alert.Labels)
+	cur := s.pending[fp]
+	if cur == nil {
+		// A re-sent open alert: queue it again so it is retried.
+		if len(s.pending) >= s.o.BufferSize {
+			s.metrics.Dropped.Inc()
+			return
 		}
+		s.seq++
+		cur = &pending{alert: p.alert, seq: s.seq}
+		s.pending[fp] = cur
+		s.metrics.Pending.Set(float64(len(s.pending)))
+	} else if cur.seq != p.seq {
+		// A newer state replaced it meanwhile: that one gets its own try.
+		return
+	}
+	if !cur.refused {
+		s.metrics.Refused.Inc()
+		s.log.Warn("alertmanager refused an alert; keeping it queued and retrying with backoff",
+			"rule", rule, "alertname", p.alert.Labels["alertname"], "namespace", p.alert.Labels["namespace"],
+			"kind", p.alert.Labels["kind"], "name", p.alert.Labels["name"], "status", err.status, "error", err.body)
+	}
+	cur.refused = true
+	cur.backoff = min(max(2*cur.backoff, s.o.MinBackoff), s.o.MaxBackoff)
+	cur.retryAt = time.Now().Add(cur.backoff)
+}
+
+// takePending returns up to BatchSize queued changes that are due: fresh
+// ones first, then refused ones whose retry time came, oldest first, so a
+// refused alert sits at the end of a batch and the split finds the others
+// accepted first.
+func (s *Sink) takePending(now time.Time) []*pending {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var fresh, retry []*pending
+	for _, p := range s.pending {
+		switch {
+		case !p.refused:
+			fresh = append(fresh, p)
+		case !p.retryAt.After(now):
+			retry = append(retry, p)
+		}
+	}
+	bySeq := func(a, b *pending) int { return cmp.Compare(a.seq, b.seq) }
+	slices.SortFunc(fresh, bySeq)
+	slices.SortFunc(retry, bySeq)
+	all := append(fresh, retry...)
+	out := make([]*pending, 0, min(len(all), s.o.BatchSize))
+	for _, p := range all[:min(len(all), s.o.BatchSize)] {
 		cp := *p
 		out = append(out, &cp)
 	}
 	return out
 }
 
-// resend sends every open alert when a re-send is due.
-func (s *Sink) resend(ctx context.Context) error {
+// nextRetry is the earliest retry time of a refused change, if any.
+func (s *Sink) nextRetry() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var next time.Time
+	for _, p := range s.pending {
+		if p.refused && (next.IsZero() || p.retryAt.Before(next)) {
+			next = p.retryAt
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// resend sends every open alert when a re-send is due, except those queued
+// as refused, which are retried on their own schedule.
+func (s *Sink) resend(ctx context.Context, f *flushing) error {
 	s.mu.Lock()
 	if !s.resendDue {
 		s.mu.Unlock()
 		return nil
 	}
-	alerts := slices.Collect(maps.Values(s.active))
+	var batch []*pending
+	for fp, a := range s.active {
+		if p := s.pending[fp]; p != nil && p.refused {
+			continue
+		}
+		batch = append(batch, &pending{alert: a})
+	}
 	s.mu.Unlock()
-	for start := 0; start < len(alerts); start += s.o.BatchSize {
-		chunk := alerts[start:min(start+s.o.BatchSize, len(alerts))]
-		var rejected *rejectedError
-		if err := s.post(ctx, chunk); err != nil && !errors.As(err, &rejected) {
+	for start := 0; start < len(batch); start += s.o.BatchSize {
+		if err := s.send(ctx, batch[start:min(start+s.o.BatchSize, len(batch))], f); err != nil {
 			return err
 		}
-		s.metrics.Sent.WithLabelValues("firing").Add(float64(len(chunk)))
 	}
 	s.mu.Lock()
 	s.resendDue = false

@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -142,4 +146,106 @@ func TestBufferWhileDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAlerts(t, am, "down", want)
+}
+
+// An alert Alertmanager itself refuses (400: its startsAt lies after its
+// endsAt, as after a clock step on the replica that first saw the finding)
+// stays queued, is retried with backoff and counted by rule, and costs the
+// alerts sent with it nothing: they are delivered, and so is one raised
+// while the refused alert keeps being retried.
+func TestRefusedAlertKeepsOthers(t *testing.T) {
+	am := amtest.Start(t)
+	s, delivered := start(t, alertmanager.Options{URL: am.URL(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour})
+	now := time.Now()
+	b := core.FindingBatch{Full: true}
+	for i := range 3 {
+		b.Objects = append(b.Objects, object("refused", fmt.Sprintf("p%d", i), true, now))
+	}
+	b.Objects = append(b.Objects, object("refused", "skewed", true, now.Add(48*time.Hour)))
+	if err := s.Publish(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	waitAlerts(t, am, "refused", []string{"no-root/p0/app", "no-root/p1/app", "no-root/p2/app"})
+	poll(t, "the accepted alerts reported delivered", func() bool { return delivered.Load() == 3 })
+	poll(t, "the refused alert counted by rule and retried", func() bool {
+		return testutil.ToFloat64(s.Metrics().RefusedTotal.WithLabelValues("no-root")) >= 2
+	})
+	if got := testutil.ToFloat64(s.Metrics().Refused); got != 1 {
+		t.Errorf("refused alerts = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.Metrics().Pending); got != 1 {
+		t.Errorf("pending = %v, want the refused alert still queued", got)
+	}
+
+	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{object("refused", "later", true, time.Now())}}); err != nil {
+		t.Fatal(err)
+	}
+	waitAlerts(t, am, "refused", []string{"no-root/later/app", "no-root/p0/app", "no-root/p1/app", "no-root/p2/app"})
+	if got := testutil.ToFloat64(s.Metrics().Refused); got != 1 {
+		t.Errorf("refused alerts = %v after the next alert, want 1", got)
+	}
+}
+
+// A proxy in front of Alertmanager that refuses everything for a while (a
+// gateway answering 403) drops nothing: the alerts raised and resolved
+// meanwhile wait, and once it lets requests through they reach Alertmanager,
+// the resolution included, with no re-send needed.
+func TestRefusingProxyDropsNothing(t *testing.T) {
+	am := amtest.Start(t)
+	target, err := url.Parse(am.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refusing atomic.Bool
+	var refusals atomic.Int64
+	rp := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refusing.Load() {
+			refusals.Add(1)
+			http.Error(w, "forbidden by the gateway", http.StatusForbidden)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+
+	s, delivered := start(t, alertmanager.Options{URL: proxy.URL, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour})
+	now := time.Now()
+	if err := s.Publish(context.Background(), core.FindingBatch{Full: true, Objects: []core.ObjectFindings{object("proxy", "p0", true, now)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitAlerts(t, am, "proxy", []string{"no-root/p0/app"})
+
+	refusing.Store(true)
+	b := core.FindingBatch{Objects: []core.ObjectFindings{object("proxy", "p0", false, now)}}
+	for i := 1; i <= 4; i++ {
+		b.Objects = append(b.Objects, object("proxy", fmt.Sprintf("p%d", i), true, now))
+	}
+	if err := s.Publish(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "a refusal", func() bool { return refusals.Load() >= 1 })
+	if got := testutil.ToFloat64(s.Metrics().Pending); got != 5 {
+		t.Errorf("pending = %v while refused, want all 5 changes queued", got)
+	}
+	poll(t, "refused sends retried", func() bool { return refusals.Load() >= 3 })
+	if got := testutil.ToFloat64(s.Metrics().Failures); got < 3 {
+		t.Errorf("send failures = %v, want each refusal counted", got)
+	}
+
+	refusing.Store(false)
+	waitAlerts(t, am, "proxy", []string{"no-root/p1/app", "no-root/p2/app", "no-root/p3/app", "no-root/p4/app"})
+	poll(t, "queue drained and every change reported delivered", func() bool {
+		return testutil.ToFloat64(s.Metrics().Pending) == 0 && delivered.Load() == 6
+	})
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
 }

@@ -12,14 +12,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// rejectedError is Alertmanager refusing a request (4xx): sending it again
-// would fail again, so its alerts are dropped.
-type rejectedError struct {
+// refusedError is Alertmanager, or a proxy in front of it, refusing a
+// request (4xx). It may pass (a gateway misconfigured for a while) or be
+// one alert's fault, so the alerts stay queued: see Sink.send.
+type refusedError struct {
 	status int
 	body   string
 }
 
-func (e *rejectedError) Error() string {
+func (e *refusedError) Error() string {
 	return fmt.Sprintf("alertmanager answered %d: %s", e.status, e.body)
 }
 
@@ -56,7 +57,7 @@ func (s *Sink) post(ctx context.Context, alerts []alert) error {
 		return nil
 	case resp.StatusCode/100 == 4 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout:
 		s.metrics.Failures.Inc()
-		return &rejectedError{status: resp.StatusCode, body: string(msg)}
+		return &refusedError{status: resp.StatusCode, body: string(msg)}
 	}
 	s.metrics.Failures.Inc()
 	return fmt.Errorf("alertmanager answered %d: %s", resp.StatusCode, msg)
@@ -64,11 +65,13 @@ func (s *Sink) post(ctx context.Context, alerts []alert) error {
 
 // Metrics are the sink's Prometheus metrics.
 type Metrics struct {
-	Sent     *prometheus.CounterVec
-	Failures prometheus.Counter
-	Dropped  prometheus.Counter
-	Pending  prometheus.Gauge
-	Active   prometheus.Gauge
+	Sent         *prometheus.CounterVec
+	Failures     prometheus.Counter
+	Dropped      prometheus.Counter
+	Pending      prometheus.Gauge
+	Active       prometheus.Gauge
+	RefusedTotal *prometheus.CounterVec
+	Refused      prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -81,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"state"}),
 		Failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "portal_alertmanager_send_failures_total",
-			Help: "Requests to Alertmanager that failed (unreachable, 5xx: retried; 4xx: dropped).",
+			Help: "Requests to Alertmanager that failed (unreachable, 4xx, 5xx); their alerts stay queued and are retried with backoff.",
 		}),
 		Dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "portal_alertmanager_alerts_dropped_total",
@@ -95,11 +98,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_alertmanager_active_alerts",
 			Help: "Alerts firing now (open failing findings).",
 		}),
+		RefusedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portal_alertmanager_alerts_refused_total",
+			Help: "Times Alertmanager refused (4xx) an alert sent on its own, by the rule of the alert; the alert stays queued and is retried with backoff.",
+		}, []string{"rule"}),
+		Refused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "portal_alertmanager_refused_alerts",
+			Help: "Alert changes Alertmanager refused on their own and that wait, queued, for their next retry.",
+		}),
 	}
 	m.Sent.WithLabelValues("firing")
 	m.Sent.WithLabelValues("resolved")
 	if reg != nil {
-		reg.MustRegister(m.Sent, m.Failures, m.Dropped, m.Pending, m.Active)
+		reg.MustRegister(m.Sent, m.Failures, m.Dropped, m.Pending, m.Active, m.RefusedTotal, m.Refused)
 	}
 	return m
 }

@@ -5,9 +5,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,8 +36,9 @@ type State struct {
 	Generation int64
 	Allow      bool
 	// Reason is RulesCached when the current inputs are served, else why
-	// not: InvalidRuleSet, SandboxViolation, RuleSourceNotFound or
-	// RuleDataNotFound. Message and Error say more.
+	// not: InvalidRuleSet, SandboxViolation, RuleSourceNotFound,
+	// RuleDataNotFound, DuplicateReference, TooLarge or CompileTimeout.
+	// Message and Error say more.
 	Reason  string
 	Message string
 	Error   *wafv1alpha1.RuleError
@@ -61,25 +62,30 @@ type Compiler struct {
 	cache   *cache.Cache
 	log     *slog.Logger
 	metrics *Metrics
+	opts    CompilerOptions
+	slots   *slots
 
-	mu       sync.Mutex
-	states   map[types.NamespacedName]State
-	compiled map[types.NamespacedName]*ruleset.Compiled
+	mu     sync.Mutex
+	states map[types.NamespacedName]State
+	// kept holds the last good WAF of each RuleSet, within a byte budget.
+	kept *lastGood
 	// changed tells the StatusWriter that a state moved.
 	changed chan event.GenericEvent
 }
 
 // NewCompiler returns a compiler reading through c (the manager's cache) and
-// filling cc. m may be nil.
-func NewCompiler(c client.Reader, cc *cache.Cache, log *slog.Logger, m *Metrics) *Compiler {
+// filling cc. m may be nil; zero fields of opts take their defaults.
+func NewCompiler(c client.Reader, cc *cache.Cache, log *slog.Logger, m *Metrics, opts CompilerOptions) *Compiler {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
+	opts = opts.withDefaults()
 	return &Compiler{
-		client: c, cache: cc, log: log, metrics: m,
-		states:   map[types.NamespacedName]State{},
-		compiled: map[types.NamespacedName]*ruleset.Compiled{},
-		changed:  make(chan event.GenericEvent, 1024),
+		client: c, cache: cc, log: log, metrics: m, opts: opts,
+		slots:   newSlots(opts.Concurrency),
+		states:  map[types.NamespacedName]State{},
+		kept:    newLastGood(opts.MaxLastGoodBytes, m),
+		changed: make(chan event.GenericEvent, 1024),
 	}
 }
 
@@ -106,13 +112,18 @@ func (c *Compiler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&wafv1alpha1.RuleSet{}, builder.WithPredicates(specOrAnnotations())).
 		Watches(&wafv1alpha1.RuleSource{}, handler.EnqueueRequestsFromMapFunc(referrers(mgr.GetCache(), IndexSources))).
 		Watches(&wafv1alpha1.RuleData{}, handler.EnqueueRequestsFromMapFunc(referrers(mgr.GetCache(), IndexData))).
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
+		// Workers beyond the compile slots keep cheap reconciles (missing
+		// references, unchanged inputs) moving while compiles run.
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: c.opts.Concurrency + 2}).
 		Complete(c)
 	if err != nil {
 		return fmt.Errorf("set up RuleSet compiler: %w", err)
 	}
 	return nil
 }
+
+// slotRetry is how soon a RuleSet waiting for a compile slot looks again.
+const slotRetry = time.Second
 
 // Reconcile compiles one RuleSet.
 func (c *Compiler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -124,7 +135,7 @@ func (c *Compiler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		}
 		return ctrl.Result{}, err
 	}
-	b, reason, msg, err := c.load(ctx, &rs)
+	b, rej, err := c.load(ctx, &rs)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -134,13 +145,19 @@ func (c *Compiler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	st.Generation, st.Allow = rs.Generation, rs.Annotations[wafv1alpha1.AnnotationAllowUnsupportedRules] == "true"
 	var result string
 	switch {
-	case reason != "":
-		st.Reason, st.Message, st.Error, st.inputs = reason, msg, &wafv1alpha1.RuleError{Message: msg}, ""
-		result = ResultMissingRefs
+	case rej != nil:
+		st.Reason, st.Message, st.Error, st.inputs = rej.reason, rej.message, &wafv1alpha1.RuleError{Message: rej.message}, ""
+		result = rej.result
 	case b.SHA256() == st.inputs:
 		result = ResultUnchanged
 	default:
-		result = c.compile(req.NamespacedName, b, &st)
+		release, ok := c.slots.acquire(req.Namespace)
+		if !ok {
+			// Every slot this namespace may use is busy: wait without
+			// holding a worker, so other namespaces compile meanwhile.
+			return ctrl.Result{RequeueAfter: slotRetry}, nil
+		}
+		result = c.compile(req.NamespacedName, b, &st, release)
 	}
 	c.metrics.Compiles.WithLabelValues(result).Inc()
 	c.mu.Lock()
@@ -154,72 +171,52 @@ func (c *Compiler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	return ctrl.Result{}, nil
 }
 
-// load reads the RuleSet's sources and data in order. A missing object is a
-// reason (RuleSourceNotFound, RuleDataNotFound), not an error.
-func (c *Compiler) load(ctx context.Context, rs *wafv1alpha1.RuleSet) (b ruleset.Bundle, reason, msg string, err error) {
-	var sources []ruleset.Source
-	var missing []string
-	for _, ref := range rs.Spec.Sources {
-		var src wafv1alpha1.RuleSource
-		if err := c.client.Get(ctx, types.NamespacedName{Namespace: rs.Namespace, Name: ref.Name}, &src); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return b, "", "", fmt.Errorf("get RuleSource %s/%s: %w", rs.Namespace, ref.Name, err)
-			}
-			missing = append(missing, ref.Name)
-			continue
-		}
-		sources = append(sources, ruleset.Source{Name: ref.Name, Rules: src.Spec.Rules})
-	}
-	if len(missing) > 0 {
-		return b, wafv1alpha1.ReasonRuleSourceNotFound, notFound("RuleSource", rs.Namespace, missing), nil
-	}
-	var data []map[string][]byte
-	for _, ref := range rs.Spec.Data {
-		var d wafv1alpha1.RuleData
-		if err := c.client.Get(ctx, types.NamespacedName{Namespace: rs.Namespace, Name: ref.Name}, &d); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return b, "", "", fmt.Errorf("get RuleData %s/%s: %w", rs.Namespace, ref.Name, err)
-			}
-			missing = append(missing, ref.Name)
-			continue
-		}
-		files := make(map[string][]byte, len(d.Spec.Files))
-		for name, content := range d.Spec.Files {
-			files[name] = []byte(content)
-		}
-		data = append(data, files)
-	}
-	if len(missing) > 0 {
-		return b, wafv1alpha1.ReasonRuleDataNotFound, notFound("RuleData", rs.Namespace, missing), nil
-	}
-	return ruleset.Join(sources, data...), "", "", nil
+type compileResult struct {
+	compiled *ruleset.Compiled
+	err      error
 }
 
-func notFound(kind, namespace string, names []string) string {
-	return fmt.Sprintf("%s not found in namespace %s: %s", kind, namespace, strings.Join(names, ", "))
-}
-
-// compile compiles b into st; on success the revision goes to the cache.
-func (c *Compiler) compile(key types.NamespacedName, b ruleset.Bundle, st *State) string {
+// compile compiles b into st within the compile deadline; on success the
+// revision goes to the cache. release frees the compile slot: it runs when
+// the compile really ends, which for a compile past its deadline is after
+// compile returns, so abandoned compiles still count against the slots.
+func (c *Compiler) compile(key types.NamespacedName, b ruleset.Bundle, st *State, release func()) string {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.CompileTimeout)
+	defer cancel()
+	done := make(chan compileResult, 1)
+	c.metrics.InFlight.Inc()
 	start := time.Now()
-	compiled, err := ruleset.Compile(b, ruleset.Options{})
+	go func() {
+		defer c.metrics.InFlight.Dec()
+		defer release()
+		var r compileResult
+		defer func() {
+			// Outside the reconciler, a panic would end the process.
+			if p := recover(); p != nil {
+				r = compileResult{err: fmt.Errorf("compile: %v", p)}
+			}
+			done <- r
+		}()
+		r.compiled, r.err = c.opts.Compile(ctx, b, ruleset.Options{MaxDataFileBytes: c.opts.MaxDataFileBytes})
+	}()
+	var r compileResult
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		// Coraza stops at its next file read; what it makes is dropped.
+		go func() {
+			if late := <-done; late.compiled != nil {
+				_ = late.compiled.Close()
+			}
+		}()
+		r.err = ctx.Err()
+	}
 	c.metrics.Duration.Observe(time.Since(start).Seconds())
 	st.inputs = b.SHA256()
-	if err != nil {
-		st.Reason, st.Message, st.Error = wafv1alpha1.ReasonInvalidRuleSet, err.Error(), &wafv1alpha1.RuleError{Message: err.Error()}
-		result := ResultInvalid
-		if e, ok := ruleset.AsError(err); ok {
-			if e.Kind() == ruleset.KindSandbox {
-				st.Reason, result = wafv1alpha1.ReasonSandboxViolation, ResultSandbox
-			}
-			p := e.Problems[0]
-			st.Error = &wafv1alpha1.RuleError{Source: p.Source, Line: int32(p.SourceLine), Message: p.Message}
-			if p.Source == "" && p.Line > 0 {
-				st.Error.Line = int32(p.Line)
-			}
-		}
-		return result
+	if r.err != nil {
+		return c.failed(st, r.err)
 	}
+	compiled := r.compiled
 	entry, _ := c.cache.Put(cache.Key(key.Namespace, key.Name), ruleset.RevisionUUID(compiled.SHA256), b.Rules, b.DataFiles)
 	st.Reason, st.Message, st.Error = wafv1alpha1.ReasonRulesCached, "", nil
 	st.Revision = &wafv1alpha1.Revision{UUID: entry.UUID, Timestamp: metav1.NewTime(entry.Timestamp), SHA256: compiled.SHA256}
@@ -228,23 +225,52 @@ func (c *Compiler) compile(key types.NamespacedName, b ruleset.Bundle, st *State
 	for _, d := range ruleset.Drivers() {
 		st.Findings = append(st.Findings, compiled.Unsupported(d)...)
 	}
-	// Keep the last good WAF open: Coraza shares compiled patterns between
-	// live WAFs, so the next compile of a similar bundle is several times
-	// faster.
+	// Keep the last good WAF open, within --waf-max-last-good-bytes:
+	// Coraza shares compiled patterns between live WAFs, so the next compile
+	// of a similar bundle is several times faster.
 	c.mu.Lock()
-	old := c.compiled[key]
-	c.compiled[key] = compiled
+	closing := c.kept.keep(key, compiled)
 	c.mu.Unlock()
-	if old != nil {
+	for _, old := range closing {
 		_ = old.Close()
 	}
 	return ResultCached
 }
 
+// failed records why a compile failed and returns the result label.
+func (c *Compiler) failed(st *State, err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = &ruleset.Error{Problems: []ruleset.Problem{{Kind: ruleset.KindTimeout,
+			Message: fmt.Sprintf("the compile did not finish within %s (--waf-compile-timeout); make the rule set smaller or simpler", c.opts.CompileTimeout)}}}
+	}
+	st.Reason, st.Message, st.Error = wafv1alpha1.ReasonInvalidRuleSet, err.Error(), &wafv1alpha1.RuleError{Message: err.Error()}
+	e, ok := ruleset.AsError(err)
+	if !ok {
+		return ResultInvalid
+	}
+	p := e.Problems[0]
+	st.Error = &wafv1alpha1.RuleError{Source: p.Source, Line: int32(p.SourceLine), Message: p.Message}
+	if p.Source == "" && p.Line > 0 {
+		st.Error.Line = int32(p.Line)
+	}
+	switch e.Kind() {
+	case ruleset.KindSandbox:
+		st.Reason = wafv1alpha1.ReasonSandboxViolation
+		return ResultSandbox
+	case ruleset.KindTooLarge:
+		st.Reason = wafv1alpha1.ReasonTooLarge
+		return ResultTooLarge
+	case ruleset.KindTimeout:
+		// Not a property of the inputs alone: the next reconcile retries.
+		st.Reason, st.inputs = wafv1alpha1.ReasonCompileTimeout, ""
+		return ResultTimeout
+	}
+	return ResultInvalid
+}
+
 func (c *Compiler) forget(key types.NamespacedName) {
 	c.mu.Lock()
-	compiled := c.compiled[key]
-	delete(c.compiled, key)
+	compiled := c.kept.drop(key)
 	delete(c.states, key)
 	c.mu.Unlock()
 	if compiled != nil {

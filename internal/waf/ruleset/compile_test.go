@@ -1,9 +1,12 @@
 package ruleset
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corazawaf/coraza/v3"
 )
@@ -172,5 +175,65 @@ func TestBundleIdentity(t *testing.T) {
 		if s, l := j.Locate(line); s+":"+strconv.Itoa(l) != want {
 			t.Errorf("line %d -> %s:%d, want %s", line, s, l, want)
 		}
+	}
+}
+
+// largeRules is about n bytes of cheap rules with multi-line directives
+// (continuations, a backtick block) spread through it, ids from first.
+func largeRules(n, first int) string {
+	var b strings.Builder
+	for i := first; b.Len() < n; i++ {
+		switch i % 100 {
+		case 0:
+			fmt.Fprintf(&b, "SecDataset d%d `\nevil%d\n`\n", i, i)
+		case 1:
+			fmt.Fprintf(&b, "SecRule ARGS \"@pmFromDataset d%d\" \\\n    \"id:%d,phase:2,deny,status:403\"\n", i-1, i)
+		default:
+			fmt.Fprintf(&b, "# rule %d\nSecRule ARGS:a%d \"@streq x\" \"id:%d,phase:2,pass,nolog,msg:'%s'\"\n", i, i, i, strings.Repeat("m", 400))
+		}
+	}
+	return b.String()
+}
+
+// TestCompileLargeRulesInParts: rules over the chunk threshold compile in
+// parts, to the same rules as one file, and errors are still located.
+func TestCompileLargeRulesInParts(t *testing.T) {
+	rules := largeRules(3*chunkThreshold, 1000)
+	if parts := chunk(rules); len(parts) < 3 {
+		t.Fatalf("%d rule files for %d bytes", len(parts), len(rules))
+	}
+	c := mustCompile(t, Join([]Source{{Name: "big", Rules: rules}}))
+	one, err := coraza.NewWAF(coraza.NewWAFConfig().WithDirectives(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := one.(interface{ RulesCount() int }).RulesCount(); c.RuleCount != want {
+		t.Fatalf("%d rules compiled in parts, %d in one file", c.RuleCount, want)
+	}
+	if got := status(c.WAF, "/?x=evil1000"); got != 403 {
+		t.Fatalf("dataset rule: status %d, want 403", got)
+	}
+	b := Join([]Source{{Name: "big", Rules: rules}, {Name: "bad", Rules: "SecRule ARGS \"@rx x\" \"id:1,deny,nosuchaction\""}})
+	_, err = Compile(b, Options{})
+	if e, ok := AsError(err); !ok || e.Problems[0].Source != "bad" || e.Problems[0].SourceLine != 1 || !strings.Contains(err.Error(), "nosuchaction") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+// TestCompileStopsAtDeadline: a large compile whose deadline passes stops
+// (at the next part) and reports KindTimeout instead of running to the end.
+func TestCompileStopsAtDeadline(t *testing.T) {
+	var b strings.Builder
+	for i := 0; b.Len() < 1<<20; i++ {
+		fmt.Fprintf(&b, "SecRule ARGS \"@rx p-%d-(a|b)+c{2,9}[x-z]\" \"id:%d,phase:2,pass,nolog\"\n", i, 1000000+i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	c, err := CompileContext(ctx, Bundle{Rules: b.String()}, Options{})
+	if e, ok := AsError(err); !ok || e.Kind() != KindTimeout {
+		if c != nil {
+			_ = c.Close()
+		}
+		t.Fatalf("got %v, want a timeout", err)
 	}
 }

@@ -1,6 +1,7 @@
 package ruleset
 
 import (
+	"context"
 	"io/fs"
 	"strings"
 	"testing/fstest"
@@ -23,7 +24,8 @@ const rulesFile = "rules.conf"
 //   - the embedded Core Rule Set, under any path whose first element starting
 //     with "@" names it ("@owasp_crs/x.conf", "dir/@crs-setup.conf.example");
 //   - the bundle's data files, at the root and in the bundle directory;
-//   - the bundle's rules, as <dir>/rules.conf.
+//   - the bundle's rules, as <dir>/rules.conf (which includes <dir>/part-N.conf
+//     when the rules are large; see chunk).
 //
 // The bundle directory is named after a digest of the data files. Coraza
 // memoizes @pmFromFile matchers by directory and file name across WAF
@@ -32,19 +34,26 @@ const rulesFile = "rules.conf"
 //
 // Nothing else exists: absolute paths, "..", and every host file are "not
 // found".
+//
+// Every access fails once ctx ends: Coraza reads a file for each Include and
+// each file operator, so that is where a compile past its deadline stops.
 type sandboxFS struct {
+	ctx context.Context
 	mem fstest.MapFS
 	crs fs.FS
 }
 
-func newSandboxFS(dir, rules string, files map[string][]byte) *sandboxFS {
-	mem := fstest.MapFS{dir + "/" + rulesFile: &fstest.MapFile{Data: []byte(rules), Mode: 0o444}}
+func newSandboxFS(ctx context.Context, dir string, rules map[string]string, files map[string][]byte) *sandboxFS {
+	mem := fstest.MapFS{}
+	for name, text := range rules {
+		mem[dir+"/"+name] = &fstest.MapFile{Data: []byte(text), Mode: 0o444}
+	}
 	for name, data := range files {
 		f := &fstest.MapFile{Data: data, Mode: 0o444}
 		mem[name] = f
 		mem[dir+"/"+name] = f
 	}
-	return &sandboxFS{mem: mem, crs: crsFS}
+	return &sandboxFS{ctx: ctx, mem: mem, crs: crsFS}
 }
 
 // crsPath returns the Core Rule Set path inside name, if name has one.
@@ -65,6 +74,9 @@ func notFound(op, name string) error {
 
 // Open implements fs.FS.
 func (s *sandboxFS) Open(name string) (fs.File, error) {
+	if err := s.ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
 	if !fs.ValidPath(name) {
 		return nil, notFound("open", name)
 	}
@@ -76,6 +88,9 @@ func (s *sandboxFS) Open(name string) (fs.File, error) {
 
 // ReadFile implements fs.ReadFileFS.
 func (s *sandboxFS) ReadFile(name string) ([]byte, error) {
+	if err := s.ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: err}
+	}
 	if !fs.ValidPath(name) {
 		return nil, notFound("read", name)
 	}
@@ -87,6 +102,9 @@ func (s *sandboxFS) ReadFile(name string) ([]byte, error) {
 
 // ReadDir implements fs.ReadDirFS.
 func (s *sandboxFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	if err := s.ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
+	}
 	if !fs.ValidPath(name) {
 		return nil, notFound("readdir", name)
 	}

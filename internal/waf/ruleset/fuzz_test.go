@@ -23,7 +23,7 @@ func FuzzCheck(f *testing.F) {
 	f.Fuzz(func(t *testing.T, rules, file string) {
 		b := Join([]Source{{Name: "a", Rules: rules}, {Name: "b", Rules: rules}}, map[string][]byte{file: []byte("x")})
 		lines := strings.Count(b.Rules, "\n")
-		problems, _ := check(b)
+		problems, _ := check(b, Options{})
 		for _, p := range problems {
 			if p.Line < 0 || p.Line > lines {
 				t.Fatalf("problem at line %d of %d: %v", p.Line, lines, p)
@@ -35,7 +35,7 @@ func FuzzCheck(f *testing.F) {
 		if len(problems) > 0 {
 			return
 		}
-		dirs, _ := split(b.Rules)
+		dirs, _ := splitBundle(b)
 		for _, d := range dirs {
 			if d.Name == "include" && !strings.HasPrefix(strings.TrimSpace(d.Opts), "@") {
 				t.Fatalf("include %q passed the check", d.Opts)

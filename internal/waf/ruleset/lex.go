@@ -1,32 +1,72 @@
 package ruleset
 
 import (
+	"bufio"
 	"fmt"
 	"strings"
 )
 
-// MaxLineLength is the longest physical line accepted, in bytes. Coraza reads
-// rules with a bufio.Scanner, which stops at a longer line without an error,
-// so every directive after it would be dropped silently.
-const MaxLineLength = 65535
+// MaxLineLength is the longest physical line accepted, in bytes, counting
+// a carriage return before the newline. Coraza reads rules with a
+// bufio.Scanner of the default size, which stops at a longer line without an
+// error, so every directive after it would be dropped silently.
+const MaxLineLength = bufio.MaxScanTokenSize - 1
 
 // directive is one logical SecLang directive as Coraza's parser sees it:
 // comment lines skipped, continuation lines joined, backtick blocks kept.
 type directive struct {
 	// Line and End are the bundle lines (1-based) it starts and ends on.
 	Line, End int
+	// Text is the logical line Coraza evaluates (seclang Parser.evaluateLine).
+	Text string
 	// Name is the directive name, lower-cased ("secrule"); Word is the name
 	// as written ("SecRule").
 	Name, Word string
 	// Opts is everything after the name, with surrounding double quotes
-	// removed the way Coraza removes them.
+	// removed the way Coraza removes them: exactly the argument string
+	// Coraza hands to the directive.
 	Opts string
 }
 
-// split cuts rules into directives, mirroring Coraza's parser (seclang
-// Parser.parseString and evaluateLine), and reports what that parser would
-// silently drop or refuse.
-func split(rules string) ([]directive, []Problem) {
+// splitBundle cuts a bundle into directives. Each source (span) is read on
+// its own, so a continuation or an open backtick block at the end of one
+// source is reported instead of swallowing the next source's first line.
+func splitBundle(b Bundle) ([]directive, []Problem) {
+	if len(b.Spans) == 0 {
+		return split(b.Rules, 1)
+	}
+	var (
+		out      []directive
+		problems []Problem
+	)
+	rest := b.Rules
+	for _, s := range b.Spans {
+		end := 0
+		for n := 0; n < s.Lines && end < len(rest); n++ {
+			i := strings.IndexByte(rest[end:], '\n')
+			if i < 0 {
+				end = len(rest)
+				break
+			}
+			end += i + 1
+		}
+		d, p := split(rest[:end], s.First)
+		out, problems = append(out, d...), append(problems, p...)
+		rest = rest[end:]
+	}
+	if rest != "" {
+		d, p := split(rest, strings.Count(b.Rules[:len(b.Rules)-len(rest)], "\n")+1)
+		out, problems = append(out, d...), append(problems, p...)
+	}
+	return out, problems
+}
+
+// split cuts rules into directives with the algorithm of Coraza's parser
+// (seclang Parser.parseString and evaluateLine, v3.8.1): the same
+// bufio.Scanner, strings.TrimSpace, comment, backtick and continuation
+// rules. first is the bundle line of rules' first line. It reports what that
+// parser would silently drop or refuse.
+func split(rules string, first int) ([]directive, []Problem) {
 	var (
 		out      []directive
 		problems []Problem
@@ -34,19 +74,11 @@ func split(rules string) ([]directive, []Problem) {
 		start    int
 		inTicks  bool
 	)
-	lines := strings.Split(rules, "\n")
-	if n := len(lines); n > 0 && lines[n-1] == "" {
-		lines = lines[:n-1]
-	}
-	for i, raw := range lines {
-		n := i + 1
-		raw = strings.TrimSuffix(raw, "\r")
-		if len(raw) > MaxLineLength {
-			problems = append(problems, Problem{Kind: KindInvalid, Line: n,
-				Message: fmt.Sprintf("line is %d bytes long; the limit is %d (Coraza's parser would silently drop every rule after it)", len(raw), MaxLineLength)})
-			return out, problems
-		}
-		line := strings.TrimSpace(raw)
+	sc := bufio.NewScanner(strings.NewReader(rules))
+	n := first - 1
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
 		if line == "" || line[0] == '#' {
 			continue
 		}
@@ -69,26 +101,40 @@ func split(rules string) ([]directive, []Problem) {
 			continue
 		}
 		buf.WriteString(line)
-		out = append(out, newDirective(buf.String(), start, n))
+		if d, ok := newDirective(buf.String(), start, n); ok {
+			out = append(out, d)
+		} else {
+			problems = append(problems, Problem{Kind: KindInvalid, Line: start, Message: "Coraza refuses this line as an empty directive"})
+		}
 		buf.Reset()
 		start = 0
 	}
+	if sc.Err() != nil {
+		problems = append(problems, Problem{Kind: KindInvalid, Line: n + 1,
+			Message: fmt.Sprintf("line is longer than %d bytes (with its carriage return); Coraza's parser would silently drop every rule from here on", MaxLineLength)})
+		return out, problems
+	}
 	switch {
 	case inTicks:
-		problems = append(problems, Problem{Kind: KindInvalid, Line: start, Message: "backtick block is never closed"})
+		problems = append(problems, Problem{Kind: KindInvalid, Line: start, Message: "backtick block is never closed in this RuleSource"})
 	case start != 0:
 		problems = append(problems, Problem{Kind: KindInvalid, Line: start,
-			Message: "the last directive ends with a line continuation (\\); Coraza would silently ignore it"})
+			Message: "the last directive of this RuleSource ends with a line continuation (\\); Coraza would join it to whatever follows or silently ignore it"})
 	}
 	return out, problems
 }
 
-func newDirective(text string, line, end int) directive {
+// newDirective reads a logical line as seclang evaluateLine does; ok is
+// false for the lines it refuses as invalid.
+func newDirective(text string, line, end int) (directive, bool) {
+	if text == "" || text[0] == '#' {
+		return directive{}, false
+	}
 	name, opts, _ := strings.Cut(text, " ")
 	if len(opts) >= 3 && opts[0] == '"' && opts[len(opts)-1] == '"' {
 		opts = strings.Trim(opts, `"`)
 	}
-	return directive{Line: line, End: end, Name: strings.ToLower(name), Word: name, Opts: opts}
+	return directive{Line: line, End: end, Text: text, Name: strings.ToLower(name), Word: name, Opts: opts}, true
 }
 
 // ruleParts splits the arguments of a SecRule into variables, operator and

@@ -20,6 +20,11 @@ const (
 	// sandbox: host files, log files, programs, the process environment or
 	// the network.
 	KindSandbox Kind = "Sandbox"
+	// KindTooLarge: the bundle, or a data file an operator reads, is larger
+	// than the limits allow.
+	KindTooLarge Kind = "TooLarge"
+	// KindTimeout: the compile did not finish before its deadline.
+	KindTimeout Kind = "Timeout"
 )
 
 // Problem is one thing wrong with a bundle.
@@ -104,6 +109,8 @@ type checker struct {
 	analysis analysis
 	// chainID is the id of the chain the next SecRule belongs to, if any.
 	chainID int
+	// maxDataFile bounds each data file a file operator reads.
+	maxDataFile int
 }
 
 // Check is the sandbox pre-check: it reports every directive, operator and
@@ -112,13 +119,13 @@ type checker struct {
 // OWASP Core Rule Set files that b includes are Portal's own and are not
 // checked. Check never compiles and never touches the filesystem.
 func Check(b Bundle) []Problem {
-	problems, _ := check(b)
+	problems, _ := check(b, Options{})
 	return problems
 }
 
-func check(b Bundle) ([]Problem, analysis) {
-	dirs, problems := split(b.Rules)
-	c := &checker{files: b.DataFiles, crs: crsFS, problems: problems}
+func check(b Bundle, opts Options) ([]Problem, analysis) {
+	dirs, problems := splitBundle(b)
+	c := &checker{files: b.DataFiles, crs: crsFS, problems: problems, maxDataFile: opts.maxDataFile()}
 	for _, d := range dirs {
 		c.directive(d)
 	}
@@ -140,20 +147,22 @@ func (c *checker) directive(d directive) {
 	switch d.Name {
 	case "include":
 		c.include(d)
+	// The arguments below are compared exactly as Coraza receives them: it
+	// trims nothing, so " /dev/stdout" is a file name, not the console.
 	case "secauditlog":
-		if v := strings.TrimSpace(d.Opts); v != "/dev/stdout" && v != "/dev/stderr" {
+		if v := d.Opts; v != "/dev/stdout" && v != "/dev/stderr" {
 			c.add(KindSandbox, d, "SecAuditLog %q is not allowed: only /dev/stdout and /dev/stderr, which open no file", v)
 		}
 	case "secauditlogtype":
-		if v := strings.TrimSpace(d.Opts); !strings.EqualFold(v, "serial") {
+		if v := d.Opts; !strings.EqualFold(v, "serial") {
 			c.add(KindSandbox, d, "SecAuditLogType %q is not allowed: only Serial (Concurrent writes host files, HTTPS and Syslog reach the network)", v)
 		}
 	case "secignorerulecompilationerrors":
-		if v := strings.TrimSpace(d.Opts); !strings.EqualFold(v, "off") {
+		if v := d.Opts; !strings.EqualFold(v, "off") {
 			c.add(KindInvalid, d, "SecIgnoreRuleCompilationErrors %q is not allowed: broken rules would be dropped silently instead of reported", v)
 		}
 	case "secuploadkeepfiles":
-		if v := strings.TrimSpace(d.Opts); !strings.EqualFold(v, "off") {
+		if v := d.Opts; !strings.EqualFold(v, "off") {
 			c.add(KindSandbox, d, "SecUploadKeepFiles %q is not allowed: it writes uploaded files to the host", v)
 		}
 	case "secrule":
@@ -163,22 +172,40 @@ func (c *checker) directive(d directive) {
 			c.operator(d, op, c.ruleID(list))
 			c.check(d, list)
 		}
-	case "secaction", "secdefaultaction":
-		c.check(d, actionsOf(maybeUnquote(strings.TrimSpace(d.Opts))))
+	case "secaction":
+		// seclang ParseRule: MaybeRemoveQuotes of the directive's argument.
+		c.check(d, actionsOf(maybeUnquote(d.Opts)))
+	case "secdefaultaction":
+		// Kept as written and parsed with every later rule.
+		c.check(d, actionsOf(d.Opts))
 	case "secruleupdateactionbyid":
-		_, acts, _ := strings.Cut(strings.TrimSpace(d.Opts), " ")
-		c.check(d, actionsOf(maybeUnquote(strings.TrimSpace(acts))))
+		c.check(d, actionsOf(updateActions(d.Opts)))
 	case "secruleremovebyid":
 		c.analysis.removedIDs = append(c.analysis.removedIDs, idRanges(d.Opts)...)
 	case "secruleremovebytag":
-		c.analysis.removedTags = append(c.analysis.removedTags, maybeUnquote(strings.TrimSpace(d.Opts)))
+		c.analysis.removedTags = append(c.analysis.removedTags, d.Opts)
 	}
+}
+
+// updateActions returns the action list of SecRuleUpdateActionById as
+// Coraza reads it (directiveSecRuleUpdateActionByID): the last field of the
+// argument split on any whitespace, with double quotes trimmed from both
+// ends. Everything before it is ids.
+func updateActions(opts string) string {
+	f := strings.Fields(opts)
+	if len(f) < 2 {
+		return ""
+	}
+	return strings.Trim(f[len(f)-1], `"`)
 }
 
 // include allows only files of the embedded Core Rule Set.
 func (c *checker) include(d directive) {
-	p := strings.TrimSpace(d.Opts)
+	p := d.Opts
 	switch {
+	case p != strings.TrimSpace(p):
+		// Coraza globs with the spaces but opens a plain path without them.
+		c.add(KindInvalid, d, "Include %q: remove the spaces around the file name", p)
 	case p == "":
 		c.add(KindInvalid, d, "Include needs a file")
 	case outside(p):
@@ -217,8 +244,13 @@ func (c *checker) operator(d directive, op string, id int) {
 			c.add(KindInvalid, d, "operator @%s %q: no such file in the embedded OWASP Core Rule Set", name, arg)
 		}
 	default:
-		if _, ok := c.files[path.Clean(arg)]; !ok {
+		data, ok := c.files[path.Clean(arg)]
+		switch {
+		case !ok:
 			c.add(KindInvalid, d, "operator @%s %q: no such file in the RuleSet's RuleData (files: %s)", name, arg, fileList(c.files))
+		case len(data) > c.maxDataFile:
+			c.add(KindTooLarge, d, "operator @%s %q: the file is %d bytes; a file an operator reads may hold at most %d bytes (--waf-max-data-file-bytes): split it or trim it",
+				name, arg, len(data), c.maxDataFile)
 		}
 	}
 }

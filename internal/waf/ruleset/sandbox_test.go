@@ -1,7 +1,9 @@
 package ruleset
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -59,7 +61,15 @@ func TestCheckRejects(t *testing.T) {
 		{"unterminated continuation", `SecRule ARGS "@rx x" "id:1,deny" \`, KindInvalid, "continuation"},
 		{"open backticks", "SecDataset d `\nfoo", KindInvalid, "backtick"},
 		{"ignored compile errors", "SecIgnoreRuleCompilationErrors On", KindInvalid, "dropped silently"},
-		{"overlong line", "# " + strings.Repeat("x", MaxLineLength), KindInvalid, "bytes long"},
+		{"overlong line", "# " + strings.Repeat("x", MaxLineLength), KindInvalid, "longer than"},
+		{"overlong line by its carriage return", strings.Repeat("x", MaxLineLength) + "\r\nSecDebugLog /tmp/x", KindInvalid, "longer than"},
+		{"tab before an update's actions", "SecRuleUpdateActionById 1\t\"setenv:A=b\"", KindSandbox, "environment"},
+		{"update of two ids", `SecRuleUpdateActionById 1 2 "setenv:A=b"`, KindSandbox, "environment"},
+		{"update of an id range", `SecRuleUpdateActionById 1-9 "exec:/bin/sh"`, KindSandbox, "runs a program"},
+		{"audit log with a leading space", "SecAuditLog  /dev/stdout", KindSandbox, "SecAuditLog"},
+		{"keep files with a leading space", "SecUploadKeepFiles  Off", KindSandbox, "SecUploadKeepFiles"},
+		{"include with a leading space", `Include " @owasp_crs/*.conf"`, KindInvalid, "spaces"},
+		{"CRLF continuation", "SecRule ARGS \"@rx x\" \\\r\n  \"id:1,pass,setenv:A=b\"", KindSandbox, "environment"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,10 +187,113 @@ func TestSandboxLeavesFilesystemUntouched(t *testing.T) {
 	// Defence in depth: compiled without the pre-check, reads of host files
 	// still fail, because the sandbox filesystem is all Coraza sees.
 	for _, rules := range escapes(tmp)[:5] {
-		if _, err := newWAF(Bundle{}, "rs-x", rules+"\n", Options{}, nil); err == nil {
+		if _, err := newWAF(context.Background(), Bundle{}, "rs-x", rules+"\n", Options{}, nil, nil); err == nil {
 			t.Errorf("%q compiled against the sandbox filesystem", rules)
 		} else if !strings.Contains(err.Error(), "not exist") {
 			t.Errorf("%q: %v, want file does not exist", rules, err)
 		}
+	}
+}
+
+// TestEngineRefusesWithoutPreCheck compiles every escape straight through
+// Coraza, as if the pre-check had missed it: the engine's replacements
+// (actions, operators, audit log writers) and the directive guard refuse
+// each one, and no file appears and no environment variable changes.
+func TestEngineRefusesWithoutPreCheck(t *testing.T) {
+	work, tmp := t.TempDir(), t.TempDir()
+	t.Chdir(work)
+	t.Setenv("TMPDIR", tmp)
+	t.Setenv("PORTAL_SANDBOX_PROBE", "unchanged")
+	// Coraza probes that the temporary directory is writable for every WAF
+	// it creates (a file created and removed): only files count here.
+	beforeWork, beforeTmp := snapshot(t, work)[1:], snapshot(t, tmp)[1:]
+	rules := append(escapes(tmp)[5:],
+		`SecRule ARGS "@rx x" "id:1,pass,setenv:PORTAL_SANDBOX_PROBE=changed"`,
+		`SecAction "id:1,pass,setenv:PORTAL_SANDBOX_PROBE=changed"`,
+		"SecDefaultAction \"phase:2,log,pass,setenv:PORTAL_SANDBOX_PROBE=changed\"\nSecRule ARGS \"@rx x\" \"id:2\"",
+		"SecRule ARGS \"@rx x\" \"id:1,pass\"\nSecRuleUpdateActionById 1\t\"setenv:PORTAL_SANDBOX_PROBE=changed\"",
+		`SecRule ARGS "@rx x" "id:1,pass,exec:/bin/sh"`,
+		`SecRule REMOTE_ADDR "@rbl sbl.example.org" "id:1,deny"`,
+		"SecAuditLogType HTTPS\nSecAuditLog https://example.com/",
+		"SecAuditLogType Syslog\nSecAuditLog udp://127.0.0.1:514",
+		"SecAuditLog  /dev/stdout",
+		"SecTmpDir /tmp",
+		"SecRemoteRules key https://127.0.0.1:1/rules",
+	)
+	for _, r := range rules {
+		w, err := newWAF(context.Background(), Bundle{}, "rs-x", r+"\n", Options{}, nil, nil)
+		if err == nil {
+			if tx := w.NewTransaction(); tx != nil {
+				tx.ProcessURI("/?a=x", "GET", "HTTP/1.1")
+				tx.ProcessRequestHeaders()
+				_, _ = tx.ProcessRequestBody()
+				_ = tx.Close()
+			}
+			t.Errorf("%q compiled on the engine", r)
+			continue
+		}
+		if !strings.Contains(err.Error(), refusal) {
+			t.Errorf("%q: %v, want the engine's refusal", r, err)
+		}
+	}
+	if got := os.Getenv("PORTAL_SANDBOX_PROBE"); got != "unchanged" {
+		t.Errorf("the process environment changed: %q", got)
+	}
+	if got := snapshot(t, work)[1:]; !slices.Equal(got, beforeWork) {
+		t.Errorf("working directory changed:\nbefore %v\nafter  %v", beforeWork, got)
+	}
+	if got := snapshot(t, tmp)[1:]; !slices.Equal(got, beforeTmp) {
+		t.Errorf("temporary directory changed:\nbefore %v\nafter  %v", beforeTmp, got)
+	}
+	// The Core Rule Set still compiles on the engine (it uses initcol).
+	if _, err := Compile(Bundle{Rules: crsRules}, Options{}); err != nil {
+		t.Fatalf("CRS: %v", err)
+	}
+}
+
+// TestCheckReadsEachSourceAlone: a continuation or an open backtick block
+// at the end of one RuleSource would swallow the next one's first line in
+// the joined bundle; the check reports it on the source that ends open.
+func TestCheckReadsEachSourceAlone(t *testing.T) {
+	for _, first := range []string{
+		"SecRule ARGS \"@rx x\" \"id:1,pass,msg:'a'\" \\",
+		"SecAction \\",
+		"SecDataset words `\nevil",
+	} {
+		b := Join([]Source{{Name: "first", Rules: first}, {Name: "second", Rules: "SecRuleEngine Off\nSecRule ARGS \"@rx y\" \"id:2,deny\""}})
+		problems := Check(b)
+		if len(problems) == 0 || problems[0].Source != "first" || problems[0].Kind != KindInvalid {
+			t.Errorf("%q: problems %v, want one on RuleSource first", first, problems)
+		}
+	}
+}
+
+// TestConsoleAuditLogStillWorks: the engine's Serial writer still writes
+// audit entries to standard output, the one audit log the sandbox allows.
+func TestConsoleAuditLogStillWorks(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	c, err := Compile(Bundle{Rules: "SecRuleEngine On\nSecAuditEngine On\nSecAuditLogFormat JSON\nSecAuditLog /dev/stdout\n" +
+		"SecRule ARGS \"@rx evil\" \"id:7,phase:1,deny,status:403,log,auditlog\"\n"}, Options{})
+	os.Stdout = stdout
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tx := c.WAF.NewTransaction()
+	tx.ProcessURI("/?q=evil", "GET", "HTTP/1.1")
+	if it := tx.ProcessRequestHeaders(); it == nil || it.Status != 403 {
+		t.Fatalf("interruption %+v", it)
+	}
+	tx.ProcessLogging()
+	_ = tx.Close()
+	_ = w.Close()
+	out, err := io.ReadAll(r)
+	if err != nil || !strings.Contains(string(out), `"uri":"/?q=evil"`) || !strings.Contains(string(out), `"is_interrupted":true`) {
+		t.Fatalf("audit output %q, %v", out, err)
 	}
 }

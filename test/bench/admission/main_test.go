@@ -51,6 +51,9 @@ func runPortal() error {
 	cfg := manager.Defaults()
 	cfg.Namespace = os.Getenv(childNamespaceEnv)
 	cfg.MetricsAddr = os.Getenv(childMetricsEnv)
+	// Plain HTTP (--metrics-secure=false): the benchmark scrapes without a
+	// token, and measures Portal rather than TokenReviews.
+	cfg.MetricsSecure = false
 	cfg.HealthAddr = os.Getenv(childHealthEnv)
 	cfg.Admission.Enabled = true
 	cfg.Admission.Host = "127.0.0.1"

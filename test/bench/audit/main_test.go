@@ -60,6 +60,9 @@ func runPortal() error {
 	cfg := manager.Defaults()
 	cfg.Namespace = os.Getenv(childNamespaceEnv)
 	cfg.MetricsAddr = os.Getenv(childMetricsEnv)
+	// Plain HTTP (--metrics-secure=false): the benchmark scrapes without a
+	// token, and measures Portal rather than TokenReviews.
+	cfg.MetricsSecure = false
 	cfg.HealthAddr = os.Getenv(childHealthEnv)
 	cfg.Admission.Enabled = false
 	cfg.Audit.Enabled = true

@@ -1,0 +1,12 @@
+// Package examples carries the example rule bundles, manifests and WAF rule
+// sets inside the portal binary, so `portal dev` can install its demo from any
+// directory, not only from a checkout.
+package examples
+
+import "embed"
+
+// FS holds the files `portal dev` installs: rules/pod-security, manifests and
+// waf, at those paths.
+//
+//go:embed rules/pod-security manifests waf
+var FS embed.FS
