@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -325,5 +327,25 @@ func TestServerConcurrencyBound(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Denied.WithLabelValues(DenyOverloaded)); got != 1 {
 		t.Fatalf("denied_total{reason=overloaded} = %v, want 1", got)
+	}
+}
+
+// TestServerLogsDenials: every refusal is one log line naming the reason,
+// the path, the client and, when the token authenticated, the user.
+func TestServerLogsDenials(t *testing.T) {
+	var buf bytes.Buffer
+	c := New(nil, nil)
+	c.Put("team-a/crs", "id", "SecRuleEngine On\n", nil)
+	srv := httptest.NewTLSServer(NewServer(c, ServerOptions{Authorizer: teamA, Logger: slog.New(slog.NewJSONHandler(&buf, nil))}, nil).Handler())
+	defer srv.Close()
+	client = srv.Client()
+	doAs(t, "team-b", http.MethodGet, srv.URL+"/rules/team-a/crs", nil)
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("log %q: %v", buf.String(), err)
+	}
+	if line["msg"] != "rule set cache request denied" || line["reason"] != DenyForbidden || line["path"] != "/rules/team-a/crs" ||
+		line["user"] != "system:serviceaccount:team-b:proxy" || line["client"] == "" {
+		t.Fatalf("log line %v", line)
 	}
 }
