@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -347,5 +348,35 @@ func TestServerLogsDenials(t *testing.T) {
 	if line["msg"] != "rule set cache request denied" || line["reason"] != DenyForbidden || line["path"] != "/rules/team-a/crs" ||
 		line["user"] != "system:serviceaccount:team-b:proxy" || line["client"] == "" {
 		t.Fatalf("log line %v", line)
+	}
+}
+
+// discardWriter is a ResponseWriter that keeps nothing.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+// TestServerEncodesOnce: answering a large entry allocates far less than
+// the entry, because the server writes the bytes encoded when the revision
+// was stored instead of encoding it per request.
+func TestServerEncodesOnce(t *testing.T) {
+	const size = 1 << 20
+	c := New(nil, nil)
+	c.Put("team-a/big", "id", strings.Repeat("# padding\n", size/10), map[string][]byte{"data.txt": make([]byte, size)})
+	h := NewServer(c, ServerOptions{Authorizer: teamA, Logger: discardLog()}, nil).Handler()
+	req := httptest.NewRequest(http.MethodGet, "/rules/team-a/big", nil)
+	req.Header.Set("Authorization", "Bearer team-a")
+	const requests = 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range requests {
+		h.ServeHTTP(&discardWriter{h: http.Header{}}, req)
+	}
+	runtime.ReadMemStats(&after)
+	if perRequest := (after.TotalAlloc - before.TotalAlloc) / requests; perRequest > size/8 {
+		t.Fatalf("%d bytes allocated per answer of a %d-byte entry: it is encoded per request", perRequest, 2*size)
 	}
 }
