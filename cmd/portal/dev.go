@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,17 +13,22 @@ import (
 
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/certs/pki"
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/manifest"
+	"github.com/vilaca/portal/internal/waf/cache"
 )
 
 type devOptions struct {
@@ -145,9 +151,16 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 				return
 			}
 		}
+		var proxyHint string
+		if o.cfg.WAF {
+			if proxyHint, err = o.prepareWAFProxy(ctx, c, cluster); err != nil {
+				fmt.Fprintln(os.Stderr, "portal dev:", err)
+				return
+			}
+		}
 		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
-		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n\nCtrl-C stops everything.\n",
-			relative(o.kubeconfigOut), kubectl, kubectl, relative(assets.path(filepath.Join("examples", "manifests", "pods.yaml"))), kubectl)
+		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",
+			relative(o.kubeconfigOut), kubectl, kubectl, relative(assets.path(filepath.Join("examples", "manifests", "pods.yaml"))), kubectl, proxyHint)
 	}
 	err = manager.Run(ctx, cluster.Config, o.cfg)
 	if errors.Is(ctx.Err(), context.Canceled) {
@@ -155,6 +168,61 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 	}
 	return err
 }
+
+// devProxyServiceAccount is the ServiceAccount whose token portal dev
+// writes for a local waf-proxy, in the namespace of examples/waf.
+const devProxyServiceAccount = "waf-proxy"
+
+// prepareWAFProxy writes what a local waf-proxy needs to read the rule set
+// cache, next to the kubeconfig: the cache's CA bundle (from its
+// certificate Secret, once Portal has issued it) and a token of
+// ServiceAccount default/waf-proxy for the cache's audience. It returns the
+// hint that shows the command line.
+func (o *devOptions) prepareWAFProxy(ctx context.Context, c client.Client, cluster *devcluster.Cluster) (string, error) {
+	dir := filepath.Dir(o.kubeconfigOut)
+	caFile, tokenFile := filepath.Join(dir, "waf-cache-ca.crt"), filepath.Join(dir, "waf-proxy.token")
+	var caPEM []byte
+	key := client.ObjectKey{Namespace: o.cfg.Namespace, Name: o.cfg.WAFOptions.CacheCertSecret}
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var sec corev1.Secret
+		if err := c.Get(ctx, key, &sec); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		caPEM = sec.Data[pki.KeyCABundle]
+		return len(caPEM) > 0, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("rule set cache certificate Secret %s not issued: %w", key, err)
+	}
+	ns := metav1.NamespaceDefault
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: devProxyServiceAccount}}
+	if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("create ServiceAccount %s/%s: %w", ns, sa.Name, err)
+	}
+	kc, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		return "", err
+	}
+	tr, err := kc.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{cache.Audience}, ExpirationSeconds: ptr.To[int64](int64(devTokenTTL / time.Second))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for ServiceAccount %s/%s: %w", ns, sa.Name, err)
+	}
+	if err := errors.Join(os.WriteFile(caFile, caPEM, 0o600), os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600)); err != nil {
+		return "", err
+	}
+	_, port, err := net.SplitHostPort(o.cfg.WAFOptions.CacheAddr)
+	if err != nil {
+		return "", fmt.Errorf("--waf-cache-addr %q: %w", o.cfg.WAFOptions.CacheAddr, err)
+	}
+	return fmt.Sprintf("\nA waf-proxy in front of an app on 127.0.0.1:8080, enforcing examples/waf (token valid %s):\n"+
+		"  %s waf-proxy --cache-url https://127.0.0.1:%s --ca-file %s --token-file %s --ruleset default/crs --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8000 --metrics-addr 127.0.0.1:9090\n",
+		devTokenTTL, relative(os.Args[0]), port, relative(caFile), relative(tokenFile)), nil
+}
+
+// devTokenTTL is the lifetime of the token portal dev writes.
+const devTokenTTL = 24 * time.Hour
 
 func (o *devOptions) writeKubeconfig(cluster *devcluster.Cluster) error {
 	kc, err := cluster.Kubeconfig()

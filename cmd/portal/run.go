@@ -126,7 +126,10 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 
 	w := &cfg.WAFOptions
 	f.BoolVar(&cfg.WAF, "waf", cfg.WAF, "run the WAF rule pipeline (RuleSource, RuleData, RuleSet) and its cache server (L7)")
-	f.StringVar(&w.CacheAddr, "waf-cache-addr", w.CacheAddr, "listen address of the WAF rule cache server")
+	f.StringVar(&w.CacheAddr, "waf-cache-addr", w.CacheAddr, "listen address of the WAF rule cache server (TLS)")
+	f.StringVar(&w.CacheService, "waf-cache-service", w.CacheService, "Service data planes reach the rule cache by (in Portal's namespace); its DNS names go into the cache's serving certificate")
+	f.StringVar(&w.CacheCertSecret, "waf-cache-cert-secret", w.CacheCertSecret, "Secret (in Portal's namespace) holding the rule cache's CA and serving certificate, issued and renewed by Portal")
+	f.IntVar(&w.CacheMaxConcurrent, "waf-cache-max-concurrent", w.CacheMaxConcurrent, "requests the rule cache answers at once; more get 503 with Retry-After")
 	f.DurationVar(&w.CacheMaxAge, "cache-max-age", w.CacheMaxAge, "evict cached rule set revisions older than this (a rule set's latest revision is never evicted)")
 	f.Int64Var(&w.CacheMaxSize, "cache-max-size", w.CacheMaxSize, "evict the oldest revisions when the cache holds more bytes than this")
 	f.DurationVar(&w.CacheGCInterval, "cache-gc-interval", w.CacheGCInterval, "how often the cache evicts")

@@ -24,8 +24,10 @@ import (
 type wafProxyOptions struct {
 	cacheURL, ruleSet, upstream, listen, metricsAddr string
 	failurePolicy, logLevel                          string
+	caFile, tokenFile                                string
 	pollInterval                                     time.Duration
 	requestBodyLimit, responseBodyLimit              int64
+	maxRequestBody                                   int64
 	server                                           proxy.ServerOptions
 
 	// ready, when set, is called with the bound addresses once both
@@ -40,13 +42,18 @@ func newWAFProxyCommand() *cobra.Command {
 	o := &wafProxyOptions{
 		listen: ":8000", metricsAddr: ":9090", failurePolicy: "fail", logLevel: "info",
 		pollInterval: proxy.DefaultPollInterval, server: proxy.DefaultServerOptions(),
+		tokenFile:      "/var/run/secrets/portal/waf-cache/token",
+		maxRequestBody: proxy.DefaultMaxRequestBodyBytes,
 	}
 	cmd := &cobra.Command{
 		Use:   "waf-proxy",
 		Short: "Run a reverse proxy guarded by a WAF rule set from Portal's cache",
 		Long: `Proxy HTTP requests to --upstream through Coraza, running the rule set
 --ruleset (namespace/name) that Portal compiles and serves from its rule set
-cache at --cache-url. The proxy polls the cache every --poll-interval and
+cache at --cache-url (https). The proxy proves who it is with the
+ServiceAccount token in --token-file (audience ` + cache.Audience + `), trusts
+only the CA in --ca-file, and compiles an entry only when it has the sha256
+the cache announced. The proxy polls the cache every --poll-interval and
 swaps in a new revision without dropping a request; a revision that does not
 compile leaves the last good one in force. Until a rule set has loaded,
 --failure-policy decides: fail answers 503, allow proxies uninspected.`,
@@ -54,7 +61,9 @@ compile leaves the last good one in force. Until a rule set has loaded,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.cacheURL, "cache-url", "", "base URL of Portal's rule set cache, e.g. http://portal.portal-system:18080 (required)")
+	f.StringVar(&o.cacheURL, "cache-url", "", "base URL of Portal's rule set cache, e.g. https://portal-waf-cache.portal-system:18080 (required)")
+	f.StringVar(&o.caFile, "ca-file", "", "PEM CA bundle the cache's serving certificate must chain to; re-read before each poll (required)")
+	f.StringVar(&o.tokenFile, "token-file", o.tokenFile, "file holding a ServiceAccount token with audience "+cache.Audience+" (a projected token volume); re-read before each poll")
 	f.StringVar(&o.ruleSet, "ruleset", "", "the RuleSet to enforce, as namespace/name (required)")
 	f.StringVar(&o.upstream, "upstream", "", "URL of the server to proxy to, e.g. http://127.0.0.1:8080 (required)")
 	f.StringVar(&o.listen, "listen", o.listen, "listen address of the proxy")
@@ -63,6 +72,7 @@ compile leaves the last good one in force. Until a rule set has loaded,
 	f.StringVar(&o.failurePolicy, "failure-policy", o.failurePolicy, "before any rule set has loaded: fail (answer 503) or allow (proxy uninspected)")
 	f.Int64Var(&o.requestBodyLimit, "request-body-limit", 0, "most request body bytes the WAF inspects; 0 keeps the rule set's SecRequestBodyLimit")
 	f.Int64Var(&o.responseBodyLimit, "response-body-limit", 0, "most response body bytes the WAF inspects; 0 keeps the rule set's SecResponseBodyLimit")
+	f.Int64Var(&o.maxRequestBody, "max-request-body-bytes", o.maxRequestBody, "hard cap on a request body: larger bodies get 413, whatever the rule set says")
 	f.DurationVar(&o.server.ReadTimeout, "read-timeout", o.server.ReadTimeout, "longest time to read a request, body included")
 	f.DurationVar(&o.server.WriteTimeout, "write-timeout", o.server.WriteTimeout, "longest time from the end of the request headers to the end of the answer")
 	f.DurationVar(&o.server.IdleTimeout, "idle-timeout", o.server.IdleTimeout, "longest time a keep-alive connection waits for its next request")
@@ -82,6 +92,7 @@ type wafProxySetup struct {
 func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 	for _, req := range []struct{ flag, value string }{
 		{"--cache-url", o.cacheURL}, {"--ruleset", o.ruleSet}, {"--upstream", o.upstream},
+		{"--ca-file", o.caFile}, {"--token-file", o.tokenFile},
 	} {
 		if req.value == "" {
 			return nil, fmt.Errorf("%s is required", req.flag)
@@ -100,14 +111,29 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 	if o.requestBodyLimit < 0 || o.responseBodyLimit < 0 {
 		return nil, errors.New("--request-body-limit and --response-body-limit must not be negative")
 	}
+	if o.maxRequestBody <= 0 {
+		return nil, errors.New("--max-request-body-bytes must be positive")
+	}
 	up, err := url.Parse(o.upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return nil, fmt.Errorf("--upstream %q: want http(s)://host[:port][/prefix]", o.upstream)
 	}
-	client, err := cache.NewClient(o.cacheURL, nil)
+	if cu, err := url.Parse(o.cacheURL); err != nil || cu.Scheme != "https" {
+		return nil, fmt.Errorf("--cache-url %q: the rule set cache serves TLS only: want https://host:port", o.cacheURL)
+	}
+	transport, err := cache.NewCATransport(o.caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--ca-file: %w", err)
+	}
+	token := cache.TokenFile(o.tokenFile)
+	if _, err := token(); err != nil {
+		return nil, fmt.Errorf("--token-file: %w", err)
+	}
+	client, err := cache.NewClient(o.cacheURL, &http.Client{Transport: transport, Timeout: 30 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("--cache-url: %w", err)
 	}
+	client.Token = token
 	log, err := newLogger(o.logLevel)
 	if err != nil {
 		return nil, err
@@ -118,6 +144,7 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 	p := &proxy.Proxy{
 		Upstream: up, FailOpen: o.failurePolicy == "allow", Logger: log, Metrics: m,
 		RequestBodyLimit: o.requestBodyLimit, ResponseBodyLimit: o.responseBodyLimit,
+		MaxRequestBodyBytes: o.maxRequestBody,
 	}
 	poller := &proxy.Poller{Client: client, Namespace: ns, Name: name, Interval: o.pollInterval, Target: p, Logger: log, Metrics: m}
 	return &wafProxySetup{proxy: p, poller: poller, registry: reg, log: log}, nil

@@ -2,22 +2,68 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/vilaca/portal/internal/certs/pki"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/proxy"
 	"github.com/vilaca/portal/internal/waf/ruleset"
 )
 
+// testCache is a rule set cache served over TLS by a certificate of its own
+// CA, accepting one token; caFile and tokenFile are what the waf-proxy is
+// given.
+type testCache struct {
+	cache             *cache.Cache
+	url               string
+	caFile, tokenFile string
+}
+
+func startTestCache(t *testing.T) *testCache {
+	t.Helper()
+	dir := t.TempDir()
+	tc := &testCache{cache: cache.New(nil, nil), caFile: filepath.Join(dir, "ca.crt"), tokenFile: filepath.Join(dir, "token")}
+	allow := cache.AuthorizerFunc(func(_ context.Context, token, _, _ string) (cache.Decision, error) {
+		if token != "proxy-token" {
+			return cache.Decision{Reason: cache.DenyUnauthenticated}, nil
+		}
+		return cache.Decision{Allowed: true}, nil
+	})
+	b, err := pki.NewSelfSigned(time.Now(), time.Hour, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(cache.NewServer(tc.cache, cache.ServerOptions{Authorizer: allow}, nil).Handler())
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*b.Serving}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	tc.url = srv.URL
+	if err := errors.Join(os.WriteFile(tc.caFile, b.CABundle(), 0o600), os.WriteFile(tc.tokenFile, []byte("proxy-token\n"), 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	return tc
+}
+
 func TestWAFProxyFlagErrors(t *testing.T) {
-	base := []string{"waf-proxy", "--cache-url", "http://127.0.0.1:1", "--ruleset", "ns/guard", "--upstream", "http://127.0.0.1:2"}
+	tc := startTestCache(t)
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"waf-proxy", "--cache-url", tc.url, "--ruleset", "ns/guard", "--upstream", "http://127.0.0.1:2",
+		"--ca-file", tc.caFile, "--token-file", tc.tokenFile}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -30,6 +76,12 @@ func TestWAFProxyFlagErrors(t *testing.T) {
 		{append(base, "--ruleset", "ns/Guard"), "name"},
 		{append(base, "--upstream", "ftp://x"), "--upstream"},
 		{append(base, "--cache-url", "nope"), "--cache-url"},
+		{append(base, "--cache-url", "http://127.0.0.1:1"), "the rule set cache serves TLS only"},
+		{append(base, "--ca-file", "/nonexistent/ca.crt"), "--ca-file"},
+		{append(base, "--ca-file", tc.tokenFile), "holds no PEM certificate"},
+		{append(base, "--token-file", "/nonexistent/token"), "--token-file"},
+		{append(base, "--token-file", empty), "is empty"},
+		{append(base, "--max-request-body-bytes", "0"), "--max-request-body-bytes must be positive"},
 		{append(base, "--request-body-limit", "-1"), "must not be negative"},
 		{append(base, "--log-level", "loud"), "--log-level"},
 	} {
@@ -44,15 +96,15 @@ func TestWAFProxyFlagErrors(t *testing.T) {
 // upstream: 503 and not ready before the rule set exists, then blocking,
 // metrics and a clean shutdown.
 func TestWAFProxyCommand(t *testing.T) {
-	c := cache.New(nil, nil)
-	cacheSrv := httptest.NewServer(cache.NewServer(c, cache.ServerOptions{}, nil).Handler())
-	defer cacheSrv.Close()
+	tc := startTestCache(t)
+	c := tc.cache
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "upstream") }))
 	defer up.Close()
 
 	addrs := make(chan [2]string, 1)
 	o := &wafProxyOptions{
-		cacheURL: cacheSrv.URL, ruleSet: "ns/guard", upstream: up.URL, listen: "127.0.0.1:0", metricsAddr: "127.0.0.1:0",
+		cacheURL: tc.url, caFile: tc.caFile, tokenFile: tc.tokenFile, maxRequestBody: proxy.DefaultMaxRequestBodyBytes,
+		ruleSet: "ns/guard", upstream: up.URL, listen: "127.0.0.1:0", metricsAddr: "127.0.0.1:0",
 		failurePolicy: "fail", logLevel: "error", pollInterval: time.Second, server: proxy.DefaultServerOptions(),
 		ready: func(listen, metrics string) { addrs <- [2]string{listen, metrics} },
 	}

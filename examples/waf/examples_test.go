@@ -14,73 +14,49 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/devcluster"
-	"github.com/vilaca/portal/internal/waf"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/ruleset"
+	"github.com/vilaca/portal/internal/waf/waftest"
 )
 
 const ns = "waf-examples"
 
 // start runs the WAF layer against a fresh control plane until the test ends.
+// The cache client is a data plane's: a token of a ServiceAccount in the
+// examples' namespace, TLS verified against the cache's CA.
 func start(t *testing.T) (client.Client, *cache.Client) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cl, err := devcluster.Start(ctx, devcluster.Options{})
+	cl, err := devcluster.Start(context.Background(), devcluster.Options{})
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
+	env, stop, err := waftest.Start(cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(errors.Join(err, cl.Stop()))
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := errors.Join(<-done, cl.Stop()); err != nil {
+		if err := errors.Join(stop(), cl.Stop()); err != nil {
 			t.Error(err)
 		}
 	})
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), wafv1alpha1.AddToScheme(scheme)); err != nil {
-		done <- nil
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(cl.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	if err != nil {
-		done <- nil
-		t.Fatal(err)
-	}
-	opts := waf.DefaultOptions()
-	opts.CacheAddr, opts.Registerer = "127.0.0.1:0", prometheus.NewRegistry()
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	layer, err := waf.Setup(mgr, opts)
-	if err != nil {
-		done <- nil
-		t.Fatal(err)
-	}
-	go func() { done <- mgr.Start(ctx) }()
-	<-layer.Server.Ready()
-	cc, err := cache.NewClient("http://"+layer.Server.Addr(), nil)
+	token, err := env.Token(context.Background(), ns, "waf-proxy", cache.Audience)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(cl.Config, client.Options{Scheme: scheme})
+	cc, err := env.NewClient(token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, cc
+	return env.Client, cc
 }
 
 // apply creates every document of the YAML files in ns.
@@ -141,10 +117,8 @@ func status(t *testing.T, cc *cache.Client, name, uri, agent string) int {
 }
 
 func TestExamplesBecomeReady(t *testing.T) {
+	// start made the namespace, with the data plane's ServiceAccount in it.
 	c, cc := start(t)
-	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	files, err := filepath.Glob("*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)

@@ -118,6 +118,9 @@ type Options struct {
 	// Log defaults to slog.Default(); Metrics to DefaultMetrics().
 	Log     *slog.Logger
 	Metrics *Metrics
+	// ControllerName prefixes the names of the controllers ("certs" when
+	// empty); a second certificate in the same manager needs its own.
+	ControllerName string
 }
 
 // ServiceDNSNames are the names a Service is reached by in a cluster.
@@ -191,6 +194,7 @@ func defaults(o *Options) error {
 		}
 	}
 	setDefault(&o.SecretName, DefaultSecretName)
+	setDefault(&o.ControllerName, "certs")
 	setDefault((*string)(&o.Source), string(SourceSelf))
 	if _, err := ParseSource(string(o.Source)); err != nil {
 		return fmt.Errorf("certs: %w", err)

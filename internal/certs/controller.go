@@ -121,7 +121,7 @@ func (c *Controller) startKick() source.Source {
 
 func (c *Controller) setupLoader(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("certs-loader").
+		Named(c.opts.ControllerName + "-loader").
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
 		WatchesRawSource(c.secretSource()).
 		WatchesRawSource(c.startKick()).
@@ -184,7 +184,7 @@ func (c *Controller) invalid(sec *corev1.Secret, err error) {
 
 func (c *Controller) setupIssuer(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("certs-issuer").
+		Named(c.opts.ControllerName + "-issuer").
 		WatchesRawSource(c.secretSource()).
 		WatchesRawSource(c.startKick()).
 		Complete(reconcile.Func(c.issue))

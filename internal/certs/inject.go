@@ -74,7 +74,7 @@ func (in *injector) setup(mgr ctrl.Manager) error {
 		}
 	}}
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("certs-inject-" + strings.ToLower(in.t.gvk().Kind)).
+		Named(in.c.opts.ControllerName + "-inject-" + strings.ToLower(in.t.gvk().Kind)).
 		// The metadata watch fires when a target is created, recreated or
 		// edited (say, a Helm upgrade that blanks the caBundle).
 		WatchesRawSource(source.Kind(in.c.cache, meta, &handler.TypedEnqueueRequestForObject[*metav1.PartialObjectMetadata]{}, named)).

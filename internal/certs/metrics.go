@@ -47,3 +47,24 @@ func DefaultMetrics() *Metrics {
 	defaultMetricsOnce.Do(func() { defaultMetrics = NewMetrics(metrics.Registry) })
 	return defaultMetrics
 }
+
+// NewNamedMetrics is NewMetrics for a certificate other than the webhook's:
+// the metrics are named prefix+"_expiry_timestamp_seconds" and
+// prefix+"_renewals_total" and their help names what, e.g.
+// NewNamedMetrics(reg, "portal_waf_cache_cert", "rule set cache").
+func NewNamedMetrics(reg prometheus.Registerer, prefix, what string) *Metrics {
+	m := &Metrics{
+		Expiry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: prefix + "_expiry_timestamp_seconds",
+			Help: "Expiry (notAfter, Unix seconds) of the " + what + " serving certificate this replica serves.",
+		}),
+		Renewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: prefix + "_renewals_total",
+			Help: "Writes of the " + what + " certificate Secret that issued a certificate or changed the CA bundle.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Expiry, m.Renewals)
+	}
+	return m
+}

@@ -211,6 +211,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if cfg.WAF {
 		wo := cfg.WAFOptions
 		wo.Logger = log
+		wo.Namespace = cfg.Namespace
 		if _, err := waf.Setup(mgr, wo); err != nil {
 			return fmt.Errorf("waf layer: %w", err)
 		}

@@ -7,22 +7,48 @@ package waf
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/controller"
 )
 
+// Defaults of the cache server's identity.
+const (
+	DefaultNamespace       = "portal-system"
+	DefaultCacheService    = "portal-waf-cache"
+	DefaultCacheCertSecret = "portal-waf-cache-cert"
+)
+
 // Options configure the WAF rule layer. Start from DefaultOptions.
 type Options struct {
+	// Namespace is Portal's own namespace, where the cache's certificate
+	// Secret lives (DefaultNamespace in DefaultOptions; portal run sets
+	// its --namespace). Required.
+	Namespace string
 	// CacheAddr is the cache server's listen address (--waf-cache-addr).
 	CacheAddr string
+	// CacheService is the Service data planes reach the cache by
+	// (--waf-cache-service): its DNS names, and 127.0.0.1, go into the
+	// cache's serving certificate.
+	CacheService string
+	// CacheCertSecret is the Secret in Namespace that holds the cache's
+	// CA and serving certificate (--waf-cache-cert-secret); Portal issues
+	// and renews it as it does the webhook's.
+	CacheCertSecret string
+	// CacheMaxConcurrent bounds the requests the cache answers at once
+	// (--waf-cache-max-concurrent).
+	CacheMaxConcurrent int
 	// CacheMaxAge, CacheMaxSize (bytes) and CacheGCInterval drive the cache
 	// garbage collector (--cache-max-age, --cache-max-size,
 	// --cache-gc-interval). The latest revision of a rule set is never
@@ -47,11 +73,15 @@ type Options struct {
 // DefaultOptions are the defaults of the flags.
 func DefaultOptions() Options {
 	return Options{
-		CacheAddr:       cache.DefaultAddr,
-		CacheMaxAge:     cache.DefaultMaxAge,
-		CacheMaxSize:    cache.DefaultMaxSize,
-		CacheGCInterval: cache.DefaultGCInterval,
-		Compile:         controller.DefaultCompilerOptions(),
+		Namespace:          DefaultNamespace,
+		CacheAddr:          cache.DefaultAddr,
+		CacheService:       DefaultCacheService,
+		CacheCertSecret:    DefaultCacheCertSecret,
+		CacheMaxConcurrent: cache.DefaultMaxConcurrent,
+		CacheMaxAge:        cache.DefaultMaxAge,
+		CacheMaxSize:       cache.DefaultMaxSize,
+		CacheGCInterval:    cache.DefaultGCInterval,
+		Compile:            controller.DefaultCompilerOptions(),
 	}
 }
 
@@ -63,12 +93,17 @@ type Layer struct {
 	Server *cache.Server
 	// Compiler holds what was made of each RuleSet.
 	Compiler *controller.Compiler
+	// Certs keeps the cache's serving certificate; Certs.CABundle is what
+	// data planes must trust (--ca-file of portal waf-proxy).
+	Certs *certs.Controller
 }
 
 // Setup adds the WAF rule layer to mgr: field indexes, the RuleSet compiler
-// (every replica), the RuleSet status writer (leader only) and the cache
-// server (every replica). mgr's scheme must hold the waf.portal.io/v1alpha1
-// types (wafv1alpha1.AddToScheme).
+// (every replica), the RuleSet status writer (leader only), the cache's
+// certificate controller and the cache server (every replica), which serves
+// TLS and checks every caller's ServiceAccount token with the API server.
+// mgr's scheme must hold the waf.portal.io/v1alpha1 types
+// (wafv1alpha1.AddToScheme).
 func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if !mgr.GetScheme().IsVersionRegistered(wafv1alpha1.GroupVersion) {
 		return nil, errors.New("waf: the manager's scheme lacks waf.portal.io/v1alpha1 (add wafv1alpha1.AddToScheme)")
@@ -86,10 +121,25 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if name == "" {
 		name = "portal"
 	}
+	if opts.Namespace == "" {
+		return nil, errors.New("waf: Options.Namespace (Portal's namespace, for the cache certificate) is required")
+	}
 	c := cache.New(nil, cache.NewMetrics(reg))
+	cc, err := cacheCerts(mgr, opts, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, fmt.Errorf("waf: review client: %w", err)
+	}
 	srv := cache.NewServer(c, cache.ServerOptions{
 		Addr: opts.CacheAddr, MaxAge: opts.CacheMaxAge, MaxSize: opts.CacheMaxSize,
 		GCInterval: opts.CacheGCInterval, Logger: log,
+		Authorizer: cache.NewKubeAuthorizer(kc.AuthenticationV1().TokenReviews(), kc.AuthorizationV1().SubjectAccessReviews(),
+			0, c.Metrics()),
+		GetCertificate: cc.GetCertificate,
+		MaxConcurrent:  opts.CacheMaxConcurrent,
 	}, c.Metrics())
 	if err := controller.SetupIndexes(context.Background(), mgr); err != nil {
 		return nil, err
@@ -104,5 +154,38 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err := mgr.Add(srv); err != nil {
 		return nil, err
 	}
-	return &Layer{Cache: c, Server: srv, Compiler: comp}, nil
+	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: cc}, nil
+}
+
+// cacheCerts sets up the cache's serving certificate with the webhook's
+// machinery: its own CA and Secret, renewed and rotated the same way, and
+// loaded by every replica without a restart.
+func cacheCerts(mgr ctrl.Manager, opts Options, log *slog.Logger, reg prometheus.Registerer) (*certs.Controller, error) {
+	service, secret := opts.CacheService, opts.CacheCertSecret
+	if service == "" {
+		service = DefaultCacheService
+	}
+	// Never certs' default, which is the webhook's Secret.
+	if secret == "" {
+		secret = DefaultCacheCertSecret
+	}
+	cc, err := certs.New(certs.Options{
+		Namespace:      opts.Namespace,
+		SecretName:     secret,
+		ControllerName: "waf-cache-certs",
+		DNSNames:       certs.ServiceDNSNames(service, opts.Namespace),
+		IPAddresses:    []net.IP{net.IPv4(127, 0, 0, 1)},
+		Log:            log,
+		Metrics:        certs.NewNamedMetrics(reg, "portal_waf_cache_cert", "rule set cache"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waf: cache certificate: %w", err)
+	}
+	if err := cc.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("waf-cache-certificate", cc.Check); err != nil {
+		return nil, err
+	}
+	return cc, nil
 }

@@ -31,13 +31,14 @@ var (
 		layer  *waf.Layer
 		cache  *cache.Client
 		reg    *prometheus.Registry
+		waf    *waftest.Env
 	}
 	shared = devtest.Shared{Setup: func(cl *devcluster.Cluster) (func() error, error) {
 		e, stop, err := waftest.Start(cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
 			return nil, err
 		}
-		env.client, env.layer, env.cache, env.reg = e.Client, e.Layer, e.Cache, e.Registry
+		env.client, env.layer, env.cache, env.reg, env.waf = e.Client, e.Layer, e.Cache, e.Registry, e
 		return stop, nil
 	}}
 )

@@ -2,11 +2,13 @@ package crs
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -23,6 +25,7 @@ import (
 	"github.com/coreruleset/go-ftw/v2/test"
 	"github.com/rs/zerolog"
 
+	"github.com/vilaca/portal/internal/certs/pki"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/proxy"
 	"github.com/vilaca/portal/internal/waf/ruleset"
@@ -144,15 +147,35 @@ func startProxy(t *testing.T, logPath string) string {
 	}
 	t.Cleanup(func() { _ = logFile.Close() })
 
+	// The cache path as a data plane sees it: TLS verified against the
+	// cache's own CA, a bearer token, the digest checked before compiling.
 	c := cache.New(nil, nil)
-	cacheSrv := httptest.NewServer(cache.NewServer(c, cache.ServerOptions{}, nil).Handler())
-	t.Cleanup(cacheSrv.Close)
-	id := ruleset.RevisionUUID(ruleset.Bundle{Rules: testRuleSet}.SHA256())
-	c.Put(cache.Key("crs", "regression"), id, testRuleSet, nil)
-	client, err := cache.NewClient(cacheSrv.URL, nil)
+	allow := cache.AuthorizerFunc(func(_ context.Context, token, _, _ string) (cache.Decision, error) {
+		return cache.Decision{Allowed: token == "crs-token", Reason: cache.DenyUnauthenticated}, nil
+	})
+	cert, err := pki.NewSelfSigned(time.Now(), time.Hour, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	cacheSrv := httptest.NewUnstartedServer(cache.NewServer(c, cache.ServerOptions{Authorizer: allow}, nil).Handler())
+	cacheSrv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert.Serving}, MinVersion: tls.VersionTLS12}
+	cacheSrv.StartTLS()
+	t.Cleanup(cacheSrv.Close)
+	id := ruleset.RevisionUUID(ruleset.Bundle{Rules: testRuleSet}.SHA256())
+	c.Put(cache.Key("crs", "regression"), id, testRuleSet, nil)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, cert.CABundle(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	transport, err := cache.NewCATransport(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := cache.NewClient(cacheSrv.URL, &http.Client{Transport: transport, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Token = func() (string, error) { return "crs-token", nil }
 
 	backend := httptest.NewServer(Echo())
 	t.Cleanup(backend.Close)

@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -85,6 +87,7 @@ func TestPortalDev(t *testing.T) {
 	exited := make(chan error, 1)
 	ready := make(chan struct{})
 	hints := make(chan string, 100)
+	proxyLine := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -95,6 +98,9 @@ func TestPortalDev(t *testing.T) {
 			}
 			if strings.HasPrefix(sc.Text(), "portal dev: ready") {
 				close(ready)
+			}
+			if strings.Contains(sc.Text(), " waf-proxy --cache-url ") {
+				proxyLine <- sc.Text()
 			}
 		}
 		exited <- dev.Wait()
@@ -148,6 +154,13 @@ func TestPortalDev(t *testing.T) {
 	}
 	t.Logf("kubectl get polr -A: %s", reports)
 
+	select {
+	case line := <-proxyLine:
+		runPrintedWAFProxy(t, workDir, bin, line)
+	case <-time.After(10 * time.Second):
+		t.Fatal("portal dev printed no waf-proxy command line")
+	}
+
 	apiserver := serverAddr(t, kubeconfig)
 	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -170,6 +183,66 @@ func TestPortalDev(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("kube-apiserver at %s still accepts connections after portal dev exited", apiserver)
+	}
+}
+
+// runPrintedWAFProxy runs the waf-proxy command line portal dev printed, in
+// dir (portal dev's working directory), with its own ports and upstream, and checks that it loads the example
+// rule set through the cache (TLS with the printed CA file, the printed
+// token file) and blocks an attack.
+func runPrintedWAFProxy(t *testing.T, dir, bin, line string) {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("app")) }))
+	defer up.Close()
+	listen, metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	fields := strings.Fields(line)
+	i := slices.Index(fields, "waf-proxy")
+	if i < 0 {
+		t.Fatalf("no waf-proxy in %q", line)
+	}
+	args := fields[i:]
+	for j := 0; j+1 < len(args); j++ {
+		switch args[j] {
+		case "--upstream":
+			args[j+1] = up.URL
+		case "--listen":
+			args[j+1] = listen
+		case "--metrics-addr":
+			args[j+1] = metrics
+		}
+	}
+	proxy := exec.Command(bin, args...)
+	proxy.Dir = dir
+	proxy.Stderr = os.Stderr
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = proxy.Process.Signal(syscall.SIGTERM)
+		_ = proxy.Wait()
+	}()
+	get := func(u string) int {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		req.Header.Set("Accept", "text/html")
+		req.Host = "app.example"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return get("http://"+metrics+"/readyz") == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("the printed waf-proxy did not load the rule set: %v", err)
+	}
+	if code := get("http://" + listen + "/?q=hello"); code != http.StatusOK {
+		t.Fatalf("clean request through the printed waf-proxy: %d", code)
+	}
+	if code := get("http://" + listen + "/?q=<script>alert(1)</script>"); code != http.StatusForbidden {
+		t.Fatalf("attack through the printed waf-proxy: %d, want 403", code)
 	}
 }
 

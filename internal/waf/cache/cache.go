@@ -8,6 +8,10 @@
 package cache
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -27,10 +31,44 @@ type Entry struct {
 	DataFiles map[string][]byte `json:"dataFiles,omitempty"`
 }
 
-// Latest is what `GET /rules/{namespace}/{name}/latest` returns.
+// Latest is what `GET /rules/{namespace}/{name}/latest` returns. SHA256 is
+// the hex sha256 of the exact body `GET /rules/{namespace}/{name}` answers
+// for this revision: a data plane checks it before compiling what it got.
 type Latest struct {
 	UUID      string    `json:"uuid"`
 	Timestamp time.Time `json:"timestamp"`
+	SHA256    string    `json:"sha256"`
+}
+
+// revision is a stored Entry, encoded once when it is stored: the server
+// answers every request with these bytes and never encodes per request.
+type revision struct {
+	uuid      string
+	timestamp time.Time
+	size      int64
+	// body is the JSON of the Entry; latest the JSON of its Latest.
+	body, latest []byte
+}
+
+// encode makes the stored form of e.
+func encode(e *Entry) (*revision, error) {
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode rule set revision %s: %w", e.UUID, err)
+	}
+	sum := sha256.Sum256(body)
+	latest, err := json.Marshal(Latest{UUID: e.UUID, Timestamp: e.Timestamp, SHA256: hex.EncodeToString(sum[:])})
+	if err != nil {
+		return nil, fmt.Errorf("encode rule set revision %s: %w", e.UUID, err)
+	}
+	return &revision{uuid: e.UUID, timestamp: e.Timestamp, size: e.Size(), body: body, latest: latest}, nil
+}
+
+func (r *revision) entry() Entry {
+	var e Entry
+	// The bytes were made by json.Marshal of an Entry in encode.
+	_ = json.Unmarshal(r.body, &e)
+	return e
 }
 
 // Size is the entry's weight in the cache: rules plus file names and
@@ -47,14 +85,16 @@ func (e *Entry) Size() int64 {
 func Key(namespace, name string) string { return namespace + "/" + name }
 
 // Cache holds the revisions of every rule set, oldest first; the last
-// revision of a key is its latest and is never evicted. It is safe for
-// concurrent use.
+// revision of a key is its latest and is never evicted. Revisions are held
+// in their encoded (JSON) form only; the byte counts are of the content
+// (Entry.Size), which the encoding makes up to a third larger (base64 data
+// files). It is safe for concurrent use.
 type Cache struct {
 	clock   clock.PassiveClock
 	metrics *Metrics
 
 	mu    sync.RWMutex
-	keys  map[string][]*Entry
+	keys  map[string][]*revision
 	total int64
 	count int
 }
@@ -65,7 +105,7 @@ func New(clk clock.PassiveClock, m *Metrics) *Cache {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Cache{clock: clk, metrics: m, keys: map[string][]*Entry{}}
+	return &Cache{clock: clk, metrics: m, keys: map[string][]*revision{}}
 }
 
 // Metrics returns the metrics the cache updates (nil when none).
@@ -75,17 +115,14 @@ func (c *Cache) Metrics() *Metrics { return c.metrics }
 // and returns it. When the latest revision already has this id, nothing
 // changes and Put returns it with created false. An older revision with the
 // same id (content reverted) is moved to the end with a new timestamp. Put
-// copies files.
+// encodes the revision once, here; the returned Entry shares nothing with
+// the cache.
 func (c *Cache) Put(key, id, rules string, files map[string][]byte) (e Entry, created bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	revs := c.keys[key]
-	if n := len(revs); n > 0 && revs[n-1].UUID == id {
-		return *revs[n-1], false
-	}
-	if i := slices.IndexFunc(revs, func(e *Entry) bool { return e.UUID == id }); i >= 0 {
-		c.drop(revs[i])
-		revs = slices.Delete(revs, i, i+1)
+	if n := len(revs); n > 0 && revs[n-1].uuid == id {
+		return revs[n-1].entry(), false
 	}
 	var copied map[string][]byte
 	if len(files) > 0 {
@@ -94,23 +131,41 @@ func (c *Cache) Put(key, id, rules string, files map[string][]byte) (e Entry, cr
 			copied[name] = slices.Clone(data)
 		}
 	}
-	entry := &Entry{UUID: id, Timestamp: c.clock.Now().UTC(), Rules: rules, DataFiles: copied}
-	c.keys[key] = append(revs, entry)
-	c.total += entry.Size()
+	entry := Entry{UUID: id, Timestamp: c.clock.Now().UTC(), Rules: rules, DataFiles: copied}
+	rev, err := encode(&entry)
+	if err != nil {
+		// An Entry holds strings, bytes and a time: JSON cannot fail on it.
+		panic(err)
+	}
+	if i := slices.IndexFunc(revs, func(r *revision) bool { return r.uuid == id }); i >= 0 {
+		c.drop(revs[i])
+		revs = slices.Delete(revs, i, i+1)
+	}
+	c.keys[key] = append(revs, rev)
+	c.total += rev.size
 	c.count++
 	c.observe()
-	return *entry, true
+	return entry, true
 }
 
 // Get returns the latest revision of key.
 func (c *Cache) Get(key string) (Entry, bool) {
+	r := c.latest(key)
+	if r == nil {
+		return Entry{}, false
+	}
+	return r.entry(), true
+}
+
+// latest returns the stored latest revision of key, or nil.
+func (c *Cache) latest(key string) *revision {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	revs := c.keys[key]
 	if len(revs) == 0 {
-		return Entry{}, false
+		return nil
 	}
-	return *revs[len(revs)-1], true
+	return revs[len(revs)-1]
 }
 
 // Revisions returns how many revisions key holds.
@@ -154,14 +209,14 @@ func (c *Cache) GC(maxAge time.Duration, maxSize int64) (byAge, bySize int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
-	var old []*Entry
+	var old []*revision
 	for key, revs := range c.keys {
 		kept := revs[:0]
 		for i, e := range revs {
 			switch {
 			case i == len(revs)-1:
 				kept = append(kept, e)
-			case maxAge > 0 && now.Sub(e.Timestamp) > maxAge:
+			case maxAge > 0 && now.Sub(e.timestamp) > maxAge:
 				c.drop(e)
 				byAge++
 			default:
@@ -172,8 +227,8 @@ func (c *Cache) GC(maxAge time.Duration, maxSize int64) (byAge, bySize int) {
 		c.keys[key] = kept
 	}
 	if maxSize > 0 && c.total > maxSize {
-		slices.SortFunc(old, func(a, b *Entry) int { return a.Timestamp.Compare(b.Timestamp) })
-		evict := map[*Entry]bool{}
+		slices.SortFunc(old, func(a, b *revision) int { return a.timestamp.Compare(b.timestamp) })
+		evict := map[*revision]bool{}
 		for _, e := range old {
 			if c.total <= maxSize {
 				break
@@ -183,7 +238,7 @@ func (c *Cache) GC(maxAge time.Duration, maxSize int64) (byAge, bySize int) {
 			bySize++
 		}
 		for key, revs := range c.keys {
-			c.keys[key] = slices.DeleteFunc(revs, func(e *Entry) bool { return evict[e] })
+			c.keys[key] = slices.DeleteFunc(revs, func(e *revision) bool { return evict[e] })
 		}
 	}
 	if c.metrics != nil {
@@ -194,9 +249,9 @@ func (c *Cache) GC(maxAge time.Duration, maxSize int64) (byAge, bySize int) {
 	return byAge, bySize
 }
 
-// drop accounts for a removed entry; the caller removes it from its key.
-func (c *Cache) drop(e *Entry) {
-	c.total -= e.Size()
+// drop accounts for a removed revision; the caller removes it from its key.
+func (c *Cache) drop(e *revision) {
+	c.total -= e.size
 	c.count--
 }
 

@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -113,3 +115,5 @@ func TestGCBySizeOldestFirst(t *testing.T) {
 		t.Fatalf("%d entries left, want the 2 latest", n)
 	}
 }
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -2,6 +2,8 @@ package cache
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +17,10 @@ import (
 // ErrNotFound is returned by the client when the cache has no such rule set.
 var ErrNotFound = errors.New("rule set not found in the cache")
 
+// ErrDigestMismatch is returned by EntryWithDigest when the body does not
+// have the sha256 the latest revision announced.
+var ErrDigestMismatch = errors.New("rule set entry does not match the sha256 announced by /latest")
+
 // DefaultMaxResponseBytes bounds the body the client reads for one entry.
 const DefaultMaxResponseBytes = 256 << 20
 
@@ -24,9 +30,12 @@ type Client struct {
 	http *http.Client
 	// MaxResponseBytes bounds a response body (DefaultMaxResponseBytes when 0).
 	MaxResponseBytes int64
+	// Token, when set, returns the bearer token sent with each request; it
+	// is called per request, so a rotated token file is picked up.
+	Token func() (string, error)
 }
 
-// NewClient returns a client for the server at baseURL ("http://portal:18080").
+// NewClient returns a client for the server at baseURL ("https://portal:18080").
 // hc nil means a client with a 30 s timeout.
 func NewClient(baseURL string, hc *http.Client) (*Client, error) {
 	u, err := url.Parse(baseURL)
@@ -45,30 +54,55 @@ func NewClient(baseURL string, hc *http.Client) (*Client, error) {
 // Latest returns the id and timestamp of the latest revision of a rule set.
 func (c *Client) Latest(ctx context.Context, namespace, name string) (Latest, error) {
 	var l Latest
-	err := c.get(ctx, "/rules/"+namespace+"/"+name+"/latest", &l)
+	_, err := c.get(ctx, "/rules/"+namespace+"/"+name+"/latest", &l)
 	return l, err
 }
 
 // Entry returns the latest revision of a rule set, rules and data files.
 func (c *Client) Entry(ctx context.Context, namespace, name string) (Entry, error) {
 	var e Entry
-	err := c.get(ctx, "/rules/"+namespace+"/"+name, &e)
+	_, err := c.get(ctx, "/rules/"+namespace+"/"+name, &e)
 	return e, err
 }
 
-func (c *Client) get(ctx context.Context, path string, into any) error {
+// EntryWithDigest is Entry that first checks the body against sha256 (hex),
+// the digest Latest announced: ErrDigestMismatch when it differs, and
+// nothing is decoded.
+func (c *Client) EntryWithDigest(ctx context.Context, namespace, name, sha256Hex string) (Entry, error) {
+	var e Entry
+	path := "/rules/" + namespace + "/" + name
+	_, err := c.get(ctx, path, func(body []byte) error {
+		sum := sha256.Sum256(body)
+		if got := hex.EncodeToString(sum[:]); sha256Hex == "" || !strings.EqualFold(got, sha256Hex) {
+			return fmt.Errorf("rule set cache: GET %s: %w: got %s, want %q", path, ErrDigestMismatch, got, sha256Hex)
+		}
+		return json.Unmarshal(body, &e)
+	})
+	return e, err
+}
+
+// get reads path into into: a pointer to decode JSON into, or a
+// func([]byte) error that takes the body as it came.
+func (c *Client) get(ctx context.Context, path string, into any) ([]byte, error) {
 	if _, _, _, err := ParsePath(path); err != nil {
-		return fmt.Errorf("rule set cache: %w", err)
+		return nil, fmt.Errorf("rule set cache: %w", err)
 	}
 	u := *c.base
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if c.Token != nil {
+		token, err := c.Token()
+		if err != nil {
+			return nil, fmt.Errorf("rule set cache: bearer token: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("rule set cache: %w", err)
+		return nil, fmt.Errorf("rule set cache: %w", err)
 	}
 	defer resp.Body.Close()
 	limit := c.MaxResponseBytes
@@ -80,20 +114,23 @@ func (c *Client) get(ctx context.Context, path string, into any) error {
 	case http.StatusOK:
 	case http.StatusNotFound:
 		_, _ = io.Copy(io.Discard, body)
-		return fmt.Errorf("GET %s: %w", path, ErrNotFound)
+		return nil, fmt.Errorf("GET %s: %w", path, ErrNotFound)
 	default:
 		msg, _ := io.ReadAll(io.LimitReader(body, 512))
-		return fmt.Errorf("rule set cache: GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(msg)))
+		return nil, fmt.Errorf("rule set cache: GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(msg)))
 	}
 	data, err := io.ReadAll(body)
 	if err != nil {
-		return fmt.Errorf("rule set cache: GET %s: %w", path, err)
+		return nil, fmt.Errorf("rule set cache: GET %s: %w", path, err)
 	}
 	if int64(len(data)) > limit {
-		return fmt.Errorf("rule set cache: GET %s: response larger than %d bytes", path, limit)
+		return nil, fmt.Errorf("rule set cache: GET %s: response larger than %d bytes", path, limit)
+	}
+	if f, ok := into.(func([]byte) error); ok {
+		return data, f(data)
 	}
 	if err := json.Unmarshal(data, into); err != nil {
-		return fmt.Errorf("rule set cache: GET %s: decode: %w", path, err)
+		return nil, fmt.Errorf("rule set cache: GET %s: decode: %w", path, err)
 	}
-	return nil
+	return data, nil
 }

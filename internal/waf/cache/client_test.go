@@ -11,10 +11,14 @@ import (
 func TestClient(t *testing.T) {
 	_, _, srv := testServer(t)
 	ctx := context.Background()
-	cl, err := NewClient(srv.URL+"/", nil)
+	cl, err := NewClient(srv.URL+"/", srv.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := cl.Entry(ctx, "team-a", "crs"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("without a token: %v, want 401", err)
+	}
+	cl.Token = func() (string, error) { return "team-a", nil }
 	e, err := cl.Entry(ctx, "team-a", "crs")
 	if err != nil || string(e.DataFiles["words.txt"]) != "evil\n" || !e.Timestamp.Equal(t0) {
 		t.Fatalf("entry %+v %v", e, err)

@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"net/http"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -29,6 +31,39 @@ func FuzzParsePath(f *testing.F) {
 		}
 		if back != p {
 			t.Fatalf("%q parsed to %q", p, back)
+		}
+	})
+}
+
+// FuzzBearerToken: the Authorization header parser never panics and what
+// it accepts is a non-empty token without surrounding space, within the
+// size bound.
+func FuzzBearerToken(f *testing.F) {
+	for _, s := range []string{"Bearer abc", "bearer abc", "Bearer ", "Basic abc", "Bearer  a b ", "", "Bearer"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		r := &http.Request{Header: http.Header{"Authorization": {header}}}
+		token, ok := bearerToken(r)
+		if !ok {
+			return
+		}
+		if token == "" || token != strings.TrimSpace(token) || len(token) > maxTokenBytes {
+			t.Fatalf("%q accepted as %q", header, token)
+		}
+	})
+}
+
+// FuzzServiceAccount: the user name parser never panics and accepts only
+// names it can render back.
+func FuzzServiceAccount(f *testing.F) {
+	for _, s := range []string{"system:serviceaccount:ns:name", "system:serviceaccount:ns", "alice", "system:serviceaccount:a:b:c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, user string) {
+		ns, name, ok := ServiceAccount(user)
+		if ok && "system:serviceaccount:"+ns+":"+name != user {
+			t.Fatalf("%q parsed to %q %q", user, ns, name)
 		}
 	})
 }

@@ -12,6 +12,10 @@ type Metrics struct {
 	Entries   prometheus.Gauge
 	Bytes     prometheus.Gauge
 	Evictions *prometheus.CounterVec
+	// Denied counts refused requests by reason (Deny* constants); Reviews
+	// the TokenReviews and SubjectAccessReviews made (cache misses).
+	Denied  *prometheus.CounterVec
+	Reviews *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -39,12 +43,35 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_waf_cache_evictions_total",
 			Help: "Rule set revisions evicted by the cache garbage collector, by reason (age or size).",
 		}, []string{"reason"}),
+		Denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portal_waf_cache_requests_denied_total",
+			Help: "Requests to the rule set cache server refused, by reason (no_token, unauthenticated, forbidden, review_failed, overloaded).",
+		}, []string{"reason"}),
+		Reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portal_waf_cache_reviews_total",
+			Help: "TokenReviews (review=token) and SubjectAccessReviews (review=access) the rule set cache server made, by result (allowed, denied, error); decisions reused from its cache are not counted.",
+		}, []string{"review", "result"}),
 	}
 	for _, r := range []string{"age", "size"} {
 		m.Evictions.WithLabelValues(r)
 	}
+	for _, r := range []string{DenyNoToken, DenyUnauthenticated, DenyForbidden, DenyReviewFailed, DenyOverloaded} {
+		m.Denied.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.Duration, m.Entries, m.Bytes, m.Evictions)
+		reg.MustRegister(m.Requests, m.Duration, m.Entries, m.Bytes, m.Evictions, m.Denied, m.Reviews)
 	}
 	return m
+}
+
+func (m *Metrics) denied(reason string) {
+	if m != nil {
+		m.Denied.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) reviewed(review, result string) {
+	if m != nil {
+		m.Reviews.WithLabelValues(review, result).Inc()
+	}
 }

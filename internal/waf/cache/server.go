@@ -2,7 +2,7 @@ package cache
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +23,12 @@ const (
 	DefaultMaxAge     = 24 * time.Hour
 	DefaultMaxSize    = 100 * 1024 * 1024
 	DefaultGCInterval = 5 * time.Minute
+	// DefaultMaxConcurrent bounds the requests answered at once; more get
+	// 503 with Retry-After.
+	DefaultMaxConcurrent = 64
+	// maxTokenBytes bounds the bearer token looked at (a ServiceAccount
+	// token is about 1 KiB).
+	maxTokenBytes = 8 << 10
 )
 
 // Limits of the HTTP server.
@@ -47,6 +53,16 @@ type ServerOptions struct {
 	MaxAge     time.Duration
 	MaxSize    int64
 	GCInterval time.Duration
+	// Authorizer decides who reads which rule set; without one every
+	// request is refused.
+	Authorizer Authorizer
+	// GetCertificate returns the serving certificate for each TLS
+	// handshake (certs.Controller.GetCertificate, so a renewed certificate
+	// is served without a restart). Start refuses to serve without it.
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// MaxConcurrent bounds the requests answered at once
+	// (DefaultMaxConcurrent when <= 0).
+	MaxConcurrent int
 	// Logger receives the server's logs (slog.Default() when nil).
 	Logger *slog.Logger
 	// Clock drives the garbage collector's ticker (the real clock when nil).
@@ -69,6 +85,9 @@ func (o ServerOptions) withDefaults() ServerOptions {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = DefaultMaxConcurrent
+	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -82,6 +101,9 @@ type Server struct {
 	opts    ServerOptions
 	metrics *Metrics
 
+	// slots holds a token per request being answered.
+	slots chan struct{}
+
 	ready   chan struct{}
 	mu      sync.Mutex
 	boundTo string
@@ -89,7 +111,8 @@ type Server struct {
 
 // NewServer returns a server for c; m may be nil.
 func NewServer(c *Cache, opts ServerOptions, m *Metrics) *Server {
-	return &Server{cache: c, opts: opts.withDefaults(), metrics: m, ready: make(chan struct{})}
+	opts = opts.withDefaults()
+	return &Server{cache: c, opts: opts, metrics: m, slots: make(chan struct{}, opts.MaxConcurrent), ready: make(chan struct{})}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every
@@ -106,9 +129,14 @@ func (s *Server) Addr() string {
 	return s.boundTo
 }
 
-// Start listens on the configured address, serves until ctx ends, then shuts
-// down gracefully. It runs the garbage collector meanwhile.
+// Start listens on the configured address, serves TLS (1.2 at least) until
+// ctx ends, then shuts down gracefully. It runs the garbage collector
+// meanwhile.
 func (s *Server) Start(ctx context.Context) error {
+	if s.opts.GetCertificate == nil {
+		close(s.ready)
+		return errors.New("rule set cache: no serving certificate configured (ServerOptions.GetCertificate)")
+	}
 	ln, err := net.Listen("tcp", s.opts.Addr)
 	s.mu.Lock()
 	if err == nil {
@@ -127,10 +155,11 @@ func (s *Server) Start(ctx context.Context) error {
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.opts.GetCertificate},
 	}
 	go s.collect(ctx)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	s.opts.Logger.Info("rule set cache serving", "addr", s.Addr())
 	select {
 	case err := <-errc:
@@ -203,6 +232,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "request body not accepted", http.StatusRequestEntityTooLarge)
 		return
 	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		s.deny(w, r, DenyOverloaded, "")
+		return
+	}
+	token, ok := bearerToken(r)
+	if !ok {
+		s.deny(w, r, DenyNoToken, "")
+		return
+	}
 	if r.URL.RawPath != "" {
 		http.Error(w, "malformed path: escaped characters", http.StatusBadRequest)
 		return
@@ -212,19 +253,26 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed path: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	e, ok := s.cache.Get(Key(ns, name))
-	if !ok {
+	// Authorization comes before the lookup, so a refused caller cannot
+	// tell which rule sets exist.
+	d, err := s.authorize(r.Context(), token, ns, name)
+	if err != nil {
+		s.opts.Logger.Warn("rule set cache: authorization failed", "error", err, "ruleset", Key(ns, name), "client", r.RemoteAddr)
+		s.deny(w, r, DenyReviewFailed, "")
+		return
+	}
+	if !d.Allowed {
+		s.deny(w, r, d.Reason, d.User)
+		return
+	}
+	rev := s.cache.latest(Key(ns, name))
+	if rev == nil {
 		http.Error(w, "rule set not found", http.StatusNotFound)
 		return
 	}
-	var body any = e
+	data := rev.body
 	if latest {
-		body = Latest{UUID: e.UUID, Timestamp: e.Timestamp}
-	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		http.Error(w, "encoding failed", http.StatusInternalServerError)
-		return
+		data = rev.latest
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -235,6 +283,39 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(data)
 	}
+}
+
+func (s *Server) authorize(ctx context.Context, token, ns, name string) (Decision, error) {
+	if s.opts.Authorizer == nil {
+		return Decision{}, errNoAuthorizer
+	}
+	return s.opts.Authorizer.Authorize(ctx, token, ns, name)
+}
+
+// deny answers a refused request, counts and logs it.
+func (s *Server) deny(w http.ResponseWriter, r *http.Request, reason, user string) {
+	s.metrics.denied(reason)
+	s.opts.Logger.Info("rule set cache request denied", "reason", reason, "path", r.URL.Path, "client", r.RemoteAddr, "user", user)
+	switch reason {
+	case DenyNoToken, DenyUnauthenticated:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="portal-waf-cache"`)
+		http.Error(w, "a ServiceAccount token for audience "+Audience+" is required", http.StatusUnauthorized)
+	case DenyForbidden:
+		http.Error(w, "this ServiceAccount may not read this rule set: grant get on rulesets/cache of waf.portal.io in its namespace", http.StatusForbidden)
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "rule set cache busy or unable to check the token; retry", http.StatusServiceUnavailable)
+	}
+}
+
+// bearerToken reads "Authorization: Bearer <token>".
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > maxTokenBytes {
+		return "", false
+	}
+	return token, true
 }
 
 // ParsePath reads /rules/{namespace}/{name}[/latest]. The namespace must be

@@ -1,13 +1,20 @@
 package cache
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +24,52 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
+// teamA is a unit-test Authorizer: token "team-a" reads namespace team-a,
+// token "team-b" is valid but reads nothing of team-a, anything else is not
+// a valid token. The real one (KubeAuthorizer) is tested against the API
+// server in internal/waf.
+var teamA = AuthorizerFunc(func(_ context.Context, token, ns, _ string) (Decision, error) {
+	switch {
+	case token == "team-a" && ns == "team-a":
+		return Decision{Allowed: true, User: "system:serviceaccount:team-a:proxy"}, nil
+	case token == "team-a" || token == "team-b":
+		return Decision{Reason: DenyForbidden, User: "system:serviceaccount:" + token + ":proxy"}, nil
+	case token == "broken":
+		return Decision{}, errors.New("API server unreachable")
+	}
+	return Decision{Reason: DenyUnauthenticated}, nil
+})
+
 func testServer(t *testing.T) (*Cache, *Metrics, *httptest.Server) {
 	t.Helper()
 	m := NewMetrics(prometheus.NewRegistry())
 	c := New(clocktesting.NewFakePassiveClock(t0), m)
 	c.Put("team-a/crs", "11111111-2222-5333-8444-555555555555", "SecRuleEngine On\n", map[string][]byte{"words.txt": []byte("evil\n")})
 	c.Put("team-a/plain", "66666666-2222-5333-8444-555555555555", "SecRuleEngine Off\n", nil)
-	srv := httptest.NewServer(NewServer(c, ServerOptions{}, m).Handler())
+	srv := httptest.NewTLSServer(NewServer(c, ServerOptions{Authorizer: teamA, Logger: discardLog()}, m).Handler())
 	t.Cleanup(srv.Close)
+	client = srv.Client()
 	return c, m, srv
 }
 
+// client is the client of the last testServer (it trusts its certificate).
+var client *http.Client
+
 func do(t *testing.T, method, url string, body io.Reader) (*http.Response, string) {
+	t.Helper()
+	return doAs(t, "team-a", method, url, body)
+}
+
+func doAs(t *testing.T, token, method, url string, body io.Reader) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +99,10 @@ func TestServerEntryShapes(t *testing.T) {
 	if strings.Contains(body, "dataFiles") {
 		t.Fatalf("empty dataFiles not omitted: %s", body)
 	}
+	_, entry := do(t, http.MethodGet, srv.URL+"/rules/team-a/crs", nil)
+	sum := sha256.Sum256([]byte(entry))
 	_, body = do(t, http.MethodGet, srv.URL+"/rules/team-a/crs/latest", nil)
-	if body != `{"uuid":"11111111-2222-5333-8444-555555555555","timestamp":"2026-01-02T03:04:05Z"}` {
+	if body != `{"uuid":"11111111-2222-5333-8444-555555555555","timestamp":"2026-01-02T03:04:05Z","sha256":"`+hex.EncodeToString(sum[:])+`"}` {
 		t.Fatalf("latest %s", body)
 	}
 	resp, body = do(t, http.MethodHead, srv.URL+"/rules/team-a/crs/latest", nil)
@@ -84,7 +121,7 @@ func TestServerStatusCodes(t *testing.T) {
 		{"GET", "/rules/team-a/crs", nil, 200},
 		{"GET", "/rules/team-a/crs/latest", nil, 200},
 		{"GET", "/rules/team-a/missing", nil, 404},
-		{"GET", "/rules/team-b/crs/latest", nil, 404},
+		{"GET", "/rules/team-b/crs/latest", nil, 403},
 		{"GET", "/", nil, 404},
 		{"GET", "/metrics", nil, 404},
 		{"GET", "/rulesets/team-a/crs", nil, 404},
@@ -131,7 +168,14 @@ func TestServerRunnable(t *testing.T) {
 	c.Put("ns/rs", "old", "SecRuleEngine Off\n", nil)
 	clk.SetTime(t0.Add(48 * time.Hour))
 	c.Put("ns/rs", "new", "SecRuleEngine On\n", nil)
-	s := NewServer(c, ServerOptions{Addr: "127.0.0.1:0", GCInterval: time.Minute, Clock: clk}, nil)
+	tlsSrv := httptest.NewTLSServer(nil) // for its certificate and a client that trusts it
+	tlsSrv.Close()
+	cert := tlsSrv.TLS.Certificates[0]
+	s := NewServer(c, ServerOptions{
+		Addr: "127.0.0.1:0", GCInterval: time.Minute, Clock: clk, Logger: discardLog(),
+		Authorizer:     AuthorizerFunc(func(context.Context, string, string, string) (Decision, error) { return Decision{Allowed: true}, nil }),
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil },
+	}, nil)
 	if s.NeedLeaderElection() {
 		t.Fatal("the cache server must run on every replica")
 	}
@@ -139,10 +183,17 @@ func TestServerRunnable(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Start(ctx) }()
 	<-s.Ready()
-	cl, err := NewClient("http://"+s.Addr(), nil)
+	if resp, err := http.Get("http://" + s.Addr() + "/rules/ns/rs"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("plain HTTP: %d, want Go's 400 for HTTP to an HTTPS server", resp.StatusCode)
+		}
+	}
+	cl, err := NewClient("https://"+s.Addr(), tlsSrv.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
+	cl.Token = func() (string, error) { return "any", nil }
 	if l, err := cl.Latest(ctx, "ns", "rs"); err != nil || l.UUID != "new" {
 		t.Fatalf("latest %+v %v", l, err)
 	}
@@ -152,9 +203,9 @@ func TestServerRunnable(t *testing.T) {
 	if _, err := cl.Latest(ctx, "ns", "gone"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing rule set: %v", err)
 	}
-	req, _ := http.NewRequest(http.MethodGet, "http://"+s.Addr()+"/rules/ns/rs", nil)
+	req, _ := http.NewRequest(http.MethodGet, "https://"+s.Addr()+"/rules/ns/rs", nil)
 	req.Header.Set("X-Big", strings.Repeat("b", 2*MaxHeaderBytes))
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+	if resp, err := tlsSrv.Client().Do(req); err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Fatalf("oversized headers: %v %v", resp, err)
 	} else {
 		resp.Body.Close()
@@ -174,8 +225,158 @@ func TestServerRunnable(t *testing.T) {
 }
 
 func TestServerListenError(t *testing.T) {
-	s := NewServer(New(nil, nil), ServerOptions{Addr: "127.0.0.1:-1"}, nil)
+	cert := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, errors.New("none") }
+	s := NewServer(New(nil, nil), ServerOptions{Addr: "127.0.0.1:-1", GetCertificate: cert}, nil)
 	if err := s.Start(context.Background()); err == nil {
 		t.Fatal("Start listened on port -1")
+	}
+	s = NewServer(New(nil, nil), ServerOptions{Addr: "127.0.0.1:0"}, nil)
+	if err := s.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "no serving certificate") {
+		t.Fatalf("Start without a certificate: %v", err)
+	}
+}
+
+// TestServerAuthorization: a request needs a bearer token the Authorizer
+// accepts for the rule set; refusals say why (401 or 403), count by reason,
+// and never tell whether another namespace's rule set exists.
+func TestServerAuthorization(t *testing.T) {
+	_, m, srv := testServer(t)
+	cases := []struct {
+		token, path string
+		want        int
+		reason      string
+	}{
+		{"", "/rules/team-a/crs", 401, DenyNoToken},
+		{"forged", "/rules/team-a/crs", 401, DenyUnauthenticated},
+		{"team-b", "/rules/team-a/crs", 403, DenyForbidden},
+		{"team-b", "/rules/team-a/missing", 403, DenyForbidden},
+		{"team-a", "/rules/team-b/crs", 403, DenyForbidden},
+		{"broken", "/rules/team-a/crs", 503, DenyReviewFailed},
+		{"team-a", "/rules/team-a/crs", 200, ""},
+	}
+	for _, tc := range cases {
+		resp, body := doAs(t, tc.token, http.MethodGet, srv.URL+tc.path, nil)
+		if resp.StatusCode != tc.want {
+			t.Errorf("token %q %s: %d %q, want %d", tc.token, tc.path, resp.StatusCode, body, tc.want)
+		}
+		if tc.want == 401 && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("token %q: 401 without a Bearer challenge", tc.token)
+		}
+		if tc.want == 200 && !strings.Contains(body, "SecRuleEngine On") {
+			t.Errorf("allowed read: %q", body)
+		}
+	}
+	for reason, want := range map[string]float64{DenyNoToken: 1, DenyUnauthenticated: 1, DenyForbidden: 3, DenyReviewFailed: 1} {
+		if got := testutil.ToFloat64(m.Denied.WithLabelValues(reason)); got != want {
+			t.Errorf("denied_total{reason=%s} = %v, want %v", reason, got, want)
+		}
+	}
+	// Without an Authorizer the server refuses everything.
+	bare := httptest.NewTLSServer(NewServer(New(nil, nil), ServerOptions{Logger: discardLog()}, nil).Handler())
+	defer bare.Close()
+	client = bare.Client()
+	if resp, _ := doAs(t, "team-a", http.MethodGet, bare.URL+"/rules/team-a/crs", nil); resp.StatusCode != 503 {
+		t.Fatalf("no authorizer: %d, want 503", resp.StatusCode)
+	}
+}
+
+// TestServerConcurrencyBound: with MaxConcurrent requests in flight, the
+// next one gets 503 with Retry-After at once instead of queueing.
+func TestServerConcurrencyBound(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 2)
+	blocking := AuthorizerFunc(func(ctx context.Context, _, _, _ string) (Decision, error) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		return Decision{Allowed: true}, nil
+	})
+	m := NewMetrics(prometheus.NewRegistry())
+	c := New(nil, m)
+	c.Put("ns/rs", "id", "SecRuleEngine On\n", nil)
+	srv := httptest.NewTLSServer(NewServer(c, ServerOptions{Authorizer: blocking, MaxConcurrent: 2, Logger: discardLog()}, m).Handler())
+	defer srv.Close()
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // before Close, which waits for the handlers
+	client = srv.Client()
+	// Without the bound the third request would wait for the first two.
+	client.Timeout = 10 * time.Second
+	var wg sync.WaitGroup
+	codes := make(chan int, 2)
+	for range 2 {
+		wg.Go(func() {
+			resp, _ := doAs(t, "x", http.MethodGet, srv.URL+"/rules/ns/rs", nil)
+			codes <- resp.StatusCode
+		})
+	}
+	<-entered
+	<-entered
+	resp, _ := doAs(t, "x", http.MethodGet, srv.URL+"/rules/ns/rs", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("request beyond the bound: %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	unblock()
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		if code != 200 {
+			t.Fatalf("request within the bound: %d", code)
+		}
+	}
+	if got := testutil.ToFloat64(m.Denied.WithLabelValues(DenyOverloaded)); got != 1 {
+		t.Fatalf("denied_total{reason=overloaded} = %v, want 1", got)
+	}
+}
+
+// TestServerLogsDenials: every refusal is one log line naming the reason,
+// the path, the client and, when the token authenticated, the user.
+func TestServerLogsDenials(t *testing.T) {
+	var buf bytes.Buffer
+	c := New(nil, nil)
+	c.Put("team-a/crs", "id", "SecRuleEngine On\n", nil)
+	srv := httptest.NewTLSServer(NewServer(c, ServerOptions{Authorizer: teamA, Logger: slog.New(slog.NewJSONHandler(&buf, nil))}, nil).Handler())
+	defer srv.Close()
+	client = srv.Client()
+	doAs(t, "team-b", http.MethodGet, srv.URL+"/rules/team-a/crs", nil)
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("log %q: %v", buf.String(), err)
+	}
+	if line["msg"] != "rule set cache request denied" || line["reason"] != DenyForbidden || line["path"] != "/rules/team-a/crs" ||
+		line["user"] != "system:serviceaccount:team-b:proxy" || line["client"] == "" {
+		t.Fatalf("log line %v", line)
+	}
+}
+
+// discardWriter is a ResponseWriter that keeps nothing.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+// TestServerEncodesOnce: answering a large entry allocates far less than
+// the entry, because the server writes the bytes encoded when the revision
+// was stored instead of encoding it per request.
+func TestServerEncodesOnce(t *testing.T) {
+	const size = 1 << 20
+	c := New(nil, nil)
+	c.Put("team-a/big", "id", strings.Repeat("# padding\n", size/10), map[string][]byte{"data.txt": make([]byte, size)})
+	h := NewServer(c, ServerOptions{Authorizer: teamA, Logger: discardLog()}, nil).Handler()
+	req := httptest.NewRequest(http.MethodGet, "/rules/team-a/big", nil)
+	req.Header.Set("Authorization", "Bearer team-a")
+	const requests = 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range requests {
+		h.ServeHTTP(&discardWriter{h: http.Header{}}, req)
+	}
+	runtime.ReadMemStats(&after)
+	if perRequest := (after.TotalAlloc - before.TotalAlloc) / requests; perRequest > size/8 {
+		t.Fatalf("%d bytes allocated per answer of a %d-byte entry: it is encoded per request", perRequest, 2*size)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,6 +34,7 @@ var (
 		client client.Client
 		layer  *waf.Layer
 		cache  *cache.Client
+		waf    *waftest.Env
 	}
 	shared = devtest.Shared{Setup: func(cl *devcluster.Cluster) (func() error, error) {
 		ctrl.SetLogger(logr.Discard())
@@ -38,7 +42,7 @@ var (
 		if err != nil {
 			return nil, err
 		}
-		clusterEnv.client, clusterEnv.layer, clusterEnv.cache = e.Client, e.Layer, e.Cache
+		clusterEnv.client, clusterEnv.layer, clusterEnv.cache, clusterEnv.waf = e.Client, e.Layer, e.Cache, e
 		return stop, nil
 	}}
 )
@@ -103,15 +107,43 @@ func status(h *harness, q string) (int, error) {
 	return code, err
 }
 
+// dataPlaneClient is the cache client `portal waf-proxy --ca-file
+// --token-file` builds: a token of a ServiceAccount of ns for the cache's
+// audience in a file, as a projected volume holds it, and the cache's CA
+// bundle in another, both read again before each request.
+func dataPlaneClient(tb testing.TB, ns string) *cache.Client {
+	tb.Helper()
+	token, err := clusterEnv.waf.Token(context.Background(), ns, "waf-proxy", cache.Audience)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := tb.TempDir()
+	caFile, tokenFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
+	if err := errors.Join(os.WriteFile(caFile, clusterEnv.layer.Certs.CABundle(), 0o600), os.WriteFile(tokenFile, []byte(token), 0o600)); err != nil {
+		tb.Fatal(err)
+	}
+	transport, err := cache.NewCATransport(caFile)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c, err := cache.NewClient(clusterEnv.waf.URL, &http.Client{Transport: transport, Timeout: 30 * time.Second})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.Token = cache.TokenFile(tokenFile)
+	return c
+}
+
 // TestEndToEnd: a RuleSet created in the API server is compiled by Portal,
-// served by its cache and enforced by a waf-proxy that polls it; a change
+// served by its cache over TLS to a waf-proxy that proves itself with a
+// ServiceAccount token of the rule set's namespace, and enforced; a change
 // of a RuleSource is enforced within the poll interval plus one second,
 // while a steady background load sees no failed request.
 func TestEndToEnd(t *testing.T) {
 	portal(t)
 	ns := guardedRuleSet(t, "waf-proxy-e2e", "first")
 	h := newHarness(t, nil)
-	poller := &Poller{Client: clusterEnv.cache, Namespace: ns, Name: "guard", Interval: MinPollInterval, Target: h.proxy, Logger: discard(), Metrics: h.metrics}
+	poller := &Poller{Client: dataPlaneClient(t, ns), Namespace: ns, Name: "guard", Interval: MinPollInterval, Target: h.proxy, Logger: discard(), Metrics: h.metrics}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() { _ = poller.Run(ctx) }()

@@ -3,12 +3,16 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,45 +24,75 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/vilaca/portal/internal/certs/pki"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/ruleset"
 )
 
-// cacheServer is a real rule set cache server on 127.0.0.1, fed directly.
+// cacheServer is a real rule set cache server on 127.0.0.1 serving TLS
+// with a certificate of its own CA (caFile) and accepting the bearer token
+// proxyToken, fed directly.
 type cacheServer struct {
 	cache  *cache.Cache
-	server *cache.Server
+	server *httptest.Server
 	client *cache.Client
-	stop   context.CancelFunc
-	done   chan error
+	// caFile holds the CA the server's certificate chains to.
+	caFile string
 }
+
+// proxyToken is the one token the test cache servers accept.
+const proxyToken = "proxy-token"
 
 func startCache(t *testing.T) *cacheServer {
 	t.Helper()
+	return startCacheWith(t, nil)
+}
+
+// startCacheWith is startCache whose handler is wrapped by wrap (nil: none),
+// for a server that tampers with what it serves.
+func startCacheWith(t *testing.T, wrap func(http.Handler) http.Handler) *cacheServer {
+	t.Helper()
 	c := cache.New(nil, nil)
-	srv := cache.NewServer(c, cache.ServerOptions{Addr: "127.0.0.1:0", Logger: discard()}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	cs := &cacheServer{cache: c, server: srv, stop: cancel, done: make(chan error, 1)}
-	go func() { cs.done <- srv.Start(ctx) }()
-	<-srv.Ready()
-	if srv.Addr() == "" {
-		t.Fatal("cache server did not start:", <-cs.done)
+	allow := cache.AuthorizerFunc(func(_ context.Context, token, _, _ string) (cache.Decision, error) {
+		if token != proxyToken {
+			return cache.Decision{Reason: cache.DenyUnauthenticated}, nil
+		}
+		return cache.Decision{Allowed: true}, nil
+	})
+	var h http.Handler = cache.NewServer(c, cache.ServerOptions{Logger: discard(), Authorizer: allow}, nil).Handler()
+	if wrap != nil {
+		h = wrap(h)
 	}
-	client, err := cache.NewClient("http://"+srv.Addr(), &http.Client{Timeout: 10 * time.Second})
+	srv, caFile := startTLS(t, h)
+	transport, err := cache.NewCATransport(caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs.client = client
-	t.Cleanup(cs.close)
-	return cs
+	client, err := cache.NewClient(srv.URL, &http.Client{Transport: transport, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Token = func() (string, error) { return proxyToken, nil }
+	return &cacheServer{cache: c, server: srv, client: client, caFile: caFile}
 }
 
-func (cs *cacheServer) close() {
-	if cs.stop != nil {
-		cs.stop()
-		<-cs.done
-		cs.stop = nil
+// startTLS serves h over TLS with a certificate for 127.0.0.1 from a new CA
+// of its own, and returns the server and a file holding that CA.
+func startTLS(t *testing.T, h http.Handler) (*httptest.Server, string) {
+	t.Helper()
+	b, err := pki.NewSelfSigned(time.Now(), time.Hour, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
 	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*b.Serving}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, b.CABundle(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return srv, caFile
 }
 
 // put stores rules as the latest revision of ns/name, with the uuid the

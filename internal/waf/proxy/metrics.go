@@ -22,6 +22,9 @@ type Metrics struct {
 const (
 	FailureFetch   = "fetch"
 	FailureCompile = "compile"
+	// FailureDigest: the entry did not have the sha256 /latest announced
+	// (tampered with, or corrupted, on the way).
+	FailureDigest = "digest"
 )
 
 // codeDropped is the code label of a request whose connection the WAF
@@ -50,10 +53,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		ReloadFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_waf_proxy_reload_failures_total",
-			Help: "Failed attempts to load a new rule set revision, by reason (fetch or compile); the last good revision stays enforced.",
+			Help: "Failed attempts to load a new rule set revision, by reason (fetch, digest or compile); the last good revision stays enforced.",
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{FailureFetch, FailureCompile} {
+	for _, r := range []string{FailureFetch, FailureCompile, FailureDigest} {
 		m.ReloadFailures.WithLabelValues(r)
 	}
 	if reg != nil {

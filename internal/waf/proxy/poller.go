@@ -87,31 +87,45 @@ func (p *Poller) logger() *slog.Logger {
 func (p *Poller) key() string { return cache.Key(p.Namespace, p.Name) }
 
 // Poll checks the cache once and loads a new revision if there is one. It
-// reports whether the revision in force changed.
+// reports whether the revision in force changed. The entry must have the
+// sha256 the /latest answer announced; when it does not, nothing is
+// compiled and the revision in force stays.
 func (p *Poller) Poll(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	latest, err := p.Client.Latest(ctx, p.Namespace, p.Name)
-	if err == nil && latest.UUID == "" {
-		err = errors.New("rule set cache: the latest revision has no uuid")
+	var entry cache.Entry
+	// A second try covers a revision stored between the two requests,
+	// which changes the body under the announced digest.
+	for try := 0; ; try++ {
+		latest, err := p.Client.Latest(ctx, p.Namespace, p.Name)
+		if err == nil && latest.UUID == "" {
+			err = errors.New("rule set cache: the latest revision has no uuid")
+		}
+		if err != nil {
+			p.Metrics.failed(FailureFetch)
+			return false, err
+		}
+		if p.unchanged(latest.UUID) {
+			return false, nil
+		}
+		entry, err = p.Client.EntryWithDigest(ctx, p.Namespace, p.Name, latest.SHA256)
+		if errors.Is(err, cache.ErrDigestMismatch) && try == 0 {
+			continue
+		}
+		if err == nil && entry.UUID != latest.UUID {
+			err = fmt.Errorf("rule set cache: the entry is revision %q, /latest announced %q", entry.UUID, latest.UUID)
+		}
+		switch {
+		case errors.Is(err, cache.ErrDigestMismatch):
+			p.Metrics.failed(FailureDigest)
+			return false, err
+		case err != nil:
+			p.Metrics.failed(FailureFetch)
+			return false, err
+		}
+		break
 	}
-	if err != nil {
-		p.Metrics.failed(FailureFetch)
-		return false, err
-	}
-	if cur, ok := p.Target.Current(); (ok && cur.UUID == latest.UUID) || latest.UUID == p.rejected {
-		return false, nil
-	}
-	entry, err := p.Client.Entry(ctx, p.Namespace, p.Name)
-	if err == nil && entry.UUID == "" {
-		err = errors.New("rule set cache: the entry has no uuid")
-	}
-	if err != nil {
-		p.Metrics.failed(FailureFetch)
-		return false, err
-	}
-	if cur, ok := p.Target.Current(); (ok && cur.UUID == entry.UUID) || entry.UUID == p.rejected {
-		// The entry moved back to what is in force between the two requests.
+	if p.unchanged(entry.UUID) {
 		return false, nil
 	}
 	start := time.Now()
@@ -125,6 +139,12 @@ func (p *Poller) Poll(ctx context.Context) (bool, error) {
 	p.logger().Info("rule set revision loaded", "ruleset", p.key(), "uuid", entry.UUID,
 		"timestamp", entry.Timestamp, "compile", time.Since(start).Round(time.Millisecond).String())
 	return true, nil
+}
+
+// unchanged reports whether uuid is in force or already failed to compile.
+func (p *Poller) unchanged(uuid string) bool {
+	cur, ok := p.Target.Current()
+	return (ok && cur.UUID == uuid) || uuid == p.rejected
 }
 
 // ParseRuleSet splits "namespace/name" as --ruleset takes it. The

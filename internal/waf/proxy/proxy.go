@@ -41,6 +41,10 @@ type Revision struct {
 	Bundle ruleset.Bundle
 }
 
+// DefaultMaxRequestBodyBytes is the hard cap on a request body when
+// Proxy.MaxRequestBodyBytes is not set.
+const DefaultMaxRequestBodyBytes = 32 << 20
+
 // Proxy is a reverse proxy guarded by a WAF. Set Upstream, then serve it;
 // until Load has succeeded once, FailOpen decides what happens to requests.
 // Change the fields before the first request only.
@@ -70,6 +74,16 @@ type Proxy struct {
 	// ProcessPartial: the rest passes uninspected).
 	RequestBodyLimit  int64
 	ResponseBodyLimit int64
+
+	// MaxRequestBodyBytes is a hard cap on a request body, whatever the
+	// rule set says (DefaultMaxRequestBodyBytes when <= 0): a body
+	// announced larger is answered 413 before the WAF runs, and one that
+	// grows larger while read (chunked) fails with 413 too, so neither the
+	// WAF's buffer nor the upstream ever gets more. SecRequestBodyLimit,
+	// SecRequestBodyInMemoryLimit and ctl:requestBodyLimit cannot raise it,
+	// so it also bounds what a rule set can make the proxy hold in memory
+	// for one request.
+	MaxRequestBodyBytes int64
 
 	// Logger receives the matched-rule log lines and the proxy's own logs
 	// (slog.Default() when nil).
@@ -192,6 +206,14 @@ func (p *Proxy) configure(cfg coraza.WAFConfig) coraza.WAFConfig {
 	return cfg
 }
 
+// maxBody is the hard cap on a request body.
+func (p *Proxy) maxBody() int64 {
+	if p.MaxRequestBodyBytes > 0 {
+		return p.MaxRequestBodyBytes
+	}
+	return DefaultMaxRequestBodyBytes
+}
+
 func clampInt(n int64) int {
 	const maxInt = int64(^uint(0) >> 1)
 	return int(min(n, maxInt))
@@ -237,6 +259,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.init()
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() { p.Metrics.request(sw.code()) }()
+	// The cap holds before any rule runs, for every path below: rules can
+	// neither raise it nor switch the engine off around it.
+	if r.ContentLength > p.maxBody() {
+		writeText(sw, http.StatusRequestEntityTooLarge, "The request body is too large.\n")
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = http.MaxBytesReader(sw, r.Body, p.maxBody())
+	}
 	g := p.acquire()
 	if g == nil {
 		if p.FailOpen {
@@ -259,6 +290,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	it, err := processRequest(tx, r)
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		writeText(sw, http.StatusRequestEntityTooLarge, "The request body is too large.\n")
+		return
+	}
 	if err != nil {
 		p.log.Info("read request body", "tx", tx.ID(), "client", r.RemoteAddr, "error", err)
 		writeText(sw, http.StatusBadRequest, "The request body could not be read.\n")
@@ -353,6 +388,11 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 			sw = &statusWriter{ResponseWriter: w}
 		}
 		p.interrupt(sw, r, ie.it, ie.txID)
+		return
+	}
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		// The body outgrew the cap while it streamed to the upstream.
+		writeText(w, http.StatusRequestEntityTooLarge, "The request body is too large.\n")
 		return
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {

@@ -83,7 +83,7 @@ func TestPollerKeepsLastGood(t *testing.T) {
 		t.Fatalf("after a compile failure: %d, want 403", code)
 	}
 
-	cs.close()
+	cs.server.Close()
 	if _, err := p.Poll(t.Context()); err == nil {
 		t.Fatal("poll of a stopped cache succeeded")
 	}

@@ -11,6 +11,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +27,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/vilaca/portal/internal/certs/pki"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/ruleset"
 )
@@ -130,8 +133,10 @@ func startUpstream() (net.Listener, error) {
 }
 
 // startCache serves the waf-proxy's rule set, benchRules and the embedded
-// CRS, as Portal's cache does, and returns its URL.
-func startCache(ctx context.Context) (string, error) {
+// CRS, as Portal's cache does: over TLS with a certificate of its own CA,
+// for one bearer token. It writes the CA and the token to work, for
+// --ca-file and --token-file, and returns its URL.
+func startCache(ctx context.Context, work string) (string, error) {
 	c := cache.New(nil, nil)
 	rules := benchRules + "Include @crs-setup.conf.example\nInclude @owasp_crs/*.conf\n"
 	compiled, err := ruleset.Compile(ruleset.Bundle{Rules: rules}, ruleset.Options{})
@@ -140,14 +145,29 @@ func startCache(ctx context.Context) (string, error) {
 	}
 	_ = compiled.Close()
 	c.Put(cache.Key("bench", "crs"), ruleset.RevisionUUID(ruleset.Bundle{Rules: rules}.SHA256()), rules, nil)
-	srv := cache.NewServer(c, cache.ServerOptions{Addr: "127.0.0.1:0"}, nil)
+	cert, err := pki.NewSelfSigned(time.Now(), 24*time.Hour, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return "", err
+	}
+	token := rand.Text()
+	if err := errors.Join(os.WriteFile(filepath.Join(work, "ca.crt"), cert.CABundle(), 0o600),
+		os.WriteFile(filepath.Join(work, "token"), []byte(token), 0o600)); err != nil {
+		return "", err
+	}
+	srv := cache.NewServer(c, cache.ServerOptions{
+		Addr: "127.0.0.1:0",
+		Authorizer: cache.AuthorizerFunc(func(_ context.Context, t, _, _ string) (cache.Decision, error) {
+			return cache.Decision{Allowed: t == token, Reason: cache.DenyUnauthenticated}, nil
+		}),
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert.Serving, nil },
+	}, nil)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Start(ctx) }()
 	<-srv.Ready()
 	if srv.Addr() == "" {
 		return "", <-errc
 	}
-	return "http://" + srv.Addr(), nil
+	return "https://" + srv.Addr(), nil
 }
 
 // waitReady polls url until it answers 200, for up to a minute.

@@ -57,7 +57,7 @@ func (p *peer) stop() {
 // waits until each answers a benign request with 200.
 func startPeers(ctx context.Context, o options, work, upstream string) ([]*peer, error) {
 	var peers []*peer
-	cacheURL, err := startCache(ctx)
+	cacheURL, err := startCache(ctx, work)
 	if err != nil {
 		return nil, err
 	}
@@ -102,6 +102,7 @@ func startWAFProxy(ctx context.Context, o options, work, cacheURL, upstream stri
 		return nil, err
 	}
 	cmd := exec.Command(bin, "waf-proxy", "--cache-url", cacheURL, "--ruleset", "bench/crs",
+		"--ca-file", filepath.Join(work, "ca.crt"), "--token-file", filepath.Join(work, "token"),
 		"--upstream", "http://"+upstream, "--listen", addr, "--metrics-addr", "0", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	p := &peer{name: peerWAFProxy, url: "http://" + addr, version: strings.TrimSpace(string(out)) + ", Coraza v3.8.1", cmd: cmd, log: logFile}
