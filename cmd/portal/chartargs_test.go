@@ -17,7 +17,7 @@ import (
 // pendingFlags are flags the chart passes for listeners other work changes
 // (the TLS rule cache). Until `portal run` has them they are tolerated
 // here; once it does, they are parsed like every other flag.
-var pendingFlags = map[string]bool{"waf-cache-secure": true}
+var pendingFlags = map[string]bool{}
 
 // Every container the chart renders (deploy/helm/testdata/golden) starts a
 // portal subcommand with flags that subcommand has, with values it accepts:

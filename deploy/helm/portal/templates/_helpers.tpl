@@ -51,6 +51,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "portal.webhookService" -}}{{ include "portal.fullname" . }}-webhook{{- end }}
 {{- define "portal.webhookConfigName" -}}{{ default (include "portal.fullname" .) .Values.admission.configName }}{{- end }}
 {{- define "portal.certSecret" -}}{{ include "portal.fullname" . }}-webhook-cert{{- end }}
+{{- define "portal.wafCacheCertSecret" -}}{{ include "portal.fullname" . }}-waf-cache-cert{{- end }}
 
 {{/*
 portal.components lists the Deployments as YAML: {items: [{name, component,
