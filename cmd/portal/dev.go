@@ -217,7 +217,7 @@ func (o *devOptions) prepareWAFProxy(ctx context.Context, c client.Client, clust
 		return "", fmt.Errorf("--waf-cache-addr %q: %w", o.cfg.WAFOptions.CacheAddr, err)
 	}
 	return fmt.Sprintf("\nA waf-proxy in front of an app on 127.0.0.1:8080, enforcing examples/waf (token valid %s):\n"+
-		"  %s waf-proxy --cache-url https://127.0.0.1:%s --ca-file %s --token-file %s --ruleset default/crs --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8000 --metrics-addr 127.0.0.1:9090\n",
+		"  %s waf-proxy --cache-url https://127.0.0.1:%s --ca-file %s --token-file %s --ruleset default/crs --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8000 --metrics-bind-address 127.0.0.1:9090\n",
 		devTokenTTL, relative(os.Args[0]), port, relative(caFile), relative(tokenFile)), nil
 }
 

@@ -53,6 +53,10 @@ Exit status: 0 on success, 2 for bad input or usage errors.`,
 	f := cmd.Flags()
 	f.StringVar(&o.format, "format", string(migrate.FormatCR), "output format: cr (PortalClusterRule manifests) or folder (plain rules)")
 	f.StringVarP(&o.outDir, "output-dir", "o", "", "write one file per input file under this directory instead of standard output")
+	// -o means the output format everywhere else in kubectl's world.
+	if err := f.MarkShorthandDeprecated("output-dir", "use --output-dir (-o will name the output format, as in kubectl)"); err != nil {
+		panic(err)
+	}
 	return cmd
 }
 

@@ -61,7 +61,7 @@ func TestMigrateRulesIdempotent(t *testing.T) {
 // loads in portal eval.
 func TestMigrateRulesOutputDir(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := runCLI(t, "", "migrate-rules", "--format=folder", "-o", dir, pocRulesDir); err != nil {
+	if _, err := runCLI(t, "", "migrate-rules", "--format=folder", "--output-dir", dir, pocRulesDir); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -70,6 +70,7 @@ func TestMigrateRulesOutputDir(t *testing.T) {
 	}
 	// Migrating the output directory onto itself changes nothing.
 	before, _ := os.ReadFile(files[0])
+	// -o is deprecated for --output-dir but still works.
 	if _, err := runCLI(t, "", "migrate-rules", "--format=folder", "-o", dir, dir); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestMigrateRulesErrors(t *testing.T) {
 		{[]string{"migrate-rules", "-"}, "name: x\nrule: '#root.x'\n", []string{"<stdin>:2:", "variable reference #root"}},
 		{[]string{"migrate-rules"}, "", []string{"needs at least one file"}},
 		{[]string{"migrate-rules", "--format=xml", pocRulesDir}, "", []string{`format "xml"`}},
-		{[]string{"migrate-rules", "-o", dir, "-"}, "", []string{"--output-dir cannot name a file for standard input"}},
+		{[]string{"migrate-rules", "--output-dir", dir, "-"}, "", []string{"--output-dir cannot name a file for standard input"}},
 		{[]string{"migrate-rules", filepath.Join(dir, "missing.yaml")}, "", []string{"missing.yaml"}},
 		{[]string{"migrate-rules", pocRulesDir, pocRulesDir}, "", []string{"is also produced by"}},
 	}

@@ -85,10 +85,10 @@ func checkManagerFlags(cfg *manager.Config) error {
 func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "Portal's own namespace (leader election, certificates; never subject to admission)")
 	f.StringVar(&cfg.RulesFolder, "rules-folder", cfg.RulesFolder, "also load rule files from this directory, reloading on change")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "listen address of /metrics; 0 disables it")
+	f.StringVar(&cfg.MetricsAddr, "metrics-bind-address", cfg.MetricsAddr, "listen address of /metrics; 0 disables it")
 	f.BoolVar(&cfg.MetricsSecure, "metrics-secure", cfg.MetricsSecure, "serve /metrics over HTTPS only to bearer tokens allowed get on the /metrics non-resource URL (TokenReview, SubjectAccessReview); false serves plain HTTP to anyone who can connect")
 	f.StringVar(&cfg.MetricsCertDir, "metrics-cert-dir", cfg.MetricsCertDir, "directory with tls.crt and tls.key for the HTTPS metrics server, reloaded on change; empty: a self-signed certificate generated at start")
-	f.StringVar(&cfg.HealthAddr, "health-addr", cfg.HealthAddr, "listen address of /healthz and /readyz; 0 disables it")
+	f.StringVar(&cfg.HealthAddr, "health-probe-bind-address", cfg.HealthAddr, "listen address of /healthz and /readyz; 0 disables it")
 	f.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "client-side limit of requests per second to the API server; 0 sets none (API Priority and Fairness governs)")
 	f.IntVar(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "requests allowed above --kube-api-qps in a burst; 0 means twice --kube-api-qps")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", cfg.LeaderElection, "elect one replica to write status, certificates and webhook configuration")
@@ -130,15 +130,26 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringVar(&w.CacheService, "waf-cache-service", w.CacheService, "Service data planes reach the rule cache by (in Portal's namespace); its DNS names go into the cache's serving certificate")
 	f.StringVar(&w.CacheCertSecret, "waf-cache-cert-secret", w.CacheCertSecret, "Secret (in Portal's namespace) holding the rule cache's CA and serving certificate, issued and renewed by Portal")
 	f.IntVar(&w.CacheMaxConcurrent, "waf-cache-max-concurrent", w.CacheMaxConcurrent, "requests the rule cache answers at once; more get 503 with Retry-After")
-	f.DurationVar(&w.CacheMaxAge, "cache-max-age", w.CacheMaxAge, "evict cached rule set revisions older than this (a rule set's latest revision is never evicted)")
-	f.Int64Var(&w.CacheMaxSize, "cache-max-size", w.CacheMaxSize, "evict the oldest revisions when the cache holds more bytes than this")
-	f.DurationVar(&w.CacheGCInterval, "cache-gc-interval", w.CacheGCInterval, "how often the cache evicts")
+	f.DurationVar(&w.CacheMaxAge, "waf-cache-max-age", w.CacheMaxAge, "evict cached rule set revisions older than this (a rule set's latest revision is never evicted)")
+	f.Int64Var(&w.CacheMaxSize, "waf-cache-max-size", w.CacheMaxSize, "evict the oldest revisions when the cache holds more bytes than this")
+	f.DurationVar(&w.CacheGCInterval, "waf-cache-gc-interval", w.CacheGCInterval, "how often the cache evicts")
 	wc := &w.Compile
 	f.Int64Var(&wc.MaxRuleSetBytes, "waf-max-ruleset-bytes", wc.MaxRuleSetBytes, "reject a RuleSet whose sources and data files hold more bytes than this together (reason TooLarge)")
 	f.IntVar(&wc.MaxDataFileBytes, "waf-max-data-file-bytes", wc.MaxDataFileBytes, "reject a RuleSet whose @pmFromFile, @ipMatchFromFile or @validateSchema reads a data file larger than this (reason TooLarge)")
 	f.DurationVar(&wc.CompileTimeout, "waf-compile-timeout", wc.CompileTimeout, "give up on a RuleSet compile after this long (reason CompileTimeout)")
 	f.IntVar(&wc.Concurrency, "waf-compile-concurrency", wc.Concurrency, "RuleSets compiled at once; one namespace uses at most half of them (at least one)")
 	f.Int64Var(&wc.MaxLastGoodBytes, "waf-max-last-good-bytes", wc.MaxLastGoodBytes, "weight of the last good WAFs kept open to speed up recompiles; the oldest are closed beyond it")
+
+	// Names Portal used before it followed controller-runtime's and kubectl's.
+	for old, name := range map[string]string{
+		"metrics-addr":      "metrics-bind-address",
+		"health-addr":       "health-probe-bind-address",
+		"cache-max-age":     "waf-cache-max-age",
+		"cache-max-size":    "waf-cache-max-size",
+		"cache-gc-interval": "waf-cache-gc-interval",
+	} {
+		deprecatedAlias(f, old, name)
+	}
 }
 
 func newLogger(level string) (*slog.Logger, error) {

@@ -67,7 +67,7 @@ compile leaves the last good one in force. Until a rule set has loaded,
 	f.StringVar(&o.ruleSet, "ruleset", "", "the RuleSet to enforce, as namespace/name (required)")
 	f.StringVar(&o.upstream, "upstream", "", "URL of the server to proxy to, e.g. http://127.0.0.1:8080 (required)")
 	f.StringVar(&o.listen, "listen", o.listen, "listen address of the proxy")
-	f.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "listen address of /metrics, /healthz and /readyz; 0 disables it")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", o.metricsAddr, "listen address of /metrics, /healthz and /readyz; 0 disables it")
 	f.DurationVar(&o.pollInterval, "poll-interval", o.pollInterval, "time between polls of the cache (at least 1s)")
 	f.StringVar(&o.failurePolicy, "failure-policy", o.failurePolicy, "before any rule set has loaded: fail (answer 503) or allow (proxy uninspected)")
 	f.Int64Var(&o.requestBodyLimit, "request-body-limit", 0, "most request body bytes the WAF inspects; 0 keeps the rule set's SecRequestBodyLimit")
@@ -77,6 +77,7 @@ compile leaves the last good one in force. Until a rule set has loaded,
 	f.DurationVar(&o.server.WriteTimeout, "write-timeout", o.server.WriteTimeout, "longest time from the end of the request headers to the end of the answer")
 	f.DurationVar(&o.server.IdleTimeout, "idle-timeout", o.server.IdleTimeout, "longest time a keep-alive connection waits for its next request")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
+	deprecatedAlias(f, "metrics-addr", "metrics-bind-address")
 	return cmd
 }
 

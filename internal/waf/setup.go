@@ -50,8 +50,8 @@ type Options struct {
 	// (--waf-cache-max-concurrent).
 	CacheMaxConcurrent int
 	// CacheMaxAge, CacheMaxSize (bytes) and CacheGCInterval drive the cache
-	// garbage collector (--cache-max-age, --cache-max-size,
-	// --cache-gc-interval). The latest revision of a rule set is never
+	// garbage collector (--waf-cache-max-age, --waf-cache-max-size,
+	// --waf-cache-gc-interval). The latest revision of a rule set is never
 	// evicted.
 	CacheMaxAge     time.Duration
 	CacheMaxSize    int64

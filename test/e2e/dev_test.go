@@ -71,8 +71,8 @@ func TestPortalDev(t *testing.T) {
 	kubeconfig := filepath.Join(workDir, ".portal-dev", "kubeconfig")
 	dev := exec.Command(bin, "dev", "--kubeconfig-out", kubeconfig,
 		"--webhook-port", fmt.Sprint(freePort(t)),
-		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		"--health-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		"--waf-cache-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
 	dev.Dir = workDir
 	dev.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KUBEBUILDER_ASSETS=") })
@@ -207,7 +207,7 @@ func runPrintedWAFProxy(t *testing.T, dir, bin, line string) {
 			args[j+1] = up.URL
 		case "--listen":
 			args[j+1] = listen
-		case "--metrics-addr":
+		case "--metrics-bind-address":
 			args[j+1] = metrics
 		}
 	}

@@ -103,7 +103,7 @@ func startWAFProxy(ctx context.Context, o options, work, cacheURL, upstream stri
 	}
 	cmd := exec.Command(bin, "waf-proxy", "--cache-url", cacheURL, "--ruleset", "bench/crs",
 		"--ca-file", filepath.Join(work, "ca.crt"), "--token-file", filepath.Join(work, "token"),
-		"--upstream", "http://"+upstream, "--listen", addr, "--metrics-addr", "0", "--log-level", "warn")
+		"--upstream", "http://"+upstream, "--listen", addr, "--metrics-bind-address", "0", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	p := &peer{name: peerWAFProxy, url: "http://" + addr, version: strings.TrimSpace(string(out)) + ", Coraza v3.8.1", cmd: cmd, log: logFile}
 	if err := cmd.Start(); err != nil {
