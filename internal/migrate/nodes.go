@@ -4,23 +4,15 @@ import (
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/vilaca/portal/internal/manifest"
 )
 
 // Helpers over YAML node trees. The migrator works on nodes rather than Go
 // values so comments survive and output styles are under its control.
 
 // get returns the value of key in mapping m, or nil.
-func get(m *yaml.Node, key string) *yaml.Node {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
-		}
-	}
-	return nil
-}
+func get(m *yaml.Node, key string) *yaml.Node { return manifest.MapValue(m, key) }
 
 // scalarValue returns the scalar at key in m, or "".
 func scalarValue(m *yaml.Node, key string) string {

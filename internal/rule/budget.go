@@ -161,18 +161,8 @@ func (b *BudgetStatus) NeedLeaderElection() bool { return false }
 
 // Start implements manager.Runnable: it writes conditions until ctx ends.
 func (b *BudgetStatus) Start(ctx context.Context) error {
-	go func() {
-		<-ctx.Done()
-		b.queue.ShutDown()
-	}()
-	for {
-		k, shutdown := b.queue.Get()
-		if shutdown {
-			return nil
-		}
-		b.write(ctx, k)
-		b.queue.Done(k)
-	}
+	drain(ctx, b.queue, b.write)
+	return nil
 }
 
 func (b *BudgetStatus) write(ctx context.Context, k countKey) {

@@ -184,17 +184,23 @@ func (s *StatusCounts) Start(ctx context.Context) error {
 		c.startEvals, c.baseKnown = c.evals, false
 	}
 	s.mu.Unlock()
+	drain(ctx, s.queue, s.write)
+	return nil
+}
+
+// drain hands each key of q to write, one at a time, until ctx ends.
+func drain(ctx context.Context, q workqueue.TypedDelayingInterface[countKey], write func(context.Context, countKey)) {
 	go func() {
 		<-ctx.Done()
-		s.queue.ShutDown()
+		q.ShutDown()
 	}()
 	for {
-		k, shutdown := s.queue.Get()
+		k, shutdown := q.Get()
 		if shutdown {
-			return nil
+			return
 		}
-		s.write(ctx, k)
-		s.queue.Done(k)
+		write(ctx, k)
+		q.Done(k)
 	}
 }
 

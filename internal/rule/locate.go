@@ -67,17 +67,7 @@ func (t *tree) withSpec() *tree {
 }
 
 // value returns the value node of key in mapping m.
-func value(m *yaml.Node, key string) *yaml.Node {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
-		}
-	}
-	return nil
-}
+func value(m *yaml.Node, key string) *yaml.Node { return manifest.MapValue(m, key) }
 
 var pathPart = regexp.MustCompile(`([^.\[\]]+)|\[(\d+)\]`)
 
