@@ -88,6 +88,13 @@ func TestHostileRuleIsBoundedAndOthersUnaffected(t *testing.T) {
 		wh := webhookNamed(t, admission.NamespacedWebhookName)
 		return wh != nil && findRule(wh.Rules, "configmaps") != nil
 	})
+	// The API server picks the new webhook configuration up a moment after
+	// it is written: until it calls the webhook for the hostile namespace,
+	// creates there are admitted without Portal seeing them.
+	eventually(t, "the API server sends the hostile namespace's creates to Portal", func() bool {
+		err := env.client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: hostile}}, client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), "evaluation budget exceeded")
+	})
 
 	var peak atomic.Uint64
 	stopSampling := make(chan struct{})
