@@ -8,11 +8,12 @@ import (
 
 var transformNames = []string{"lowercase", "uppercase", "trim", "compressWhitespace", "urlDecode", "removeNulls", "htmlEntityDecode", "length"}
 
-// tchain returns n t: actions, varied by seed so that chains differ.
+// tchain returns n t: actions spelling seed in base 8, so that chains of 16
+// or more differ for every seed below 2^48.
 func tchain(seed, n int) string {
 	var b strings.Builder
 	for i := range n {
-		fmt.Fprintf(&b, ",t:%s", transformNames[(seed>>(i%16)+i*3)%len(transformNames)])
+		fmt.Fprintf(&b, ",t:%s", transformNames[(seed>>(3*(i%16)))&7])
 	}
 	return b.String()
 }
@@ -88,9 +89,10 @@ func BenchmarkTransformChainGrowth(b *testing.B) {
 	round := 0
 	for b.Loop() {
 		var rules strings.Builder
+		benchRound++
 		for id := 1; id <= 256; id++ {
-			// t:none first, then a chain unique to (round, id).
-			fmt.Fprintf(&rules, "SecRule ARGS \"@rx x\" \"id:%d,phase:1,pass,t:none%s\"\n", id, tchain(round*256+id, MaxTransformChain))
+			// t:none first, then a chain no earlier round had.
+			fmt.Fprintf(&rules, "SecRule ARGS \"@rx x\" \"id:%d,phase:1,pass,t:none%s\"\n", id, tchain(benchRound*256+id, MaxTransformChain))
 		}
 		c, err := Compile(Join([]Source{{Name: "t", Rules: rules.String()}}), Options{})
 		if err != nil {

@@ -26,6 +26,10 @@ func failingBundle(round, size int) Bundle {
 	return Join([]Source{{Name: "leak", Rules: b.String()}})
 }
 
+// benchRound makes each benchmark round's rules new to the process, across
+// -count runs too.
+var benchRound int
+
 func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.GC()
@@ -86,7 +90,8 @@ func BenchmarkFailedCompile(b *testing.B) {
 	before := liveHeap()
 	round := 0
 	for b.Loop() {
-		if _, err := Compile(failingBundle(round, 64<<10), Options{}); err == nil {
+		benchRound++
+		if _, err := Compile(failingBundle(1000+benchRound, 64<<10), Options{}); err == nil {
 			b.Fatal("the failing bundle compiled")
 		}
 		round++
