@@ -79,15 +79,22 @@ func TestFailingEditsDoNotGrowMemory(t *testing.T) {
 
 // TestLongTransformationChainTooLarge: a rule whose transformations would
 // make Coraza keep a huge chain for the life of the process is refused with
-// TooLarge on its line.
+// TooLarge on its line, and portal_waf_transformation_chains shows that no
+// chain of it was registered.
 func TestLongTransformationChainTooLarge(t *testing.T) {
 	shared.Cluster(t)
 	ns := namespace(t, "waf-long-chain")
+	before := metric(t, "portal_waf_transformation_chains", "")
 	rules := smallRule + "SecRule ARGS \"@rx x\" \"id:2,phase:1,pass,t:none" + strings.Repeat(",t:lowercase", 3000) + "\"\n"
 	rs := ruleSet(ns, "guard", []string{"rules"})
 	create(t, source(ns, "rules", rules), rs)
 	c := readyWith(t, rs, metav1.ConditionFalse, wafv1alpha1.ReasonTooLarge)
 	if e := rs.Status.Error; e == nil || e.Source != "rules" || e.Line != 2 || !strings.Contains(c.Message, "t:none") {
 		t.Fatalf("error %+v, message %q", rs.Status.Error, c.Message)
+	}
+	// Compiled, the rule registers up to 3,000 chains; other tests' rule
+	// sets may register a few meanwhile.
+	if added := metric(t, "portal_waf_transformation_chains", "") - before; added >= 100 {
+		t.Fatalf("%v transformation chains registered while the rule set was refused", added)
 	}
 }

@@ -1,6 +1,10 @@
 package ruleset
 
-import "strings"
+import (
+	"strings"
+	"sync"
+	_ "unsafe" // go:linkname
+)
 
 // Coraza v3.8.1 numbers every distinct transformation chain ("+lowercase",
 // "+lowercase+trim", ...) in a process-wide registry that nothing ever
@@ -98,4 +102,21 @@ func (c *checker) transformLimits(d directive, chain int) {
 		c.add(KindTooLarge, d, "the rule set applies more than %d transformations (t: actions, those of SecRuleUpdateActionById once per rule it can reach), because Coraza keeps every distinct transformation chain for the life of the process: use fewer transformations or split the RuleSet",
 			MaxTransformations)
 	}
+}
+
+// The registry itself, read under its own lock to publish its size; see
+// memo.go for why go:linkname.
+var (
+	//go:linkname chainNames github.com/corazawaf/coraza/v3/internal/corazawaf.transformationIDToName
+	chainNames []string
+	//go:linkname chainLock github.com/corazawaf/coraza/v3/internal/corazawaf.transformationIDsLock
+	chainLock sync.Mutex
+)
+
+// TransformationChains returns how many distinct transformation chains
+// Coraza has registered in this process. It never decreases.
+func TransformationChains() int {
+	chainLock.Lock()
+	defer chainLock.Unlock()
+	return len(chainNames)
 }

@@ -103,3 +103,23 @@ func BenchmarkTransformChainGrowth(b *testing.B) {
 	}
 	b.ReportMetric(float64(int64(liveHeap())-int64(before))/float64(round), "retained-heap-B/op")
 }
+
+// TestTransformationChainsCounted: the count Portal publishes moves with the
+// chains a compile registers.
+func TestTransformationChainsCounted(t *testing.T) {
+	// Names no other test chains, spelling a number new to the process:
+	// the prefixes after its first differing name are new.
+	names := []string{"sha1", "md5", "hexEncode", "base64Encode", "normalizePath", "replaceComments", "escapeSeqDecode", "cmdLine"}
+	benchRound++
+	var chain strings.Builder
+	for i := range MaxTransformChain {
+		fmt.Fprintf(&chain, ",t:%s", names[(benchRound>>(3*i))&7])
+	}
+	before := TransformationChains()
+	rules := fmt.Sprintf("SecRule ARGS \"@rx x\" \"id:1,phase:1,pass,t:none%s\"\n", chain.String())
+	c := mustCompile(t, Join([]Source{{Name: "t", Rules: rules}}))
+	_ = c.Close()
+	if got := TransformationChains() - before; got < MaxTransformChain/2 {
+		t.Fatalf("the count moved by %d after a compile of a new chain of %d", got, MaxTransformChain)
+	}
+}
