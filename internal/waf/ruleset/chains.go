@@ -14,8 +14,9 @@ import (
 // alive, and a 4 MiB rule set would keep gigabytes, on every replica and
 // every data plane, even when it compiles. The pre-check bounds both
 // factors: the length of a rule's chain and the transformations a rule set
-// applies. The Core Rule Set's own chains (at most 7 long, 840 in all) are
-// the same in every compile and are not counted.
+// applies. The Core Rule Set's own chains (at most 7 long, 840 t: actions in
+// all, about 60 chains) are the same in every compile and are not counted,
+// except as what an update can extend.
 const (
 	// MaxTransformChain bounds the transformations a rule can have after
 	// its last t:none, counting those SecRuleUpdateActionById adds.
@@ -26,8 +27,12 @@ const (
 	// the rules it can reach.
 	MaxTransformations = 4096
 	// crsRuleAllowance is how many Core Rule Set rules an update by id range
-	// is assumed to reach once a CRS file is included (CRS 4 has about 600).
+	// is assumed to reach once a CRS file is included (the embedded CRS has
+	// about 700 SecRule and SecAction directives).
 	crsRuleAllowance = 1024
+	// crsLongestChain is the longest chain of a Core Rule Set rule, which
+	// an update can extend.
+	crsLongestChain = 7
 )
 
 // transforms is the pre-check's count of transformations.
@@ -82,7 +87,11 @@ func (c *checker) transformUpdate(d directive, list []action) {
 		reach += max(min(r[1]-r[0]+1, t.rules+c.crsRules()), 0)
 	}
 	t.total += n * max(reach, 1)
-	c.transformLimits(d, t.longest+t.updates)
+	longest := t.longest
+	if c.includedCRS {
+		longest = max(longest, crsLongestChain)
+	}
+	c.transformLimits(d, longest+t.updates)
 }
 
 func (c *checker) crsRules() int {

@@ -39,6 +39,7 @@ func TestTransformationLimits(t *testing.T) {
 		{"updates count", rule(1, 10) + "SecRuleUpdateActionById 1 \"t:lowercase" + tchain(3, 9) + "\"\n", "20 transformations"},
 		{"rules within the total", many(256, 16), ""},
 		{"rules over the total", many(300, 15), "more than 4096 transformations"},
+		{"an update extends the CRS's chains", "Include @coraza.conf-recommended\nInclude @crs-setup.conf.example\nInclude @owasp_crs/*.conf\nSecRuleUpdateActionById 942100 \"t:trim" + tchain(6, 9) + "\"\n", "17 transformations"},
 		{"range update counted once per rule it reaches", many(300, 1) + "SecRuleUpdateActionById 1-300 \"t:trim" + tchain(5, 13) + "\"\n", "more than 4096 transformations"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
