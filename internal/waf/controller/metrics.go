@@ -2,6 +2,8 @@ package controller
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vilaca/portal/internal/waf/ruleset"
 )
 
 // Metrics are the RuleSet compiler's Prometheus metrics, documented in
@@ -15,6 +17,9 @@ type Metrics struct {
 	// LastGoodBytes and LastGoodWAFs measure the last good WAFs kept open.
 	LastGoodBytes prometheus.Gauge
 	LastGoodWAFs  prometheus.Gauge
+	// TransformationChains reads Coraza's process-wide registry of
+	// transformation chains, which only grows (ruleset/chains.go).
+	TransformationChains prometheus.GaugeFunc
 }
 
 // Results of a RuleSet reconcile, the values of the result label.
@@ -35,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Compiles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_waf_ruleset_compiles_total",
-			Help: "RuleSet reconciles by result: cached (a new revision), unchanged, invalid, sandbox (rejected by the sandbox), missing (a RuleSource or RuleData is missing), duplicate (one named twice), too_large (over --waf-max-ruleset-bytes or --waf-max-data-file-bytes) or timeout (over --waf-compile-timeout).",
+			Help: "RuleSet reconciles by result: cached (a new revision), unchanged, invalid, sandbox (rejected by the sandbox), missing (a RuleSource or RuleData is missing), duplicate (one named twice), too_large (over --waf-max-ruleset-bytes, --waf-max-data-file-bytes or the transformation limits) or timeout (over --waf-compile-timeout).",
 		}, []string{"result"}),
 		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "portal_waf_ruleset_compile_duration_seconds",
@@ -54,12 +59,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_waf_ruleset_last_good_wafs",
 			Help: "Last good WAFs the compiler keeps open.",
 		}),
+		TransformationChains: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "portal_waf_transformation_chains",
+			Help: "Distinct transformation chains Coraza has registered in this process, for every compile since it started, failed ones too; Coraza never forgets one.",
+		}, func() float64 { return float64(ruleset.TransformationChains()) }),
 	}
 	for _, r := range []string{ResultCached, ResultUnchanged, ResultInvalid, ResultSandbox, ResultMissingRefs, ResultDuplicate, ResultTooLarge, ResultTimeout} {
 		m.Compiles.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Compiles, m.Duration, m.InFlight, m.LastGoodBytes, m.LastGoodWAFs)
+		reg.MustRegister(m.Compiles, m.Duration, m.InFlight, m.LastGoodBytes, m.LastGoodWAFs, m.TransformationChains)
 	}
 	return m
 }

@@ -127,14 +127,17 @@ func CompileContext(ctx context.Context, b Bundle, opts Options) (*Compiled, err
 	dir := "rs-" + b.dataDigest()
 	var rules []ruleInfo
 	g := &guard{}
-	waf, err := newWAF(ctx, b, dir, b.Rules, opts, g, func(r types.RuleMetadata) {
+	leaked := &orphans{}
+	waf, err := newWAF(ctx, b, dir, b.Rules, opts, g, leaked, func(r types.RuleMetadata) {
 		rules = append(rules, ruleInfo{ID: r.ID(), Tags: r.Tags()})
 	})
 	if err != nil {
+		// After locate, whose compiles of the same rules reuse the patterns.
+		defer leaked.release()
 		if ctx.Err() != nil {
 			return nil, timeoutError()
 		}
-		return nil, &Error{Problems: []Problem{locate(ctx, b, dir, opts, err)}}
+		return nil, &Error{Problems: []Problem{locate(ctx, b, dir, opts, leaked, err)}}
 	}
 	c := &Compiled{WAF: waf, Bundle: b, SHA256: b.SHA256(), rules: rules, analysis: an, Weight: g.parsed}
 	for _, d := range b.DataFiles {
@@ -152,8 +155,10 @@ func timeoutError() *Error {
 }
 
 // newWAF runs Coraza over rules. g, when not nil, is the guard to use (the
-// fuzz test records with it).
-func newWAF(ctx context.Context, b Bundle, dir, rules string, opts Options, g *guard, observe func(types.RuleMetadata)) (w coraza.WAF, err error) {
+// fuzz test records with it). When Coraza fails, the patterns it cached for
+// the half-built WAF are recorded in leaked for the caller to release, or
+// released at once when leaked is nil.
+func newWAF(ctx context.Context, b Bundle, dir, rules string, opts Options, g *guard, leaked *orphans, observe func(types.RuleMetadata)) (w coraza.WAF, err error) {
 	cfg := coraza.NewWAFConfig()
 	if opts.Configure != nil {
 		cfg = opts.Configure(cfg)
@@ -169,6 +174,7 @@ func newWAF(ctx context.Context, b Bundle, dir, rules string, opts Options, g *g
 	}
 	g.compiling.Store(true)
 	defer g.compiling.Store(false)
+	before := lastWAFID()
 	defer func() {
 		switch r := recover().(type) {
 		case nil:
@@ -177,6 +183,14 @@ func newWAF(ctx context.Context, b Bundle, dir, rules string, opts Options, g *g
 		default:
 			// No input may crash the controller or the data plane.
 			w, err = nil, fmt.Errorf("the Coraza compiler failed on these rules: %v", r)
+		}
+		if err != nil {
+			// Coraza does not close the WAF it failed to build (memo.go).
+			if leaked == nil {
+				leaked = &orphans{}
+				defer leaked.release()
+			}
+			leaked.add(before, lastWAFID())
 		}
 	}()
 	return coraza.NewWAF(cfg)
@@ -263,7 +277,7 @@ const maxLocateCompiles = 24
 // that fails, so the failing directive is the first one whose prefix of the
 // rules fails to compile: found by bisection, one compile per step, while ctx
 // lasts.
-func locate(ctx context.Context, b Bundle, dir string, opts Options, err error) Problem {
+func locate(ctx context.Context, b Bundle, dir string, opts Options, leaked *orphans, err error) Problem {
 	msg := cleanError(err)
 	p := Problem{Kind: KindInvalid, Message: msg}
 	var fd *forbiddenDirective
@@ -279,7 +293,7 @@ func locate(ctx context.Context, b Bundle, dir string, opts Options, err error) 
 	}
 	lines := strings.SplitAfter(b.Rules, "\n")
 	fails := func(i int) bool {
-		w, err := newWAF(ctx, b, dir, strings.Join(lines[:dirs[i].End], ""), opts, nil, nil)
+		w, err := newWAF(ctx, b, dir, strings.Join(lines[:dirs[i].End], ""), opts, nil, leaked, nil)
 		if err != nil {
 			return true
 		}

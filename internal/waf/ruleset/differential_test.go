@@ -58,7 +58,7 @@ func FuzzSecLangDifferential(f *testing.F) {
 
 		var seen []string
 		g := &guard{record: func(l string) { seen = append(seen, l) }}
-		_, err := newWAF(context.Background(), b, "rs-x", b.Rules, Options{}, g, nil)
+		_, err := newWAF(context.Background(), b, "rs-x", b.Rules, Options{}, g, nil, nil)
 
 		// Directives: compare up to the first Include and the first line
 		// the reader rejects.

@@ -111,6 +111,10 @@ type checker struct {
 	chainID int
 	// maxDataFile bounds each data file a file operator reads.
 	maxDataFile int
+	// transforms bounds Coraza's transformation chain registry (chains.go).
+	transforms transforms
+	// includedCRS is set once a Core Rule Set file is included.
+	includedCRS bool
 }
 
 // Check is the sandbox pre-check: it reports every directive, operator and
@@ -147,6 +151,7 @@ func (c *checker) directive(d directive) {
 	switch d.Name {
 	case "include":
 		c.include(d)
+		c.includedCRS = true
 	// The arguments below are compared exactly as Coraza receives them: it
 	// trims nothing, so " /dev/stdout" is a file name, not the console.
 	case "secauditlog":
@@ -171,15 +176,20 @@ func (c *checker) directive(d directive) {
 			list := actionsOf(acts)
 			c.operator(d, op, c.ruleID(list))
 			c.check(d, list)
+			c.transformRule(d, list)
 		}
 	case "secaction":
 		// seclang ParseRule: MaybeRemoveQuotes of the directive's argument.
-		c.check(d, actionsOf(maybeUnquote(d.Opts)))
+		list := actionsOf(maybeUnquote(d.Opts))
+		c.check(d, list)
+		c.transformRule(d, list)
 	case "secdefaultaction":
 		// Kept as written and parsed with every later rule.
 		c.check(d, actionsOf(d.Opts))
 	case "secruleupdateactionbyid":
-		c.check(d, actionsOf(updateActions(d.Opts)))
+		list := actionsOf(updateActions(d.Opts))
+		c.check(d, list)
+		c.transformUpdate(d, list)
 	case "secruleremovebyid":
 		c.analysis.removedIDs = append(c.analysis.removedIDs, idRanges(d.Opts)...)
 	case "secruleremovebytag":

@@ -187,7 +187,7 @@ func TestSandboxLeavesFilesystemUntouched(t *testing.T) {
 	// Defence in depth: compiled without the pre-check, reads of host files
 	// still fail, because the sandbox filesystem is all Coraza sees.
 	for _, rules := range escapes(tmp)[:5] {
-		if _, err := newWAF(context.Background(), Bundle{}, "rs-x", rules+"\n", Options{}, nil, nil); err == nil {
+		if _, err := newWAF(context.Background(), Bundle{}, "rs-x", rules+"\n", Options{}, nil, nil, nil); err == nil {
 			t.Errorf("%q compiled against the sandbox filesystem", rules)
 		} else if !strings.Contains(err.Error(), "not exist") {
 			t.Errorf("%q: %v, want file does not exist", rules, err)
@@ -221,7 +221,7 @@ func TestEngineRefusesWithoutPreCheck(t *testing.T) {
 		"SecRemoteRules key https://127.0.0.1:1/rules",
 	)
 	for _, r := range rules {
-		w, err := newWAF(context.Background(), Bundle{}, "rs-x", r+"\n", Options{}, nil, nil)
+		w, err := newWAF(context.Background(), Bundle{}, "rs-x", r+"\n", Options{}, nil, nil, nil)
 		if err == nil {
 			if tx := w.NewTransaction(); tx != nil {
 				tx.ProcessURI("/?a=x", "GET", "HTTP/1.1")

@@ -1,0 +1,100 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
+)
+
+// failingRules is size bytes of regex rules with patterns unique to round,
+// then a directive Coraza refuses after compiling them all.
+func failingRules(round, size int) string {
+	var b strings.Builder
+	for id := 1; b.Len() < size; id++ {
+		b.WriteString("SecRule ARGS \"@rx ^(?:")
+		for w := range 200 {
+			if w > 0 {
+				b.WriteByte('|')
+			}
+			fmt.Fprintf(&b, "e%dx%dw%d[a-z]{2,9}q", round, id, w)
+		}
+		fmt.Fprintf(&b, ")$\" \"id:%d,phase:1,deny\"\n", id)
+	}
+	fmt.Fprintf(&b, "SecRuleEngine Sideways%d\n", round)
+	return b.String()
+}
+
+func liveHeap() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// TestFailingEditsDoNotGrowMemory: a tenant keeps editing a RuleSource into
+// rule sets that fail to compile, each with new patterns. Every edit is
+// reported InvalidRuleSet, and the controller's live heap does not grow with
+// the edits: Coraza caches the patterns of a compile under the WAF it was
+// building and never closes a WAF it failed to build.
+func TestFailingEditsDoNotGrowMemory(t *testing.T) {
+	shared.Cluster(t)
+	const rounds, size, boundMiB = 20, 64 << 10, 24
+	ns := namespace(t, "waf-failing-edits")
+	src := source(ns, "rules", failingRules(0, size))
+	rs := ruleSet(ns, "guard", []string{"rules"})
+	create(t, src, rs)
+	edit := func(round int) {
+		t.Helper()
+		src.Spec.Rules = failingRules(round, size)
+		if err := env.client.Update(context.Background(), src); err != nil {
+			t.Fatal(err)
+		}
+		// The compile of this edit is done when its error is reported.
+		want := fmt.Sprintf("Sideways%d", round)
+		devtest.Eventually(t, "InvalidRuleSet on "+want, func() bool {
+			c := ready(t, rs)
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == wafv1alpha1.ReasonInvalidRuleSet && strings.Contains(c.Message, want)
+		})
+	}
+	readyWith(t, rs, metav1.ConditionFalse, wafv1alpha1.ReasonInvalidRuleSet)
+	edit(1)
+	before := liveHeap()
+	for round := 2; round < rounds+2; round++ {
+		edit(round)
+	}
+	grew := liveHeap() - before
+	t.Logf("live heap grew by %d KiB over %d failing edits", grew>>10, rounds)
+	if grew > boundMiB<<20 {
+		t.Fatalf("the controller's live heap grew by %d MiB over %d failing edits of %d KiB (bound %d MiB)", grew>>20, rounds, size>>10, boundMiB)
+	}
+}
+
+// TestLongTransformationChainTooLarge: a rule whose transformations would
+// make Coraza keep a huge chain for the life of the process is refused with
+// TooLarge on its line, and portal_waf_transformation_chains shows that no
+// chain of it was registered.
+func TestLongTransformationChainTooLarge(t *testing.T) {
+	shared.Cluster(t)
+	ns := namespace(t, "waf-long-chain")
+	before := metric(t, "portal_waf_transformation_chains", "")
+	rules := smallRule + "SecRule ARGS \"@rx x\" \"id:2,phase:1,pass,t:none" + strings.Repeat(",t:lowercase", 3000) + "\"\n"
+	rs := ruleSet(ns, "guard", []string{"rules"})
+	create(t, source(ns, "rules", rules), rs)
+	c := readyWith(t, rs, metav1.ConditionFalse, wafv1alpha1.ReasonTooLarge)
+	if e := rs.Status.Error; e == nil || e.Source != "rules" || e.Line != 2 || !strings.Contains(c.Message, "t:none") {
+		t.Fatalf("error %+v, message %q", rs.Status.Error, c.Message)
+	}
+	// Compiled, the rule registers up to 3,000 chains; other tests' rule
+	// sets may register a few meanwhile.
+	if added := metric(t, "portal_waf_transformation_chains", "") - before; added >= 100 {
+		t.Fatalf("%v transformation chains registered while the rule set was refused", added)
+	}
+}
