@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vilaca/portal/internal/core"
-	"github.com/vilaca/portal/internal/engine"
 )
 
 // Defaults of the ValidatingWebhookConfiguration.
@@ -55,12 +54,6 @@ var SystemNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
 // namespaced rules that do; *engine.Engine is one.
 type GVKSource interface {
 	GVKNamespaces(m core.Mode) map[core.GVK][]string
-}
-
-// RulesTarget receives the merged rule set (the rule package's Target);
-// *engine.Engine is one.
-type RulesTarget interface {
-	SetRules([]*engine.Rule)
 }
 
 // ServiceReference locates the webhook Service in a cluster.
@@ -171,20 +164,6 @@ func (m *ConfigManager) Notify() {
 	case m.notify <- struct{}{}:
 	default:
 	}
-}
-
-// Watch returns a rule target that hands every rule set to next and then
-// calls Notify: rule.NewIndex(cm.Watch(eng)).
-func (m *ConfigManager) Watch(next RulesTarget) RulesTarget { return &watchTarget{next: next, m: m} }
-
-type watchTarget struct {
-	next RulesTarget
-	m    *ConfigManager
-}
-
-func (t *watchTarget) SetRules(rules []*engine.Rule) {
-	t.next.SetRules(rules)
-	t.m.Notify()
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: one replica

@@ -123,7 +123,8 @@ func startEnv() error {
 		// Short, so TestStalledBodyIsCutOff need not wait the default 10s.
 		bodyTimeout: 2 * time.Second,
 		setup: func(mgr manager.Manager, cm *admission.ConfigManager) error {
-			index := rule.NewIndex(cm.Watch(env.engine))
+			index := rule.NewIndex(env.engine)
+			index.OnChange(cm.Notify)
 			log := slog.New(slog.NewJSONHandler(env.logs, nil))
 			return rule.NewCRLoader(mgr.GetCache(), env.engine, index, log, rule.NewMetrics(nil)).SetupWithManager(mgr)
 		},

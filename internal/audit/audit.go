@@ -17,7 +17,7 @@
 //	layer, err := audit.Setup(mgr, eng, audit.Options{
 //		RulesLoaded: loaded, Sinks: sinks, RuleCounter: counts, Logger: log,
 //	})
-//	index := rule.NewIndex(layer.Watch(target))
+//	index.OnChange(layer.Source.RulesChanged)
 package audit
 
 import (
@@ -159,25 +159,4 @@ func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
 		}
 	}
 	return &Layer{Source: src, Store: store, Metrics: m}, nil
-}
-
-// RulesTarget receives the merged rule set (the rule package's Target);
-// *engine.Engine is one.
-type RulesTarget interface {
-	SetRules([]*engine.Rule)
-}
-
-// Watch returns a rule target that hands every rule set to next and then
-// tells the audit source, which starts and stops informers and re-evaluates
-// the objects whose rules changed: rule.NewIndex(layer.Watch(eng)).
-func (l *Layer) Watch(next RulesTarget) RulesTarget { return &watchTarget{next: next, src: l.Source} }
-
-type watchTarget struct {
-	next RulesTarget
-	src  *Source
-}
-
-func (t *watchTarget) SetRules(rules []*engine.Rule) {
-	t.next.SetRules(rules)
-	t.src.RulesChanged()
 }

@@ -129,7 +129,9 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 		t.Fatal(err)
 	}
 	if o.crRules {
-		loader := rule.NewCRLoader(mgr.GetCache(), eng, rule.NewIndex(inst.layer.Watch(eng)), log, rule.NewMetrics(nil))
+		index := rule.NewIndex(eng)
+		index.OnChange(inst.layer.Source.RulesChanged)
+		loader := rule.NewCRLoader(mgr.GetCache(), eng, index, log, rule.NewMetrics(nil))
 		if err := loader.SetupWithManager(mgr); err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package manager
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 
@@ -11,7 +10,6 @@ import (
 
 	"github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/certs"
-	"github.com/vilaca/portal/internal/engine"
 )
 
 // AdmissionConfig configures the L4 admission layer.
@@ -52,19 +50,29 @@ func defaultAdmission() AdmissionConfig {
 	}
 }
 
-// admissionLayer is the admission layer between manager creation and start.
+// admissionLayer is the L4 validating webhook: its certificate controller,
+// its server, its handler and the webhook configuration it keeps in step
+// with the rules.
 type admissionLayer struct {
-	cfg   AdmissionConfig
-	certs *certs.Controller
+	cfg       AdmissionConfig
+	namespace string
+	certs     *certs.Controller
+	server    webhook.Server
+}
+
+func (*admissionLayer) Name() string { return "admission" }
+
+// ConfigureOptions hands the manager the webhook server, which serves the
+// certificate controller's certificate.
+func (l *admissionLayer) ConfigureOptions(opts *ctrl.Options) error {
+	opts.WebhookServer = l.server
+	return nil
 }
 
 // newAdmission prepares the certificate controller and the webhook server,
 // which must exist before the manager is created.
-func newAdmission(cfg *Config, opts *ctrl.Options) (*admissionLayer, error) {
+func newAdmission(cfg *Config) (*admissionLayer, error) {
 	a := cfg.Admission
-	if !a.Enabled {
-		return nil, nil
-	}
 	src, err := certs.ParseSource(a.CertSource)
 	if err != nil {
 		return nil, err
@@ -99,60 +107,59 @@ func newAdmission(cfg *Config, opts *ctrl.Options) (*admissionLayer, error) {
 		}
 		tlsOpts = append(tlsOpts, clientAuth)
 	}
-	opts.WebhookServer = webhook.NewServer(webhook.Options{
+	server := webhook.NewServer(webhook.Options{
 		Host:    a.Host,
 		Port:    a.Port,
 		TLSOpts: tlsOpts,
 	})
-	return &admissionLayer{cfg: a, certs: cc}, nil
+	return &admissionLayer{cfg: a, namespace: cfg.Namespace, certs: cc, server: server}, nil
 }
 
-// setup registers the webhook, its readiness and the configuration manager.
-// It returns the rule target that keeps the webhook configuration in step
-// with the rules.
-func (l *admissionLayer) setup(mgr ctrl.Manager, eng *engine.Engine, cfg *Config, loaded <-chan struct{}, log *slog.Logger) (admission.RulesTarget, error) {
+// Setup registers the webhook, its readiness and the configuration manager,
+// which follows the rule set.
+func (l *admissionLayer) Setup(d Deps) error {
+	mgr := d.Manager
 	if err := l.certs.SetupWithManager(mgr); err != nil {
-		return nil, err
+		return err
 	}
 	if err := mgr.AddReadyzCheck("webhook-certificate", l.certs.Check); err != nil {
-		return nil, err
+		return err
 	}
 	wh, err := admission.New(admission.Options{
-		Evaluator:   eng,
+		Evaluator:   d.Engine,
 		Namespaces:  mgr.GetCache(),
-		Logger:      log,
-		RulesLoaded: loaded,
+		Logger:      d.Logger,
+		Registerer:  d.Registerer,
+		RulesLoaded: d.RulesLoaded,
 		FailOpen:    l.cfg.FailOpen,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	mgr.GetWebhookServer().Register(admission.Path, wh)
 	if err := mgr.AddReadyzCheck("admission", wh.ReadyCheck()); err != nil {
-		return nil, err
+		return err
 	}
 	co := admission.ConfigOptions{
 		Client:      mgr.GetClient(),
 		Mapper:      mgr.GetRESTMapper(),
-		Rules:       eng,
+		Rules:       d.Engine,
 		Name:        l.cfg.ConfigName,
-		Namespace:   cfg.Namespace,
+		Namespace:   l.namespace,
 		FailOpen:    l.cfg.FailOpen,
 		CABundle:    l.certs.CABundle,
-		RulesLoaded: loaded,
-		Logger:      log,
+		RulesLoaded: d.RulesLoaded,
+		Logger:      d.Logger,
 	}
 	if l.cfg.LocalURL {
 		co.URL = admission.LocalURL(l.cfg.Port)
 	} else {
-		co.Service = &admission.ServiceReference{Namespace: cfg.Namespace, Name: l.cfg.ServiceName, Port: 443}
+		co.Service = &admission.ServiceReference{Namespace: l.namespace, Name: l.cfg.ServiceName, Port: 443}
 	}
 	cm, err := admission.NewConfigManager(co)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := mgr.Add(cm); err != nil {
-		return nil, err
-	}
-	return cm.Watch(eng), nil
+	d.Rules.OnChange(cm.Notify)
+	return mgr.Add(cm)
 }

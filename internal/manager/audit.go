@@ -1,14 +1,9 @@
 package manager
 
 import (
-	"log/slog"
 	"time"
 
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
-
 	"github.com/vilaca/portal/internal/audit"
-	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink"
 )
@@ -32,30 +27,39 @@ func defaultAudit() AuditConfig {
 	return AuditConfig{ResyncPeriod: audit.DefaultResyncPeriod, Workers: audit.DefaultWorkers, EvalTimeout: audit.DefaultEvalTimeout, Sinks: sink.Defaults()}
 }
 
-// setupAudit adds the audit layer and returns the rule target that tells it
-// when rules change.
-func setupAudit(mgr ctrl.Manager, eng *engine.Engine, cfg AuditConfig, next rule.Target, loaded <-chan struct{}, log *slog.Logger) (rule.Target, error) {
-	so := cfg.Sinks
-	so.Logger = log
-	sinks, err := sink.New(mgr, so)
+// auditLayer is the L5 continuous audit: informers, evaluation, and the
+// sinks (reports, alerts, metrics, logs).
+type auditLayer struct{ cfg AuditConfig }
+
+func (*auditLayer) Name() string { return "audit" }
+
+// Setup adds the sinks, the rule status counts and the audit source, which
+// follows the rule set to start and stop its watches.
+func (l *auditLayer) Setup(d Deps) error {
+	so := l.cfg.Sinks
+	so.Logger = d.Logger
+	so.Registerer = d.Registerer
+	sinks, err := sink.New(d.Manager, so)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	counts := rule.NewStatusCounts(mgr.GetClient(), rule.CountOptions{Logger: log, Registerer: metrics.Registry})
-	if err := mgr.Add(counts); err != nil {
-		return nil, err
+	counts := rule.NewStatusCounts(d.Manager.GetClient(), rule.CountOptions{Logger: d.Logger, Registerer: d.Registerer})
+	if err := d.Manager.Add(counts); err != nil {
+		return err
 	}
-	layer, err := audit.Setup(mgr, eng, audit.Options{
-		RulesLoaded:  loaded,
-		ResyncPeriod: cfg.ResyncPeriod,
-		Workers:      cfg.Workers,
-		EvalTimeout:  cfg.EvalTimeout,
+	layer, err := audit.Setup(d.Manager, d.Engine, audit.Options{
+		RulesLoaded:  d.RulesLoaded,
+		ResyncPeriod: l.cfg.ResyncPeriod,
+		Workers:      l.cfg.Workers,
+		EvalTimeout:  l.cfg.EvalTimeout,
 		Sinks:        sinks,
 		RuleCounter:  counts,
-		Logger:       log,
+		Logger:       d.Logger,
+		Registerer:   d.Registerer,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return layer.Watch(next), nil
+	d.Rules.OnChange(layer.Source.RulesChanged)
+	return nil
 }

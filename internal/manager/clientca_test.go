@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // TestWebhookClientCAFileErrors: a --webhook-client-ca-file that cannot be
@@ -27,7 +25,7 @@ func TestWebhookClientCAFileErrors(t *testing.T) {
 		cfg := Defaults()
 		cfg.Admission.Enabled = true
 		cfg.Admission.ClientCAFile = tc.file
-		_, err := newAdmission(&cfg, &ctrl.Options{})
+		_, err := newAdmission(&cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--webhook-client-ca-file %s: got %v, want %q", tc.file, err, tc.want)
 		}

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -86,6 +88,10 @@ type Config struct {
 	Logger *slog.Logger
 	// OnReady, when set, is called once every enabled layer serves.
 	OnReady func()
+	// Registerer receives every layer's metrics. nil means
+	// controller-runtime's metrics.Registry, which the metrics endpoint
+	// serves; another registry lets two managers run in one process.
+	Registerer prometheus.Registerer
 }
 
 // Defaults returns the configuration `portal run` starts from.
@@ -162,32 +168,44 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		RetryPeriod:             ptrDuration(2 * time.Second),
 		GracefulShutdownTimeout: ptrDuration(10 * time.Second),
 	}
-	adm, err := newAdmission(&cfg, &opts)
+	if cfg.Registerer != nil {
+		// controller-runtime refuses a second controller of the same name
+		// in a process, because its own metrics would collide; a manager
+		// with its own registry is the second one by design.
+		opts.Controller.SkipNameValidation = ptr.To(true)
+	}
+	layers, err := enabledLayers(&cfg)
 	if err != nil {
 		return err
+	}
+	for _, l := range layers {
+		if c, ok := l.(optionsConfigurer); ok {
+			if err := c.ConfigureOptions(&opts); err != nil {
+				return fmt.Errorf("%s layer: %w", l.Name(), err)
+			}
+		}
 	}
 	mgr, err := ctrl.NewManager(restCfg, opts)
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = metrics.Registry
+	}
 	eng := engine.New(exprlang.New(exprlang.WithLimits(cfg.RuleBudget)))
+	index := rule.NewIndex(eng)
 	// loaded is closed once every rule source has been read, for the
 	// layers that must not answer before.
 	loaded := make(chan struct{})
-	var target rule.Target = eng
-	if adm != nil {
-		if target, err = adm.setup(mgr, eng, &cfg, loaded, log); err != nil {
-			return err
-		}
+	if err := setupLayers(layers, Deps{
+		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded,
+		Registerer: reg, Logger: log, Namespace: cfg.Namespace,
+	}); err != nil {
+		return err
 	}
-	if cfg.Audit.Enabled {
-		if target, err = setupAudit(mgr, eng, cfg.Audit, target, loaded, log); err != nil {
-			return err
-		}
-	}
-	index := rule.NewIndex(target)
-	ruleMetrics := rule.NewMetrics(metrics.Registry)
+	ruleMetrics := rule.NewMetrics(reg)
 	loader := rule.NewCRLoader(mgr.GetCache(), eng, index, log, ruleMetrics)
 	if err := loader.SetupWithManager(mgr); err != nil {
 		return err
@@ -195,7 +213,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	budget := rule.NewBudgetStatus(mgr.GetClient(), loader, rule.BudgetOptions{Logger: log, Registerer: metrics.Registry})
+	budget := rule.NewBudgetStatus(mgr.GetClient(), loader, rule.BudgetOptions{Logger: log, Registerer: reg})
 	if err := mgr.Add(budget); err != nil {
 		return err
 	}
@@ -208,14 +226,6 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		}
 		rulesLoaded = append(rulesLoaded, folder.Loaded())
 	}
-	if cfg.WAF {
-		wo := cfg.WAFOptions
-		wo.Logger = log
-		wo.Namespace = cfg.Namespace
-		if _, err := waf.Setup(mgr, wo); err != nil {
-			return fmt.Errorf("waf layer: %w", err)
-		}
-	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -226,7 +236,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if err := mgr.AddReadyzCheck("rules", ready.check); err != nil {
 		return err
 	}
-	log.Info("portal starting", "namespace", cfg.Namespace, "admission", cfg.Admission.Enabled, "audit", cfg.Audit.Enabled, "waf", cfg.WAF, "rulesFolder", cfg.RulesFolder)
+	log.Info("portal starting", "namespace", cfg.Namespace, "layers", layerNames(layers), "rulesFolder", cfg.RulesFolder)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}

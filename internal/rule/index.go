@@ -29,6 +29,19 @@ type Index struct {
 	mu      sync.Mutex
 	sources map[string][]*engine.Rule
 	target  Target
+	// changed are told after the target holds a new rule set: the layers
+	// that keep something in step with the rules (the webhook
+	// configuration, audit's watches) subscribe here.
+	changed []func()
+}
+
+// OnChange calls fn each time the rule set changes, after the target holds
+// the new set, in the order the subscriptions were made. Subscribe before the
+// sources start loading: a change published earlier is not replayed.
+func (i *Index) OnChange(fn func()) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.changed = append(i.changed, fn)
 }
 
 // NewIndex returns an empty index that publishes to target.
@@ -77,7 +90,12 @@ func (i *Index) Keys() []string {
 // publish hands the merged set to the target, ordered by key so evaluation
 // order (and so report order) does not depend on load order. Callers hold mu,
 // which also keeps publications in order.
-func (i *Index) publish() { i.target.SetRules(i.merged()) }
+func (i *Index) publish() {
+	i.target.SetRules(i.merged())
+	for _, fn := range i.changed {
+		fn()
+	}
+}
 
 func (i *Index) merged() []*engine.Rule {
 	var all []*engine.Rule
