@@ -150,13 +150,14 @@ fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each
 	done
 
 # The steps run one after another (also under -j) and stop at the first failure.
-test: ## tools, verify-generated, vet, staticcheck, helm-check, test-go, fuzz
+test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go, fuzz
 	@$(MAKE) --no-print-directory tools
 	@$(MAKE) --no-print-directory verify-generated
 	@$(MAKE) --no-print-directory fmt-check
 	@$(MAKE) --no-print-directory vet
 	@$(MAKE) --no-print-directory staticcheck
 	@$(MAKE) --no-print-directory helm-check
+	@$(MAKE) --no-print-directory docs
 	@$(MAKE) --no-print-directory test-go
 	@$(MAKE) --no-print-directory fuzz
 
@@ -263,3 +264,36 @@ helm-golden: $(BIN)/helm ## Rewrite the chart's golden template outputs and its 
 
 helm-docs: ## Generate docs/reference/helm-values.md from the comments in the chart's values.yaml
 	@$(GO) run ./hack/helmdocs
+
+## ---- documentation site ----------------------------------------------------
+
+.PHONY: docs docs-tools
+
+# Debian's mkdocs (1.4) and mkdocs-material, as bench-tools installs its packages.
+DOCS_PKGS := mkdocs mkdocs-material python3-pymdownx
+SITE_DIR  ?= $(BIN)/site
+
+docs-tools: ## Install mkdocs, mkdocs-material and python3-pymdownx (apt-get) when missing
+	@missing=; for p in $(DOCS_PKGS); do \
+		dpkg-query -W -f '$${Status}' "$$p" 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		echo "docs-tools: installing$$missing"; \
+		$$sudo apt-get update && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+# Strict: a warning fails the build, and hack/mkdocs/hooks.py warns on every
+# broken link or anchor. The fixture in hack/mkdocs/testdata/broken must fail
+# with each of its breakages, so a hook that stops checking fails here too.
+docs: docs-tools ## Build the documentation site into bin/site (mkdocs --strict: a broken link or anchor fails)
+	@out=$$(mkdocs build --strict --site-dir '$(SITE_DIR)' 2>&1) || { printf '%s\n' "$$out" | grep -E 'WARNING|ERROR|Error|Aborted' >&2; exit 1; }
+	@tmp=$$(mktemp -d) || exit 1; trap 'rm -rf "$$tmp"' EXIT; \
+	if mkdocs build --strict --config-file hack/mkdocs/testdata/broken/mkdocs.yml --site-dir "$$tmp/site" >"$$tmp/log" 2>&1; then \
+		echo 'docs: the broken-links fixture built without warnings: the link checks in hack/mkdocs/hooks.py do not work' >&2; exit 1; \
+	fi; \
+	for want in "which is not a file or directory in the repository" "has no heading with anchor #nope" \
+		"has no anchor #no-such-anchor" "has no anchor #nothing-here" "which the site does not have"; do \
+		grep -qF "$$want" "$$tmp/log" || { echo "docs: the broken-links fixture did not report: $$want" >&2; cat "$$tmp/log" >&2; exit 1; }; \
+	done
