@@ -267,7 +267,18 @@ helm-docs: ## Generate docs/reference/helm-values.md from the comments in the ch
 
 ## ---- documentation site ----------------------------------------------------
 
-.PHONY: docs docs-tools
+.PHONY: docs docs-tools docs-generate docs-check
+
+# The generators of the reference pages' generated blocks (between
+# "<!-- generated:start NAME" and "<!-- generated:end NAME -->"): the CRD
+# fields from deploy/crds.
+DOCS_GENERATORS := crddocs
+
+docs-generate: ## Regenerate the generated blocks of the reference pages (CRD fields)
+	@for g in $(DOCS_GENERATORS); do $(GO) run ./hack/$$g || exit 1; done
+
+docs-check: ## Fail when a generated block of a reference page is stale (run make docs-generate)
+	@for g in $(DOCS_GENERATORS); do $(GO) run ./hack/$$g -check || exit 1; done
 
 # Debian's mkdocs (1.4) and mkdocs-material, as bench-tools installs its packages.
 DOCS_PKGS := mkdocs mkdocs-material python3-pymdownx
@@ -287,7 +298,7 @@ docs-tools: ## Install mkdocs, mkdocs-material and python3-pymdownx (apt-get) wh
 # Strict: a warning fails the build, and hack/mkdocs/hooks.py warns on every
 # broken link or anchor. The fixture in hack/mkdocs/testdata/broken must fail
 # with each of its breakages, so a hook that stops checking fails here too.
-docs: docs-tools ## Build the documentation site into bin/site (mkdocs --strict: a broken link or anchor fails)
+docs: docs-tools docs-check ## Build the documentation site into bin/site (mkdocs --strict: a broken link or anchor fails); fail on stale generated pages
 	@out=$$(mkdocs build --strict --site-dir '$(SITE_DIR)' 2>&1) || { printf '%s\n' "$$out" | grep -E 'WARNING|ERROR|Error|Aborted' >&2; exit 1; }
 	@tmp=$$(mktemp -d) || exit 1; trap 'rm -rf "$$tmp"' EXIT; \
 	if mkdocs build --strict --config-file hack/mkdocs/testdata/broken/mkdocs.yml --site-dir "$$tmp/site" >"$$tmp/log" 2>&1; then \
