@@ -271,14 +271,20 @@ helm-docs: ## Generate docs/reference/helm-values.md from the comments in the ch
 
 # The generators of the reference pages' generated blocks (between
 # "<!-- generated:start NAME" and "<!-- generated:end NAME -->"): the CRD
-# fields from deploy/crds.
+# fields from deploy/crds. The command reference (docs/reference/cli-flags.md)
+# is written by a test of cmd/portal, which is package main: UPDATE_DOCS=1
+# writes it; without, the test fails when it is stale or when a flag table of
+# cli.md or waf-proxy.md misses a flag or names one that does not exist.
 DOCS_GENERATORS := crddocs
+CLI_DOCS_TEST   := $(GO) test -count=1 -run '^(TestCLIReference|TestCLIPageFlagTablesMatchCommands)$$' ./cmd/portal/
 
-docs-generate: ## Regenerate the generated blocks of the reference pages (CRD fields)
+docs-generate: ## Regenerate the generated reference pages and blocks (CRD fields, commands and flags)
 	@for g in $(DOCS_GENERATORS); do $(GO) run ./hack/$$g || exit 1; done
+	@UPDATE_DOCS=1 $(CLI_DOCS_TEST) >/dev/null
 
-docs-check: ## Fail when a generated block of a reference page is stale (run make docs-generate)
+docs-check: ## Fail when a generated reference page or block is stale (run make docs-generate)
 	@for g in $(DOCS_GENERATORS); do $(GO) run ./hack/$$g -check || exit 1; done
+	@out=$$($(CLI_DOCS_TEST) 2>&1) || { printf '%s\n' "$$out" >&2; exit 1; }
 
 # Debian's mkdocs (1.4) and mkdocs-material, as bench-tools installs its packages.
 DOCS_PKGS := mkdocs mkdocs-material python3-pymdownx
