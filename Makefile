@@ -271,15 +271,16 @@ helm-docs: ## Generate docs/reference/helm-values.md from the comments in the ch
 
 # The generators of the reference pages: the CRD field tables (between
 # "<!-- generated:start NAME" and "<!-- generated:end NAME -->") from
-# deploy/crds, and the metrics index from the metrics Portal registers. The
+# deploy/crds, the metrics index from the metrics Portal registers, and the
+# cookbook from examples/rules/best-practices and its fixtures. The
 # command reference (docs/reference/cli-flags.md) is written by a test of
 # cmd/portal, which is package main: UPDATE_DOCS=1
 # writes it; without, the test fails when it is stale or when a flag table of
 # cli.md or waf-proxy.md misses a flag or names one that does not exist.
-DOCS_GENERATORS := crddocs metricsdocs
+DOCS_GENERATORS := crddocs metricsdocs cookbookdocs
 CLI_DOCS_TEST   := $(GO) test -count=1 -run '^(TestCLIReference|TestCLIPageFlagTablesMatchCommands)$$' ./cmd/portal/
 
-docs-generate: ## Regenerate the generated reference pages and blocks (CRD fields, commands and flags, metrics index)
+docs-generate: ## Regenerate the generated reference pages and blocks (CRD fields, commands and flags, metrics index, cookbook)
 	@for g in $(DOCS_GENERATORS); do $(GO) run ./hack/$$g || exit 1; done
 	@UPDATE_DOCS=1 $(CLI_DOCS_TEST) >/dev/null
 
