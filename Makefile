@@ -221,6 +221,7 @@ eval-demo: build ## Evaluate the pod-security bundle on examples/manifests offli
 
 clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
+	@rm -rf $(BIN)/site
 
 clean-tools: ## Remove bin/k8s and bin/alertmanager (the next `make tools` rebuilds them)
 	@rm -rf $(K8S_BIN) $(BIN)/alertmanager
