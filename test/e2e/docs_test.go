@@ -20,9 +20,15 @@ import (
 )
 
 // Pages whose marked blocks TestRunnableDocBlocks runs, in this order, against
-// one portal dev.
-var runnablePages = []string{
-	"docs/getting-started/first-rule.md",
+// one portal dev. Getting-started pages run in a directory of their own, as a
+// reader following them would; the cookbook's commands name repository paths
+// and run from the repository.
+var runnablePages = []struct {
+	glob   string
+	inRepo bool
+}{
+	{"docs/getting-started/first-rule.md", false},
+	{"docs/cookbook/[a-z]*-*.md", true},
 }
 
 // A block is runnable when the line before its opening fence is a marker:
@@ -34,6 +40,7 @@ var runnableMarker = regexp.MustCompile(`^<!-- runnable(?:: save ([A-Za-z0-9._-]
 
 type docBlock struct {
 	page    string
+	inRepo  bool
 	line    int
 	save    string // file name for a save block; empty for a console block
 	content string
@@ -113,8 +120,9 @@ func changes(cmd string) bool {
 	return false
 }
 
-// TestRunnableDocBlocks runs the blocks of the getting-started pages that are
-// marked runnable, against a real portal dev, as a reader would type them:
+// TestRunnableDocBlocks runs the blocks of the getting-started and cookbook
+// pages that are marked runnable, against a real portal dev, as a reader would
+// type them:
 // the files they save, the commands they show, and the output they promise.
 // A page whose commands or output drift from what Portal does fails here.
 func TestRunnableDocBlocks(t *testing.T) {
@@ -124,7 +132,17 @@ func TestRunnableDocBlocks(t *testing.T) {
 	}
 	var blocks []docBlock
 	for _, p := range runnablePages {
-		blocks = append(blocks, readRunnableBlocks(t, root, p)...)
+		pages, err := filepath.Glob(filepath.Join(root, p.glob))
+		if err != nil || len(pages) == 0 {
+			t.Fatalf("no page matches %s: %v", p.glob, err)
+		}
+		for _, page := range pages {
+			rel, _ := filepath.Rel(root, page)
+			for _, b := range readRunnableBlocks(t, root, rel) {
+				b.inRepo = p.inRepo
+				blocks = append(blocks, b)
+			}
+		}
 	}
 
 	binDir := t.TempDir()
@@ -195,10 +213,14 @@ func TestRunnableDocBlocks(t *testing.T) {
 		for _, c := range parseConsole(b.content) {
 			want := normalize(c.want)
 			var got string
+			prevStatus := lastStatus
 			run := func() {
 				// $? is the status of the previous command, as in a terminal.
-				sh := exec.Command("sh", "-c", fmt.Sprintf("(exit %d); %s", lastStatus, c.cmd))
+				sh := exec.Command("sh", "-c", fmt.Sprintf("(exit %d); %s", prevStatus, c.cmd))
 				sh.Dir, sh.Env = workDir, env
+				if b.inRepo {
+					sh.Dir = root
+				}
 				var out bytes.Buffer
 				sh.Stdout, sh.Stderr = &out, &out
 				err := sh.Run()
