@@ -150,13 +150,14 @@ fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each
 	done
 
 # The steps run one after another (also under -j) and stop at the first failure.
-test: ## tools, verify-generated, vet, staticcheck, helm-check, test-go, fuzz
+test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go, fuzz
 	@$(MAKE) --no-print-directory tools
 	@$(MAKE) --no-print-directory verify-generated
 	@$(MAKE) --no-print-directory fmt-check
 	@$(MAKE) --no-print-directory vet
 	@$(MAKE) --no-print-directory staticcheck
 	@$(MAKE) --no-print-directory helm-check
+	@$(MAKE) --no-print-directory docs
 	@$(MAKE) --no-print-directory test-go
 	@$(MAKE) --no-print-directory fuzz
 
@@ -220,6 +221,7 @@ eval-demo: build ## Evaluate the pod-security bundle on examples/manifests offli
 
 clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
+	@rm -rf $(BIN)/site
 
 clean-tools: ## Remove bin/k8s and bin/alertmanager (the next `make tools` rebuilds them)
 	@rm -rf $(K8S_BIN) $(BIN)/alertmanager
@@ -263,3 +265,55 @@ helm-golden: $(BIN)/helm ## Rewrite the chart's golden template outputs and its 
 
 helm-docs: ## Generate docs/reference/helm-values.md from the comments in the chart's values.yaml
 	@$(GO) run ./hack/helmdocs
+
+## ---- documentation site ----------------------------------------------------
+
+.PHONY: docs docs-tools docs-generate docs-check
+
+# The generators of the reference pages: the CRD field tables (between
+# "<!-- generated:start NAME" and "<!-- generated:end NAME -->") from
+# deploy/crds, the metrics index from the metrics Portal registers, and the
+# cookbook from examples/rules/best-practices and its fixtures. The
+# command reference (docs/reference/cli-flags.md) is written by a test of
+# cmd/portal, which is package main: UPDATE_DOCS=1
+# writes it; without, the test fails when it is stale or when a flag table of
+# cli.md or waf-proxy.md misses a flag or names one that does not exist.
+DOCS_GENERATORS := crddocs metricsdocs cookbookdocs
+CLI_DOCS_TEST   := $(GO) test -count=1 -run '^(TestCLIReference|TestCLIPageFlagTablesMatchCommands)$$' ./cmd/portal/
+
+docs-generate: ## Regenerate the generated reference pages and blocks (CRD fields, commands and flags, metrics index, cookbook)
+	@for g in $(DOCS_GENERATORS); do $(GO) run ./hack/$$g || exit 1; done
+	@UPDATE_DOCS=1 $(CLI_DOCS_TEST) >/dev/null
+
+docs-check: ## Fail when a generated reference page or block is stale (run make docs-generate)
+	@for g in $(DOCS_GENERATORS); do $(GO) run ./hack/$$g -check || exit 1; done
+	@out=$$($(CLI_DOCS_TEST) 2>&1) || { printf '%s\n' "$$out" >&2; exit 1; }
+
+# Debian's mkdocs (1.4) and mkdocs-material, as bench-tools installs its packages.
+DOCS_PKGS := mkdocs mkdocs-material python3-pymdownx
+SITE_DIR  ?= $(BIN)/site
+
+docs-tools: ## Install mkdocs, mkdocs-material and python3-pymdownx (apt-get) when missing
+	@missing=; for p in $(DOCS_PKGS); do \
+		dpkg-query -W -f '$${Status}' "$$p" 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		echo "docs-tools: installing$$missing"; \
+		$$sudo apt-get update && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+# Strict: a warning fails the build, and hack/mkdocs/hooks.py warns on every
+# broken link or anchor. The fixture in hack/mkdocs/testdata/broken must fail
+# with each of its breakages, so a hook that stops checking fails here too.
+docs: docs-tools docs-check ## Build the documentation site into bin/site (mkdocs --strict: a broken link or anchor fails); fail on stale generated pages
+	@out=$$(mkdocs build --strict --site-dir '$(SITE_DIR)' 2>&1) || { printf '%s\n' "$$out" | grep -E 'WARNING|ERROR|Error|Aborted' >&2; exit 1; }
+	@tmp=$$(mktemp -d) || exit 1; trap 'rm -rf "$$tmp"' EXIT; \
+	if mkdocs build --strict --config-file hack/mkdocs/testdata/broken/mkdocs.yml --site-dir "$$tmp/site" >"$$tmp/log" 2>&1; then \
+		echo 'docs: the broken-links fixture built without warnings: the link checks in hack/mkdocs/hooks.py do not work' >&2; exit 1; \
+	fi; \
+	for want in "which is not a file or directory in the repository" "has no heading with anchor #nope" \
+		"has no anchor #no-such-anchor" "has no anchor #nothing-here" "which the site does not have"; do \
+		grep -qF "$$want" "$$tmp/log" || { echo "docs: the broken-links fixture did not report: $$want" >&2; cat "$$tmp/log" >&2; exit 1; }; \
+	done

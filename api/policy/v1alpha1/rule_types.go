@@ -118,10 +118,13 @@ type Operation string
 
 // GroupVersionKind names a kind. The core group is the empty string.
 type GroupVersionKind struct {
+	// Group is the API group; empty for the core group (Pod, ConfigMap).
 	// +optional
 	Group string `json:"group"`
+	// Version is the API version; empty matches every version of the kind.
 	// +optional
 	Version string `json:"version,omitempty"`
+	// Kind is the kind, as in the object's kind field (Pod, Deployment).
 	// +kubebuilder:validation:MinLength=1
 	Kind string `json:"kind"`
 }
@@ -130,9 +133,14 @@ type GroupVersionKind struct {
 // include matches every namespace; cluster-scoped objects only match when
 // include is empty.
 type NamespaceMatch struct {
+	// Include lists the namespaces (names or shell globs) the rule applies to.
+	// Empty means every namespace and cluster-scoped objects; a rule with an
+	// include never matches a cluster-scoped object.
 	// +optional
 	// +listType=set
 	Include []string `json:"include,omitempty"`
+	// Exclude lists namespaces (names or shell globs) the rule skips, even when
+	// include matches them.
 	// +optional
 	// +listType=set
 	Exclude []string `json:"exclude,omitempty"`

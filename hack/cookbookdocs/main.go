@@ -1,0 +1,285 @@
+// Command cookbookdocs writes the cookbook (docs/cookbook/) from the rule
+// bundle in examples/rules/best-practices: one page per rule, with why it
+// exists (the rule file's leading comment), the rule itself, what it flags in
+// its bad fixture (evaluated here, by the same engine `portal eval` uses, so
+// the messages on the page are the ones users see) and what passes in its
+// good fixture; and an index of the rules. `make docs-generate` writes the
+// pages, `make docs` (-check) fails when one is stale, missing or left over
+// from a removed rule, or when mkdocs.yml does not list a page.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/eval"
+	"github.com/vilaca/portal/internal/expr/exprlang"
+	"github.com/vilaca/portal/internal/manifest"
+	"github.com/vilaca/portal/internal/rule"
+)
+
+func main() {
+	root := flag.String("root", ".", "the repository root")
+	check := flag.Bool("check", false, "do not write: fail when a page differs from what would be written")
+	flag.Parse()
+	if err := run(*root, *check); err != nil {
+		fmt.Fprintln(os.Stderr, "cookbookdocs:", err)
+		os.Exit(1)
+	}
+}
+
+const (
+	bundleDir   = "examples/rules/best-practices"
+	cookbookDir = "docs/cookbook"
+)
+
+// recipe is one rule of the bundle and what its fixtures give.
+type recipe struct {
+	Name, File, Why, Source, Bad, Good string
+	Severity, Action                   string
+	Mode, Kinds                        []string
+	Failures                           []core.Result
+	// BadEval and GoodEval are what `portal eval` prints for the fixtures,
+	// and BadStatus its exit status for the bad one.
+	BadEval, GoodEval string
+	BadStatus         int
+}
+
+func run(root string, check bool) error {
+	files, err := filepath.Glob(filepath.Join(root, bundleDir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no rules in %s", bundleDir)
+	}
+	var recipes []recipe
+	for _, f := range files {
+		r, err := load(root, f)
+		if err != nil {
+			return err
+		}
+		recipes = append(recipes, r)
+	}
+	pages := map[string][]byte{"index.md": renderIndex(recipes)}
+	for _, r := range recipes {
+		pages[r.Name+".md"] = renderRecipe(r)
+	}
+	nav, err := os.ReadFile(filepath.Join(root, "mkdocs.yml"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	dir := filepath.Join(root, cookbookDir)
+	if !check {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(pages)) {
+		path := filepath.Join(dir, name)
+		if !bytes.Contains(nav, []byte("cookbook/"+name)) {
+			errs = append(errs, fmt.Errorf("mkdocs.yml: the nav does not list cookbook/%s", name))
+		}
+		if !check {
+			if err := os.WriteFile(path, pages[name], 0o644); err != nil {
+				return err
+			}
+			continue
+		}
+		current, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if !bytes.Equal(current, pages[name]) {
+			errs = append(errs, fmt.Errorf("%s is out of date with %s: run make docs-generate and commit it", filepath.Join(cookbookDir, name), bundleDir))
+		}
+	}
+	// A page whose rule is gone would stay on the site, describing nothing.
+	existing, _ := filepath.Glob(filepath.Join(dir, "*.md"))
+	for _, p := range existing {
+		if _, ok := pages[filepath.Base(p)]; !ok {
+			errs = append(errs, fmt.Errorf("%s has no rule in %s: delete it", filepath.Join(cookbookDir, filepath.Base(p)), bundleDir))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func load(root, file string) (recipe, error) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return recipe{}, err
+	}
+	var spec struct {
+		Name              string   `yaml:"name"`
+		Severity          string   `yaml:"severity"`
+		EnforcementAction string   `yaml:"enforcementAction"`
+		Mode              []string `yaml:"mode"`
+		Match             struct {
+			GVK []struct{ Group, Kind string } `yaml:"gvk"`
+		} `yaml:"match"`
+	}
+	if err := yaml.Unmarshal(src, &spec); err != nil {
+		return recipe{}, fmt.Errorf("%s: %w", file, err)
+	}
+	rel, _ := filepath.Rel(root, file)
+	r := recipe{Name: spec.Name, File: filepath.ToSlash(rel), Source: string(src),
+		Severity: spec.Severity, Action: spec.EnforcementAction, Mode: spec.Mode}
+	for _, g := range spec.Match.GVK {
+		k := g.Kind
+		if g.Group != "" {
+			k = g.Group + "/" + g.Kind
+		}
+		r.Kinds = append(r.Kinds, k)
+	}
+	var why []string
+	for _, line := range strings.Split(r.Source, "\n") {
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		why = append(why, strings.TrimSpace(strings.TrimPrefix(line, "#")))
+	}
+	r.Why = strings.Join(strings.Fields(strings.Join(why, " ")), " ")
+	if r.Name == "" || r.Why == "" {
+		return recipe{}, fmt.Errorf("%s: a cookbook rule needs a name and a leading comment saying why it exists", file)
+	}
+	fixtures := filepath.Join(root, bundleDir, "testdata", r.Name)
+	bad, err := os.ReadFile(filepath.Join(fixtures, "bad.yaml"))
+	if err != nil {
+		return recipe{}, err
+	}
+	good, err := os.ReadFile(filepath.Join(fixtures, "good.yaml"))
+	if err != nil {
+		return recipe{}, err
+	}
+	r.Bad, r.Good = string(bad), string(good)
+	eng := engine.New(exprlang.New())
+	rules, errs := rule.LoadPaths(eng, []string{file})
+	if err := errors.Join(errs...); err != nil {
+		return recipe{}, err
+	}
+	eng.SetRules(rules)
+	path := filepath.Join(fixtures, "bad.yaml")
+	for _, d := range manifest.Split(path, bad) {
+		objs, err := d.Objects()
+		if err != nil {
+			return recipe{}, err
+		}
+		for _, obj := range objs {
+			res, err := eng.Evaluate(context.Background(), obj, engine.Options{})
+			if err != nil {
+				return recipe{}, fmt.Errorf("%s: %w", path, err)
+			}
+			for _, x := range res {
+				if x.Outcome != core.OutcomePass {
+					r.Failures = append(r.Failures, x)
+				}
+			}
+		}
+	}
+	if len(r.Failures) == 0 {
+		return recipe{}, fmt.Errorf("%s: nothing in the bad fixture fails %s", path, r.Name)
+	}
+	var denied bool
+	if r.BadEval, denied, err = evalTable(eng, path, bad); err != nil {
+		return recipe{}, err
+	}
+	if denied {
+		r.BadStatus = 1
+	}
+	if r.GoodEval, _, err = evalTable(eng, filepath.Join(fixtures, "good.yaml"), good); err != nil {
+		return recipe{}, err
+	}
+	return r, nil
+}
+
+// evalTable is what `portal eval` prints for one manifest file, and whether
+// it exits 1 (a deny rule failed).
+func evalTable(eng *engine.Engine, path string, data []byte) (string, bool, error) {
+	rep, errs := eval.Run(eng, manifest.Split(path, data), "")
+	if err := errors.Join(errs...); err != nil {
+		return "", false, err
+	}
+	var b bytes.Buffer
+	if err := rep.Write(&b, "table"); err != nil {
+		return "", false, err
+	}
+	return b.String(), rep.Denied(), nil
+}
+
+const header = `<!-- Generated by hack/cookbookdocs from examples/rules/best-practices: edit the rule or
+its fixtures there and run make docs-generate; make docs fails when this page is stale. -->
+`
+
+func renderIndex(rs []recipe) []byte {
+	var b strings.Builder
+	b.WriteString(header + `
+# Cookbook
+
+Everyday rules, ready to copy: the best-practices bundle in
+` + "`examples/rules/best-practices`" + `. Each page says why the rule exists, shows the rule,
+and what it flags and lets through, with the messages ` + "`portal eval`" + ` prints for its
+fixtures (a test checks that every rule fails its bad fixture and passes its good one).
+Load them all with ` + "`portal eval --rules examples/rules/best-practices --file <manifests>`" + `,
+or apply one as a [` + "`PortalClusterRule`" + `](../reference/crd/portalclusterrule.md): the
+rule file is its ` + "`spec`" + `. For the Pod Security Standards, see
+` + "`examples/rules/pod-security`" + `.
+
+| rule | severity | action | loops |
+|---|---|---|---|
+`)
+	for _, r := range rs {
+		fmt.Fprintf(&b, "| [%s](%s.md) | %s | %s | %s |\n", r.Name, r.Name, r.Severity, r.Action, strings.Join(r.Mode, ", "))
+	}
+	return []byte(b.String())
+}
+
+func renderRecipe(r recipe) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n# %s\n\n%s\n\n", header, r.Name, r.Why)
+	fmt.Fprintf(&b, "| | |\n|---|---|\n| severity | `%s` |\n| enforcementAction | `%s` |\n| mode | %s |\n| kinds | %s |\n| file | `%s` |\n\n",
+		r.Severity, r.Action, code(r.Mode), code(r.Kinds), r.File)
+	fmt.Fprintf(&b, "## The rule\n\n```yaml\n%s\n```\n\n", strings.TrimRight(r.Source, "\n"))
+	fmt.Fprintf(&b, "## What it flags\n\n```yaml\n%s\n```\n\n", strings.TrimRight(r.Bad, "\n"))
+	b.WriteString("Each of these gives a result:\n\n| object | container | outcome | message |\n|---|---|---|---|\n")
+	for _, f := range r.Failures {
+		obj := f.Resource.Kind + " " + f.Resource.Name
+		if f.Resource.Namespace != "" {
+			obj = f.Resource.Kind + " " + f.Resource.Namespace + "/" + f.Resource.Name
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", obj, f.Container, f.Outcome, cell(f.Message))
+	}
+	fmt.Fprintf(&b, "\n## What passes\n\n```yaml\n%s\n```\n\n", strings.TrimRight(r.Good, "\n"))
+	dir := bundleDir + "/testdata/" + r.Name
+	fmt.Fprintf(&b, "## Try it\n\nFrom the repository, with `bin/portal` (`make build`) on the `PATH`:\n\n<!-- runnable -->\n```console\n$ portal eval --rules %s --file %s/bad.yaml\n%s$ echo $?\n%d\n$ portal eval --rules %s --file %s/good.yaml\n%s```\n",
+		r.File, dir, r.BadEval, r.BadStatus, r.File, dir, r.GoodEval)
+	if r.BadStatus == 0 {
+		fmt.Fprintf(&b, "\n`portal eval` exits 0: a `%s` rule reports, but only a failing `deny` rule makes it exit 1.\n", r.Action)
+	}
+	return []byte(b.String())
+}
+
+func code(xs []string) string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = "`" + x + "`"
+	}
+	return strings.Join(out, ", ")
+}
+
+func cell(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	return strings.NewReplacer("|", `\|`, "<", "&lt;", ">", "&gt;").Replace(s)
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The committed cookbook is what the bundle and its fixtures give.
+func TestCookbookIsCurrent(t *testing.T) {
+	if err := run("../..", true); err != nil {
+		t.Error(err)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A page is written with the messages of the bad fixture; a page left over
+// from a removed rule, a page the nav does not list, and an edited rule all
+// fail the check.
+func TestRunWritesAndChecks(t *testing.T) {
+	root := t.TempDir()
+	const name = "disallow-latest-tag"
+	copyFile(t, filepath.Join("../..", bundleDir, name+".yaml"), filepath.Join(root, bundleDir, name+".yaml"))
+	for _, f := range []string{"bad.yaml", "good.yaml"} {
+		copyFile(t, filepath.Join("../..", bundleDir, "testdata", name, f), filepath.Join(root, bundleDir, "testdata", name, f))
+	}
+	nav := "nav:\n  - cookbook/index.md\n  - cookbook/" + name + ".md\n"
+	if err := os.WriteFile(filepath.Join(root, "mkdocs.yml"), []byte(nav), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(root, false); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(root, cookbookDir, name+".md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `| Pod shop/web | nginx | fail | container "nginx" uses image nginx`; !strings.Contains(string(page), want) {
+		t.Errorf("page lacks %q:\n%s", want, page)
+	}
+	if err := run(root, true); err != nil {
+		t.Fatalf("check right after writing: %v", err)
+	}
+
+	if err := os.WriteFile(filepath.Join(root, cookbookDir, "gone.md"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(root, true); err == nil || !strings.Contains(err.Error(), "gone.md has no rule") {
+		t.Errorf("leftover page: %v, want an error naming gone.md", err)
+	}
+	os.Remove(filepath.Join(root, cookbookDir, "gone.md"))
+
+	if err := os.WriteFile(filepath.Join(root, "mkdocs.yml"), []byte("nav: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(root, true); err == nil || !strings.Contains(err.Error(), "does not list cookbook/"+name+".md") {
+		t.Errorf("page missing from the nav: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "mkdocs.yml"), []byte(nav), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	rulePath := filepath.Join(root, bundleDir, name+".yaml")
+	src, _ := os.ReadFile(rulePath)
+	if err := os.WriteFile(rulePath, []byte(strings.Replace(string(src), "severity: medium", "severity: high", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(root, true); err == nil || !strings.Contains(err.Error(), "out of date") {
+		t.Errorf("edited rule: %v, want a stale page", err)
+	}
+}
