@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -22,6 +23,7 @@ type evalOptions struct {
 	output     string
 	mode       string
 	allowEmpty bool
+	jobs       int
 }
 
 func newEvalCommand() *cobra.Command {
@@ -55,6 +57,7 @@ not pass a CI check; --allow-empty accepts it).`,
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(eval.Formats, "|"))
 	f.StringVar(&o.mode, "mode", "", "only evaluate rules with this mode: admission|audit")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when no rule or no object was read, instead of 2")
+	f.IntVarP(&o.jobs, "jobs", "j", runtime.GOMAXPROCS(0), "documents decoded and evaluated in parallel (the report keeps input order)")
 	return cmd
 }
 
@@ -64,6 +67,9 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	}
 	if !slices.Contains(eval.Formats, o.output) {
 		return usageError(fmt.Errorf("--output %q: use one of %s", o.output, strings.Join(eval.Formats, ", ")))
+	}
+	if o.jobs < 1 {
+		return usageError(fmt.Errorf("--jobs %d: use 1 or more", o.jobs))
 	}
 	mode := core.Mode(o.mode)
 	if mode != "" && mode != core.ModeAdmission && mode != core.ModeAudit {
@@ -82,7 +88,7 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return usageError(err)
 	}
-	report, errs := eval.Run(eng, docs, mode)
+	report, errs := eval.Evaluate(cmd.Context(), eng, docs, eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output})
 	if len(errs) > 0 {
 		return usageError(fmt.Errorf("cannot read manifests:\n  %w", joinLines(errs)))
 	}
