@@ -4,6 +4,7 @@
 package eval
 
 import (
+	"bytes"
 	"context"
 	"runtime"
 
@@ -48,10 +49,10 @@ type Report struct {
 	objects int
 	denied  bool
 	// encoded holds the results already written as JSON array elements
-	// (each led by a comma) when the run was asked for JSON, instead of
-	// Results: the workers encode in parallel and the run keeps bytes, not
-	// structs.
-	encoded []byte
+	// (each led by a comma), one chunk per batch, when the run was asked for
+	// JSON, instead of Results: the workers encode in parallel and the run
+	// keeps bytes, not structs, and never copies them.
+	encoded [][]byte
 	isJSON  bool
 }
 
@@ -120,15 +121,18 @@ func Evaluate(ctx context.Context, eng *engine.Engine, docs []manifest.Document,
 		rep.Summary.Fail += b.summary.Fail
 		rep.Summary.Error += b.summary.Error
 		rep.Results = append(rep.Results, b.results...)
-		rep.encoded = append(rep.encoded, b.encoded...)
+		if len(b.encoded) > 0 {
+			rep.encoded = append(rep.encoded, b.encoded)
+		}
 		errs = append(errs, b.errs...)
 	}
 	w := worker{ctx: ctx, eng: eng, docs: docs, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON}
 	if jobs == 1 || len(docs) <= batchSize {
-		b := &batch{}
+		var results []Result
 		for lo := 0; lo < len(docs); lo += batchSize {
-			*b = batch{lo: lo, hi: min(lo+batchSize, len(docs)), results: b.results[:0], encoded: b.encoded[:0]}
+			b := &batch{lo: lo, hi: min(lo+batchSize, len(docs)), results: results[:0]}
 			w.run(b)
+			results = b.results
 			merge(b)
 		}
 		return rep, errs
@@ -173,7 +177,18 @@ type worker struct {
 	json bool
 }
 
+// encodedBatchCap is the first buffer for a batch's JSON: about what 32
+// pods checked by a pod-security bundle take, so the buffer rarely grows.
+const encodedBatchCap = 128 << 10
+
 func (w *worker) run(b *batch) {
+	defer func() {
+		// The report keeps the buffer until the end: give back what a batch
+		// of few results did not use.
+		if cap(b.encoded) > 2*len(b.encoded) {
+			b.encoded = bytes.Clone(b.encoded)
+		}
+	}()
 	for _, d := range w.docs[b.lo:b.hi] {
 		objs, err := d.Objects()
 		if err != nil {
@@ -220,6 +235,9 @@ func (b *batch) add(res *core.Result, encode bool) {
 	}
 	b.denied = b.denied || r.denies
 	if encode {
+		if b.encoded == nil {
+			b.encoded = make([]byte, 0, encodedBatchCap)
+		}
 		b.encoded = appendResultElem(b.encoded, &r)
 		return
 	}

@@ -41,44 +41,71 @@ func appendResultElem(b []byte, r *Result) []byte {
 	return append(b, "\n    }"...)
 }
 
-// writeJSON writes the report; elems are the results as appendResultElem
-// encodes them.
+// writeJSON writes the report; the results are the chunks appendResultElem
+// encoded during the run, or encoded now from Results.
 func (r *Report) writeJSON(w io.Writer) error {
-	elems := r.encoded
+	chunks := r.encoded
 	if !r.isJSON {
-		elems = nil
+		var elems []byte
 		for i := range r.Results {
 			elems = appendResultElem(elems, &r.Results[i])
 		}
+		chunks = [][]byte{elems}
 	}
-	head := []byte("{\n  \"results\": [")
-	if len(elems) == 0 {
-		head = append(head, ']')
-	} else {
-		elems = elems[1:] // the first element's comma
+	empty := true
+	for _, c := range chunks {
+		empty = empty && len(c) == 0
 	}
-	if _, err := w.Write(head); err != nil {
-		return err
+	buf := []byte("{\n  \"results\": [")
+	if empty {
+		buf = append(buf, ']')
 	}
-	if _, err := w.Write(elems); err != nil {
-		return err
+	first := true
+	for _, c := range chunks {
+		if len(c) == 0 {
+			continue
+		}
+		if first {
+			c = c[1:] // the first element's comma
+			first = false
+		}
+		// Small chunks are gathered into one write; large ones go as they
+		// are, without a copy.
+		if len(buf)+len(c) <= 64<<10 {
+			buf = append(buf, c...)
+			continue
+		}
+		if _, err := w.Write(buf); err != nil {
+			return err
+		}
+		buf = buf[:0]
+		if _, err := w.Write(c); err != nil {
+			return err
+		}
 	}
-	tail := make([]byte, 0, 128)
-	if len(elems) > 0 {
-		tail = append(tail, "\n  ]"...)
+	if !empty {
+		buf = append(buf, "\n  ]"...)
 	}
-	tail = append(tail, ",\n  \"summary\": {\n    \"pass\": "...)
-	tail = strconv.AppendInt(tail, int64(r.Summary.Pass), 10)
-	tail = append(tail, ",\n    \"fail\": "...)
-	tail = strconv.AppendInt(tail, int64(r.Summary.Fail), 10)
-	tail = append(tail, ",\n    \"error\": "...)
-	tail = strconv.AppendInt(tail, int64(r.Summary.Error), 10)
-	tail = append(tail, "\n  }\n}\n"...)
-	_, err := w.Write(tail)
+	buf = append(buf, ",\n  \"summary\": {\n    \"pass\": "...)
+	buf = strconv.AppendInt(buf, int64(r.Summary.Pass), 10)
+	buf = append(buf, ",\n    \"fail\": "...)
+	buf = strconv.AppendInt(buf, int64(r.Summary.Fail), 10)
+	buf = append(buf, ",\n    \"error\": "...)
+	buf = strconv.AppendInt(buf, int64(r.Summary.Error), 10)
+	buf = append(buf, "\n  }\n}\n"...)
+	_, err := w.Write(buf)
 	return err
 }
 
 const hexDigits = "0123456789abcdef"
+
+// jsonSafe marks the ASCII bytes encoding/json writes as they are.
+var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
 
 // appendJSONString quotes s as encoding/json does by default: HTML-safe
 // (<, > and & escaped), invalid UTF-8 replaced by U+FFFD, and U+2028 and
@@ -89,7 +116,7 @@ func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if jsonSafe[c] {
 				i++
 				continue
 			}
