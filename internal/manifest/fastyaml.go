@@ -37,7 +37,12 @@ type fastLine struct {
 type fastParser struct {
 	lines []fastLine
 	pos   int
+	depth int
 }
+
+// maxFastDepth bounds the fast path's recursion; deeper documents, which no
+// generator writes, go to the general parser.
+const maxFastDepth = 100
 
 // split cuts data into indented lines, dropping blank and comment-only lines.
 func (p *fastParser) split(data []byte) bool {
@@ -84,6 +89,10 @@ func (p *fastParser) node(indent int) (any, bool) {
 }
 
 func (p *fastParser) mapping(indent int) (map[string]any, bool) {
+	if p.depth++; p.depth > maxFastDepth {
+		return nil, false
+	}
+	defer func() { p.depth-- }()
 	m := map[string]any{}
 	for p.pos < len(p.lines) {
 		l := &p.lines[p.pos]
@@ -120,6 +129,10 @@ func (p *fastParser) mapping(indent int) (map[string]any, bool) {
 }
 
 func (p *fastParser) seq(indent int) ([]any, bool) {
+	if p.depth++; p.depth > maxFastDepth {
+		return nil, false
+	}
+	defer func() { p.depth-- }()
 	s := []any{}
 	for p.pos < len(p.lines) {
 		l := &p.lines[p.pos]
@@ -208,8 +221,16 @@ func flowScalar(t []byte) (any, bool) {
 	if t[0] == '"' || t[0] == '\'' {
 		return quoted(t)
 	}
-	if indicator(t[0]) || bytes.IndexByte(t, ':') >= 0 {
+	if indicator(t[0]) {
 		return nil, false
+	}
+	// Flow context ends plain scalars at more characters than block
+	// context does; entries of words, numbers and paths are what manifests
+	// hold there.
+	for _, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '/' || c == ' ') {
+			return nil, false
+		}
 	}
 	return resolvePlain(t)
 }
@@ -234,7 +255,8 @@ func inlineValue(t []byte) (any, bool) {
 // booleans, nulls and decimal integers.
 func resolvePlain(t []byte) (any, bool) {
 	switch c := t[0]; {
-	case c == '+' || c == '.':
+	case c == '+' || c == '.' || bytes.HasPrefix(t, []byte("-.")):
+		// Floats and the infinities ("-.inf").
 		return nil, false
 	case c == '-' || (c >= '0' && c <= '9'):
 		if n, ok := decimal(t); ok {

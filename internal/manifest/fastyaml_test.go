@@ -1,9 +1,11 @@
 package manifest
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -42,11 +44,28 @@ var fastSeeds = []string{
 	"apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: p\n",
 }
 
+// fastScalars are values whose YAML 1.1 type the fast path must get right
+// or leave to the parser.
+var fastScalars = []string{
+	"1", "-2", "0", "007", "1.5", "+1", "0x1F", "0o17", "0b101", "1_000", "99999999999999999999", "999999999999999999",
+	"yes", "No", "on", "OFF", "y", "n", "Y", "N", "true", "False", "TRUE", "~", "null", "Null", "NULL", "nope", "yesno", "o", "onion",
+	".inf", "-.inf", ".nan", ".5", "1e3", "-1e3", "2001-12-14", "2001-12-14t21:59:43.10-05:00", "12:30", "1:2:3", "50m", "64Mi", "1Gi",
+	"3/4", "-foo", "-", "--", "2.3.0", "1.25", "v1", "<<", "=", "'q'", "\"q\"", "''", "\"\"", "a b", "a:b", "http://x/y?z=1&w=2",
+	"a]", "a,b", "!tag", "&a", "*a", "@x", "%x", "`x", "|", ">", "?", "? x", ": x", "#x", "a #b", "a#b",
+}
+
 // FuzzFastDecode holds the fast path to the general parser: whatever it
 // accepts, the general parser accepts and reads the same.
 func FuzzFastDecode(f *testing.F) {
 	for _, s := range fastSeeds {
 		f.Add(s)
+	}
+	for _, v := range fastScalars {
+		f.Add("k: " + v + "\n")
+		f.Add("l:\n- " + v + "\n")
+		f.Add("f: [" + v + "]\n")
+		f.Add("m: {k: " + v + "}\n")
+		f.Add(v + ": k\n")
 	}
 	f.Fuzz(func(t *testing.T, doc string) {
 		got, ok := fastDecode([]byte(doc))
@@ -94,5 +113,24 @@ func TestFastDecodeCoversGeneratedYAML(t *testing.T) {
 	}
 	if fast*2 < len(docs) {
 		t.Fatalf("the fast path read %d of %d documents, want most", fast, len(docs))
+	}
+}
+
+// TestFastDecodeDepth: nesting past maxFastDepth leaves the fast path (and
+// its recursion) for the general parser, which still reads the document.
+func TestFastDecodeDepth(t *testing.T) {
+	var doc []byte
+	for i := range maxFastDepth + 1 {
+		doc = append(doc, strings.Repeat(" ", i)...)
+		doc = append(doc, "a:\n"...)
+	}
+	if _, ok := fastDecode(doc); ok {
+		t.Fatal("the fast path read a document nested past its depth limit")
+	}
+	if _, err := decode(doc); err != nil {
+		t.Fatalf("deep document no longer decodes: %v", err)
+	}
+	if _, ok := fastDecode(doc[:bytes.LastIndex(doc[:len(doc)-1], []byte("\n"))+1]); !ok {
+		t.Fatal("the fast path refused a document at its depth limit")
 	}
 }
