@@ -89,6 +89,10 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 		return usageError(err)
 	}
 	report, errs := eval.Evaluate(cmd.Context(), eng, docs, eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output})
+	if err := cmd.Context().Err(); err != nil {
+		// Interrupted (SIGINT, SIGTERM): an incomplete report must not pass.
+		return usageError(fmt.Errorf("interrupted before every manifest was evaluated: %w", err))
+	}
 	if len(errs) > 0 {
 		return usageError(fmt.Errorf("cannot read manifests:\n  %w", joinLines(errs)))
 	}

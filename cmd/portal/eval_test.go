@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"maps"
@@ -280,5 +282,21 @@ func TestEvalJobs(t *testing.T) {
 	_, err = runCLI(t, "", "eval", "--rules", evalRules, "--file", input, "--jobs", "0")
 	if exitCodeOf(err) != exitUsage || !strings.Contains(err.Error(), "--jobs") {
 		t.Fatalf("--jobs 0: exit %d, %v", exitCodeOf(err), err)
+	}
+}
+
+// TestEvalInterrupted: a run stopped by a signal exits 2 without a report,
+// never 0 on the part it evaluated.
+func TestEvalInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cmd := newRootCommand()
+	var out bytes.Buffer
+	cmd.SetArgs([]string{"eval", "--rules", evalRules, "--file", evalManifests, "-o", "json"})
+	cmd.SetOut(&out)
+	cmd.SetErr(&bytes.Buffer{})
+	err := cmd.ExecuteContext(ctx)
+	if exitCodeOf(err) != exitUsage || out.Len() != 0 || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("exit %d, error %v, %d bytes of report", exitCodeOf(err), err, out.Len())
 	}
 }

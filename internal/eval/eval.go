@@ -103,7 +103,8 @@ type batch struct {
 // documents, and their results are merged in input order, so the report and
 // the errors read the same whatever the number of workers. At most a few
 // batches per worker are in flight, so memory holds the input, the report and
-// a bounded number of decoded objects.
+// a bounded number of decoded objects. When ctx ends, the remaining documents
+// are skipped and the report is incomplete: check ctx.Err().
 func Evaluate(ctx context.Context, eng *engine.Engine, docs []manifest.Document, opts Options) (*Report, []error) {
 	jobs := opts.Jobs
 	if jobs <= 0 {
@@ -190,6 +191,10 @@ func (w *worker) run(b *batch) {
 		}
 	}()
 	for _, d := range w.docs[b.lo:b.hi] {
+		if w.ctx.Err() != nil {
+			// Interrupted: the caller reports ctx's error, not a report.
+			return
+		}
 		objs, err := d.Objects()
 		if err != nil {
 			b.errs = append(b.errs, err)

@@ -115,3 +115,18 @@ func TestJSONReportRefusesOtherFormats(t *testing.T) {
 		t.Fatal("a JSON-only report was written as a table")
 	}
 }
+
+// TestEvaluateStopsWhenInterrupted: an ended context stops the run early
+// instead of evaluating every document into error results.
+func TestEvaluateStopsWhenInterrupted(t *testing.T) {
+	eng := restrictedEngine(t)
+	docs := manifest.Split("pods.yaml", stream(t, 200))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, jobs := range []int{1, 3} {
+		rep, errs := eval.Evaluate(ctx, eng, docs, eval.Options{Jobs: jobs})
+		if rep.Objects() != 0 || len(rep.Results) != 0 || len(errs) != 0 {
+			t.Fatalf("jobs=%d: an interrupted run evaluated %d objects into %d results (%v)", jobs, rep.Objects(), len(rep.Results), errs)
+		}
+	}
+}
