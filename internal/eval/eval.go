@@ -90,13 +90,16 @@ const batchSize = 32
 
 // batch is the outcome of evaluating docs[lo:hi].
 type batch struct {
-	lo, hi  int
-	results []Result
-	encoded []byte
-	summary Summary
-	objects int
-	denied  bool
-	errs    []error
+	lo, hi int
+	// encodedHint sizes the JSON buffer: what the worker's previous batch
+	// took, so the buffer rarely grows (each growth copies it).
+	encodedHint int
+	results     []Result
+	encoded     []byte
+	summary     Summary
+	objects     int
+	denied      bool
+	errs        []error
 }
 
 // Evaluate is Run with options: opts.Jobs workers decode and evaluate
@@ -130,10 +133,11 @@ func Evaluate(ctx context.Context, eng *engine.Engine, docs []manifest.Document,
 	w := worker{ctx: ctx, eng: eng, docs: docs, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON}
 	if jobs == 1 || len(docs) <= batchSize {
 		var results []Result
+		hint := 0
 		for lo := 0; lo < len(docs); lo += batchSize {
-			b := &batch{lo: lo, hi: min(lo+batchSize, len(docs)), results: results[:0]}
+			b := &batch{lo: lo, hi: min(lo+batchSize, len(docs)), results: results[:0], encodedHint: hint}
 			w.run(b)
-			results = b.results
+			results, hint = b.results, len(b.encoded)+len(b.encoded)/8
 			merge(b)
 		}
 		return rep, errs
@@ -153,8 +157,11 @@ func Evaluate(ctx context.Context, eng *engine.Engine, docs []manifest.Document,
 	}()
 	for range jobs {
 		go func() {
+			hint := 0
 			for j := range work {
+				j.b.encodedHint = hint
 				w.run(j.b)
+				hint = len(j.b.encoded) + len(j.b.encoded)/8
 				j.done <- j.b
 			}
 		}()
@@ -178,9 +185,8 @@ type worker struct {
 	json bool
 }
 
-// encodedBatchCap is the first buffer for a batch's JSON: about what 32
-// pods checked by a pod-security bundle take, so the buffer rarely grows.
-const encodedBatchCap = 128 << 10
+// encodedBatchCap is the smallest first buffer for a batch's JSON.
+const encodedBatchCap = 16 << 10
 
 func (w *worker) run(b *batch) {
 	defer func() {
@@ -241,7 +247,7 @@ func (b *batch) add(res *core.Result, encode bool) {
 	b.denied = b.denied || r.denies
 	if encode {
 		if b.encoded == nil {
-			b.encoded = make([]byte, 0, encodedBatchCap)
+			b.encoded = make([]byte, 0, max(b.encodedHint, encodedBatchCap))
 		}
 		b.encoded = appendResultElem(b.encoded, &r)
 		return
