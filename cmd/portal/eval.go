@@ -75,6 +75,20 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if mode != "" && mode != core.ModeAdmission && mode != core.ModeAudit {
 		return usageError(fmt.Errorf("--mode %q: use admission or audit", o.mode))
 	}
+	// Reading the manifests does not depend on the rules: with more than one
+	// job, read them while the rules compile. Rule errors still come first.
+	type read struct {
+		docs []manifest.Document
+		err  error
+	}
+	manifests := make(chan read, 1)
+	readManifests := func() {
+		docs, err := manifest.ReadPaths(o.files, cmd.InOrStdin())
+		manifests <- read{docs, err}
+	}
+	if o.jobs > 1 {
+		go readManifests()
+	}
 	eng := engine.New(exprlang.New())
 	rules, errs := rule.LoadPaths(eng, o.rules)
 	if len(errs) > 0 {
@@ -84,11 +98,14 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 		return usageError(fmt.Errorf("no rule found in --rules %s: check the paths (rule files end in .yaml, .yml or .json), or pass --allow-empty", strings.Join(o.rules, ",")))
 	}
 	eng.SetRules(rules)
-	docs, err := manifest.ReadPaths(o.files, cmd.InOrStdin())
-	if err != nil {
-		return usageError(err)
+	if o.jobs == 1 {
+		readManifests()
 	}
-	report, errs := eval.Evaluate(cmd.Context(), eng, docs, eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output})
+	m := <-manifests
+	if m.err != nil {
+		return usageError(m.err)
+	}
+	report, errs := eval.Evaluate(cmd.Context(), eng, m.docs, eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output})
 	if err := cmd.Context().Err(); err != nil {
 		// Interrupted (SIGINT, SIGTERM): an incomplete report must not pass.
 		return usageError(fmt.Errorf("interrupted before every manifest was evaluated: %w", err))
