@@ -58,6 +58,9 @@ not pass a CI check; --allow-empty accepts it).`,
 	f.StringVar(&o.mode, "mode", "", "only evaluate rules with this mode: admission|audit")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when no rule or no object was read, instead of 2")
 	f.IntVarP(&o.jobs, "jobs", "j", runtime.GOMAXPROCS(0), "documents decoded and evaluated in parallel (the report keeps input order)")
+	// The help (and any reference generated from it) names the default
+	// rather than this machine's core count.
+	f.Lookup("jobs").DefValue = "GOMAXPROCS"
 	return cmd
 }
 
