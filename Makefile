@@ -26,7 +26,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 GENERATED_DIRS := api deploy/crds
 
 .PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go fuzz test \
-	bench bench-admission bench-audit build run eval-demo clean clean-tools
+	bench bench-admission bench-audit bench-eval-kyverno build run eval-demo clean clean-tools
 
 help: ## List the targets
 	@echo 'Targets:'
@@ -175,6 +175,20 @@ bench-admission: tools ## Pod creates through kube-apiserver: no policy vs Porta
 # `make bench` runs this benchmark too (it is in ./...); this target runs it alone.
 bench-audit: tools ## 10,000 pods through kube-apiserver, Portal in audit mode: event-to-report/alert latency, RSS, API writes
 	@$(GO) test -run '^$$' -bench '^BenchmarkAudit$$' -benchtime 1x -timeout $(TEST_TIMEOUT) ./test/bench/audit/
+
+KYVERNO_TOOLS_DEPS := hack/tools/kyverno/go.mod hack/tools/kyverno/go.sum
+
+# The Kyverno CLI, only for bench-eval-kyverno: not part of `make tools`.
+$(BIN)/kyverno: $(KYVERNO_TOOLS_DEPS)
+	@echo 'tools: building $@'
+	@mkdir -p $(@D)
+	@cd hack/tools/kyverno && $(GO) build -o '$(CURDIR)/$@' github.com/kyverno/kyverno/cmd/cli/kubectl-kyverno
+	@touch $@
+
+# Not in `make bench` (a build tag keeps it out of ./...): building the Kyverno CLI
+# takes many minutes.
+bench-eval-kyverno: $(BIN)/kyverno ## portal eval vs kyverno apply (podSecurity restricted), 10,000 pods, one core each: ratio, verdicts agree
+	@PORTAL_KYVERNO='$(CURDIR)/$(BIN)/kyverno' $(GO) test -tags kyverno -run '^$$' -bench '^BenchmarkEvalVsKyverno$$' -benchtime 3x -timeout $(TEST_TIMEOUT) ./internal/eval/
 
 ## ---- WAF proxy -------------------------------------------------------------
 

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -22,6 +23,7 @@ type evalOptions struct {
 	output     string
 	mode       string
 	allowEmpty bool
+	jobs       int
 }
 
 func newEvalCommand() *cobra.Command {
@@ -55,6 +57,10 @@ not pass a CI check; --allow-empty accepts it).`,
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(eval.Formats, "|"))
 	f.StringVar(&o.mode, "mode", "", "only evaluate rules with this mode: admission|audit")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when no rule or no object was read, instead of 2")
+	f.IntVarP(&o.jobs, "jobs", "j", runtime.GOMAXPROCS(0), "documents decoded and evaluated in parallel (the report keeps input order)")
+	// The help (and any reference generated from it) names the default
+	// rather than this machine's core count.
+	f.Lookup("jobs").DefValue = "GOMAXPROCS"
 	return cmd
 }
 
@@ -65,9 +71,26 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if !slices.Contains(eval.Formats, o.output) {
 		return usageError(fmt.Errorf("--output %q: use one of %s", o.output, strings.Join(eval.Formats, ", ")))
 	}
+	if o.jobs < 1 {
+		return usageError(fmt.Errorf("--jobs %d: use 1 or more", o.jobs))
+	}
 	mode := core.Mode(o.mode)
 	if mode != "" && mode != core.ModeAdmission && mode != core.ModeAudit {
 		return usageError(fmt.Errorf("--mode %q: use admission or audit", o.mode))
+	}
+	// Reading the manifests does not depend on the rules: with more than one
+	// job, read them while the rules compile. Rule errors still come first.
+	type read struct {
+		docs []manifest.Document
+		err  error
+	}
+	manifests := make(chan read, 1)
+	readManifests := func() {
+		docs, err := manifest.ReadPaths(o.files, cmd.InOrStdin())
+		manifests <- read{docs, err}
+	}
+	if o.jobs > 1 {
+		go readManifests()
 	}
 	eng := engine.New(exprlang.New())
 	rules, errs := rule.LoadPaths(eng, o.rules)
@@ -78,11 +101,18 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 		return usageError(fmt.Errorf("no rule found in --rules %s: check the paths (rule files end in .yaml, .yml or .json), or pass --allow-empty", strings.Join(o.rules, ",")))
 	}
 	eng.SetRules(rules)
-	docs, err := manifest.ReadPaths(o.files, cmd.InOrStdin())
-	if err != nil {
-		return usageError(err)
+	if o.jobs == 1 {
+		readManifests()
 	}
-	report, errs := eval.Run(eng, docs, mode)
+	m := <-manifests
+	if m.err != nil {
+		return usageError(m.err)
+	}
+	report, errs := eval.Evaluate(cmd.Context(), eng, m.docs, eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output})
+	if err := cmd.Context().Err(); err != nil {
+		// Interrupted (SIGINT, SIGTERM): an incomplete report must not pass.
+		return usageError(fmt.Errorf("interrupted before every manifest was evaluated: %w", err))
+	}
 	if len(errs) > 0 {
 		return usageError(fmt.Errorf("cannot read manifests:\n  %w", joinLines(errs)))
 	}

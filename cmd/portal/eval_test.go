@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"maps"
@@ -240,5 +242,61 @@ func TestEvalOverlappingPaths(t *testing.T) {
 		if got := summary(args...); !maps.Equal(got, once) {
 			t.Errorf("%v: summary %v, want %v as when read once", args, got, once)
 		}
+	}
+}
+
+// TestEvalJobs: --jobs changes nothing a user sees (the same report, byte
+// for byte, for every format), a broken manifest among many still leaves no
+// report behind whatever the number of workers, and --jobs 0 is a usage error.
+func TestEvalJobs(t *testing.T) {
+	dir := t.TempDir()
+	var many strings.Builder
+	pods, err := os.ReadFile(filepath.Join(evalManifests, "pods.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		many.WriteString("---\n")
+		many.Write(pods)
+	}
+	input := filepath.Join(dir, "many.yaml")
+	writeFile(t, input, many.String())
+	for _, format := range []string{"table", "json", "yaml", "junit"} {
+		one, err1 := runCLI(t, "", "eval", "--rules", evalRules, "--file", input, "-o", format, "--jobs", "1")
+		four, err4 := runCLI(t, "", "eval", "--rules", evalRules, "--file", input, "-o", format, "-j", "4")
+		if exitCodeOf(err1) != exitViolation || exitCodeOf(err4) != exitViolation {
+			t.Fatalf("%s: exit codes %d and %d, want %d", format, exitCodeOf(err1), exitCodeOf(err4), exitViolation)
+		}
+		if one != four || one == "" {
+			t.Fatalf("%s: --jobs 4 wrote a different report than --jobs 1", format)
+		}
+	}
+
+	broken := filepath.Join(dir, "broken.yaml")
+	writeFile(t, broken, many.String()+"---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: [oops\n---\n"+many.String())
+	out, err := runCLI(t, "", "eval", "--rules", evalRules, "--file", broken, "-o", "json", "-j", "4")
+	if exitCodeOf(err) != exitUsage || out != "" || err == nil || !strings.Contains(err.Error(), "broken.yaml:") {
+		t.Fatalf("broken manifest: exit %d, error %v, %d bytes of report", exitCodeOf(err), err, len(out))
+	}
+
+	_, err = runCLI(t, "", "eval", "--rules", evalRules, "--file", input, "--jobs", "0")
+	if exitCodeOf(err) != exitUsage || !strings.Contains(err.Error(), "--jobs") {
+		t.Fatalf("--jobs 0: exit %d, %v", exitCodeOf(err), err)
+	}
+}
+
+// TestEvalInterrupted: a run stopped by a signal exits 2 without a report,
+// never 0 on the part it evaluated.
+func TestEvalInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cmd := newRootCommand()
+	var out bytes.Buffer
+	cmd.SetArgs([]string{"eval", "--rules", evalRules, "--file", evalManifests, "-o", "json"})
+	cmd.SetOut(&out)
+	cmd.SetErr(&bytes.Buffer{})
+	err := cmd.ExecuteContext(ctx)
+	if exitCodeOf(err) != exitUsage || out.Len() != 0 || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("exit %d, error %v, %d bytes of report", exitCodeOf(err), err, out.Len())
 	}
 }

@@ -25,7 +25,7 @@ var restricted = []string{
 	filepath.Join("..", "..", "examples", "rules", "pod-security", "restricted"),
 }
 
-func restrictedEngine(b *testing.B) *engine.Engine {
+func restrictedEngine(b testing.TB) *engine.Engine {
 	b.Helper()
 	eng := engine.New(exprlang.New())
 	rules, errs := rule.LoadPaths(eng, restricted)

@@ -4,7 +4,9 @@
 package eval
 
 import (
+	"bytes"
 	"context"
+	"runtime"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
@@ -45,6 +47,13 @@ type Report struct {
 	Summary Summary  `json:"summary"`
 
 	objects int
+	denied  bool
+	// encoded holds the results already written as JSON array elements
+	// (each led by a comma), one chunk per batch, when the run was asked for
+	// JSON, instead of Results: the workers encode in parallel and the run
+	// keeps bytes, not structs, and never copies them.
+	encoded [][]byte
+	isJSON  bool
 }
 
 // Objects counts the Kubernetes objects the run read, matched by a rule or not.
@@ -52,52 +61,175 @@ func (r *Report) Objects() int { return r.objects }
 
 // Denied reports whether any result would reject an admission request: a
 // failing deny rule, or an erroring rule with onError=deny.
-func (r *Report) Denied() bool {
-	for i := range r.Results {
-		if r.Results[i].denies {
-			return true
-		}
-	}
-	return false
+func (r *Report) Denied() bool { return r.denied }
+
+// Options tunes Evaluate.
+type Options struct {
+	// Mode limits evaluation to rules with this mode; empty runs every rule.
+	Mode core.Mode
+	// Jobs is the number of documents decoded and evaluated at once; 0 means
+	// GOMAXPROCS. The report is in input order whatever the number.
+	Jobs int
+	// Format is the output format the report will be written in. "json"
+	// makes the workers encode results as they go and the report keep only
+	// the bytes; any other keeps Results.
+	Format string
 }
 
-// Run evaluates every document against the engine's rules. Documents that
-// cannot be read are returned as errors; the report covers the rest.
+// Run evaluates every document against the engine's rules, one at a time.
+// Documents that cannot be read are returned as errors; the report covers the
+// rest.
 func Run(eng *engine.Engine, docs []manifest.Document, mode core.Mode) (*Report, []error) {
-	rep := &Report{Results: []Result{}}
+	return Evaluate(context.Background(), eng, docs, Options{Mode: mode, Jobs: 1})
+}
+
+// batchSize is how many documents a worker takes at once: enough to make the
+// hand-off cheap next to evaluation, few enough to keep every core busy
+// until the end of a small input.
+const batchSize = 32
+
+// batch is the outcome of evaluating docs[lo:hi].
+type batch struct {
+	lo, hi int
+	// encodedHint sizes the JSON buffer: what the worker's previous batch
+	// took, so the buffer rarely grows (each growth copies it).
+	encodedHint int
+	results     []Result
+	encoded     []byte
+	summary     Summary
+	objects     int
+	denied      bool
+	errs        []error
+}
+
+// Evaluate is Run with options: opts.Jobs workers decode and evaluate
+// documents, and their results are merged in input order, so the report and
+// the errors read the same whatever the number of workers. At most a few
+// batches per worker are in flight, so memory holds the input, the report and
+// a bounded number of decoded objects. When ctx ends, the remaining documents
+// are skipped and the report is incomplete: check ctx.Err().
+func Evaluate(ctx context.Context, eng *engine.Engine, docs []manifest.Document, opts Options) (*Report, []error) {
+	jobs := opts.Jobs
+	if jobs <= 0 {
+		jobs = runtime.GOMAXPROCS(0)
+	}
+	rep := &Report{isJSON: opts.Format == "json"}
+	if !rep.isJSON {
+		rep.Results = []Result{}
+	}
 	var errs []error
-	opts := engine.Options{Mode: mode}
-	for _, d := range docs {
-		objs, err := d.Objects()
-		if err != nil {
-			errs = append(errs, err)
-			continue
+	merge := func(b *batch) {
+		rep.objects += b.objects
+		rep.denied = rep.denied || b.denied
+		rep.Summary.Pass += b.summary.Pass
+		rep.Summary.Fail += b.summary.Fail
+		rep.Summary.Error += b.summary.Error
+		rep.Results = append(rep.Results, b.results...)
+		if len(b.encoded) > 0 {
+			rep.encoded = append(rep.encoded, b.encoded)
 		}
-		rep.objects += len(objs)
-		for _, obj := range objs {
-			results, err := eng.Evaluate(context.Background(), obj, opts)
-			if err != nil {
-				errs = append(errs, d.Errorf("%v", err))
-				continue
-			}
-			for _, r := range results {
-				rep.add(r)
-			}
+		errs = append(errs, b.errs...)
+	}
+	w := worker{ctx: ctx, eng: eng, docs: docs, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON}
+	if jobs == 1 || len(docs) <= batchSize {
+		var results []Result
+		hint := 0
+		for lo := 0; lo < len(docs); lo += batchSize {
+			b := &batch{lo: lo, hi: min(lo+batchSize, len(docs)), results: results[:0], encodedHint: hint}
+			w.run(b)
+			results, hint = b.results, len(b.encoded)+len(b.encoded)/8
+			merge(b)
 		}
+		return rep, errs
+	}
+	// Each batch gets its own reply channel, queued in input order; the
+	// queue's capacity bounds how far the workers run ahead of the merge.
+	work := make(chan *batchJob)
+	order := make(chan chan *batch, 2*jobs)
+	go func() {
+		defer close(work)
+		defer close(order)
+		for lo := 0; lo < len(docs); lo += batchSize {
+			j := &batchJob{b: &batch{lo: lo, hi: min(lo+batchSize, len(docs))}, done: make(chan *batch, 1)}
+			order <- j.done
+			work <- j
+		}
+	}()
+	for range jobs {
+		go func() {
+			hint := 0
+			for j := range work {
+				j.b.encodedHint = hint
+				w.run(j.b)
+				hint = len(j.b.encoded) + len(j.b.encoded)/8
+				j.done <- j.b
+			}
+		}()
+	}
+	for done := range order {
+		merge(<-done)
 	}
 	return rep, errs
 }
 
-func (r *Report) add(res core.Result) {
+type batchJob struct {
+	b    *batch
+	done chan *batch
+}
+
+type worker struct {
+	ctx  context.Context
+	eng  *engine.Engine
+	docs []manifest.Document
+	opts engine.Options
+	json bool
+}
+
+// encodedBatchCap is the smallest first buffer for a batch's JSON.
+const encodedBatchCap = 16 << 10
+
+func (w *worker) run(b *batch) {
+	defer func() {
+		// The report keeps the buffer until the end: give back what a batch
+		// of few results did not use.
+		if cap(b.encoded) > 2*len(b.encoded) {
+			b.encoded = bytes.Clone(b.encoded)
+		}
+	}()
+	for _, d := range w.docs[b.lo:b.hi] {
+		if w.ctx.Err() != nil {
+			// Interrupted: the caller reports ctx's error, not a report.
+			return
+		}
+		objs, err := d.Objects()
+		if err != nil {
+			b.errs = append(b.errs, err)
+			continue
+		}
+		b.objects += len(objs)
+		for _, obj := range objs {
+			results, err := w.eng.Evaluate(w.ctx, obj, w.opts)
+			if err != nil {
+				b.errs = append(b.errs, d.Errorf("%v", err))
+				continue
+			}
+			for i := range results {
+				b.add(&results[i], w.json)
+			}
+		}
+	}
+}
+
+func (b *batch) add(res *core.Result, encode bool) {
 	switch res.Outcome {
 	case core.OutcomePass:
-		r.Summary.Pass++
+		b.summary.Pass++
 	case core.OutcomeFail:
-		r.Summary.Fail++
+		b.summary.Fail++
 	case core.OutcomeError:
-		r.Summary.Error++
+		b.summary.Error++
 	}
-	r.Results = append(r.Results, Result{
+	r := Result{
 		Resource: Resource{
 			APIVersion: res.Resource.APIVersion,
 			Kind:       res.Resource.Kind,
@@ -111,5 +243,14 @@ func (r *Report) add(res core.Result) {
 		Container:         res.Container,
 		Message:           res.Message,
 		denies:            res.Denies(),
-	})
+	}
+	b.denied = b.denied || r.denies
+	if encode {
+		if b.encoded == nil {
+			b.encoded = make([]byte, 0, max(b.encodedHint, encodedBatchCap))
+		}
+		b.encoded = appendResultElem(b.encoded, &r)
+		return
+	}
+	b.results = append(b.results, r)
 }

@@ -1,7 +1,6 @@
 package eval
 
 import (
-	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -15,14 +14,18 @@ import (
 var Formats = []string{"table", "json", "yaml", "junit"}
 
 // Write renders the report in format.
+//
+// A report evaluated with Options.Format "json" keeps only the encoded
+// results, so it can only be written as JSON.
 func (r *Report) Write(w io.Writer, format string) error {
+	if r.isJSON && format != "json" {
+		return fmt.Errorf("report was evaluated for json output, not %q", format)
+	}
 	switch format {
 	case "table", "":
 		return r.writeTable(w)
 	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return r.writeJSON(w)
 	case "yaml":
 		b, err := yaml.Marshal(r)
 		if err != nil {

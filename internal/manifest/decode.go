@@ -24,6 +24,14 @@ func decode(data []byte) (map[string]any, error) {
 		}
 		return m, nil
 	}
+	if m, ok := fastDecode(data); ok {
+		return m, nil
+	}
+	return decodeYAML(data)
+}
+
+// decodeYAML is decode with the general YAML parser.
+func decodeYAML(data []byte) (map[string]any, error) {
 	var v any
 	if err := yamlv2.Unmarshal(data, &v); err != nil {
 		return nil, err

@@ -68,7 +68,7 @@ func Split(path string, data []byte) []Document {
 	}
 	for text := range bytes.Lines(data) {
 		text = bytes.TrimRight(text, "\r\n")
-		if separator.Match(text) {
+		if bytes.HasPrefix(text, []byte("---")) && separator.Match(text) {
 			flush()
 			start = line + 1
 		} else {

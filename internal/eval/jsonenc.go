@@ -1,0 +1,163 @@
+package eval
+
+import (
+	"io"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The JSON report is written by hand rather than through encoding/json: its
+// shape is fixed, and reflection was a fifth of `portal eval -o json`. The
+// bytes are exactly what json.Encoder with SetIndent("", "  ") writes for a
+// Report (TestJSONMatchesEncodingJSON and FuzzJSONString hold it to that).
+
+// appendResultElem appends r as an element of the "results" array, led by a
+// comma that writeJSON drops from the first element.
+func appendResultElem(b []byte, r *Result) []byte {
+	b = append(b, ",\n    {\n      \"resource\": {\n        \"apiVersion\": "...)
+	b = appendJSONString(b, r.Resource.APIVersion)
+	b = append(b, ",\n        \"kind\": "...)
+	b = appendJSONString(b, r.Resource.Kind)
+	b = append(b, ",\n        \"namespace\": "...)
+	b = appendJSONString(b, r.Resource.Namespace)
+	b = append(b, ",\n        \"name\": "...)
+	b = appendJSONString(b, r.Resource.Name)
+	b = append(b, "\n      },\n      \"rule\": "...)
+	b = appendJSONString(b, r.Rule)
+	b = append(b, ",\n      \"severity\": "...)
+	b = appendJSONString(b, r.Severity)
+	b = append(b, ",\n      \"enforcementAction\": "...)
+	b = appendJSONString(b, r.EnforcementAction)
+	b = append(b, ",\n      \"result\": "...)
+	b = appendJSONString(b, r.Result)
+	if r.Container != "" {
+		b = append(b, ",\n      \"container\": "...)
+		b = appendJSONString(b, r.Container)
+	}
+	if r.Message != "" {
+		b = append(b, ",\n      \"message\": "...)
+		b = appendJSONString(b, r.Message)
+	}
+	return append(b, "\n    }"...)
+}
+
+// writeJSON writes the report; the results are the chunks appendResultElem
+// encoded during the run, or encoded now from Results.
+func (r *Report) writeJSON(w io.Writer) error {
+	chunks := r.encoded
+	if !r.isJSON {
+		var elems []byte
+		for i := range r.Results {
+			elems = appendResultElem(elems, &r.Results[i])
+		}
+		chunks = [][]byte{elems}
+	}
+	empty := true
+	for _, c := range chunks {
+		empty = empty && len(c) == 0
+	}
+	buf := []byte("{\n  \"results\": [")
+	if empty {
+		buf = append(buf, ']')
+	}
+	first := true
+	for _, c := range chunks {
+		if len(c) == 0 {
+			continue
+		}
+		if first {
+			c = c[1:] // the first element's comma
+			first = false
+		}
+		// Small chunks are gathered into one write; large ones go as they
+		// are, without a copy.
+		if len(buf)+len(c) <= 64<<10 {
+			buf = append(buf, c...)
+			continue
+		}
+		if _, err := w.Write(buf); err != nil {
+			return err
+		}
+		buf = buf[:0]
+		if _, err := w.Write(c); err != nil {
+			return err
+		}
+	}
+	if !empty {
+		buf = append(buf, "\n  ]"...)
+	}
+	buf = append(buf, ",\n  \"summary\": {\n    \"pass\": "...)
+	buf = strconv.AppendInt(buf, int64(r.Summary.Pass), 10)
+	buf = append(buf, ",\n    \"fail\": "...)
+	buf = strconv.AppendInt(buf, int64(r.Summary.Fail), 10)
+	buf = append(buf, ",\n    \"error\": "...)
+	buf = strconv.AppendInt(buf, int64(r.Summary.Error), 10)
+	buf = append(buf, "\n  }\n}\n"...)
+	_, err := w.Write(buf)
+	return err
+}
+
+const hexDigits = "0123456789abcdef"
+
+// jsonSafe marks the ASCII bytes encoding/json writes as they are.
+var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
+// appendJSONString quotes s as encoding/json does by default: HTML-safe
+// (<, > and & escaped), invalid UTF-8 replaced by U+FFFD, and U+2028 and
+// U+2029 escaped for JavaScript.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if jsonSafe[c] {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
