@@ -237,8 +237,8 @@ clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
 	@rm -rf $(BIN)/site
 
-clean-tools: ## Remove bin/k8s and bin/alertmanager (the next `make tools` rebuilds them)
-	@rm -rf $(K8S_BIN) $(BIN)/alertmanager
+clean-tools: ## Remove bin/k8s, bin/alertmanager, bin/helm and bin/kyverno (the next `make tools` rebuilds what it needs)
+	@rm -rf $(K8S_BIN) $(BIN)/alertmanager $(BIN)/helm $(BIN)/kyverno
 
 ## ---- image and Helm chart ------------------------------------------------
 
