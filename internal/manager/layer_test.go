@@ -27,15 +27,7 @@ import (
 // listens or is configured and audit runs.
 func TestLayerSwitches(t *testing.T) {
 	ctx := context.Background()
-	cl, err := devcluster.Start(ctx, devcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cl.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	cl := shared.Cluster(t)
 	c, err := client.New(cl.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)

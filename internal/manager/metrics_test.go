@@ -21,8 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-
-	"github.com/vilaca/portal/internal/devcluster"
 )
 
 // TestMetricsNeedAnAuthorizedToken runs Portal with the default metrics
@@ -33,15 +31,7 @@ import (
 // Prometheus in the cluster would be.
 func TestMetricsNeedAnAuthorizedToken(t *testing.T) {
 	ctx := context.Background()
-	cl, err := devcluster.Start(ctx, devcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cl.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	cl := shared.Cluster(t)
 	cs, err := kubernetes.NewForConfig(cl.Config)
 	if err != nil {
 		t.Fatal(err)
