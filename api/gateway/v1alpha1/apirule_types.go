@@ -179,10 +179,12 @@ type ExtAuth struct {
 type Request struct {
 	// Cookies set on the request, by name.
 	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z0-9!#$%&\\'*+.^_|~-]{1,256}$'))",message="a cookie name is 1 to 256 of the characters A-Z a-z 0-9 and !#$%&'*+-.^_|~"
 	// +optional
 	Cookies map[string]string `json:"cookies,omitempty"`
 	// Headers set on the request, by name.
 	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z0-9!#$%&\\'*+.^_|~-]{1,256}$'))",message="a header name is 1 to 256 of the characters A-Z a-z 0-9 and !#$%&'*+-.^_|~"
 	// +optional
 	Headers map[string]string `json:"headers,omitempty"`
 }
@@ -214,9 +216,10 @@ type Match struct {
 type Rule struct {
 	// Path is matched against the request path. A segment `{*}` matches
 	// one segment, `{**}` any number of segments (zero or more) and may only
-	// be the last segment; `/*` matches every path. A rule's path and
-	// methods must not overlap an earlier rule's (checked by the
-	// controller: the first match would hide the later rule).
+	// be the last segment; `/*` matches every path. Two rules with the same
+	// path, a method in common and the same header match are refused (the
+	// first would hide the other); overlaps through wildcards, such as
+	// `/{**}` before `/orders`, are for the controller to report.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^((/([A-Za-z0-9-._~!$&'()+,;=:@]|%[0-9a-fA-F]{2})*)|(/\{\*{1,2}\}))+$|^/\*$`
@@ -262,6 +265,7 @@ type Rule struct {
 // APIRuleSpec says on which hosts and paths a service is exposed and how
 // requests are authenticated.
 // +kubebuilder:validation:XValidation:rule="has(self.service) || self.rules.all(r, has(r.service))",message="set spec.service, or a service on every rule"
+// +kubebuilder:validation:XValidation:rule="self.rules.all(a, self.rules.filter(b, b.path == a.path && (!has(a.methods) || !has(b.methods) || a.methods.exists(m, m in b.methods)) && has(a.match) == has(b.match) && (!has(a.match) || a.match == b.match)).size() == 1)",message="two rules have the same path, a method in common and the same header match: a request takes the first, so the later would never be used; merge them or tell them apart"
 type APIRuleSpec struct {
 	// Hosts the service is exposed on: DNS names (a leading `*.` for a
 	// wildcard), each once. A short name without dots is completed with the

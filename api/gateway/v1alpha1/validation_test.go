@@ -123,6 +123,16 @@ func TestAPIRuleValidation(t *testing.T) {
 				}}},
 			}
 		}), ""},
+		{"same path told apart by methods or headers", apiRule("same-path", func(s *gw.APIRuleSpec) {
+			mobile := &gw.Match{Headers: []gw.HeaderMatch{{Name: "x-client", StringMatch: gw.StringMatch{Exact: ptr.To("mobile")}}}}
+			s.Rules = []gw.Rule{
+				{Path: "/orders", Methods: []gw.HTTPMethod{"GET"}, NoAuth: ptr.To(true)},
+				{Path: "/orders", Methods: []gw.HTTPMethod{"POST"}, Jwt: jwt()},
+				{Path: "/orders", Methods: []gw.HTTPMethod{"POST"}, Match: mobile, Jwt: jwt()},
+				{Path: "/orders/{*}", NoAuth: ptr.To(true), Request: &gw.Request{
+					Headers: map[string]string{"X-Forwarded-App": "orders"}, Cookies: map[string]string{"session_v2": "x"}}},
+			}
+		}), ""},
 		{"service on every rule", apiRule("rule-services", func(s *gw.APIRuleSpec) {
 			s.Service = nil
 			s.Rules[0].Service = &gw.Service{Name: "orders", Namespace: ptr.To("shop"), Port: 80}
@@ -178,6 +188,21 @@ func TestAPIRuleValidation(t *testing.T) {
 			m := gw.StringMatch{Exact: ptr.To("a")}
 			s.Rules[0].Match = &gw.Match{Headers: []gw.HeaderMatch{{Name: "x", StringMatch: m}, {Name: "x", StringMatch: m}}}
 		}), "Duplicate value"},
+		{"request header name with a colon", apiRule("req-header", func(s *gw.APIRuleSpec) {
+			s.Rules[0].Request = &gw.Request{Headers: map[string]string{"x-a:b": "1"}}
+		}), "a header name is 1 to 256 of the characters"},
+		{"request cookie name with a space", apiRule("req-cookie", func(s *gw.APIRuleSpec) {
+			s.Rules[0].Request = &gw.Request{Cookies: map[string]string{"a b": "1"}}
+		}), "a cookie name is 1 to 256 of the characters"},
+		{"same path and method twice", apiRule("conflict-method", func(s *gw.APIRuleSpec) {
+			s.Rules = []gw.Rule{
+				{Path: "/orders", Methods: []gw.HTTPMethod{"GET", "POST"}, NoAuth: ptr.To(true)},
+				{Path: "/orders", Methods: []gw.HTTPMethod{"POST"}, Jwt: jwt()},
+			}
+		}), "two rules have the same path, a method in common and the same header match"},
+		{"same path, one rule for every method", apiRule("conflict-all", func(s *gw.APIRuleSpec) {
+			s.Rules = []gw.Rule{noAuth("/orders"), {Path: "/orders", Methods: []gw.HTTPMethod{"DELETE"}, Jwt: jwt()}}
+		}), "two rules have the same path, a method in common and the same header match"},
 		{"cors origin with two kinds", apiRule("cors-origin", func(s *gw.APIRuleSpec) {
 			s.CorsPolicy = &gw.CorsPolicy{AllowOrigins: []gw.StringMatch{{Exact: ptr.To("https://a"), Prefix: ptr.To("https://")}}}
 		}), "set exactly one of exact, prefix or regex"},
