@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -351,5 +352,34 @@ func TestExamples(t *testing.T) {
 	}
 	if kinds["APIRule"] == 0 || kinds["RateLimit"] == 0 {
 		t.Errorf("examples hold %v; want APIRules and a RateLimit", kinds)
+	}
+}
+
+// TestLargestAPIRule creates an APIRule at every size limit at once: the
+// CEL rules over all rules (service, duplicate path and method) must stay
+// within the API server's cost budget for the largest object the schema
+// lets through, or a legitimate APIRule would be refused for its size.
+func TestLargestAPIRule(t *testing.T) {
+	c := apiClient(t)
+	all := []gw.HTTPMethod{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+	r := apiRule("largest", func(s *gw.APIRuleSpec) {
+		s.Hosts = nil
+		for i := range 32 {
+			s.Hosts = append(s.Hosts, gw.Host(fmt.Sprintf("h%d.example.com", i)))
+		}
+		s.Rules = nil
+		for i := range 64 {
+			m := &gw.Match{}
+			for h := range 16 {
+				m.Headers = append(m.Headers, gw.HeaderMatch{Name: fmt.Sprintf("x-h%d", h), StringMatch: gw.StringMatch{Exact: ptr.To(strings.Repeat("v", 1024))}})
+			}
+			// Every rule has the same path and methods, told apart only by
+			// the last header's value: the duplicate check compares it all.
+			m.Headers[15].Exact = ptr.To(fmt.Sprintf("%d", i))
+			s.Rules = append(s.Rules, gw.Rule{Path: "/" + strings.Repeat("p", 1022), Methods: all, Match: m, NoAuth: ptr.To(true), Service: service()})
+		}
+	})
+	if err := c.Create(context.Background(), r); err != nil {
+		t.Fatalf("largest APIRule refused: %v", err)
 	}
 }
