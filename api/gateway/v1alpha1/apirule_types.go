@@ -27,7 +27,10 @@ type Service struct {
 	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 
-	// Namespace of the Service; the APIRule's namespace when unset.
+	// Namespace of the Service; the APIRule's namespace when unset. Kept
+	// for manifests of the anchor: the controller is to refuse a namespace
+	// other than the APIRule's, so no one exposes another namespace's
+	// Services.
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
