@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	gatewayv1alpha1 "github.com/vilaca/portal/api/gateway/v1alpha1"
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/engine"
@@ -135,7 +136,7 @@ func clientRateLimit(restCfg *rest.Config, qps float32, burst int) *rest.Config 
 // Scheme holds every API type Portal reads or writes.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme, wafv1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme, wafv1alpha1.AddToScheme, gatewayv1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, err
 		}
