@@ -24,10 +24,11 @@ type evalOptions struct {
 	mode       string
 	allowEmpty bool
 	jobs       int
+	budget     exprlang.Limits
 }
 
 func newEvalCommand() *cobra.Command {
-	o := &evalOptions{}
+	o := &evalOptions{budget: exprlang.DefaultLimits()}
 	cmd := &cobra.Command{
 		Use:   "eval --rules PATH... --file PATH...",
 		Short: "Evaluate rules against manifests offline",
@@ -58,6 +59,10 @@ not pass a CI check; --allow-empty accepts it).`,
 	f.StringVar(&o.mode, "mode", "", "only evaluate rules with this mode: admission|audit")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when no rule or no object was read, instead of 2")
 	f.IntVarP(&o.jobs, "jobs", "j", runtime.GOMAXPROCS(0), "documents decoded and evaluated in parallel (the report keeps input order)")
+	// The same budget flags as portal run, so CI reproduces the verdicts of a
+	// cluster that sets them.
+	f.Int64Var(&o.budget.Operations, "rule-max-operations", o.budget.Operations, "operations one rule evaluation may run before it ends in an error (as portal run)")
+	f.Int64Var(&o.budget.Bytes, "rule-max-bytes", o.budget.Bytes, "bytes of strings, arrays and maps one rule evaluation may build before it ends in an error (as portal run)")
 	// The help (and any reference generated from it) names the default
 	// rather than this machine's core count.
 	f.Lookup("jobs").DefValue = "GOMAXPROCS"
@@ -73,6 +78,9 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	}
 	if o.jobs < 1 {
 		return usageError(fmt.Errorf("--jobs %d: use 1 or more", o.jobs))
+	}
+	if o.budget.Operations <= 0 || o.budget.Bytes <= 0 {
+		return usageError(fmt.Errorf("--rule-max-operations (%d) and --rule-max-bytes (%d) must be positive", o.budget.Operations, o.budget.Bytes))
 	}
 	mode := core.Mode(o.mode)
 	if mode != "" && mode != core.ModeAdmission && mode != core.ModeAudit {
@@ -92,7 +100,7 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if o.jobs > 1 {
 		go readManifests()
 	}
-	eng := engine.New(exprlang.New())
+	eng := engine.New(exprlang.New(exprlang.WithLimits(o.budget)))
 	rules, errs := rule.LoadPaths(eng, o.rules)
 	if len(errs) > 0 {
 		return usageError(fmt.Errorf("cannot load rules:\n  %w", joinLines(errs)))

@@ -300,3 +300,28 @@ func TestEvalInterrupted(t *testing.T) {
 		t.Fatalf("exit %d, error %v, %d bytes of report", exitCodeOf(err), err, out.Len())
 	}
 }
+
+// TestEvalBudgetFlags: portal eval takes portal run's budget flags, so a CI
+// check gives the verdicts of a cluster that sets them: under a tight budget
+// a looping rule errors (and, as a deny rule, fails the check); under the
+// default it passes.
+func TestEvalBudgetFlags(t *testing.T) {
+	dir := t.TempDir()
+	cm := filepath.Join(dir, "cm.yaml")
+	writeFile(t, cm, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: x}\n")
+	loop := filepath.Join(dir, "loop.yaml")
+	writeFile(t, loop, "name: loop\nmatch: {gvk: [{kind: ConfigMap}]}\nrule: 'count(1..1000, # > 0) == 0'\n")
+	if out, err := runCLI(t, "", "eval", "-r", loop, "-f", cm); err != nil {
+		t.Fatalf("default budget: %v\n%s", err, out)
+	}
+	out, err := runCLI(t, "", "eval", "-r", loop, "-f", cm, "--rule-max-operations", "100", "-o", "json")
+	if code := exitCodeOf(err); code != exitViolation {
+		t.Fatalf("--rule-max-operations 100: exit %d, want %d (%v)", code, exitViolation, err)
+	}
+	if !strings.Contains(out, "evaluation budget exceeded") {
+		t.Errorf("no budget error in the report:\n%s", out)
+	}
+	if _, err := runCLI(t, "", "eval", "-r", loop, "-f", cm, "--rule-max-bytes", "0"); exitCodeOf(err) != exitUsage {
+		t.Errorf("--rule-max-bytes 0: %v, want a usage error", err)
+	}
+}
