@@ -25,7 +25,7 @@ import (
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/ruleset"
-	"github.com/vilaca/portal/internal/waf/waftest"
+	"github.com/vilaca/portal/test/waftest"
 )
 
 const ns = "waf-examples"

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -277,4 +280,37 @@ func (c *Controller) requeueAfter(now, next time.Time) time.Duration {
 		d = next.Sub(now)
 	}
 	return max(d, time.Second)
+}
+
+// Setup creates a certificate controller with opts, adds it to mgr, and
+// registers its readiness under readyzName: what every server that presents
+// one of Portal's certificates needs.
+func Setup(mgr ctrl.Manager, opts Options, readyzName string) (*Controller, error) {
+	c, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck(readyzName, c.Check); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// CacheOptions are the options of the WAF rule set cache's certificate: its
+// own CA and Secret in Portal's namespace, for the cache's Service names and
+// 127.0.0.1, with metrics of their own. The manager and the WAF tests share
+// them.
+func CacheOptions(namespace, service, secret string, log *slog.Logger, reg prometheus.Registerer) Options {
+	return Options{
+		Namespace:      namespace,
+		SecretName:     secret,
+		ControllerName: "waf-cache-certs",
+		DNSNames:       ServiceDNSNames(service, namespace),
+		IPAddresses:    []net.IP{net.IPv4(127, 0, 0, 1)},
+		Log:            log,
+		Metrics:        NewNamedMetrics(reg, "portal_waf_cache_cert", "rule set cache"),
+	}
 }

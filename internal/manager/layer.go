@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/waf"
@@ -76,10 +77,21 @@ func (l *wafLayer) Setup(d Deps) error {
 	o.Logger = d.Logger
 	o.Namespace = d.Namespace
 	o.Registerer = d.Registerer
-	if _, err := waf.Setup(d.Manager, o); err != nil {
-		return err
+	service, secret := o.CacheService, o.CacheCertSecret
+	if service == "" {
+		service = waf.DefaultCacheService
 	}
-	return nil
+	// Never certs' default, which is the webhook's Secret.
+	if secret == "" {
+		secret = waf.DefaultCacheCertSecret
+	}
+	cc, err := certs.Setup(d.Manager, certs.CacheOptions(d.Namespace, service, secret, d.Logger, d.Registerer), "waf-cache-certificate")
+	if err != nil {
+		return fmt.Errorf("cache certificate: %w", err)
+	}
+	o.Certificates = cc
+	_, err = waf.Setup(d.Manager, o)
+	return err
 }
 
 // setupLayers hands the shared dependencies to each layer.

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vilaca/portal/internal/waf/cache"
-	"github.com/vilaca/portal/internal/waf/waftest"
+	"github.com/vilaca/portal/test/waftest"
 )
 
 // guarded creates a Ready rule set guard in a new namespace and returns the

@@ -6,10 +6,10 @@ package waf
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
-	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/controller"
 )
@@ -64,6 +63,11 @@ type Options struct {
 	// EventRecorderName names the recorder of RuleSet events ("portal" when
 	// empty).
 	EventRecorderName string
+	// Certificates serves the cache's TLS certificate; required. The
+	// manager gives it one from internal/certs (certs.CacheOptions with
+	// CacheService and CacheCertSecret: its own CA and Secret, renewed and
+	// rotated like the webhook's, loaded without a restart).
+	Certificates CertificateSource
 	// Compile bounds the RuleSet compiler (--waf-max-ruleset-bytes,
 	// --waf-max-data-file-bytes, --waf-compile-timeout,
 	// --waf-compile-concurrency, --waf-max-last-good-bytes).
@@ -85,6 +89,13 @@ func DefaultOptions() Options {
 	}
 }
 
+// CertificateSource is what the cache server needs of a certificate
+// controller: the certificate to serve and the CA data planes must trust.
+type CertificateSource interface {
+	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	CABundle() []byte
+}
+
 // Layer is the running WAF rule layer.
 type Layer struct {
 	// Cache is this replica's rule set cache.
@@ -93,9 +104,9 @@ type Layer struct {
 	Server *cache.Server
 	// Compiler holds what was made of each RuleSet.
 	Compiler *controller.Compiler
-	// Certs keeps the cache's serving certificate; Certs.CABundle is what
-	// data planes must trust (--ca-file of portal waf-proxy).
-	Certs *certs.Controller
+	// Certs serves the cache's certificate; Certs.CABundle is what data
+	// planes must trust (--ca-file of portal waf-proxy).
+	Certs CertificateSource
 }
 
 // Setup adds the WAF rule layer to mgr: field indexes, the RuleSet compiler
@@ -124,11 +135,10 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if opts.Namespace == "" {
 		return nil, errors.New("waf: Options.Namespace (Portal's namespace, for the cache certificate) is required")
 	}
-	c := cache.New(nil, cache.NewMetrics(reg))
-	cc, err := cacheCerts(mgr, opts, log, reg)
-	if err != nil {
-		return nil, err
+	if opts.Certificates == nil {
+		return nil, errors.New("waf: Options.Certificates (the cache's certificate) is required")
 	}
+	c := cache.New(nil, cache.NewMetrics(reg))
 	kc, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return nil, fmt.Errorf("waf: review client: %w", err)
@@ -138,7 +148,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 		GCInterval: opts.CacheGCInterval, Logger: log,
 		Authorizer: cache.NewKubeAuthorizer(kc.AuthenticationV1().TokenReviews(), kc.AuthorizationV1().SubjectAccessReviews(),
 			0, c.Metrics()),
-		GetCertificate: cc.GetCertificate,
+		GetCertificate: opts.Certificates.GetCertificate,
 		MaxConcurrent:  opts.CacheMaxConcurrent,
 	}, c.Metrics())
 	if err := controller.SetupIndexes(context.Background(), mgr); err != nil {
@@ -154,38 +164,5 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err := mgr.Add(srv); err != nil {
 		return nil, err
 	}
-	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: cc}, nil
-}
-
-// cacheCerts sets up the cache's serving certificate with the webhook's
-// machinery: its own CA and Secret, renewed and rotated the same way, and
-// loaded by every replica without a restart.
-func cacheCerts(mgr ctrl.Manager, opts Options, log *slog.Logger, reg prometheus.Registerer) (*certs.Controller, error) {
-	service, secret := opts.CacheService, opts.CacheCertSecret
-	if service == "" {
-		service = DefaultCacheService
-	}
-	// Never certs' default, which is the webhook's Secret.
-	if secret == "" {
-		secret = DefaultCacheCertSecret
-	}
-	cc, err := certs.New(certs.Options{
-		Namespace:      opts.Namespace,
-		SecretName:     secret,
-		ControllerName: "waf-cache-certs",
-		DNSNames:       certs.ServiceDNSNames(service, opts.Namespace),
-		IPAddresses:    []net.IP{net.IPv4(127, 0, 0, 1)},
-		Log:            log,
-		Metrics:        certs.NewNamedMetrics(reg, "portal_waf_cache_cert", "rule set cache"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("waf: cache certificate: %w", err)
-	}
-	if err := cc.SetupWithManager(mgr); err != nil {
-		return nil, err
-	}
-	if err := mgr.AddReadyzCheck("waf-cache-certificate", cc.Check); err != nil {
-		return nil, err
-	}
-	return cc, nil
+	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates}, nil
 }

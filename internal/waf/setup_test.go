@@ -20,7 +20,7 @@ import (
 	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/waf"
 	"github.com/vilaca/portal/internal/waf/cache"
-	"github.com/vilaca/portal/internal/waf/waftest"
+	"github.com/vilaca/portal/test/waftest"
 )
 
 // The control plane and the WAF layer are shared by the tests of this

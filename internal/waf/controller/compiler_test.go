@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/waf"
@@ -83,6 +84,9 @@ func setup(cl *devcluster.Cluster) (func() error, error) {
 	opts.CacheAddr = "127.0.0.1:0"
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts.Registerer = env.reg
+	if opts.Certificates, err = certs.Setup(mgr, certs.CacheOptions(opts.Namespace, opts.CacheService, opts.CacheCertSecret, opts.Logger, env.reg), "waf-cache-certificate"); err != nil {
+		return nil, err
+	}
 	opts.Compile = controller.CompilerOptions{
 		Concurrency:      testConcurrency,
 		CompileTimeout:   testTimeout,

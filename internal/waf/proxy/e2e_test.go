@@ -23,7 +23,7 @@ import (
 	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/waf"
 	"github.com/vilaca/portal/internal/waf/cache"
-	"github.com/vilaca/portal/internal/waf/waftest"
+	"github.com/vilaca/portal/test/waftest"
 )
 
 // The control plane and Portal's WAF layer (RuleSet compiler, status

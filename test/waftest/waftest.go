@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/waf"
@@ -45,9 +46,11 @@ const Reader = "waf-cache-reader"
 // layer itself, a client of its cache server (TLS, verified against the
 // layer's CA, with Reader's token) and the registry its metrics go to.
 type Env struct {
-	Client   client.Client
-	Kube     kubernetes.Interface
-	Layer    *waf.Layer
+	Client client.Client
+	Kube   kubernetes.Interface
+	Layer  *waf.Layer
+	// Certs issues and serves the cache's certificate.
+	Certs    *certs.Controller
 	Cache    *cache.Client
 	Registry *prometheus.Registry
 	// URL is the cache server's base URL, https://127.0.0.1:PORT.
@@ -84,6 +87,10 @@ func Start(cl *devcluster.Cluster, log *slog.Logger) (env *Env, stop func() erro
 	opts.CacheAddr = "127.0.0.1:0"
 	opts.Logger = log
 	opts.Registerer = env.Registry
+	if env.Certs, err = certs.Setup(mgr, certs.CacheOptions(Namespace, opts.CacheService, opts.CacheCertSecret, log, env.Registry), "waf-cache-certificate"); err != nil {
+		return nil, nil, err
+	}
+	opts.Certificates = env.Certs
 	if env.Layer, err = waf.Setup(mgr, opts); err != nil {
 		return nil, nil, err
 	}
@@ -95,7 +102,7 @@ func Start(cl *devcluster.Cluster, log *slog.Logger) (env *Env, stop func() erro
 	}
 	env.URL = "https://" + env.Layer.Server.Addr()
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return env.Layer.Certs.Ready(), nil
+		return env.Certs.Ready(), nil
 	})
 	if err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("cache serving certificate not loaded: %w", err), stop())
