@@ -113,7 +113,7 @@ func checkAlertShape(t *testing.T, am *amtest.Server, ns string) {
 			continue
 		}
 		want := map[string]string{"alertname": "PortalViolation", "rule": "audit-privileged", "severity": "critical",
-			"namespace": ns, "kind": "Pod", "name": "bad", "container": "c"}
+			"namespace": ns, "kind": "Pod", "name": "bad", "container": "c", "producer": "audit"}
 		for k, v := range want {
 			if a.Labels[k] != v {
 				t.Errorf("alert label %s = %q, want %q (labels %v)", k, a.Labels[k], v, a.Labels)
