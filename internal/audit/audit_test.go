@@ -202,7 +202,8 @@ func TestOpenReports(t *testing.T) {
 	})
 	r, _ := openReport()
 	res := r.Results[0]
-	if r.Source != "portal" || res.Policy != "audit-privileged" || res.Result != "fail" || res.Properties["container"] != "c" ||
+	if r.Source != "portal" || res.Source != "portal-audit" || len(res.Properties["resultID"]) != 32 ||
+		res.Policy != "audit-privileged" || res.Result != "fail" || res.Properties["container"] != "c" ||
 		len(res.Subjects) != 1 || res.Subjects[0].Name != "p" || r.Labels[policyreport.LabelShard] != "0" {
 		t.Errorf("report %+v", r)
 	}
