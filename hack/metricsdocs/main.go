@@ -25,6 +25,7 @@ import (
 	"github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/audit"
 	"github.com/vilaca/portal/internal/certs"
+	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/policyreport"
@@ -50,6 +51,7 @@ var layers = []layer{
 	{"Certificates", "certificates", func(r prometheus.Registerer) { certs.NewMetrics(r) }},
 	{"Audit", "audit", func(r prometheus.Registerer) {
 		audit.NewMetrics(r)
+		findings.NewMetrics(r)
 		sinkprometheus.New(r)
 		policyreport.NewMetrics(r, "wgpolicyk8s")
 		alertmanager.NewMetrics(r)

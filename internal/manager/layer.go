@@ -9,6 +9,7 @@ import (
 
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/waf"
 )
@@ -40,6 +41,10 @@ type Deps struct {
 	Rules *rule.Index
 	// RulesLoaded is closed once every rule source has been read.
 	RulesLoaded <-chan struct{}
+	// Findings is the findings pipeline every producer of findings
+	// publishes into under its own name (Findings.Register); it runs the
+	// sinks once. nil when no enabled layer produces findings.
+	Findings *findings.Pipeline
 	// Registerer receives the layers' metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger

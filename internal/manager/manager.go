@@ -200,10 +200,14 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	// loaded is closed once every rule source has been read, for the
 	// layers that must not answer before.
 	loaded := make(chan struct{})
-	if err := setupLayers(layers, Deps{
+	deps := Deps{
 		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded,
 		Registerer: reg, Logger: log, Namespace: cfg.Namespace,
-	}); err != nil {
+	}
+	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
+		return fmt.Errorf("findings pipeline: %w", err)
+	}
+	if err := setupLayers(layers, deps); err != nil {
 		return err
 	}
 	ruleMetrics := rule.NewMetrics(reg)
