@@ -24,6 +24,7 @@ import (
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
+	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/rule"
 	amsink "github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
@@ -43,6 +44,10 @@ type instance struct {
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
+
+	// producer is the second producer of the instance's findings pipeline,
+	// when instanceOptions.producer names one.
+	producer *findings.Producer
 }
 
 type instanceOptions struct {
@@ -68,6 +73,9 @@ type instanceOptions struct {
 	limits      exprlang.Limits
 	workers     int
 	evalTimeout time.Duration
+	// producer registers a second producer of this name in the pipeline
+	// audit publishes into, as another layer would.
+	producer string
 }
 
 func startInstance(t *testing.T, o instanceOptions) *instance {
@@ -142,6 +150,11 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 	inst.layer, err = audit.Setup(mgr, eng, ao)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.producer != "" {
+		if inst.producer, err = inst.layer.Findings.Register(o.producer, findings.ProducerOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if o.crRules {
 		index := rule.NewIndex(eng)

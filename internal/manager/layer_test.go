@@ -58,6 +58,11 @@ func TestLayerSwitches(t *testing.T) {
 		if fams := families(t, reg, "portal_audit_"); len(fams) > 0 {
 			t.Errorf("audit is set up with only admission on: %v", fams)
 		}
+		// No layer produces findings: no pipeline, so no sink runner and
+		// no report writer.
+		if fams := families(t, reg, "portal_findings_"); len(fams) > 0 {
+			t.Errorf("the findings pipeline is set up with only admission on: %v", fams)
+		}
 		if fams := families(t, reg, "portal_admission_"); len(fams) == 0 {
 			t.Error("no admission metric registered")
 		}
@@ -94,6 +99,9 @@ message: flagged
 		}
 		if fams := families(t, reg, "portal_audit_"); len(fams) == 0 {
 			t.Error("no audit metric registered")
+		}
+		if fams := families(t, reg, "portal_findings_objects"); len(fams) == 0 {
+			t.Error("audit is on, yet no findings pipeline with an audit producer")
 		}
 		if fams := families(t, reg, "portal_admission_"); len(fams) > 0 {
 			t.Errorf("admission is set up with only audit on: %v", fams)

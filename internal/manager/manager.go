@@ -201,14 +201,17 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	// loaded is closed once every rule source has been read, for the
 	// layers that must not answer before.
 	loaded := make(chan struct{})
-	cc, err := newClusterCache(mgr, &cfg, reg)
-	if err != nil {
-		return err
-	}
-	if err := setupLayers(layers, Deps{
-		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded, Cache: cc,
+	deps := Deps{
+		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded,
 		Registerer: reg, Logger: log, Namespace: cfg.Namespace,
-	}); err != nil {
+	}
+	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
+		return fmt.Errorf("findings pipeline: %w", err)
+	}
+	if deps.Cache, err = newClusterCache(mgr, &cfg, reg); err != nil {
+		return fmt.Errorf("cluster cache: %w", err)
+	}
+	if err := setupLayers(layers, deps); err != nil {
 		return err
 	}
 	ruleMetrics := rule.NewMetrics(reg)
