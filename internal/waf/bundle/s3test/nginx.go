@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -105,6 +106,8 @@ pid %[2]s/nginx.pid;
 events { worker_connections 256; }
 http {
   access_log off;
+  # Every request handshakes anew, so a rotation is seen by the next one.
+  keepalive_timeout 0;
   client_body_temp_path %[3]s/body;
   proxy_temp_path %[3]s/proxy;
   fastcgi_temp_path %[3]s/fastcgi;
@@ -154,9 +157,23 @@ func (n *Nginx) Reload(t testing.TB, cfg TLS) {
 			return false, nil
 		}
 		defer c.Close()
-		return bytes.Equal(c.ConnectionState().PeerCertificates[0].Raw, want.Certificate[0]), nil
+		// The old worker accepts connections until it has exited: wait
+		// for it too, so every later connection gets the new config.
+		return bytes.Equal(c.ConnectionState().PeerCertificates[0].Raw, want.Certificate[0]) && n.workers() == 1, nil
 	})
 	if err != nil {
 		t.Fatalf("nginx did not pick up the new certificate: %v", err)
 	}
+}
+
+// workers counts the master's child processes.
+func (n *Nginx) workers() int {
+	n.mu.Lock()
+	pid := n.cmd.Process.Pid
+	n.mu.Unlock()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return -1
+	}
+	return len(strings.Fields(string(data)))
 }
