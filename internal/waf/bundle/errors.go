@@ -3,6 +3,8 @@ package bundle
 import (
 	"errors"
 	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // State is what a consumer has for its bundle after Get.
@@ -120,5 +122,23 @@ func Reason(err error) string {
 		return ReasonInvalidBundle
 	default:
 		return ReasonFetchError
+	}
+}
+
+// Programmed is the Programmed condition a consumer reports for the result
+// of Get: True/Programmed when the requested bundle is in use;
+// False/StaleBundle when the last good one stays in use (the message names
+// it and why the new one failed); False with the failure's reason on a cold
+// miss, when nothing is enforced and the data plane fails closed unless the
+// policy says failOpen.
+func Programmed(res Result, err error) (status metav1.ConditionStatus, reason, message string) {
+	switch {
+	case err == nil:
+		return metav1.ConditionTrue, ReasonProgrammed, fmt.Sprintf("bundle %s (sha256 %s) is enforced", res.Location, res.SHA256)
+	case res.State == StateStale:
+		return metav1.ConditionFalse, ReasonStaleBundle, fmt.Sprintf("the last good bundle %s (sha256 %s) stays enforced: %s: %v",
+			res.Location, res.SHA256, Reason(err), err)
+	default:
+		return metav1.ConditionFalse, Reason(err), fmt.Sprintf("no bundle is enforced: %v", err)
 	}
 }

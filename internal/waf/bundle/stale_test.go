@@ -3,9 +3,11 @@ package bundle_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vilaca/portal/internal/waf/bundle"
 	"github.com/vilaca/portal/internal/waf/bundle/s3test"
@@ -107,5 +109,21 @@ func TestPersistenceIsBounded(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.StoredBytes); got != 0 {
 		t.Fatalf("stored bytes %v, want 0", got)
+	}
+}
+
+func TestProgrammedCondition(t *testing.T) {
+	fresh := bundle.Result{State: bundle.StateFresh, Location: "s3://b/k", SHA256: "x"}
+	if st, reason, _ := bundle.Programmed(fresh, nil); st != metav1.ConditionTrue || reason != bundle.ReasonProgrammed {
+		t.Fatalf("fresh: %s %s", st, reason)
+	}
+	ie := &bundle.IntegrityError{Location: "s3://b/k2", Want: "a", Got: "b"}
+	stale := bundle.Result{State: bundle.StateStale, Location: "s3://b/k", SHA256: "x"}
+	if st, reason, msg := bundle.Programmed(stale, ie); st != metav1.ConditionFalse || reason != bundle.ReasonStaleBundle ||
+		!strings.Contains(msg, "s3://b/k ") || !strings.Contains(msg, bundle.ReasonIntegrityError) {
+		t.Fatalf("stale: %s %s %q", st, reason, msg)
+	}
+	if st, reason, _ := bundle.Programmed(bundle.Result{State: bundle.StateMissing}, ie); st != metav1.ConditionFalse || reason != bundle.ReasonIntegrityError {
+		t.Fatalf("cold miss: %s %s", st, reason)
 	}
 }
