@@ -357,7 +357,7 @@ func decode(data []byte) (ruleset.Bundle, error) {
 		return ruleset.Bundle{}, err
 	}
 	if problems := ruleset.Check(b); len(problems) > 0 {
-		return ruleset.Bundle{}, fmt.Errorf("the rules reach outside the rule sandbox: %s", problems[0])
+		return ruleset.Bundle{}, fmt.Errorf("the rules fail the rule sandbox check: %s", problems[0])
 	}
 	return b, nil
 }

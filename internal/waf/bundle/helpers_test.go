@@ -2,6 +2,8 @@ package bundle_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -79,3 +81,17 @@ func requests(m *bundle.Metrics, outcome string) int {
 }
 
 func ctx(t testing.TB) context.Context { return t.Context() }
+
+// mtlsConfig trusts ca and presents the client certificate.
+func mtlsConfig(t testing.TB, ca, certPEM, keyPEM []byte) bundle.Config {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatal("bad CA")
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle.Config{RootCAs: pool, Certificate: &cert}
+}
