@@ -2,9 +2,9 @@ package bundle_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/sha256"
 	"encoding/hex"
 	"io"
 	"log/slog"
