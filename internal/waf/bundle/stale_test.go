@@ -83,7 +83,8 @@ func TestDamagedPersistedBundleIsNotUsed(t *testing.T) {
 	}
 	s.Stop()
 	blob := filepath.Join(dir, "blobs", sum(a))
-	if err := os.WriteFile(blob, append(a[:len(a)-2:len(a)-2], []byte("x\n")...), 0o600); err != nil {
+	// Another valid bundle document under a's name.
+	if err := os.WriteFile(blob, doc(t, 3999), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f2, _ := fetcher(t, opts)
