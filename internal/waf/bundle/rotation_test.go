@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -152,4 +153,69 @@ func TestClientCertificateRotationWithoutRestart(t *testing.T) {
 		res, err := f.Get(ctx(t), "ns/p", "s3://"+bucket+"/v2.json", sum(v2))
 		return err == nil && res.State == bundle.StateFresh
 	})
+}
+
+// A Secret that is missing or malformed fails the fetch with a message that
+// names the Secret and the key to fix, and nothing is retried against
+// storage.
+func TestBrokenSecretsSayWhatToFix(t *testing.T) {
+	const ns = "bundle-broken-secrets"
+	kc, put := secrets(t, ns)
+	s := s3test.Start(t)
+	s.CreateBucket(t, bucket)
+	v1 := doc(t, 8001)
+	s.Put(t, bucket, "v1.json", v1)
+	ca := s3test.NewCA(t, "ca")
+	crt, _ := ca.Client(t, "portal")
+	_, otherKey := ca.Client(t, "other")
+	put("creds", map[string][]byte{"password": []byte("x")})
+	put("ca", map[string][]byte{bundle.KeyCA: []byte("not a certificate")})
+	put("client", map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: otherKey})
+	for name, tc := range map[string]struct {
+		refs bundle.SecretRefs
+		want string
+	}{
+		"credentials without keys": {bundle.SecretRefs{Credentials: types.NamespacedName{Namespace: ns, Name: "creds"}}, "needs keys accessKeyID and secretAccessKey"},
+		"CA without a certificate": {bundle.SecretRefs{CA: types.NamespacedName{Namespace: ns, Name: "ca"}}, "key ca.crt holds no PEM certificate"},
+		"mismatched key":           {bundle.SecretRefs{ClientCert: types.NamespacedName{Namespace: ns, Name: "client"}}, "keys tls.crt and tls.key"},
+		"missing Secret":           {bundle.SecretRefs{CA: types.NamespacedName{Namespace: ns, Name: "absent"}}, `"absent" not found`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			src := bundle.NewSecretSource(kc, tc.refs, false)
+			startSource(t, src)
+			f, m := fetcher(t, bundle.Options{URL: s.URL(), Source: src})
+			var err error
+			devtest.Eventually(t, "the Secret read", func() bool {
+				_, err = f.Get(ctx(t), "ns/p", "s3://"+bucket+"/v1.json", sum(v1))
+				return err != nil && !strings.Contains(err.Error(), "not loaded yet")
+			})
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), ns+"/") || bundle.Reason(err) != bundle.ReasonFetchError {
+				t.Fatalf("error %q, want it to name the Secret and say %q", err, tc.want)
+			}
+			if n := requests(m, bundle.OutcomeOK) + requests(m, bundle.OutcomeTransient) + requests(m, bundle.OutcomePermanent); n != 0 {
+				t.Fatalf("%d requests with a broken Secret, want 0", n)
+			}
+		})
+	}
+}
+
+// --bundle-storage-skip-verify accepts a certificate nothing vouches for;
+// without it the fetch fails at once.
+func TestSkipVerify(t *testing.T) {
+	s := s3test.Start(t)
+	s.CreateBucket(t, bucket)
+	v1 := doc(t, 8101)
+	s.Put(t, bucket, "v1.json", v1)
+	crt, key := s3test.NewCA(t, "unknown").Server(t)
+	front := s3test.StartNginx(t, s.Addr(), s3test.TLS{Cert: crt, Key: key})
+	creds := rootCreds()
+	f, _ := fetcher(t, bundle.Options{URL: front.URL(), Source: creds})
+	if _, err := f.Get(ctx(t), "ns/p", "s3://"+bucket+"/v1.json", sum(v1)); err == nil {
+		t.Fatal("an unknown CA was trusted")
+	}
+	creds.SkipVerify = true
+	f, _ = fetcher(t, bundle.Options{URL: front.URL(), Source: creds})
+	if _, err := f.Get(ctx(t), "ns/p", "s3://"+bucket+"/v1.json", sum(v1)); err != nil {
+		t.Fatal(err)
+	}
 }
