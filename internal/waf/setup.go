@@ -173,7 +173,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err := mgr.Add(srv); err != nil {
 		return nil, err
 	}
-	bundles, err := bundle.Setup(mgr, opts.Bundle, opts.Namespace, c, reg, log)
+	bopts := opts.Bundle
+	bopts.MaxDataFileBytes = opts.Compile.MaxDataFileBytes
+	bundles, err := bundle.Setup(mgr, bopts, opts.Namespace, c, reg, log)
 	if err != nil {
 		return nil, fmt.Errorf("waf: %w", err)
 	}

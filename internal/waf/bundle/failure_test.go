@@ -189,3 +189,20 @@ func TestColdMissWhenStorageIsDown(t *testing.T) {
 		t.Fatalf("%d transient failures, want 3 (connection refused is retried)", got)
 	}
 }
+
+// Fetched bundles are held to --waf-max-data-file-bytes like RuleSets.
+func TestBundleDataFileLimit(t *testing.T) {
+	s := s3test.Start(t)
+	s.CreateBucket(t, bucket)
+	data := doc(t, 2101) // words.txt is 7 bytes
+	s.Put(t, bucket, "rules.json", data)
+	f, _ := fetcher(t, bundle.Options{URL: s.URL(), Source: rootCreds(), MaxDataFileBytes: 4})
+	if _, err := f.Get(ctx(t), "ns/p", "s3://"+bucket+"/rules.json", sum(data)); bundle.Reason(err) != bundle.ReasonInvalidBundle ||
+		!strings.Contains(err.Error(), "--waf-max-data-file-bytes") {
+		t.Fatalf("error %v, want InvalidBundle over the data file limit", err)
+	}
+	f, _ = fetcher(t, bundle.Options{URL: s.URL(), Source: rootCreds(), MaxDataFileBytes: 7})
+	if _, err := f.Get(ctx(t), "ns/p", "s3://"+bucket+"/rules.json", sum(data)); err != nil {
+		t.Fatal(err)
+	}
+}

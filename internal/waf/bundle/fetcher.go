@@ -61,6 +61,10 @@ type Options struct {
 	MaxBackoff     time.Duration
 	// AttemptTimeout bounds one request, body included.
 	AttemptTimeout time.Duration
+	// MaxDataFileBytes is the RuleSet compiler's limit on a data file a
+	// file operator reads (--waf-max-data-file-bytes), applied to fetched
+	// bundles by the sandbox check; 0: its default.
+	MaxDataFileBytes int
 	Metrics        *Metrics
 	Logger         *slog.Logger
 }
@@ -204,7 +208,7 @@ func (f *Fetcher) known(sha string) (ruleset.Bundle, bool) {
 	if !ok {
 		return ruleset.Bundle{}, false
 	}
-	b, err := decode(data)
+	b, err := f.decode(data)
 	if err != nil {
 		f.store.removeBlob(sha)
 		return ruleset.Bundle{}, false
@@ -335,7 +339,7 @@ func (f *Fetcher) fetch(ctx context.Context, loc Location, sha string) (ruleset.
 	if got := digest(data); got != sha {
 		return ruleset.Bundle{}, &IntegrityError{Location: loc.String(), Want: sha, Got: got}
 	}
-	b, err := decode(data)
+	b, err := f.decode(data)
 	if err != nil {
 		return ruleset.Bundle{}, &InvalidError{Err: fmt.Errorf("bundle %s: %w", loc, err)}
 	}
@@ -351,12 +355,12 @@ func (f *Fetcher) fetch(ctx context.Context, loc Location, sha string) (ruleset.
 
 // decode parses a verified document and checks its rules against the rule
 // sandbox, as a RuleSet's are before they are compiled.
-func decode(data []byte) (ruleset.Bundle, error) {
+func (f *Fetcher) decode(data []byte) (ruleset.Bundle, error) {
 	b, err := Decode(data)
 	if err != nil {
 		return ruleset.Bundle{}, err
 	}
-	if problems := ruleset.Check(b); len(problems) > 0 {
+	if problems := ruleset.CheckWith(b, ruleset.Options{MaxDataFileBytes: f.opts.MaxDataFileBytes}); len(problems) > 0 {
 		return ruleset.Bundle{}, fmt.Errorf("the rules fail the rule sandbox check: %s", problems[0])
 	}
 	return b, nil

@@ -31,6 +31,9 @@ type SetupOptions struct {
 	// there, under PublishPrefix.
 	PublishBucket string
 	PublishPrefix string
+	// MaxDataFileBytes is --waf-max-data-file-bytes, which fetched bundles
+	// are checked against like RuleSets (set by the WAF layer).
+	MaxDataFileBytes int
 }
 
 // DefaultSetupOptions are the flags' defaults.
@@ -75,7 +78,7 @@ func Setup(mgr ctrl.Manager, o SetupOptions, namespace string, c *cache.Cache, r
 	m := NewMetrics(reg)
 	f, err := NewFetcher(Options{
 		URL: o.URL, Region: o.Region, Source: src, MaxBytes: o.MaxBytes, Dir: o.CacheDir,
-		CacheMaxBytes: o.CacheMaxBytes, Attempts: o.Attempts, Metrics: m, Logger: log.With("component", "bundle"),
+		CacheMaxBytes: o.CacheMaxBytes, Attempts: o.Attempts, MaxDataFileBytes: o.MaxDataFileBytes, Metrics: m, Logger: log.With("component", "bundle"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--bundle-storage-url: %w", err)
