@@ -65,8 +65,8 @@ type Options struct {
 	// file operator reads (--waf-max-data-file-bytes), applied to fetched
 	// bundles by the sandbox check; 0: its default.
 	MaxDataFileBytes int
-	Metrics        *Metrics
-	Logger         *slog.Logger
+	Metrics          *Metrics
+	Logger           *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
