@@ -20,6 +20,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/sync/singleflight"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/ruleset"
@@ -34,6 +35,9 @@ const (
 	DefaultMaxBackoff     = 10 * time.Second
 	DefaultAttemptTimeout = time.Minute
 	DefaultRegion         = "us-east-1"
+	// DefaultRefusalTTL is how long a bundle refused for its content
+	// (IntegrityError, BundleTooLarge, InvalidBundle) is not fetched again.
+	DefaultRefusalTTL = time.Minute
 )
 
 // Options configure a Fetcher. Zero fields take the defaults above.
@@ -61,6 +65,11 @@ type Options struct {
 	MaxBackoff     time.Duration
 	// AttemptTimeout bounds one request, body included.
 	AttemptTimeout time.Duration
+	// RefusalTTL: a location and sha256 whose content was refused
+	// (checksum, size, document) fail again from memory for this long, so a
+	// policy pinning a wrong digest does not download the object on every
+	// reconcile.
+	RefusalTTL time.Duration
 	// MaxDataFileBytes is the RuleSet compiler's limit on a data file a
 	// file operator reads (--waf-max-data-file-bytes), applied to fetched
 	// bundles by the sandbox check; 0: its default.
@@ -90,6 +99,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = DefaultMaxBackoff
+	}
+	if o.RefusalTTL <= 0 {
+		o.RefusalTTL = DefaultRefusalTTL
 	}
 	if o.AttemptTimeout <= 0 {
 		o.AttemptTimeout = DefaultAttemptTimeout
@@ -126,6 +138,7 @@ type Fetcher struct {
 	opts  Options
 	store *store
 	group singleflight.Group
+	clock clock.PassiveClock
 
 	cmu       sync.Mutex
 	client    *s3.Client
@@ -135,7 +148,19 @@ type Fetcher struct {
 	mu    sync.Mutex
 	keys  map[string]record
 	blobs map[string]*blob
+	// refused remembers content refusals until they expire, at most
+	// maxRefused of them.
+	refused map[string]refusal
 }
+
+type refusal struct {
+	err   error
+	until time.Time
+}
+
+// maxRefused bounds the refusals remembered; past it expired ones go, then
+// any.
+const maxRefused = 4096
 
 // NewFetcher returns a fetcher for opts.
 func NewFetcher(opts Options) (*Fetcher, error) {
@@ -144,7 +169,7 @@ func NewFetcher(opts Options) (*Fetcher, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("bundle storage URL %q: use http(s)://host[:port]", opts.URL)
 	}
-	f := &Fetcher{opts: opts, keys: map[string]record{}, blobs: map[string]*blob{}}
+	f := &Fetcher{opts: opts, clock: clock.RealClock{}, keys: map[string]record{}, blobs: map[string]*blob{}, refused: map[string]refusal{}}
 	if opts.Dir != "" {
 		if f.store, err = openStore(opts.Dir, opts.CacheMaxBytes, opts.Metrics); err != nil {
 			return nil, err
@@ -181,15 +206,60 @@ func (f *Fetcher) get(ctx context.Context, key, location, sha string) (Result, e
 		f.adopt(key, loc.String(), sha, b)
 		return Result{State: StateFresh, Bundle: b, Location: loc.String(), SHA256: sha}, nil
 	}
-	v, err, _ := f.group.Do(sha+" "+loc.String(), func() (any, error) {
+	id := sha + " " + loc.String()
+	if err := f.refusedBefore(id); err != nil {
+		return Result{}, err
+	}
+	v, err, _ := f.group.Do(id, func() (any, error) {
 		return f.fetch(ctx, loc, sha)
 	})
 	if err != nil {
+		f.refuse(id, err)
 		return Result{}, err
 	}
 	b := v.(ruleset.Bundle)
 	f.adopt(key, loc.String(), sha, b)
 	return Result{State: StateFresh, Bundle: b, Location: loc.String(), SHA256: sha}, nil
+}
+
+// refusedBefore returns the remembered refusal of id, if it has not
+// expired.
+func (f *Fetcher) refusedBefore(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.refused[id]
+	if !ok {
+		return nil
+	}
+	if f.clock.Now().After(r.until) {
+		delete(f.refused, id)
+		return nil
+	}
+	return r.err
+}
+
+// refuse remembers err for id when it is about the content, which fetching
+// again would download again to the same end.
+func (f *Fetcher) refuse(id string, err error) {
+	var (
+		ie *IntegrityError
+		tl *TooLargeError
+		iv *InvalidError
+	)
+	if !errors.As(err, &ie) && !errors.As(err, &tl) && !errors.As(err, &iv) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.clock.Now()
+	if len(f.refused) >= maxRefused {
+		for k, r := range f.refused {
+			if now.After(r.until) || len(f.refused) >= maxRefused {
+				delete(f.refused, k)
+			}
+		}
+	}
+	f.refused[id] = refusal{err: err, until: now.Add(f.opts.RefusalTTL)}
 }
 
 // known returns the bundle of sha when it was verified before: in memory,

@@ -60,4 +60,18 @@ func TestChecksumMismatchIsIntegrityErrorAndNotRetried(t *testing.T) {
 	if n := requests(m, bundle.OutcomeOK) + requests(m, bundle.OutcomeTransient) + requests(m, bundle.OutcomePermanent); n != 1 {
 		t.Fatalf("%d requests for a checksum mismatch, want 1 (not retried)", n)
 	}
+	// Reconciles of policies pinning the wrong digest do not download the
+	// object again while the refusal is remembered.
+	for _, key := range []string{"ns/policy", "other/policy"} {
+		if _, err := f.Get(ctx(t), key, "s3://"+bucket+"/rules.json", other); !errors.As(err, &ie) {
+			t.Fatalf("again: %v, want the IntegrityError", err)
+		}
+	}
+	if n := requests(m, bundle.OutcomeOK); n != 1 {
+		t.Fatalf("%d downloads of a refused bundle, want 1", n)
+	}
+	// The right digest is not affected.
+	if res, err := f.Get(ctx(t), "ns/policy", "s3://"+bucket+"/rules.json", sum(data)); err != nil || res.State != bundle.StateFresh {
+		t.Fatalf("right digest: %s %v", res.State, err)
+	}
 }
