@@ -20,6 +20,7 @@ import (
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/controller"
+	"github.com/vilaca/portal/internal/waf/engine"
 )
 
 // Defaults of the cache server's identity.
@@ -72,6 +73,10 @@ type Options struct {
 	// --waf-max-data-file-bytes, --waf-compile-timeout,
 	// --waf-compile-concurrency, --waf-max-last-good-bytes).
 	Compile controller.CompilerOptions
+	// Engine configures the Engine controller (--waf-wasm-image,
+	// --waf-proxy-image, --operator-name, --waf-engine-token-expiration);
+	// Setup fills in the cache's namespace, Service, port and CA.
+	Engine engine.Options
 }
 
 // DefaultOptions are the defaults of the flags.
@@ -86,6 +91,7 @@ func DefaultOptions() Options {
 		CacheMaxSize:       cache.DefaultMaxSize,
 		CacheGCInterval:    cache.DefaultGCInterval,
 		Compile:            controller.DefaultCompilerOptions(),
+		Engine:             engine.Options{TokenExpiration: engine.DefaultTokenExpiration},
 	}
 }
 
@@ -159,6 +165,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 		return nil, err
 	}
 	if err := controller.NewStatusWriter(mgr.GetClient(), comp, mgr.GetEventRecorder(name)).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := setupEngine(mgr, opts, log, reg, name); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(srv); err != nil {

@@ -1,0 +1,100 @@
+package engine_test
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+)
+
+// TestTargetConflictOldestWins: one Engine per Gateway. The older Engine
+// deploys, the newer is Accepted=False TargetConflict with nothing
+// deployed, and takes over when the older one goes. An Engine of another
+// namespace naming a Gateway of the same name is not in the contest.
+func TestTargetConflictOldestWins(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "conflict")
+	elsewhere := namespace(t, "conflict-elsewhere")
+	ruleSet(t, ns, "guard", guardRules)
+	ruleSet(t, elsewhere, "guard", guardRules)
+	gateway(t, ns, "edge")
+	gateway(t, elsewhere, "edge")
+
+	first := newEngine(ns, "a-first", "guard", "edge", wafv1alpha1.DriverIstioWASM)
+	create(t, first)
+	waitFor(t, first, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	second := newEngine(ns, "b-second", "guard", "edge", wafv1alpha1.DriverIstioWASM)
+	create(t, second)
+	waitFor(t, second, wafv1alpha1.ConditionAccepted, metav1.ConditionFalse, wafv1alpha1.ReasonTargetConflict)
+	if c := condition(t, second, wafv1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("loser Ready %+v, want False", c)
+	}
+	if _, ok := wasmPlugin(t, second); ok {
+		t.Error("the losing Engine deployed a WasmPlugin")
+	}
+	if c := condition(t, first, wafv1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("winner Accepted %+v, want True", c)
+	}
+
+	neighbour := newEngine(elsewhere, "z-neighbour", "guard", "edge", wafv1alpha1.DriverIstioWASM)
+	create(t, neighbour)
+	waitFor(t, neighbour, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	if c := condition(t, neighbour, wafv1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("an Engine of another namespace: Accepted %+v, want True", c)
+	}
+
+	deleteEngine(t, first)
+	waitFor(t, second, wafv1alpha1.ConditionAccepted, metav1.ConditionTrue, wafv1alpha1.ReasonAccepted)
+	waitFor(t, second, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	if _, ok := wasmPlugin(t, second); !ok {
+		t.Error("the remaining Engine has no WasmPlugin")
+	}
+	if _, ok := wasmPlugin(t, first); ok {
+		t.Error("the deleted Engine's WasmPlugin remains")
+	}
+}
+
+// TestTargetNotFound: an Engine whose Gateway is missing (or lives in
+// another namespace) is Accepted=False TargetNotFound, and attaches when
+// the Gateway appears in its namespace.
+func TestTargetNotFound(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "no-target")
+	elsewhere := namespace(t, "no-target-elsewhere")
+	ruleSet(t, ns, "guard", guardRules)
+	gateway(t, elsewhere, "edge")
+	eng := newEngine(ns, "edge-waf", "guard", "edge", wafv1alpha1.DriverIstioWASM)
+	create(t, eng)
+	waitFor(t, eng, wafv1alpha1.ConditionAccepted, metav1.ConditionFalse, wafv1alpha1.ReasonTargetNotFound)
+	if _, ok := wasmPlugin(t, eng); ok {
+		t.Error("a WasmPlugin for a missing Gateway")
+	}
+	gateway(t, ns, "edge")
+	waitFor(t, eng, wafv1alpha1.ConditionAccepted, metav1.ConditionTrue, wafv1alpha1.ReasonAccepted)
+	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+}
+
+// TestRuleSetNotFoundThenReady: an Engine naming a RuleSet that does not
+// exist in its namespace (one of that name in another namespace does not
+// count) is Degraded RuleSetNotFound, and Ready once the RuleSet appears
+// and compiles.
+func TestRuleSetNotFoundThenReady(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "no-ruleset")
+	elsewhere := namespace(t, "no-ruleset-elsewhere")
+	ruleSet(t, elsewhere, "guard", guardRules)
+	gateway(t, ns, "edge")
+	eng := newEngine(ns, "edge-waf", "guard", "edge", wafv1alpha1.DriverIstioWASM)
+	create(t, eng)
+	waitFor(t, eng, wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonRuleSetNotFound)
+	if c := condition(t, eng, wafv1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != wafv1alpha1.ReasonRuleSetNotFound {
+		t.Errorf("Ready %+v, want False/RuleSetNotFound", c)
+	}
+	if _, ok := wasmPlugin(t, eng); ok {
+		t.Error("a WasmPlugin without a RuleSet")
+	}
+	ruleSet(t, ns, "guard", guardRules)
+	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	waitFor(t, eng, wafv1alpha1.ConditionDegraded, metav1.ConditionFalse, wafv1alpha1.ReasonAsExpected)
+}
