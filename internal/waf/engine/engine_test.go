@@ -1,11 +1,13 @@
 package engine_test
 
 import (
+	"context"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/engine"
 )
 
 // TestTargetConflictOldestWins: one Engine per Gateway. The older Engine
@@ -73,6 +75,20 @@ func TestTargetNotFound(t *testing.T) {
 	gateway(t, ns, "edge")
 	waitFor(t, eng, wafv1alpha1.ConditionAccepted, metav1.ConditionTrue, wafv1alpha1.ReasonAccepted)
 	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	if _, ok := wasmPlugin(t, eng); !ok {
+		t.Fatal("no WasmPlugin once the Gateway exists")
+	}
+
+	// The Gateway goes: so does the data plane attached to it.
+	gw := &metav1.PartialObjectMetadata{}
+	gw.SetGroupVersionKind(engine.GatewayGVK)
+	gw.SetNamespace(ns)
+	gw.SetName("edge")
+	if err := env.Client.Delete(context.Background(), gw); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, eng, wafv1alpha1.ConditionAccepted, metav1.ConditionFalse, wafv1alpha1.ReasonTargetNotFound)
+	eventually(t, "the WasmPlugin removed", func() bool { _, ok := wasmPlugin(t, eng); return !ok })
 }
 
 // TestRuleSetNotFoundThenReady: an Engine naming a RuleSet that does not
