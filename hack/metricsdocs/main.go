@@ -31,6 +31,7 @@ import (
 	sinkprometheus "github.com/vilaca/portal/internal/sink/prometheus"
 	wafcache "github.com/vilaca/portal/internal/waf/cache"
 	wafcontroller "github.com/vilaca/portal/internal/waf/controller"
+	wafengine "github.com/vilaca/portal/internal/waf/engine"
 	wafproxy "github.com/vilaca/portal/internal/waf/proxy"
 )
 
@@ -60,6 +61,7 @@ var layers = []layer{
 		wafcache.NewMetrics(r)
 		// As internal/waf/setup.go names the rule set cache's certificate metrics.
 		certs.NewNamedMetrics(r, "portal_waf_cache_cert", "rule set cache")
+		wafengine.NewMetrics(r)
 	}},
 	{"WAF proxy", "waf-proxy", func(r prometheus.Registerer) { wafproxy.NewMetrics(r) }},
 }
