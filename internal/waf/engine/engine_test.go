@@ -2,9 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/waf/engine"
@@ -35,6 +38,7 @@ func TestTargetConflictOldestWins(t *testing.T) {
 	if _, ok := wasmPlugin(t, second); ok {
 		t.Error("the losing Engine deployed a WasmPlugin")
 	}
+	eventually(t, "a TargetConflict event on the loser", func() bool { return hasEvent(t, second, wafv1alpha1.ReasonTargetConflict) })
 	if c := condition(t, first, wafv1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("winner Accepted %+v, want True", c)
 	}
@@ -113,4 +117,54 @@ func TestRuleSetNotFoundThenReady(t *testing.T) {
 	ruleSet(t, ns, "guard", guardRules)
 	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
 	waitFor(t, eng, wafv1alpha1.ConditionDegraded, metav1.ConditionFalse, wafv1alpha1.ReasonAsExpected)
+}
+
+// TestValidation: the API server refuses Engines that cannot work, with a
+// message that says what to fix.
+func TestValidation(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "engine-validation")
+	for _, tc := range []struct {
+		name   string
+		mutate func(*wafv1alpha1.Engine)
+		want   string
+	}{
+		{"wasm settings on a waf-proxy Engine", func(e *wafv1alpha1.Engine) {
+			e.Spec.Driver = wafv1alpha1.DriverConfig{Type: wafv1alpha1.DriverWAFProxy, Wasm: &wafv1alpha1.WasmDriverConfig{Image: "oci://x/y"}}
+		}, "wasm is only for type istio-wasm"},
+		{"waf-proxy settings on an istio-wasm Engine", func(e *wafv1alpha1.Engine) {
+			e.Spec.Driver.WAFProxy = &wafv1alpha1.WAFProxyDriverConfig{Replicas: 1}
+		}, "wafProxy is only for type waf-proxy"},
+		{"a WASM image that is not OCI", func(e *wafv1alpha1.Engine) {
+			e.Spec.Driver.Wasm = &wafv1alpha1.WasmDriverConfig{Image: "https://example.test/plugin.wasm"}
+		}, "image must start with oci://"},
+		{"an unknown failure policy", func(e *wafv1alpha1.Engine) { e.Spec.FailurePolicy = "sometimes" }, "failurePolicy"},
+		{"an unknown driver", func(e *wafv1alpha1.Engine) { e.Spec.Driver.Type = "nginx" }, "driver.type"},
+		{"a target that is no Gateway name", func(e *wafv1alpha1.Engine) { e.Spec.Target.Name = "Edge_GW" }, "target.name"},
+		{"no RuleSet", func(e *wafv1alpha1.Engine) { e.Spec.RuleSet.Name = "" }, "ruleSet.name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := newEngine(ns, "invalid", "guard", "edge", wafv1alpha1.DriverIstioWASM)
+			tc.mutate(eng)
+			err := env.Client.Create(context.Background(), eng)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("create: %v, want a refusal naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// hasEvent reports whether the Engine has an event with this reason.
+func hasEvent(t *testing.T, eng *wafv1alpha1.Engine, reason string) bool {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := env.Client.List(context.Background(), &list, client.InNamespace(eng.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Regarding.Name == eng.Name && e.Regarding.UID == eng.UID && e.Reason == reason {
+			return true
+		}
+	}
+	return false
 }

@@ -2,11 +2,10 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,23 +54,29 @@ var (
 	}}
 )
 
-func TestMain(m *testing.M) {
-	root, err := devcluster.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	paths, err := devcluster.ThirdPartyCRDPaths(devcluster.GatewayAPIExperimental, devcluster.Istio)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	shared.Options.CRDDirectoryPaths = append([]string{filepath.Join(root, "deploy", "crds")}, paths...)
-	shared.Main(m)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
+
+// crdsOnce points the control plane at Portal's CRDs and the Gateway API
+// and Istio ones, on first use (fuzz workers never start it).
+var crdsOnce sync.Once
 
 func cluster(t *testing.T) client.Client {
 	t.Helper()
+	var err error
+	crdsOnce.Do(func() {
+		var root string
+		var paths []string
+		if root, err = devcluster.RepoRoot(); err != nil {
+			return
+		}
+		if paths, err = devcluster.ThirdPartyCRDPaths(devcluster.GatewayAPIExperimental, devcluster.Istio); err != nil {
+			return
+		}
+		shared.Options.CRDDirectoryPaths = append([]string{filepath.Join(root, "deploy", "crds")}, paths...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	shared.Cluster(t)
 	return env.Client
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -51,16 +52,23 @@ const (
 )
 
 // ChildName is the name of the objects an Engine owns in its namespace:
-// waf-engine-<name>, shortened with a hash to stay a DNS label.
+// waf-engine-<name>. Service names must be DNS labels while Engine names
+// may hold dots and run to 253 characters, so such names have their dots
+// replaced and are cut to fit, with a hash of the whole name appended so
+// two Engines never share a name.
 func ChildName(engineName string) string {
 	const prefix, most = "waf-engine-", 63
 	n := prefix + engineName
-	if len(n) <= most {
+	if len(n) <= most && !strings.Contains(engineName, ".") {
 		return n
 	}
 	sum := sha256.Sum256([]byte(engineName))
 	h := hex.EncodeToString(sum[:])[:10]
-	return n[:most-len(h)-1] + "-" + h
+	n = strings.ReplaceAll(n, ".", "-")
+	if len(n) > most-len(h)-1 {
+		n = n[:most-len(h)-1]
+	}
+	return n + "-" + h
 }
 
 // NetworkPolicyName is the name of the NetworkPolicy, in Portal's
