@@ -171,3 +171,31 @@ func TestWAFProxyDriver(t *testing.T) {
 		}
 	}
 }
+
+// TestDriverSwitch: moving an Engine from istio-wasm to waf-proxy removes
+// the WasmPlugin as the proxy comes up, so the two never both enforce.
+func TestDriverSwitch(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "switch")
+	ruleSet(t, ns, "guard", guardRules)
+	gateway(t, ns, "edge")
+	svc(t, ns, "edge-istio", "edge", 80)
+	eng := newEngine(ns, "edge-waf", "guard", "edge", wafv1alpha1.DriverIstioWASM)
+	create(t, eng)
+	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	if _, ok := wasmPlugin(t, eng); !ok {
+		t.Fatal("no WasmPlugin")
+	}
+	patch := client.MergeFrom(eng.DeepCopy())
+	eng.Spec.Driver.Type = wafv1alpha1.DriverWAFProxy
+	if err := env.Client.Patch(context.Background(), eng, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	if _, ok := wasmPlugin(t, eng); ok {
+		t.Error("the WasmPlugin remains after the switch to waf-proxy")
+	}
+	if _, ok := object(t, appsv1.SchemeGroupVersion.WithKind("Deployment"), ns, engine.ChildName(eng.Name)); !ok {
+		t.Error("no waf-proxy Deployment after the switch")
+	}
+}
