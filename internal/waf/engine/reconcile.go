@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,9 +54,14 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 	}
 	if reason != wafv1alpha1.ReasonAccepted {
 		// A data plane left behind would still enforce (or, failing open,
-		// not enforce) for a Gateway this Engine no longer owns.
-		if err := r.teardown(ctx, eng, allObjects); err != nil {
-			return r.failed(o, err), 0, err
+		// not enforce) for a Gateway this Engine no longer owns. Once the
+		// status says it is gone, resyncs of an Engine that stays refused
+		// cost the API server nothing but this check.
+		if prev := meta.FindStatusCondition(eng.Status.Conditions, wafv1alpha1.ConditionAccepted); prev == nil ||
+			prev.Status != metav1.ConditionFalse || prev.ObservedGeneration != eng.Generation {
+			if err := r.teardown(ctx, eng, allObjects); err != nil {
+				return r.failed(o, err), 0, err
+			}
 		}
 		r.tokens.forget(eng.UID)
 		o.result = ResultNotAccepted
@@ -248,6 +254,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, eng *wafv1alpha1.Engine, o
 	st.MatchedGateways = o.gateways
 	st.RuleSetRevision = o.revision
 	st.TokenExpiresAt = o.tokenExpiry
+	if equality.Semantic.DeepEqual(st, &eng.Status) {
+		return nil
+	}
 	u, err := toUnstructured(st)
 	if err != nil {
 		return err
