@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -108,6 +109,20 @@ func TestWasmPluginConfig(t *testing.T) {
 	}
 	if sel, _, _ := unstructured.NestedStringMap(wp.Object, "spec", "selector", "matchLabels"); !maps.Equal(sel, map[string]string{wafv1alpha1.GatewayNameLabel: "edge"}) {
 		t.Errorf("selector %v, want the Gateway's pods", sel)
+	}
+	// Istio's own types decode what Portal wrote, as istiod will.
+	ic, err := istioclient.NewForConfig(shared.Cluster(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typed, err := ic.ExtensionsV1alpha1().WasmPlugins(ns).Get(context.Background(), wp.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("read the WasmPlugin with Istio's client: %v", err)
+	}
+	if f := typed.Spec.GetPluginConfig().GetFields(); f["cache_server_instance"].GetStringValue() != ns+"/guard" ||
+		f["rule_reload_interval_seconds"].GetNumberValue() != 7 || f["failure_policy"].GetStringValue() != "allow" ||
+		typed.Spec.GetUrl() != wasmImage || typed.Spec.GetSelector().GetMatchLabels()[wafv1alpha1.GatewayNameLabel] != "edge" {
+		t.Errorf("Istio reads the WasmPlugin as %v", typed.Spec.String())
 	}
 	if refs := wp.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != eng.UID {
 		t.Errorf("owner references %+v, want the Engine", refs)
