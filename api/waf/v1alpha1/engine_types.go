@@ -82,7 +82,8 @@ type RuleSetCacheServerConfig struct {
 // WasmDriverConfig configures the istio-wasm driver.
 type WasmDriverConfig struct {
 	// Image is the OCI reference of the Coraza WASM plugin; empty uses
-	// Portal's --waf-wasm-image.
+	// Portal's --waf-wasm-image. Another image must start with one of
+	// Portal's --waf-engine-allowed-images (reason ImageNotAllowed).
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="self.matches('^oci://')",message="image must start with oci://"
@@ -98,7 +99,8 @@ type WasmDriverConfig struct {
 // WAFProxyDriverConfig configures the waf-proxy driver.
 type WAFProxyDriverConfig struct {
 	// Image is the container image holding the portal binary; empty uses
-	// Portal's --waf-proxy-image.
+	// Portal's --waf-proxy-image. Another image must start with one of
+	// Portal's --waf-engine-allowed-images (reason ImageNotAllowed).
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Image string `json:"image,omitempty"`
@@ -245,6 +247,11 @@ const (
 	// ReasonProvisioningFailed: Portal could not write the data plane's
 	// objects (the message says which and why).
 	ReasonProvisioningFailed = "ProvisioningFailed"
+	// ReasonImageNotAllowed: spec.driver.wasm.image or
+	// spec.driver.wafProxy.image names an image Portal is not allowed to
+	// deploy (--waf-engine-allowed-images). Without the check, anyone who
+	// may create an Engine could run any image through Portal.
+	ReasonImageNotAllowed = "ImageNotAllowed"
 	// ReasonTargetServiceNotFound: waf-proxy only: no Service labelled
 	// gateway.networking.k8s.io/gateway-name=<target> to proxy to.
 	ReasonTargetServiceNotFound = "TargetServiceNotFound"

@@ -71,6 +71,10 @@ type Options struct {
 	// ProxyImage is the default image of the waf-proxy driver
 	// (--waf-proxy-image).
 	ProxyImage string
+	// AllowedImages are the prefixes an Engine's own spec.driver.*.image
+	// must start with (--waf-engine-allowed-images); WASMImage and
+	// ProxyImage are always allowed. Empty: Engines cannot choose images.
+	AllowedImages []string
 	// OperatorName, when set, makes the istio-wasm driver apply a
 	// ServiceEntry and a DestinationRule for the cache in Namespace
 	// (--operator-name).

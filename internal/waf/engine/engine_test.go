@@ -5,8 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
@@ -167,4 +170,43 @@ func hasEvent(t *testing.T, eng *wafv1alpha1.Engine, reason string) bool {
 		}
 	}
 	return false
+}
+
+// TestImageNotAllowed: an Engine cannot make Portal run an image of its
+// choosing (which would let anyone allowed to create an Engine run any
+// code, in pods or in Envoy, without the RBAC for Deployments or
+// WasmPlugins); an image under --waf-engine-allowed-images is fine.
+func TestImageNotAllowed(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "images")
+	ruleSet(t, ns, "guard", guardRules)
+	for _, gw := range []string{"wasm", "proxy", "allowed"} {
+		gateway(t, ns, gw)
+	}
+	create(t, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-gw", Labels: map[string]string{wafv1alpha1.GatewayNameLabel: "proxy"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+	})
+
+	wasm := newEngine(ns, "wasm", "guard", "wasm", wafv1alpha1.DriverIstioWASM)
+	wasm.Spec.Driver.Wasm = &wafv1alpha1.WasmDriverConfig{Image: "oci://attacker.example/miner:1"}
+	proxy := newEngine(ns, "proxy", "guard", "proxy", wafv1alpha1.DriverWAFProxy)
+	proxy.Spec.Driver.WAFProxy = &wafv1alpha1.WAFProxyDriverConfig{Image: "attacker.example/miner:1"}
+	allowed := newEngine(ns, "allowed", "guard", "allowed", wafv1alpha1.DriverIstioWASM)
+	allowed.Spec.Driver.Wasm = &wafv1alpha1.WasmDriverConfig{Image: allowedImages + "coraza:2"}
+	create(t, wasm, proxy, allowed)
+
+	waitFor(t, wasm, wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonImageNotAllowed)
+	waitFor(t, proxy, wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonImageNotAllowed)
+	if _, ok := wasmPlugin(t, wasm); ok {
+		t.Error("a WasmPlugin with an image that is not allowed")
+	}
+	if _, ok := object(t, appsv1.SchemeGroupVersion.WithKind("Deployment"), ns, engine.ChildName(proxy.Name)); ok {
+		t.Error("a waf-proxy Deployment with an image that is not allowed")
+	}
+	waitFor(t, allowed, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	wp, _ := wasmPlugin(t, allowed)
+	if url, _, _ := unstructured.NestedString(wp.Object, "spec", "url"); url != allowedImages+"coraza:2" {
+		t.Errorf("url %q, want the allowed image", url)
+	}
 }

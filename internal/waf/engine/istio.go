@@ -60,6 +60,9 @@ func (r *Reconciler) provisionWASM(ctx context.Context, eng *wafv1alpha1.Engine)
 	image := r.opts.WASMImage
 	pullSecret := ""
 	if w := eng.Spec.Driver.Wasm; w != nil {
+		if err := r.checkImage(w.Image, r.opts.WASMImage, "spec.driver.wasm.image"); err != nil {
+			return provisioned{}, err
+		}
 		if w.Image != "" {
 			image = w.Image
 		}

@@ -31,6 +31,8 @@ const (
 	wasmImage    = "oci://example.test/coraza-wasm:test"
 	proxyImage   = "example.test/portal:test"
 	operatorName = "portal"
+	// allowedImages is the one prefix Engines may pick images under.
+	allowedImages = "oci://example.test/allowed/"
 	// tokenLifetime and tokenRenewBefore make Portal renew WasmPlugin
 	// tokens about every 5 seconds.
 	tokenLifetime    = 10 * time.Minute
@@ -46,6 +48,7 @@ var (
 			o.Engine.WASMImage = wasmImage
 			o.Engine.ProxyImage = proxyImage
 			o.Engine.OperatorName = operatorName
+			o.Engine.AllowedImages = []string{allowedImages}
 			o.Engine.TokenExpiration = tokenLifetime
 			o.Engine.TokenRenewBefore = tokenRenewBefore
 		})

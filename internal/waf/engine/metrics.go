@@ -17,7 +17,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_waf_engine_reconciles_total",
-			Help: "Engine reconciles by result: provisioned, not_accepted (TargetNotFound or TargetConflict), ruleset_not_found, ruleset_not_ready, unsupported_rules, target_service_not_found or failed.",
+			Help: "Engine reconciles by result: provisioned, not_accepted (TargetNotFound or TargetConflict), ruleset_not_found, ruleset_not_ready, unsupported_rules, target_service_not_found, image_not_allowed or failed.",
 		}, []string{"result"}),
 		TokenRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_waf_engine_token_requests_total",

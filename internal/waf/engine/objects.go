@@ -237,6 +237,23 @@ func (e *targetServiceNotFound) Error() string {
 		e.namespace, wafv1alpha1.GatewayNameLabel, e.gateway)
 }
 
-func asTargetServiceNotFound(err error, target **targetServiceNotFound) bool {
-	return errors.As(err, target)
+// imageNotAllowed: an Engine names an image outside AllowedImages.
+type imageNotAllowed struct{ image, field string }
+
+func (e *imageNotAllowed) Error() string {
+	return fmt.Sprintf("%s %q is not allowed: Portal deploys only its configured image or images under --waf-engine-allowed-images; ask the platform team, or leave the field empty", e.field, e.image)
+}
+
+// checkImage refuses an image the Engine names unless it is Portal's own
+// default or under an allowed prefix.
+func (r *Reconciler) checkImage(image, def, field string) error {
+	if image == "" || image == def {
+		return nil
+	}
+	for _, p := range r.opts.AllowedImages {
+		if p != "" && strings.HasPrefix(image, p) {
+			return nil
+		}
+	}
+	return &imageNotAllowed{image: image, field: field}
 }

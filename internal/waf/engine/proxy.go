@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,6 +75,9 @@ func (r *Reconciler) provisionProxy(ctx context.Context, eng *wafv1alpha1.Engine
 		if cfg.Port == 0 {
 			cfg.Port = 80
 		}
+	}
+	if err := r.checkImage(cfg.Image, r.opts.ProxyImage, "spec.driver.wafProxy.image"); err != nil {
+		return provisioned{}, err
 	}
 	if cfg.Image == "" {
 		cfg.Image = r.opts.ProxyImage
@@ -187,6 +191,13 @@ func (r *Reconciler) proxyPod(eng *wafv1alpha1.Engine, name, image, upstream str
 			Ports: []corev1.ContainerPort{
 				{Name: "http", ContainerPort: proxyListenPort, Protocol: corev1.ProtocolTCP},
 				{Name: "metrics", ContainerPort: proxyMetricPort, Protocol: corev1.ProtocolTCP},
+			},
+			// Requests let the pods schedule under a ResourceQuota; the
+			// memory limit bounds a proxy that buffers request bodies
+			// (--max-request-body-bytes).
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
 			},
 			ReadinessProbe: probe("/readyz"),
 			LivenessProbe:  probe("/healthz"),

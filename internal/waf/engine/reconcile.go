@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,6 +27,7 @@ const (
 	ResultRuleSetNotReady       = "ruleset_not_ready"
 	ResultUnsupportedRules      = "unsupported_rules"
 	ResultTargetServiceNotFound = "target_service_not_found"
+	ResultImageNotAllowed       = "image_not_allowed"
 	ResultFailed                = "failed"
 )
 
@@ -115,10 +117,18 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 	}
 	if err != nil {
 		var nf *targetServiceNotFound
-		if asTargetServiceNotFound(err, &nf) {
+		if errors.As(err, &nf) {
 			o.result = ResultTargetServiceNotFound
 			o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, wafv1alpha1.ReasonTargetServiceNotFound, nf.Error())
 			o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonTargetServiceNotFound, nf.Error())
+			return o, 0, nil
+		}
+		var bad *imageNotAllowed
+		if errors.As(err, &bad) {
+			// Nothing of the data plane is applied: the check comes first.
+			o.result = ResultImageNotAllowed
+			o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, wafv1alpha1.ReasonImageNotAllowed, bad.Error())
+			o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonImageNotAllowed, bad.Error())
 			return o, 0, nil
 		}
 		return r.failed(o, err), 0, err
