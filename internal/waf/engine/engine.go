@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -162,7 +161,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if _, err := mgr.GetRESTMapper().RESTMapping(GatewayGVK.GroupKind(), GatewayGVK.Version); err == nil {
 		gw := &metav1.PartialObjectMetadata{}
 		gw.SetGroupVersionKind(GatewayGVK)
-		b = b.WatchesMetadata(gw, handler.EnqueueRequestsFromMapFunc(r.referrers(indexTarget, client.Object.GetName)), builder.WithPredicates())
+		b = b.WatchesMetadata(gw, handler.EnqueueRequestsFromMapFunc(r.referrers(indexTarget, client.Object.GetName)))
 	} else {
 		r.opts.Logger.Warn("the Gateway API is not installed: Engines report TargetNotFound until it is and Portal restarts", "error", err)
 	}
