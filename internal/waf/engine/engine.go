@@ -115,7 +115,7 @@ func New(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		opts.TokenExpiration = DefaultTokenExpiration
 	}
 	if opts.TokenExpiration < 10*time.Minute {
-		return nil, fmt.Errorf("engine: token expiration %s is below the API server's minimum of 10m", opts.TokenExpiration)
+		return nil, fmt.Errorf("engine: token expiration (--waf-engine-token-expiration) %s is below the API server's minimum of 10m", opts.TokenExpiration)
 	}
 	if opts.TokenRenewBefore <= 0 || opts.TokenRenewBefore >= opts.TokenExpiration {
 		opts.TokenRenewBefore = opts.TokenExpiration / 5
