@@ -100,6 +100,22 @@ func (r *Reconciler) provisionProxy(ctx context.Context, eng *wafv1alpha1.Engine
 		return provisioned{}, err
 	}
 	name := ChildName(eng.Name)
+	for _, o := range r.proxyObjects(eng, cfg, ca, up) {
+		if err := r.apply(ctx, o); err != nil {
+			return provisioned{}, err
+		}
+	}
+	r.tokens.forget(eng.UID)
+	if err := r.teardown(ctx, eng, wasmObjects); err != nil {
+		return provisioned{}, err
+	}
+	return provisioned{message: fmt.Sprintf("waf-proxy %s enforces RuleSet %s in front of %s; send traffic to Service %s", name, eng.Spec.RuleSet.Name, up, name)}, nil
+}
+
+// proxyObjects are the waf-proxy's CA ConfigMap, Deployment, Service and
+// PodDisruptionBudget, in the order they are applied.
+func (r *Reconciler) proxyObjects(eng *wafv1alpha1.Engine, cfg wafv1alpha1.WAFProxyDriverConfig, ca []byte, up string) []client.Object {
+	name := ChildName(eng.Name)
 	om := func(n string) metav1.ObjectMeta {
 		l := labels(eng)
 		for k, v := range proxyPodLabels(eng) {
@@ -143,16 +159,7 @@ func (r *Reconciler) provisionProxy(ctx context.Context, eng *wafv1alpha1.Engine
 			Selector:       &metav1.LabelSelector{MatchLabels: proxyPodLabels(eng)},
 		},
 	}
-	for _, o := range []client.Object{cm, dep, svc, pdb} {
-		if err := r.apply(ctx, o); err != nil {
-			return provisioned{}, err
-		}
-	}
-	r.tokens.forget(eng.UID)
-	if err := r.teardown(ctx, eng, wasmObjects); err != nil {
-		return provisioned{}, err
-	}
-	return provisioned{message: fmt.Sprintf("waf-proxy %s enforces RuleSet %s in front of %s; send traffic to Service %s", name, eng.Spec.RuleSet.Name, up, name)}, nil
+	return []client.Object{cm, dep, svc, pdb}
 }
 
 // ProxyArgs are the arguments of `portal waf-proxy` for an Engine.

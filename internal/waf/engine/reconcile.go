@@ -42,6 +42,15 @@ type outcome struct {
 	tokenExpiry               *metav1.Time
 }
 
+// refuse records why the Engine is not Ready: Degraded with the same
+// reason.
+func (o outcome) refuse(result, reason, msg string) outcome {
+	o.result = result
+	o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
+	return o
+}
+
 func cond(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
 	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg}
 }
@@ -81,30 +90,21 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 			return r.failed(o, err), 0, err
 		}
 		msg := fmt.Sprintf("RuleSet %q does not exist in namespace %s", eng.Spec.RuleSet.Name, eng.Namespace)
-		o.result = ResultRuleSetNotFound
-		o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, wafv1alpha1.ReasonRuleSetNotFound, msg)
-		o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonRuleSetNotFound, msg)
-		return o, 0, nil
+		return o.refuse(ResultRuleSetNotFound, wafv1alpha1.ReasonRuleSetNotFound, msg), 0, nil
 	}
 	if rs.Status.CachedRevision == nil {
 		msg := fmt.Sprintf("RuleSet %q has no compiled revision yet", rs.Name)
 		if c := meta.FindStatusCondition(rs.Status.Conditions, wafv1alpha1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
 			msg += fmt.Sprintf(" (%s: %s)", c.Reason, c.Message)
 		}
-		o.result = ResultRuleSetNotReady
-		o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, wafv1alpha1.ReasonRuleSetNotReady, msg)
-		o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonRuleSetNotReady, msg)
-		return o, 0, nil
+		return o.refuse(ResultRuleSetNotReady, wafv1alpha1.ReasonRuleSetNotReady, msg), 0, nil
 	}
 	o.revision = rs.Status.CachedRevision.UUID
 
 	driver := driverOf(eng)
 	if driver == wafv1alpha1.DriverIstioWASM {
 		if msg := unsupported(&rs); msg != "" {
-			o.result = ResultUnsupportedRules
-			o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, wafv1alpha1.ReasonUnsupportedRules, msg)
-			o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonUnsupportedRules, msg)
-			return o, 0, nil
+			return o.refuse(ResultUnsupportedRules, wafv1alpha1.ReasonUnsupportedRules, msg), 0, nil
 		}
 	}
 
@@ -118,18 +118,12 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 	if err != nil {
 		var nf *targetServiceNotFound
 		if errors.As(err, &nf) {
-			o.result = ResultTargetServiceNotFound
-			o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, wafv1alpha1.ReasonTargetServiceNotFound, nf.Error())
-			o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonTargetServiceNotFound, nf.Error())
-			return o, 0, nil
+			return o.refuse(ResultTargetServiceNotFound, wafv1alpha1.ReasonTargetServiceNotFound, nf.Error()), 0, nil
 		}
 		var bad *imageNotAllowed
 		if errors.As(err, &bad) {
 			// Nothing of the data plane is applied: the check comes first.
-			o.result = ResultImageNotAllowed
-			o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, wafv1alpha1.ReasonImageNotAllowed, bad.Error())
-			o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonImageNotAllowed, bad.Error())
-			return o, 0, nil
+			return o.refuse(ResultImageNotAllowed, wafv1alpha1.ReasonImageNotAllowed, bad.Error()), 0, nil
 		}
 		return r.failed(o, err), 0, err
 	}
