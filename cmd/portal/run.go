@@ -139,6 +139,13 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.DurationVar(&wc.CompileTimeout, "waf-compile-timeout", wc.CompileTimeout, "give up on a RuleSet compile after this long (reason CompileTimeout)")
 	f.IntVar(&wc.Concurrency, "waf-compile-concurrency", wc.Concurrency, "RuleSets compiled at once; one namespace uses at most half of them (at least one)")
 	f.Int64Var(&wc.MaxLastGoodBytes, "waf-max-last-good-bytes", wc.MaxLastGoodBytes, "weight of the last good WAFs kept open to speed up recompiles; the oldest are closed beyond it")
+	// The Engine controller (internal/waf/engine).
+	we := &w.Engine
+	f.StringVar(&we.WASMImage, "waf-wasm-image", we.WASMImage, "OCI reference (oci://...) of the Coraza WASM plugin for istio-wasm Engines that name none in spec.driver.wasm.image")
+	f.StringVar(&we.ProxyImage, "waf-proxy-image", we.ProxyImage, "image of the portal binary that waf-proxy Engines run when they name none in spec.driver.wafProxy.image")
+	f.StringVar(&we.OperatorName, "operator-name", we.OperatorName, "name of Portal's Deployment; when set, istio-wasm Engines also apply an Istio ServiceEntry and DestinationRule (<name>-waf-cache) for the rule cache in --namespace")
+	f.StringSliceVar(&we.AllowedImages, "waf-engine-allowed-images", we.AllowedImages, "image prefixes an Engine may name in spec.driver.wasm.image or spec.driver.wafProxy.image (e.g. oci://registry.example/waf/); empty: Engines get only --waf-wasm-image and --waf-proxy-image")
+	f.DurationVar(&we.TokenExpiration, "waf-engine-token-expiration", we.TokenExpiration, "lifetime of the cache tokens Portal puts in WasmPlugins (at least 10m); renewed when a fifth of it is left")
 
 	// WAF bundles in S3-compatible storage (internal/waf/bundle).
 	wb := &w.Bundle

@@ -56,7 +56,15 @@ func TestRunWritesAndChecks(t *testing.T) {
 		t.Fatalf("check right after writing: %v", err)
 	}
 
-	if err := os.WriteFile(filepath.Join(root, cookbookDir, "gone.md"), nil, 0o644); err != nil {
+	// A hand-written recipe shares the directory and is left alone.
+	if err := os.WriteFile(filepath.Join(root, cookbookDir, "by-hand.md"), []byte("# A recipe\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(root, true); err != nil {
+		t.Errorf("a hand-written page: %v, want it ignored", err)
+	}
+	os.Remove(filepath.Join(root, cookbookDir, "by-hand.md"))
+	if err := os.WriteFile(filepath.Join(root, cookbookDir, "gone.md"), []byte(header+"\n# gone\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := run(root, true); err == nil || !strings.Contains(err.Error(), "gone.md has no rule") {

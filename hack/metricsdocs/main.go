@@ -34,6 +34,7 @@ import (
 	wafbundle "github.com/vilaca/portal/internal/waf/bundle"
 	wafcache "github.com/vilaca/portal/internal/waf/cache"
 	wafcontroller "github.com/vilaca/portal/internal/waf/controller"
+	wafengine "github.com/vilaca/portal/internal/waf/engine"
 	wafproxy "github.com/vilaca/portal/internal/waf/proxy"
 )
 
@@ -65,6 +66,7 @@ var layers = []layer{
 		wafcache.NewMetrics(r)
 		// As internal/waf/setup.go names the rule set cache's certificate metrics.
 		certs.NewNamedMetrics(r, "portal_waf_cache_cert", "rule set cache")
+		wafengine.NewMetrics(r)
 	}},
 	{"WAF bundles", "waf-bundles", func(r prometheus.Registerer) { wafbundle.NewMetrics(r) }},
 	{"WAF proxy", "waf-proxy", func(r prometheus.Registerer) { wafproxy.NewMetrics(r) }},

@@ -21,6 +21,7 @@ import (
 	"github.com/vilaca/portal/internal/waf/bundle"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/controller"
+	"github.com/vilaca/portal/internal/waf/engine"
 )
 
 // Defaults of the cache server's identity.
@@ -76,6 +77,10 @@ type Options struct {
 	// Bundle configures WAF bundles in S3-compatible storage (the
 	// --bundle-* flags); Bundle.URL "" turns them off.
 	Bundle bundle.SetupOptions
+	// Engine configures the Engine controller (--waf-wasm-image,
+	// --waf-proxy-image, --operator-name, --waf-engine-token-expiration);
+	// Setup fills in the cache's namespace, Service, port and CA.
+	Engine engine.Options
 }
 
 // DefaultOptions are the defaults of the flags.
@@ -91,6 +96,7 @@ func DefaultOptions() Options {
 		CacheGCInterval:    cache.DefaultGCInterval,
 		Compile:            controller.DefaultCompilerOptions(),
 		Bundle:             bundle.DefaultSetupOptions(),
+		Engine:             engine.Options{TokenExpiration: engine.DefaultTokenExpiration},
 	}
 }
 
@@ -168,6 +174,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 		return nil, err
 	}
 	if err := controller.NewStatusWriter(mgr.GetClient(), comp, mgr.GetEventRecorder(name)).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := setupEngine(mgr, opts, log, reg, name); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(srv); err != nil {
