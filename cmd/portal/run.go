@@ -140,6 +140,13 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.IntVar(&wc.Concurrency, "waf-compile-concurrency", wc.Concurrency, "RuleSets compiled at once; one namespace uses at most half of them (at least one)")
 	f.Int64Var(&wc.MaxLastGoodBytes, "waf-max-last-good-bytes", wc.MaxLastGoodBytes, "weight of the last good WAFs kept open to speed up recompiles; the oldest are closed beyond it")
 
+	g := &cfg.APIGatewayOptions
+	f.BoolVar(&cfg.APIGateway, "apigateway", cfg.APIGateway, "run the API exposure layer: APIGateway, APIRule and RateLimit generating Istio configuration (L7; needs Istio's CRDs)")
+	f.StringVar(&g.IngressPrincipal, "apigateway-ingress-principal", g.IngressPrincipal, "SPIFFE identity of the Istio ingress gateway, the only caller the AuthorizationPolicies generated for APIRules allow")
+	f.DurationVar(&g.APIRuleResync, "apigateway-apirule-resync", g.APIRuleResync, "reconcile unchanged APIRules this often, repairing hand edits of their Istio objects")
+	f.DurationVar(&g.RateLimitResync, "apigateway-ratelimit-resync", g.RateLimitResync, "reconcile unchanged RateLimits this often")
+	f.DurationVar(&g.GatewayResync, "apigateway-gateway-resync", g.GatewayResync, "reconcile the unchanged APIGateway this often")
+
 	// Names Portal used before it followed controller-runtime's and kubectl's.
 	for old, name := range map[string]string{
 		"metrics-addr":      "metrics-bind-address",
