@@ -160,6 +160,15 @@ func TestCorpus(t *testing.T) {
 	gw := istioGateway(t, ctx, "istio-system", "corpus-gateway", "*.example.com")
 	fixture(t, fix, gw, &corev1.Namespace{TypeMeta: metaType("v1", "Namespace"), ObjectMeta: objMeta("", "istio-system", nil)})
 
+	var created []client.Object
+	t.Cleanup(func() {
+		// Leave no RateLimit on the ingress gateway or APIRule behind
+		// for the APIGateway tests.
+		for _, o := range created {
+			_ = k8s.Delete(context.Background(), o)
+			gone(t, context.Background(), o)
+		}
+	})
 	files, _ := filepath.Glob(filepath.Join("testdata", "apirules", "*.yaml"))
 	if len(files) == 0 {
 		t.Fatal("no corpus")
@@ -176,6 +185,7 @@ func TestCorpus(t *testing.T) {
 		if err := k8s.Create(ctx, api); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
+		created = append(created, api)
 		waitState(t, ctx, api, gatewayv1alpha1.StateReady)
 		objs := generated(t, ctx, api.Namespace, map[string]string{apirule.LabelAPIRule: api.Name}, virtualServices, authorizationPolicies, requestAuthentications)
 		golden(t, "apirules/"+name, objs, gen)
@@ -196,6 +206,7 @@ func TestCorpus(t *testing.T) {
 		if err := k8s.Create(ctx, rl); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
+		created = append(created, rl)
 		waitState(t, ctx, rl, gatewayv1alpha1.StateReady)
 		golden(t, "ratelimits/"+name, generated(t, ctx, rl.Namespace, map[string]string{ratelimit.LabelRateLimit: rl.Name}, envoyFilters), gen)
 	}

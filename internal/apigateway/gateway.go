@@ -85,8 +85,8 @@ func (r *gatewayReconciler) allGateways(ctx context.Context, _ client.Object) []
 }
 
 // oldest is the APIGateway that is reconciled: the first created (name
-// breaks ties) among those not being deleted, or, when all are being
-// deleted, among all.
+// breaks ties), also while it is being deleted, so that its deletion stays
+// blocked while its gateway is in use.
 func oldest(items []gatewayv1alpha1.APIGateway) *gatewayv1alpha1.APIGateway {
 	var best *gatewayv1alpha1.APIGateway
 	for i := range items {
@@ -99,9 +99,6 @@ func oldest(items []gatewayv1alpha1.APIGateway) *gatewayv1alpha1.APIGateway {
 }
 
 func better(a, b *gatewayv1alpha1.APIGateway) bool {
-	if ad, bd := a.DeletionTimestamp.IsZero(), b.DeletionTimestamp.IsZero(); ad != bd {
-		return ad
-	}
 	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	networkingapi "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gatewayv1alpha1 "github.com/vilaca/portal/api/gateway/v1alpha1"
@@ -46,6 +48,7 @@ func TestMain(m *testing.M) {
 }
 
 func start(cl *devcluster.Cluster) (func() error, error) {
+	ctrl.SetLogger(logr.Discard())
 	scheme, err := manager.Scheme()
 	if err != nil {
 		return nil, err

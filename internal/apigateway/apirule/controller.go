@@ -267,53 +267,81 @@ func resolveHosts(api *gatewayv1alpha1.APIRule, gw *networkingv1.Gateway) ([]str
 	return out, nil
 }
 
-// older reports whether a was created before b (namespace and name break
-// ties), which decides who keeps a host both claim.
-func older(a, b client.Object) bool {
+// claimKey names an APIRule.
+func claimKey(o client.Object) string { return o.GetNamespace() + "/" + o.GetName() }
+
+// wins reports whether APIRule a keeps a host that b also claims: the
+// older one, and between two created in the same second (timestamps have
+// no finer grain) the one already serving it, then the lesser
+// namespace/name. So racing an APIRule into the same second takes nothing
+// from whoever serves the host.
+func wins(a, b client.Object, serving map[string]bool) bool {
 	ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
 	if !ta.Equal(&tb) {
 		return ta.Before(&tb)
 	}
-	return a.GetNamespace()+"/"+a.GetName() < b.GetNamespace()+"/"+b.GetName()
+	if sa, sb := serving[claimKey(a)], serving[claimKey(b)]; sa != sb {
+		return sa
+	}
+	return claimKey(a) < claimKey(b)
 }
 
 // hostsFree refuses a host that a VirtualService not generated for this
-// APIRule serves, or that an older APIRule claims. A younger APIRule's
-// VirtualService does not count: that APIRule is refused in turn and loses
-// it, so the oldest claim wins whoever was reconciled first.
+// APIRule serves, or that an APIRule which wins it (see wins) claims. A
+// losing APIRule's VirtualService does not count: that APIRule is refused
+// in turn and loses it, so the oldest claim wins whoever was reconciled
+// first.
 func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule, hosts []string) *Problem {
 	rules := &gatewayv1alpha1.APIRuleList{}
 	if err := r.client.List(ctx, rules); err != nil {
 		return &Problem{Reason: gatewayv1alpha1.ReasonApplyFailed, Message: "list APIRules: " + err.Error()}
 	}
-	claims := map[types.NamespacedName]*gatewayv1alpha1.APIRule{}
-	for i := range rules.Items {
-		o := &rules.Items[i]
-		claims[client.ObjectKeyFromObject(o)] = o
-		if o.UID == api.UID || !o.DeletionTimestamp.IsZero() || !older(o, api) {
-			continue
-		}
-		for _, h := range o.Spec.Hosts {
-			host := strings.ToLower(string(h))
-			if !strings.Contains(host, ".") && o.Spec.Gateway == api.Spec.Gateway && len(hosts) > 0 {
-				host = host + "." + domainOf(api, hosts)
-			}
-			if slices.Contains(hosts, host) {
-				return &Problem{Reason: gatewayv1alpha1.ReasonHostInUse, Message: fmt.Sprintf(
-					"host %s is claimed by APIRule %s/%s, which is older: a host is served by one APIRule; choose another host", host, o.Namespace, o.Name)}
-			}
-		}
-	}
 	vss := &networkingv1.VirtualServiceList{}
 	if err := r.client.List(ctx, vss); err != nil {
 		return &Problem{Reason: gatewayv1alpha1.ReasonApplyFailed, Message: "list VirtualServices: " + err.Error()}
 	}
+	claims := map[string]*gatewayv1alpha1.APIRule{}
+	for i := range rules.Items {
+		claims[claimKey(&rules.Items[i])] = &rules.Items[i]
+	}
+	// generatedBy is the APIRule a VirtualService was generated for and is
+	// controlled by, nil for any other VirtualService.
+	generatedBy := func(vs *networkingv1.VirtualService) *gatewayv1alpha1.APIRule {
+		owner, ok := vs.Labels[LabelAPIRule]
+		if !ok || vs.Labels[LabelManagedBy] != managedBy {
+			return nil
+		}
+		o := claims[vs.Namespace+"/"+owner]
+		if o == nil || !controlledBy(vs, o) {
+			return nil
+		}
+		return o
+	}
+	// serving: the APIRules whose VirtualService serves one of hosts.
+	serving := map[string]bool{}
 	for _, vs := range vss.Items {
-		if owner, ok := vs.Labels[LabelAPIRule]; ok && vs.Labels[LabelManagedBy] == managedBy {
-			o := claims[types.NamespacedName{Namespace: vs.Namespace, Name: owner}]
-			if o != nil && (o.UID == api.UID || older(api, o)) && metav1IsControlledBy(vs, o) {
-				continue
+		if o := generatedBy(vs); o != nil && slices.ContainsFunc(vs.Spec.Hosts, func(h string) bool { return slices.Contains(hosts, strings.ToLower(h)) }) {
+			serving[claimKey(o)] = true
+		}
+	}
+	for _, o := range rules.Items {
+		if o.UID == api.UID || !o.DeletionTimestamp.IsZero() || !wins(&o, api, serving) {
+			continue
+		}
+		for _, h := range o.Spec.Hosts {
+			host := strings.ToLower(string(h))
+			if !strings.Contains(host, ".") && o.Spec.Gateway == api.Spec.Gateway {
+				host = host + "." + domainOf(api, hosts)
 			}
+			if slices.Contains(hosts, host) {
+				return &Problem{Reason: gatewayv1alpha1.ReasonHostInUse, Message: fmt.Sprintf(
+					"host %s is claimed by APIRule %s/%s, which came first: a host is served by one APIRule; choose another host", host, o.Namespace, o.Name)}
+			}
+		}
+	}
+	for _, vs := range vss.Items {
+		if o := generatedBy(vs); o != nil && (o.UID == api.UID || wins(api, o, serving)) {
+			continue
 		}
 		for _, h := range vs.Spec.Hosts {
 			if slices.Contains(hosts, strings.ToLower(h)) {
@@ -342,7 +370,7 @@ func domainOf(api *gatewayv1alpha1.APIRule, hosts []string) string {
 	return ""
 }
 
-func metav1IsControlledBy(vs *networkingv1.VirtualService, owner *gatewayv1alpha1.APIRule) bool {
+func controlledBy(vs *networkingv1.VirtualService, owner *gatewayv1alpha1.APIRule) bool {
 	for _, ref := range vs.OwnerReferences {
 		if ref.Controller != nil && *ref.Controller && ref.UID == owner.UID {
 			return true
