@@ -3,6 +3,7 @@ package apirule
 import (
 	"fmt"
 	"reflect"
+	"regexp"
 	"regexp/syntax"
 	"slices"
 	"strings"
@@ -122,7 +123,15 @@ func segments(path string) []string {
 	return strings.Split(path, "/")[1:]
 }
 
+// pathSyntax is the schema's pattern for a rule path, checked again here
+// so nothing that reaches the generator depends on the API server's
+// validation alone.
+var pathSyntax = regexp.MustCompile(`^((/([A-Za-z0-9-._~!$&'()+,;=:@]|%[0-9a-fA-F]{2})*)|(/\{\*{1,2}\}))+$|^/\*$`)
+
 func validatePath(path string) *Problem {
+	if !pathSyntax.MatchString(path) {
+		return invalid("a path is /-separated segments of letters, digits, -._~!$&'()+,;=:@ and %%XX escapes, {*} or {**}, or /*")
+	}
 	segs := segments(path)
 	for i, s := range segs {
 		switch {
