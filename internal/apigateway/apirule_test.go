@@ -93,7 +93,8 @@ func TestAPIRuleHostTakeoverRefused(t *testing.T) {
 	waitState(t, ctx, mine, gatewayv1alpha1.StateReady)
 
 	for i, host := range []string{"shop.tenants.example.com", "SHOP.Tenants.Example.com"} {
-		theirs := simpleRule(attacker, "phish-"+string(rune('a'+i)), "istio-system/tenants-gateway", "phish", "other.tenants.example.com", host)
+		id := string(rune('a' + i))
+		theirs := simpleRule(attacker, "phish-"+id, "istio-system/tenants-gateway", "phish", "other-"+id+".tenants.example.com", host)
 		if err := k8s.Create(ctx, theirs); err != nil {
 			t.Fatal(err)
 		}

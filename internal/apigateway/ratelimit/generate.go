@@ -165,8 +165,9 @@ func percent(n float64) map[string]any {
 // bucket has its own action list, so a request produces a bucket's
 // descriptor whenever it carries that bucket's headers, whatever other
 // buckets ask for. With only a default bucket there are no actions and no
-// descriptors at all: an empty list is what Envoy refused in Kyma's
-// generator (kyma-project/api-gateway#2380).
+// descriptors at all, not empty lists as Kyma's generator writes them
+// (kyma-project/api-gateway#2380 reports default-only RateLimits that Envoy
+// does not take).
 func routePatch(rl *gatewayv1alpha1.RateLimit) (*structpb.Struct, error) {
 	enforced := 100.0
 	if rl.Spec.Enforce != nil && !*rl.Spec.Enforce {
