@@ -34,7 +34,7 @@ help: ## List the targets
 
 ## ---- tools -----------------------------------------------------------------
 
-tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw bundle-tools ## Build bin/k8s/{kube-apiserver,kubectl,etcd}, bin/alertmanager, bin/helm and bin/versitygw when missing or when hack/tools pins change; install nginx (apt-get) when missing
+tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl bundle-tools ## Build bin/k8s/{kube-apiserver,kubectl,etcd}, bin/alertmanager, bin/helm, bin/versitygw and bin/istioctl when missing or when hack/tools pins change; install nginx (apt-get) when missing
 	@:
 
 # The version of k8s.io/kubernetes in hack/tools/go.mod is stamped in as the release
@@ -105,6 +105,16 @@ bundle-tools: ## Install nginx (apt-get) when missing, for the WAF bundle TLS/mT
 		$$sudo apt-get update && \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
 	fi
+
+ISTIOCTL_TOOLS_DEPS := hack/tools/istioctl/go.mod hack/tools/istioctl/go.sum
+
+# istioctl for the API exposure tests (internal/apigateway): every generated
+# Istio object goes through `istioctl validate` and `istioctl analyze`.
+$(BIN)/istioctl: $(ISTIOCTL_TOOLS_DEPS)
+	@echo 'tools: building $@ (several minutes when the build cache is cold)'
+	@mkdir -p $(@D)
+	@cd hack/tools/istioctl && $(GO) build -o '$(CURDIR)/$@' istio.io/istio/istioctl/cmd/istioctl
+	@touch $@
 
 ## ---- code generation -------------------------------------------------------
 
@@ -264,8 +274,8 @@ clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
 	@rm -rf $(BIN)/site
 
-clean-tools: ## Remove bin/k8s, bin/alertmanager, bin/helm, bin/versitygw and bin/kyverno (the next `make tools` rebuilds what it needs)
-	@rm -rf $(K8S_BIN) $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/kyverno
+clean-tools: ## Remove bin/k8s, bin/alertmanager, bin/helm, bin/versitygw, bin/istioctl and bin/kyverno (the next `make tools` rebuilds what it needs)
+	@rm -rf $(K8S_BIN) $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl $(BIN)/kyverno
 
 ## ---- image and Helm chart ------------------------------------------------
 

@@ -162,6 +162,13 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringVar(&wb.PublishBucket, "bundle-publish-bucket", wb.PublishBucket, "publish every RuleSet's cached revision to this bucket of --bundle-storage-url and report it in status.bundle; empty publishes nothing")
 	f.StringVar(&wb.PublishPrefix, "bundle-publish-prefix", wb.PublishPrefix, "object key prefix of published bundles (ends with /); keys are PREFIX<namespace>/<name>/<sha256>.json")
 
+	g := &cfg.APIGatewayOptions
+	f.BoolVar(&cfg.APIGateway, "apigateway", cfg.APIGateway, "run the API exposure layer: APIGateway, APIRule and RateLimit generating Istio configuration (L7; needs Istio's CRDs)")
+	f.StringVar(&g.IngressPrincipal, "apigateway-ingress-principal", g.IngressPrincipal, "SPIFFE identity of the Istio ingress gateway, the only caller the AuthorizationPolicies generated for APIRules allow")
+	f.DurationVar(&g.APIRuleResync, "apigateway-apirule-resync", g.APIRuleResync, "reconcile unchanged APIRules this often, repairing hand edits of their Istio objects")
+	f.DurationVar(&g.RateLimitResync, "apigateway-ratelimit-resync", g.RateLimitResync, "reconcile unchanged RateLimits this often")
+	f.DurationVar(&g.GatewayResync, "apigateway-gateway-resync", g.GatewayResync, "reconcile the unchanged APIGateway this often")
+
 	// Names Portal used before it followed controller-runtime's and kubectl's.
 	for old, name := range map[string]string{
 		"metrics-addr":      "metrics-bind-address",

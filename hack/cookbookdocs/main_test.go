@@ -56,14 +56,8 @@ func TestRunWritesAndChecks(t *testing.T) {
 		t.Fatalf("check right after writing: %v", err)
 	}
 
-	// A hand-written recipe shares the directory and is left alone.
-	if err := os.WriteFile(filepath.Join(root, cookbookDir, "by-hand.md"), []byte("# A recipe\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := run(root, true); err != nil {
-		t.Errorf("a hand-written page: %v, want it ignored", err)
-	}
-	os.Remove(filepath.Join(root, cookbookDir, "by-hand.md"))
+	// A generated page whose rule is gone is left over; a hand-written
+	// page (no generated header) is a guide the index links.
 	if err := os.WriteFile(filepath.Join(root, cookbookDir, "gone.md"), []byte(header+"\n# gone\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +65,19 @@ func TestRunWritesAndChecks(t *testing.T) {
 		t.Errorf("leftover page: %v, want an error naming gone.md", err)
 	}
 	os.Remove(filepath.Join(root, cookbookDir, "gone.md"))
+	if err := os.WriteFile(filepath.Join(root, cookbookDir, "guide.md"), []byte("# A guide\n\nSteps.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(root, false); err != nil {
+		t.Fatal(err)
+	}
+	if index, _ := os.ReadFile(filepath.Join(root, cookbookDir, "index.md")); !strings.Contains(string(index), "- [A guide](guide.md)") {
+		t.Errorf("the index does not link the hand-written guide:\n%s", index)
+	}
+	os.Remove(filepath.Join(root, cookbookDir, "guide.md"))
+	if err := run(root, false); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := os.WriteFile(filepath.Join(root, "mkdocs.yml"), []byte("nav: []\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/vilaca/portal/internal/apigateway"
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/engine"
@@ -73,6 +74,9 @@ func enabledLayers(cfg *Config) ([]Layer, error) {
 	if cfg.WAF {
 		ls = append(ls, &wafLayer{opts: cfg.WAFOptions})
 	}
+	if cfg.APIGateway {
+		ls = append(ls, &apiGatewayLayer{opts: cfg.APIGatewayOptions})
+	}
 	return ls, nil
 }
 
@@ -120,4 +124,16 @@ func layerNames(ls []Layer) []string {
 		names[i] = l.Name()
 	}
 	return names
+}
+
+// apiGatewayLayer is the L7 API exposure layer (APIGateway, APIRule,
+// RateLimit -> Istio configuration).
+type apiGatewayLayer struct{ opts apigateway.Options }
+
+func (*apiGatewayLayer) Name() string { return "apigateway" }
+
+func (l *apiGatewayLayer) Setup(d Deps) error {
+	o := l.opts
+	o.Logger = d.Logger
+	return apigateway.Setup(d.Manager, o)
 }
