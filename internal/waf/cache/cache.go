@@ -97,6 +97,8 @@ type Cache struct {
 	keys  map[string][]*revision
 	total int64
 	count int
+
+	tables tables
 }
 
 // New returns an empty cache. clk stamps new entries and drives age-based
