@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/binding"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/controller"
 )
@@ -72,6 +73,9 @@ type Options struct {
 	// --waf-max-data-file-bytes, --waf-compile-timeout,
 	// --waf-compile-concurrency, --waf-max-last-good-bytes).
 	Compile controller.CompilerOptions
+	// Bundles resolves the spec.bundle of WAFGatewayBindingPolicies; nil
+	// means bundle storage is not configured.
+	Bundles binding.BundleFetcher
 }
 
 // DefaultOptions are the defaults of the flags.
@@ -107,6 +111,9 @@ type Layer struct {
 	// Certs serves the cache's certificate; Certs.CABundle is what data
 	// planes must trust (--ca-file of portal waf-proxy).
 	Certs CertificateSource
+	// Binding attaches rule sets to Gateway API routes; nil when the
+	// cluster does not serve the Gateway API.
+	Binding *binding.Controller
 }
 
 // Setup adds the WAF rule layer to mgr: field indexes, the RuleSet compiler
@@ -164,5 +171,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err := mgr.Add(srv); err != nil {
 		return nil, err
 	}
-	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates}, nil
+	bind, err := setupBinding(mgr, c, opts.Bundles, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates, Binding: bind}, nil
 }

@@ -1,0 +1,202 @@
+package binding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/cache"
+)
+
+// FieldOwner is the server-side apply field manager of the conditions
+// Portal sets on Gateways.
+const FieldOwner = "portal-waf-binding"
+
+// Options configure the controller.
+type Options struct {
+	// Cache is this replica's rule set cache: its revisions are what the
+	// tables point at, and the tables are put there. Required.
+	Cache *cache.Cache
+	// Bundles resolves spec.bundle; nil: bundle storage not configured.
+	Bundles BundleFetcher
+	// Logger receives the controller's logs (slog.Default() when nil).
+	Logger *slog.Logger
+	// Metrics, when set, records reconciles and tables.
+	Metrics *Metrics
+}
+
+// Controller keeps every Gateway's route table in this replica's cache
+// (every replica) and, on the leader, the status of policies, overrides,
+// Gateways and Routes.
+type Controller struct {
+	client  client.Client
+	reader  client.Reader
+	opts    Options
+	log     *slog.Logger
+	elected <-chan struct{}
+}
+
+// New returns the controller for mgr.
+func New(mgr ctrl.Manager, opts Options) (*Controller, error) {
+	if opts.Cache == nil {
+		return nil, errors.New("waf binding: Options.Cache is required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Controller{client: mgr.GetClient(), reader: mgr.GetCache(), opts: opts, log: log.With("controller", "waf-binding"), elected: mgr.Elected()}, nil
+}
+
+// everything is the one request the controller reconciles: any change
+// can move any route's effective policy, and recomputing all of it is
+// cheap next to the API calls it saves.
+var everything = reconcile.Request{NamespacedName: types.NamespacedName{Name: "all"}}
+
+func all(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{everything} }
+
+// SetupWithManager watches every kind the tables and statuses depend on.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	revisions := make(chan event.GenericEvent, 1)
+	go c.forward(c.opts.Cache.Watch(), revisions)
+	go func() {
+		// The new leader writes the statuses the previous one left.
+		<-c.elected
+		revisions <- event.GenericEvent{Object: &wafv1alpha1.WAFGatewayBindingPolicy{}}
+	}()
+	b := ctrl.NewControllerManagedBy(mgr).Named("waf-binding").
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1})
+	for _, o := range []client.Object{
+		&wafv1alpha1.WAFGatewayBindingPolicy{}, &wafv1alpha1.RuleSetOverride{}, &wafv1alpha1.RuleSet{},
+		&gatewayv1.Gateway{}, &gatewayv1.HTTPRoute{}, &gatewayv1.GRPCRoute{}, &gatewayv1.ReferenceGrant{}, &corev1.Namespace{},
+	} {
+		b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(all))
+	}
+	return b.WatchesRawSource(source.Channel(revisions, handler.EnqueueRequestsFromMapFunc(all))).Complete(c)
+}
+
+// forward turns cache changes into events; it ends with the process.
+func (c *Controller) forward(in <-chan struct{}, out chan<- event.GenericEvent) {
+	for range in {
+		select {
+		case out <- event.GenericEvent{Object: &wafv1alpha1.RuleSet{}}:
+		default:
+		}
+	}
+}
+
+func (c *Controller) isLeader() bool {
+	select {
+	case <-c.elected:
+		return true
+	default:
+		return false
+	}
+}
+
+// Reconcile recomputes every table, serves them, and (leader only) writes
+// the statuses.
+func (c *Controller) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+	start := time.Now()
+	snap, err := c.snapshot(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	res := Resolve(snap)
+	putErrs := c.serveTables(res)
+	c.opts.Metrics.reconciled(time.Since(start), res, len(putErrs))
+	if !c.isLeader() {
+		return ctrl.Result{}, nil
+	}
+	errs := []error{
+		c.writePolicies(ctx, res, putErrs),
+		c.writeOverrides(ctx, res),
+		c.writeGateways(ctx, snap, res),
+		c.writeRoutes(ctx, snap, res),
+	}
+	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// serveTables puts the tables in the cache and drops those of Gateways
+// that are gone; it returns the tables refused.
+func (c *Controller) serveTables(res *Result) map[types.NamespacedName]error {
+	putErrs := map[types.NamespacedName]error{}
+	for gw, t := range res.Tables {
+		if _, err := c.opts.Cache.PutTable(gw.Namespace, gw.Name, t); err != nil {
+			putErrs[gw] = err
+			c.log.Warn("route table not served; the previous one stays", "gateway", gw.String(), "error", err)
+		}
+	}
+	for _, k := range c.opts.Cache.TableKeys() {
+		ns, name, _ := strings.Cut(k, "/")
+		if _, ok := res.Tables[nn(ns, name)]; !ok {
+			c.opts.Cache.DeleteTable(ns, name)
+		}
+	}
+	return putErrs
+}
+
+// snapshot lists every object Resolve reads from the informers.
+func (c *Controller) snapshot(ctx context.Context) (*Snapshot, error) {
+	s := &Snapshot{Bundles: c.opts.Bundles, NamespaceLabels: map[string]map[string]string{}}
+	s.Revision = func(key string) (string, bool) {
+		e, ok := c.opts.Cache.Get(key)
+		return e.UUID, ok
+	}
+	var (
+		gws  gatewayv1.GatewayList
+		hrs  gatewayv1.HTTPRouteList
+		grs  gatewayv1.GRPCRouteList
+		pols wafv1alpha1.WAFGatewayBindingPolicyList
+		ovs  wafv1alpha1.RuleSetOverrideList
+		rgs  gatewayv1.ReferenceGrantList
+		rss  wafv1alpha1.RuleSetList
+		nss  corev1.NamespaceList
+	)
+	for _, l := range []client.ObjectList{&gws, &hrs, &grs, &pols, &ovs, &rgs, &rss, &nss} {
+		if err := c.reader.List(ctx, l); err != nil {
+			return nil, fmt.Errorf("waf binding: list %T: %w", l, err)
+		}
+	}
+	for i := range gws.Items {
+		s.Gateways = append(s.Gateways, &gws.Items[i])
+	}
+	for i := range hrs.Items {
+		s.HTTPRoutes = append(s.HTTPRoutes, &hrs.Items[i])
+	}
+	for i := range grs.Items {
+		s.GRPCRoutes = append(s.GRPCRoutes, &grs.Items[i])
+	}
+	for i := range pols.Items {
+		s.Policies = append(s.Policies, &pols.Items[i])
+	}
+	for i := range ovs.Items {
+		s.Overrides = append(s.Overrides, &ovs.Items[i])
+	}
+	for i := range rgs.Items {
+		s.Grants = append(s.Grants, &rgs.Items[i])
+	}
+	for i := range rss.Items {
+		s.RuleSets = append(s.RuleSets, &rss.Items[i])
+	}
+	for _, n := range nss.Items {
+		s.NamespaceLabels[n.Name] = n.Labels
+	}
+	return s, nil
+}
