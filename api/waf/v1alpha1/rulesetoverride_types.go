@@ -34,9 +34,11 @@ type OverridePermissions struct {
 // RuleIDRange is the rule ids From to To, both included.
 // +kubebuilder:validation:XValidation:rule="self.to >= self.from",message="to must not be below from"
 type RuleIDRange struct {
+	// From is the first rule id of the range.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=999999999
 	From int64 `json:"from"`
+	// To is the last rule id of the range.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=999999999
 	To int64 `json:"to"`
@@ -95,9 +97,12 @@ type EffectiveOverride struct {
 	// +optional
 	// +listType=atomic
 	DisabledRuleIDs []int64 `json:"disabledRuleIDs,omitempty"`
+	// DisabledTags are the tags switched off on the route.
 	// +optional
 	// +listType=atomic
 	DisabledTags []string `json:"disabledTags,omitempty"`
+	// InboundAnomalyThreshold is the threshold in force; 0 keeps the rule
+	// set's.
 	// +optional
 	InboundAnomalyThreshold int32 `json:"inboundAnomalyThreshold,omitempty"`
 }
