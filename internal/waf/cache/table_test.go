@@ -71,8 +71,12 @@ func TestTableServedToItsNamespaceOnly(t *testing.T) {
 // table references it, and not before or after.
 func TestRuleSetReadableThroughTable(t *testing.T) {
 	c, _, srv := testServer(t)
+	// team-a's own table runs team-a/crs: that opens nothing to team-b.
+	if _, err := c.PutTable("team-a", "gw", gatewayTable("team-a/gw", TableRuleSet{Namespace: "team-a", Name: "crs", UUID: "u1"})); err != nil {
+		t.Fatal(err)
+	}
 	if resp, _ := doAs(t, "team-b", http.MethodGet, srv.URL+"/rules/team-a/crs", nil); resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("team-b read team-a/crs without a table: %d", resp.StatusCode)
+		t.Fatalf("team-b read team-a/crs without a table of its own: %d", resp.StatusCode)
 	}
 	if _, err := c.PutTable("team-b", "gw", gatewayTable("team-b/gw", TableRuleSet{Namespace: "team-a", Name: "crs", UUID: "u1"})); err != nil {
 		t.Fatal(err)

@@ -230,3 +230,18 @@ func TestSecurityLogFile(t *testing.T) {
 		t.Fatal("a File destination without a directory was opened")
 	}
 }
+
+// Exclusions reach the rules only as ids, tags of a safe alphabet and a
+// number: a tag cannot smuggle a directive in.
+func TestExclusionRulesRefuseInjection(t *testing.T) {
+	for _, ex := range []*cache.Exclusions{
+		{Tags: []string{"x\nSecRuleEngine Off"}},
+		{Tags: []string{"x\" \"id:1,pass"}},
+		{RuleIDs: []int64{0}},
+		{InboundAnomalyThreshold: 20000},
+	} {
+		if out, err := ExclusionRules(ex); err == nil {
+			t.Errorf("%+v rendered as %q", ex, out)
+		}
+	}
+}
