@@ -103,16 +103,20 @@ type wafProxySetup struct {
 
 // validate checks the flags and builds the proxy and its poller.
 func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
+	switch {
+	case o.cacheURL == "":
+		return nil, errors.New("--cache-url is required")
+	case o.ruleSet == "" && o.gateway == "":
+		return nil, errors.New("--ruleset is required (or --gateway, to enforce a Gateway's per-route table)")
+	case o.ruleSet != "" && o.gateway != "":
+		return nil, errors.New("--ruleset and --gateway exclude each other: give one")
+	}
 	for _, req := range []struct{ flag, value string }{
-		{"--cache-url", o.cacheURL}, {"--upstream", o.upstream},
-		{"--ca-file", o.caFile}, {"--token-file", o.tokenFile},
+		{"--upstream", o.upstream}, {"--ca-file", o.caFile}, {"--token-file", o.tokenFile},
 	} {
 		if req.value == "" {
 			return nil, fmt.Errorf("%s is required", req.flag)
 		}
-	}
-	if (o.ruleSet == "") == (o.gateway == "") {
-		return nil, errors.New("exactly one of --ruleset and --gateway is required")
 	}
 	target, flag := o.ruleSet, "--ruleset"
 	if o.gateway != "" {
