@@ -6,16 +6,19 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -42,14 +45,20 @@ type Options struct {
 }
 
 // Controller keeps every Gateway's route table in this replica's cache
-// (every replica) and, on the leader, the status of policies, overrides,
-// Gateways and Routes.
+// (every replica), and, on the leader, the status of policies, overrides,
+// Gateways and Routes. The two are separate controllers, so status writes
+// never delay a table.
 type Controller struct {
-	client  client.Client
-	reader  client.Reader
-	opts    Options
-	log     *slog.Logger
-	elected <-chan struct{}
+	client client.Client
+	reader client.Reader
+	opts   Options
+	log    *slog.Logger
+
+	// tablesDone tells the status controller that tables were served;
+	// putErrs are the tables last refused.
+	tablesDone chan event.GenericEvent
+	mu         sync.Mutex
+	putErrs    map[types.NamespacedName]error
 }
 
 // New returns the controller for mgr.
@@ -61,38 +70,47 @@ func New(mgr ctrl.Manager, opts Options) (*Controller, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Controller{client: mgr.GetClient(), reader: mgr.GetCache(), opts: opts, log: log.With("controller", "waf-binding"), elected: mgr.Elected()}, nil
+	return &Controller{client: mgr.GetClient(), reader: mgr.GetCache(), opts: opts, log: log.With("controller", "waf-binding"),
+		tablesDone: make(chan event.GenericEvent, 1)}, nil
 }
 
-// everything is the one request the controller reconciles: any change
+// everything is the one request the controllers reconcile: any change
 // can move any route's effective policy, and recomputing all of it is
 // cheap next to the API calls it saves.
 var everything = reconcile.Request{NamespacedName: types.NamespacedName{Name: "all"}}
 
 func all(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{everything} }
 
-// SetupWithManager watches every kind the tables and statuses depend on.
+// SetupWithManager adds the table controller (every replica: it watches
+// the specs the tables depend on and the cache's revisions) and the status
+// controller (leader only: it also watches status, to restore conditions
+// another writer dropped).
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	revisions := make(chan event.GenericEvent, 1)
-	go c.forward(c.opts.Cache.Watch(), revisions)
-	go func() {
-		// The new leader writes the statuses the previous one left.
-		<-c.elected
-		revisions <- event.GenericEvent{Object: &wafv1alpha1.WAFGatewayBindingPolicy{}}
-	}()
-	b := ctrl.NewControllerManagedBy(mgr).Named("waf-binding").
+	go forward(c.opts.Cache.Watch(), revisions)
+	spec := predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})
+	tables := ctrl.NewControllerManagedBy(mgr).Named("waf-binding-tables").
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1})
+	status := ctrl.NewControllerManagedBy(mgr).Named("waf-binding-status").
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1})
 	for _, o := range []client.Object{
 		&wafv1alpha1.WAFGatewayBindingPolicy{}, &wafv1alpha1.RuleSetOverride{}, &wafv1alpha1.RuleSet{},
 		&gatewayv1.Gateway{}, &gatewayv1.HTTPRoute{}, &gatewayv1.GRPCRoute{}, &gatewayv1.ReferenceGrant{}, &corev1.Namespace{},
 	} {
-		b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(all))
+		tables = tables.Watches(o, handler.EnqueueRequestsFromMapFunc(all), builder.WithPredicates(spec))
+		status = status.Watches(o, handler.EnqueueRequestsFromMapFunc(all))
 	}
-	return b.WatchesRawSource(source.Channel(revisions, handler.EnqueueRequestsFromMapFunc(all))).Complete(c)
+	err := tables.WatchesRawSource(source.Channel(revisions, handler.EnqueueRequestsFromMapFunc(all))).
+		Complete(reconcile.Func(c.reconcileTables))
+	if err != nil {
+		return err
+	}
+	return status.WatchesRawSource(source.Channel(c.tablesDone, handler.EnqueueRequestsFromMapFunc(all))).
+		Complete(reconcile.Func(c.reconcileStatus))
 }
 
 // forward turns cache changes into events; it ends with the process.
-func (c *Controller) forward(in <-chan struct{}, out chan<- event.GenericEvent) {
+func forward(in <-chan struct{}, out chan<- event.GenericEvent) {
 	for range in {
 		select {
 		case out <- event.GenericEvent{Object: &wafv1alpha1.RuleSet{}}:
@@ -101,29 +119,37 @@ func (c *Controller) forward(in <-chan struct{}, out chan<- event.GenericEvent) 
 	}
 }
 
-func (c *Controller) isLeader() bool {
-	select {
-	case <-c.elected:
-		return true
-	default:
-		return false
-	}
-}
-
-// Reconcile recomputes every table, serves them, and (leader only) writes
-// the statuses.
-func (c *Controller) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+// reconcileTables recomputes every table and serves them.
+func (c *Controller) reconcileTables(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
 	start := time.Now()
-	snap, err := c.snapshot(ctx)
+	// Resolve only reads: no copy of the informers' objects is needed.
+	snap, err := c.snapshot(ctx, client.UnsafeDisableDeepCopy)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	res := Resolve(snap)
 	putErrs := c.serveTables(res)
+	c.mu.Lock()
+	c.putErrs = putErrs
+	c.mu.Unlock()
 	c.opts.Metrics.reconciled(time.Since(start), res, len(putErrs))
-	if !c.isLeader() {
-		return ctrl.Result{}, nil
+	select {
+	case c.tablesDone <- event.GenericEvent{Object: &wafv1alpha1.WAFGatewayBindingPolicy{}}:
+	default:
 	}
+	return ctrl.Result{}, nil
+}
+
+// reconcileStatus writes what the tables made of every object.
+func (c *Controller) reconcileStatus(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+	snap, err := c.snapshot(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	res := Resolve(snap)
+	c.mu.Lock()
+	putErrs := c.putErrs
+	c.mu.Unlock()
 	errs := []error{
 		c.writePolicies(ctx, res, putErrs),
 		c.writeOverrides(ctx, res),
@@ -153,7 +179,7 @@ func (c *Controller) serveTables(res *Result) map[types.NamespacedName]error {
 }
 
 // snapshot lists every object Resolve reads from the informers.
-func (c *Controller) snapshot(ctx context.Context) (*Snapshot, error) {
+func (c *Controller) snapshot(ctx context.Context, opts ...client.ListOption) (*Snapshot, error) {
 	s := &Snapshot{Bundles: c.opts.Bundles, NamespaceLabels: map[string]map[string]string{}}
 	s.Revision = func(key string) (string, bool) {
 		e, ok := c.opts.Cache.Get(key)
@@ -170,7 +196,7 @@ func (c *Controller) snapshot(ctx context.Context) (*Snapshot, error) {
 		nss  corev1.NamespaceList
 	)
 	for _, l := range []client.ObjectList{&gws, &hrs, &grs, &pols, &ovs, &rgs, &rss, &nss} {
-		if err := c.reader.List(ctx, l); err != nil {
+		if err := c.reader.List(ctx, l, opts...); err != nil {
 			return nil, fmt.Errorf("waf binding: list %T: %w", l, err)
 		}
 	}
