@@ -30,6 +30,7 @@ import (
 	"github.com/vilaca/portal/internal/sink/policyreport"
 	sinkprometheus "github.com/vilaca/portal/internal/sink/prometheus"
 	wafbinding "github.com/vilaca/portal/internal/waf/binding"
+	wafbundle "github.com/vilaca/portal/internal/waf/bundle"
 	wafcache "github.com/vilaca/portal/internal/waf/cache"
 	wafcontroller "github.com/vilaca/portal/internal/waf/controller"
 	wafproxy "github.com/vilaca/portal/internal/waf/proxy"
@@ -63,6 +64,7 @@ var layers = []layer{
 		// As internal/waf/setup.go names the rule set cache's certificate metrics.
 		certs.NewNamedMetrics(r, "portal_waf_cache_cert", "rule set cache")
 	}},
+	{"WAF bundles", "waf-bundles", func(r prometheus.Registerer) { wafbundle.NewMetrics(r) }},
 	{"WAF proxy", "waf-proxy", func(r prometheus.Registerer) { wafproxy.NewMetrics(r) }},
 }
 

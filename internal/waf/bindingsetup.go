@@ -33,7 +33,7 @@ var bindingKinds = []schema.GroupVersionKind{
 // ReferenceGrant) and Portal's binding CRDs; otherwise it logs why not and
 // returns nil: the rest of the WAF layer does not need them. The Gateway
 // API types are added to the manager's scheme here.
-func setupBinding(mgr ctrl.Manager, c *cache.Cache, bundles binding.BundleFetcher, log *slog.Logger, reg prometheus.Registerer) (*binding.Controller, error) {
+func setupBinding(mgr ctrl.Manager, c *cache.Cache, bundles *bundleAdapter, log *slog.Logger, reg prometheus.Registerer) (*binding.Controller, error) {
 	if !mgr.GetScheme().IsVersionRegistered(gatewayGV) {
 		if err := gatewayv1.Install(mgr.GetScheme()); err != nil {
 			return nil, fmt.Errorf("waf: add the Gateway API types to the scheme: %w", err)
@@ -46,9 +46,18 @@ func setupBinding(mgr ctrl.Manager, c *cache.Cache, bundles binding.BundleFetche
 			return nil, nil
 		}
 	}
-	ctl, err := binding.New(mgr, binding.Options{Cache: c, Bundles: bundles, Logger: log, Metrics: binding.NewMetrics(reg)})
+	var fetcher binding.BundleFetcher
+	if bundles != nil {
+		fetcher = bundles
+	}
+	ctl, err := binding.New(mgr, binding.Options{Cache: c, Bundles: fetcher, Logger: log, Metrics: binding.NewMetrics(reg)})
 	if err != nil {
 		return nil, err
+	}
+	if bundles != nil {
+		bundles.mu.Lock()
+		bundles.trigger = ctl.Trigger
+		bundles.mu.Unlock()
 	}
 	return ctl, ctl.SetupWithManager(mgr)
 }

@@ -19,6 +19,7 @@ import (
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/waf/binding"
+	"github.com/vilaca/portal/internal/waf/bundle"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/controller"
 )
@@ -73,9 +74,9 @@ type Options struct {
 	// --waf-max-data-file-bytes, --waf-compile-timeout,
 	// --waf-compile-concurrency, --waf-max-last-good-bytes).
 	Compile controller.CompilerOptions
-	// Bundles resolves the spec.bundle of WAFGatewayBindingPolicies; nil
-	// means bundle storage is not configured.
-	Bundles binding.BundleFetcher
+	// Bundle configures WAF bundles in S3-compatible storage (the
+	// --bundle-* flags); Bundle.URL "" turns them off.
+	Bundle bundle.SetupOptions
 }
 
 // DefaultOptions are the defaults of the flags.
@@ -90,6 +91,7 @@ func DefaultOptions() Options {
 		CacheMaxSize:       cache.DefaultMaxSize,
 		CacheGCInterval:    cache.DefaultGCInterval,
 		Compile:            controller.DefaultCompilerOptions(),
+		Bundle:             bundle.DefaultSetupOptions(),
 	}
 }
 
@@ -114,6 +116,10 @@ type Layer struct {
 	// Binding attaches rule sets to Gateway API routes; nil when the
 	// cluster does not serve the Gateway API.
 	Binding *binding.Controller
+	// Bundles fetches WAF bundles from S3-compatible storage for
+	// WAFGatewayBindingPolicy spec.bundle; nil without --bundle-storage-url.
+	// bundle.Install puts what it returns into Cache.
+	Bundles *bundle.Fetcher
 }
 
 // Setup adds the WAF rule layer to mgr: field indexes, the RuleSet compiler
@@ -171,9 +177,15 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err := mgr.Add(srv); err != nil {
 		return nil, err
 	}
-	bind, err := setupBinding(mgr, c, opts.Bundles, log, reg)
+	bopts := opts.Bundle
+	bopts.MaxDataFileBytes = opts.Compile.MaxDataFileBytes
+	bundles, err := bundle.Setup(mgr, bopts, opts.Namespace, c, reg, log)
+	if err != nil {
+		return nil, fmt.Errorf("waf: %w", err)
+	}
+	bind, err := setupBinding(mgr, c, bundleSource(bundles, c, log), log, reg)
 	if err != nil {
 		return nil, err
 	}
-	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates, Binding: bind}, nil
+	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates, Bundles: bundles, Binding: bind}, nil
 }

@@ -57,8 +57,10 @@ type Controller struct {
 	// tablesDone tells the status controller that tables were served;
 	// putErrs are the tables last refused.
 	tablesDone chan event.GenericEvent
-	mu         sync.Mutex
-	putErrs    map[types.NamespacedName]error
+	// revisions recomputes the tables (cache changes, Trigger).
+	revisions chan event.GenericEvent
+	mu        sync.Mutex
+	putErrs   map[types.NamespacedName]error
 }
 
 // New returns the controller for mgr.
@@ -71,7 +73,7 @@ func New(mgr ctrl.Manager, opts Options) (*Controller, error) {
 		log = slog.Default()
 	}
 	return &Controller{client: mgr.GetClient(), reader: mgr.GetCache(), opts: opts, log: log.With("controller", "waf-binding"),
-		tablesDone: make(chan event.GenericEvent, 1)}, nil
+		tablesDone: make(chan event.GenericEvent, 1), revisions: make(chan event.GenericEvent, 1)}, nil
 }
 
 // everything is the one request the controllers reconcile: any change
@@ -86,7 +88,7 @@ func all(context.Context, client.Object) []reconcile.Request { return []reconcil
 // controller (leader only: it also watches status, to restore conditions
 // another writer dropped).
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
-	revisions := make(chan event.GenericEvent, 1)
+	revisions := c.revisions
 	go forward(c.opts.Cache.Watch(), revisions)
 	spec := predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})
 	tables := ctrl.NewControllerManagedBy(mgr).Named("waf-binding-tables").
@@ -137,7 +139,26 @@ func (c *Controller) reconcileTables(ctx context.Context, _ reconcile.Request) (
 	case c.tablesDone <- event.GenericEvent{Object: &wafv1alpha1.WAFGatewayBindingPolicy{}}:
 	default:
 	}
+	for _, p := range snap.Policies {
+		if p.Spec.Bundle != nil && c.opts.Bundles != nil {
+			// Bundles are fetched in the background: come back for
+			// failed fetches and storage outages.
+			return ctrl.Result{RequeueAfter: bundleRecheck}, nil
+		}
+	}
 	return ctrl.Result{}, nil
+}
+
+// bundleRecheck is how often tables are recomputed while policies use
+// spec.bundle.
+const bundleRecheck = 30 * time.Second
+
+// Trigger recomputes the tables soon (a bundle fetch finished).
+func (c *Controller) Trigger() {
+	select {
+	case c.revisions <- event.GenericEvent{Object: &wafv1alpha1.RuleSet{}}:
+	default:
+	}
 }
 
 // reconcileStatus writes what the tables made of every object.

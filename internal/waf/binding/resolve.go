@@ -56,10 +56,13 @@ type Snapshot struct {
 // rule set key the fetched, verified bundle is cached under and its
 // revision, or the reason it is not available.
 type BundleFetcher interface {
-	// Bundle returns the cached rule set of location with digest sha256,
-	// or ok false and a condition reason (FetchError, IntegrityError) and
-	// message.
-	Bundle(location, sha256 string) (rs cache.TableRuleSet, ok bool, reason, message string)
+	// Bundle returns the rule set in the cache that policy's bundle at
+	// location with digest sha256 resolved to, ok true while one is
+	// enforced; reason and message, when set, say why it is not the one
+	// asked for (StaleBundle: the last good one stays) or, with ok false,
+	// why there is none (FetchError, IntegrityError, ...: a cold miss).
+	// It must not block: a fetch runs in the background.
+	Bundle(policy types.NamespacedName, location, sha256 string) (rs cache.TableRuleSet, ok bool, reason, message string)
 }
 
 // objKey names an object of a kind: Kind/namespace/name.
@@ -232,11 +235,11 @@ func resolveSource(s *Snapshot, p *wafv1alpha1.WAFGatewayBindingPolicy, ruleSets
 			return resolvedSource{resolved: true, reason: wafv1alpha1.ReasonFetchError,
 				message: "bundle storage not configured: start Portal with --bundle-storage-url to use spec.bundle"}
 		}
-		rs, ok, reason, msg := s.Bundles.Bundle(b.Location, b.SHA256)
+		rs, ok, reason, msg := s.Bundles.Bundle(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, b.Location, b.SHA256)
 		if !ok {
 			return resolvedSource{resolved: true, reason: cmp.Or(reason, wafv1alpha1.ReasonFetchError), message: msg}
 		}
-		return resolvedSource{ruleSet: &rs, resolved: true, available: true}
+		return resolvedSource{ruleSet: &rs, resolved: true, available: true, reason: reason, message: msg}
 	}
 	ref := p.Spec.RuleSet
 	ns := cmp.Or(ref.Namespace, p.Namespace)

@@ -2,10 +2,13 @@ package binding
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -125,5 +128,69 @@ func TestGranted(t *testing.T) {
 		if granted(grants, c[0], c[1], c[2]) {
 			t.Errorf("granted %v", c)
 		}
+	}
+}
+
+// fakeBundles answers spec.bundle from a map: a pure unit test of how
+// Resolve maps what bundle storage says to tables and conditions.
+type fakeBundles map[string]struct {
+	ok             bool
+	reason, detail string
+}
+
+func (f fakeBundles) Bundle(p types.NamespacedName, location, _ string) (cache.TableRuleSet, bool, string, string) {
+	o := f[location]
+	if !o.ok {
+		return cache.TableRuleSet{}, false, o.reason, o.detail
+	}
+	return cache.TableRuleSet{Namespace: p.Namespace, Name: "bundle-x", UUID: "u"}, true, o.reason, o.detail
+}
+
+// spec.bundle: fresh is Programmed; stale stays enforced with
+// Programmed=False/StaleBundle; a cold miss fails closed; without storage
+// the policy says bundle storage is not configured.
+func TestBundleOutcomes(t *testing.T) {
+	pol := func(name, loc string) *wafv1alpha1.WAFGatewayBindingPolicy {
+		return &wafv1alpha1.WAFGatewayBindingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name},
+			Spec: wafv1alpha1.WAFGatewayBindingPolicySpec{Bundle: &wafv1alpha1.BundleReference{Location: loc, SHA256: "00"},
+				TargetRefs: []gatewayv1.LocalPolicyTargetReference{{Group: gatewayv1.GroupName, Kind: "Gateway", Name: gatewayv1.ObjectName(name)}}}}
+	}
+	s := &Snapshot{
+		Gateways: []*gatewayv1.Gateway{gw("a", "fresh"), gw("a", "stale"), gw("a", "missing")},
+		Policies: []*wafv1alpha1.WAFGatewayBindingPolicy{pol("fresh", "s3://b/fresh"), pol("stale", "s3://b/stale"), pol("missing", "s3://b/missing")},
+		Bundles: fakeBundles{
+			"s3://b/fresh":   {ok: true},
+			"s3://b/stale":   {ok: true, reason: "StaleBundle", detail: "the last good bundle stays"},
+			"s3://b/missing": {reason: "IntegrityError", detail: "checksum mismatch"},
+		},
+	}
+	res := Resolve(s)
+	for name, want := range map[string]struct {
+		enforced bool
+		status   metav1.ConditionStatus
+		reason   string
+	}{
+		"fresh": {true, metav1.ConditionTrue, "Programmed"}, "stale": {true, metav1.ConditionFalse, "StaleBundle"},
+		"missing": {false, metav1.ConditionFalse, "IntegrityError"},
+	} {
+		tbl := res.Tables[nn("a", name)]
+		if got := tbl.Policies[tbl.Default].RuleSet != nil; got != want.enforced {
+			t.Errorf("%s: enforced %v, want %v", name, got, want.enforced)
+		}
+		st := policyStatus(wafv1alpha1.WAFGatewayBindingPolicyStatus{}, res.Policies[nn("a", name)], nil)
+		c := meta.FindStatusCondition(st.Ancestors[0].Conditions, "Programmed")
+		if c == nil || c.Status != want.status || c.Reason != want.reason {
+			t.Errorf("%s: Programmed %+v, want %s %s", name, c, want.status, want.reason)
+		}
+	}
+	s.Bundles = nil
+	res = Resolve(s)
+	st := policyStatus(wafv1alpha1.WAFGatewayBindingPolicyStatus{}, res.Policies[nn("a", "fresh")], nil)
+	if c := meta.FindStatusCondition(st.Ancestors[0].Conditions, "Programmed"); c == nil || c.Reason != "FetchError" ||
+		!strings.Contains(c.Message, "bundle storage not configured") {
+		t.Errorf("without storage: %+v", c)
+	}
+	if tbl := res.Tables[nn("a", "fresh")]; tbl.Policies[tbl.Default].RuleSet != nil || tbl.Policies[tbl.Default].Unavailable == "" {
+		t.Errorf("without storage the routes do not fail closed: %+v", tbl.Policies)
 	}
 }

@@ -82,6 +82,10 @@ func programmedCondition(o PolicyOutcome, t TargetOutcome, putErrs map[types.Nam
 		}
 		names = append(names, gw.String())
 	}
+	if o.ProgramReason != "" {
+		// Enforced, but not what was asked for (a stale bundle).
+		return cond(false, o.ProgramReason, o.ProgramMessage)
+	}
 	return cond(true, wafv1alpha1.ReasonProgrammed, "Policy successfully deployed to Gateway "+strings.Join(names, ", "))
 }
 
