@@ -332,3 +332,32 @@ func TestTableTokens(t *testing.T) {
 		t.Fatalf("another namespace's token read the table: %v", err)
 	}
 }
+
+// A GRPCRoute inherits the Gateway's policy, and a GRPCRoute-level policy
+// replaces it; its method matches are in the table as the paths gRPC
+// sends.
+func TestGRPCRoute(t *testing.T) {
+	start(t)
+	ns := namespace(t, "grpc")
+	ruleSet(t, ns, "base", baseRules, nil)
+	ruleSet(t, ns, "strict", strictRules, nil)
+	gateway(t, ns, "gw", "")
+	svc, method := "shop.Cart", "Add"
+	create(t, &gatewayv1.GRPCRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cart"},
+		Spec: gatewayv1.GRPCRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "gw"}}},
+			Rules:           []gatewayv1.GRPCRouteRule{{Matches: []gatewayv1.GRPCRouteMatch{{Method: &gatewayv1.GRPCMethodMatch{Service: &svc, Method: &method}}}}},
+		}})
+	policy(t, ns, "gw-policy", "Gateway", []string{"gw"}, "", "base")
+	eventually(t, "the GRPCRoute inherits the Gateway's policy, matched on its wire path", func() bool {
+		tb := table(ns, "gw")
+		_, rs := routePolicy(tb, "GRPCRoute/"+ns+"/cart")
+		return rs == ns+"/base" && tb.Rows[0].Path != nil && tb.Rows[0].Path.Value == "/shop.Cart/Add" && tb.Rows[0].Path.Type == "Exact"
+	})
+	policy(t, ns, "cart-policy", "GRPCRoute", []string{"cart"}, "", "strict")
+	eventually(t, "the GRPCRoute runs its own policy", func() bool {
+		_, rs := routePolicy(table(ns, "gw"), "GRPCRoute/"+ns+"/cart")
+		return rs == ns+"/strict" &&
+			hasReason(ancestorCondition(t, ns, "cart-policy", "cart", "Programmed"), metav1.ConditionTrue, "Programmed")
+	})
+}

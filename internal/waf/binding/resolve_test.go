@@ -194,3 +194,36 @@ func TestBundleOutcomes(t *testing.T) {
 		t.Errorf("without storage the routes do not fail closed: %+v", tbl.Policies)
 	}
 }
+
+// Two overrides on one route: the oldest applies, the other is
+// Conflicted; an override on a route without a policy says NoRuleSet.
+func TestOverrideConflictAndNoRuleSet(t *testing.T) {
+	ov := func(name string, age int, route string) *wafv1alpha1.RuleSetOverride {
+		return &wafv1alpha1.RuleSetOverride{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name, CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))},
+			Spec: wafv1alpha1.RuleSetOverrideSpec{DisableTags: []string{"attack-xss"},
+				TargetRefs: []gatewayv1.LocalPolicyTargetReference{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Name: gatewayv1.ObjectName(route)}}}}
+	}
+	s := &Snapshot{
+		Revision: func(string) (string, bool) { return "rev", true },
+		RuleSets: []*wafv1alpha1.RuleSet{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "crs"},
+			Spec: wafv1alpha1.RuleSetSpec{Overrides: &wafv1alpha1.OverridePermissions{Tags: []string{"attack-xss"}}}}},
+		Gateways:   []*gatewayv1.Gateway{gw("a", "gw")},
+		HTTPRoutes: []*gatewayv1.HTTPRoute{hr("a", "web", 0, nil), hr("a", "lonely", 0, nil)},
+		Policies: []*wafv1alpha1.WAFGatewayBindingPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p"},
+			Spec: wafv1alpha1.WAFGatewayBindingPolicySpec{RuleSet: &wafv1alpha1.RuleSetReference{Name: "crs"},
+				TargetRefs: []gatewayv1.LocalPolicyTargetReference{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Name: "web"}}}}},
+		Overrides: []*wafv1alpha1.RuleSetOverride{ov("z-old", 0, "web"), ov("a-new", 5, "web"), ov("alone", 0, "lonely")},
+	}
+	res := Resolve(s)
+	for name, reason := range map[string]string{"z-old": "Accepted", "a-new": "Conflicted", "alone": "NoRuleSet"} {
+		if c := meta.FindStatusCondition(res.Overrides[nn("a", name)].Conditions, "Accepted"); c == nil || c.Reason != reason {
+			t.Errorf("%s: %+v, want %s", name, c, reason)
+		}
+	}
+	tbl := res.Tables[nn("a", "gw")]
+	for _, r := range tbl.Rows {
+		if r.Route == "HTTPRoute/a/web" && (r.Policy < 0 || tbl.Policies[r.Policy].Exclusions == nil) {
+			t.Errorf("the winning override is not in the table: %+v", tbl.Policies)
+		}
+	}
+}
