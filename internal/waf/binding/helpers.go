@@ -30,7 +30,8 @@ func truncate(s string) string {
 	if len(s) <= maxMsg {
 		return s
 	}
-	return s[:maxMsg-3] + "..."
+	// Cut on a byte count, then drop a rune the cut split.
+	return strings.ToValidUTF8(s[:maxMsg-3], "") + "..."
 }
 
 func exclusionsID(ex *cache.Exclusions) string {
