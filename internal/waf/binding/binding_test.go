@@ -215,6 +215,16 @@ func TestForeignRouteDoesNotAttach(t *testing.T) {
 			t.Fatalf("B's route is marked affected by A's policy: %+v", p)
 		}
 	}
+	// A policy of B naming A's Gateway targets a Gateway of B, which does
+	// not exist: it cannot reach A's.
+	ruleSet(t, b, "lax", strictRules, nil)
+	policy(t, b, "hijack", "Gateway", []string{"gw"}, "", "lax")
+	eventually(t, "B's policy TargetNotFound", func() bool {
+		return hasReason(ancestorCondition(t, b, "hijack", "gw", "Accepted"), metav1.ConditionFalse, "TargetNotFound")
+	})
+	if p, _ := routePolicy(table(a, "gw"), "HTTPRoute/"+a+"/own"); p != a+"/p" {
+		t.Fatalf("A's route runs %q", p)
+	}
 	// A Gateway that admits every namespace takes it.
 	gateway(t, a, "shared-gw", gatewayv1.NamespacesFromAll)
 	httpRoute(t, b, "tenant", a, "shared-gw", "", "/")
