@@ -371,3 +371,35 @@ func TestGRPCRoute(t *testing.T) {
 			hasReason(ancestorCondition(t, ns, "cart-policy", "cart", "Programmed"), metav1.ConditionTrue, "Programmed")
 	})
 }
+
+// The API server refuses what the CRD's validation rules forbid, with a
+// message that says what to fix.
+func TestPolicyValidation(t *testing.T) {
+	ctx := start(t)
+	ns := namespace(t, "validation")
+	target := func(kind, name string) gatewayv1.LocalPolicyTargetReference {
+		return gatewayv1.LocalPolicyTargetReference{Group: gatewayv1.GroupName, Kind: gatewayv1.Kind(kind), Name: gatewayv1.ObjectName(name)}
+	}
+	rs := &wafv1alpha1.RuleSetReference{Name: "crs"}
+	for _, c := range []struct {
+		spec wafv1alpha1.WAFGatewayBindingPolicySpec
+		want string
+	}{
+		{wafv1alpha1.WAFGatewayBindingPolicySpec{TargetRefs: []gatewayv1.LocalPolicyTargetReference{target("Gateway", "a"), target("HTTPRoute", "b")}, RuleSet: rs}, "one kind"},
+		{wafv1alpha1.WAFGatewayBindingPolicySpec{TargetRefs: []gatewayv1.LocalPolicyTargetReference{target("Service", "a")}, RuleSet: rs}, "Gateways, HTTPRoutes or GRPCRoutes"},
+		{wafv1alpha1.WAFGatewayBindingPolicySpec{TargetRefs: []gatewayv1.LocalPolicyTargetReference{target("Gateway", "a"), target("Gateway", "a")}, RuleSet: rs}, "same object twice"},
+		{wafv1alpha1.WAFGatewayBindingPolicySpec{TargetRefs: []gatewayv1.LocalPolicyTargetReference{target("Gateway", "a")}}, "exactly one of ruleSet and bundle"},
+		{wafv1alpha1.WAFGatewayBindingPolicySpec{TargetRefs: []gatewayv1.LocalPolicyTargetReference{target("Gateway", "a")}, RuleSet: rs,
+			Bundle: &wafv1alpha1.BundleReference{Location: "s3://bucket/key", SHA256: strings.Repeat("a", 64)}}, "exactly one of ruleSet and bundle"},
+		{wafv1alpha1.WAFGatewayBindingPolicySpec{TargetRefs: []gatewayv1.LocalPolicyTargetReference{target("Gateway", "a")}, RuleSet: rs,
+			SecurityLogs: []wafv1alpha1.SecurityLog{{Name: "f", Destination: wafv1alpha1.SecurityLogDestination{Type: "File", File: &wafv1alpha1.SecurityLogFile{Path: "a/../../etc/passwd"}}}}}, "path may not contain"},
+		{wafv1alpha1.WAFGatewayBindingPolicySpec{TargetRefs: []gatewayv1.LocalPolicyTargetReference{target("Gateway", "a")}, RuleSet: rs,
+			SecurityLogs: []wafv1alpha1.SecurityLog{{Name: "f", Destination: wafv1alpha1.SecurityLogDestination{Type: "File"}}}}, "file is required"},
+	} {
+		p := &wafv1alpha1.WAFGatewayBindingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "bad-"}, Spec: c.spec}
+		err := env.Client.Create(ctx, p)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error saying %q", c.spec, err, c.want)
+		}
+	}
+}
