@@ -31,6 +31,7 @@ import (
 	"github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/policyreport"
 	sinkprometheus "github.com/vilaca/portal/internal/sink/prometheus"
+	wafbinding "github.com/vilaca/portal/internal/waf/binding"
 	wafbundle "github.com/vilaca/portal/internal/waf/bundle"
 	wafcache "github.com/vilaca/portal/internal/waf/cache"
 	wafcontroller "github.com/vilaca/portal/internal/waf/controller"
@@ -64,6 +65,7 @@ var layers = []layer{
 	{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
 		wafcontroller.NewMetrics(r)
 		wafcache.NewMetrics(r)
+		wafbinding.NewMetrics(r)
 		// As internal/waf/setup.go names the rule set cache's certificate metrics.
 		certs.NewNamedMetrics(r, "portal_waf_cache_cert", "rule set cache")
 		wafengine.NewMetrics(r)

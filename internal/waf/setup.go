@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/binding"
 	"github.com/vilaca/portal/internal/waf/bundle"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/controller"
@@ -118,6 +119,9 @@ type Layer struct {
 	// Certs serves the cache's certificate; Certs.CABundle is what data
 	// planes must trust (--ca-file of portal waf-proxy).
 	Certs CertificateSource
+	// Binding attaches rule sets to Gateway API routes; nil when the
+	// cluster does not serve the Gateway API.
+	Binding *binding.Controller
 	// Bundles fetches WAF bundles from S3-compatible storage for
 	// WAFGatewayBindingPolicy spec.bundle; nil without --bundle-storage-url.
 	// bundle.Install puts what it returns into Cache.
@@ -188,5 +192,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("waf: %w", err)
 	}
-	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates, Bundles: bundles}, nil
+	bind, err := setupBinding(mgr, c, bundleSource(bundles, c, log), log, reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates, Bundles: bundles, Binding: bind}, nil
 }

@@ -47,6 +47,11 @@ type RuleSetSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	Data []DataReference `json:"data,omitempty"`
+
+	// Overrides is what RuleSetOverrides on the routes this rule set
+	// protects may change; none when absent.
+	// +optional
+	Overrides *OverridePermissions `json:"overrides,omitempty"`
 }
 
 // Revision identifies a compiled bundle in the rule set cache.
