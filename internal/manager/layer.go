@@ -8,6 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/vilaca/portal/internal/certs"
+	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/rule"
@@ -45,6 +46,9 @@ type Deps struct {
 	// publishes into under its own name (Findings.Register); it runs the
 	// sinks once. nil when no enabled layer produces findings.
 	Findings *findings.Pipeline
+	// Verdicts receives admission's verdicts of rules with actions, without
+	// blocking; nil when the actions layer is off.
+	Verdicts core.VerdictSink
 	// Registerer receives the layers' metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -68,6 +72,9 @@ func enabledLayers(cfg *Config) ([]Layer, error) {
 	}
 	if cfg.WAF {
 		ls = append(ls, &wafLayer{opts: cfg.WAFOptions})
+	}
+	if cfg.Actions.Enabled {
+		ls = append(ls, &actionsLayer{cfg: cfg.Actions, alertsSink: cfg.Audit.Sinks.AlertmanagerURL != "", admission: cfg.Admission.Enabled})
 	}
 	return ls, nil
 }

@@ -80,6 +80,8 @@ type Config struct {
 	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
 	Audit     AuditConfig
+	// Actions runs the response actions.
+	Actions ActionsConfig
 
 	// WAF runs the L7 WAF rule pipeline and its cache server.
 	WAF        bool
@@ -108,6 +110,7 @@ func Defaults() Config {
 		Admission:        defaultAdmission(),
 		WAFOptions:       waf.DefaultOptions(),
 		Audit:            defaultAudit(),
+		Actions:          defaultActions(),
 		Logger:           slog.Default(),
 	}
 }
@@ -207,7 +210,13 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
 		return fmt.Errorf("findings pipeline: %w", err)
 	}
+	if deps.Verdicts, err = verdictSink(layers, deps); err != nil {
+		return fmt.Errorf("actions layer: %w", err)
+	}
 	if err := setupLayers(layers, deps); err != nil {
+		return err
+	}
+	if err := actionsStatus(&cfg, deps); err != nil {
 		return err
 	}
 	ruleMetrics := rule.NewMetrics(reg)
