@@ -27,6 +27,8 @@ import (
 	"sort"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vilaca/portal/internal/core"
@@ -122,6 +124,11 @@ type Env struct {
 	// informer is started for what an action reads once).
 	Client client.Client
 	Reader client.Reader
+	// Policy is the policy/v1 REST client evictions are posted with:
+	// client-go retries a 429 with Retry-After by itself, up to ten times,
+	// which would turn a PodDisruptionBudget's refusal into a loop; the
+	// evict action asks for no retry. NewPolicyClient builds it.
+	Policy rest.Interface
 	// AlertsSink is true when the pipeline's Alertmanager sink runs.
 	AlertsSink bool
 	Logger     *slog.Logger
@@ -149,4 +156,13 @@ func Types() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// NewPolicyClient returns the REST client of Env.Policy.
+func NewPolicyClient(cfg *rest.Config) (rest.Interface, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("policy client: %w", err)
+	}
+	return cs.PolicyV1().RESTClient(), nil
 }

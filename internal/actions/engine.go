@@ -258,7 +258,10 @@ func findingMode(producer string) core.Mode {
 // stateLocked turns one object's state into tasks.
 func (e *Engine) stateLocked(of *core.ObjectFindings, tasks []task) []task {
 	key := of.Object.Key()
-	want := map[string]Request{}
+	// Ordered by finding and by the action's place in its rule, so the
+	// actions on an object run in the order the rule lists them.
+	var wants []Request
+	want := map[string]bool{}
 	for i := range of.Findings {
 		f := &of.Findings[i]
 		if f.Outcome != core.OutcomeFail || f.Rule == nil {
@@ -270,14 +273,16 @@ func (e *Engine) stateLocked(of *core.ObjectFindings, tasks []task) []task {
 				continue
 			}
 			k := Key(f.Rule, of.Object, a, ai)
-			if _, dup := want[k]; dup {
+			if want[k] {
 				continue // two containers of one object: one action.
 			}
-			want[k] = Request{Rule: f.Rule, Spec: a, Index: ai, Object: of.Object, Message: f.Message, Mode: mode, Key: k}
+			want[k] = true
+			wants = append(wants, Request{Rule: f.Rule, Spec: a, Index: ai, Object: of.Object, Message: f.Message, Mode: mode, Key: k})
 		}
 	}
 	held := e.held[key]
-	for k, req := range want {
+	for _, req := range wants {
+		k := req.Key
 		if en := held[k]; en != nil {
 			en.req.Rule, en.req.Spec, en.req.Message = req.Rule, req.Spec, req.Message
 			continue
@@ -301,7 +306,7 @@ func (e *Engine) stateLocked(of *core.ObjectFindings, tasks []task) []task {
 		tasks = append(tasks, task{req: req, entry: en, observed: of.Observed})
 	}
 	for k, en := range held {
-		if _, ok := want[k]; ok {
+		if want[k] {
 			continue
 		}
 		e.keys.Remove(k) // evicted() drops it from held.

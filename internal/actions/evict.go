@@ -45,7 +45,10 @@ func (a *evict) Apply(ctx context.Context, req *Request) (Outcome, error) {
 	}
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}}
-	err := a.env.Client.SubResource("eviction").Create(ctx, pod, ev)
+	// One request, no client-side retry: a refusal is reported, not
+	// waited out.
+	err := a.env.Policy.Post().AbsPath("/api/v1").Namespace(pod.Namespace).Resource("pods").Name(pod.Name).
+		SubResource("eviction").Body(ev).MaxRetries(0).Do(ctx).Error()
 	switch {
 	case err == nil:
 		return outcome(ResultSuccess, "evicted %s", target(req.Object)), nil

@@ -124,14 +124,14 @@ func (q *quarantine) labelPod(ctx context.Context, ns, pod, value string) error 
 func (q *quarantine) Revert(ctx context.Context, req *Request) (Outcome, error) {
 	obj := req.Object
 	name := QuarantineName(obj.Kind, obj.Name)
-	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: obj.Namespace}}
-	if err := q.env.Client.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) {
-		return Outcome{}, fmt.Errorf("delete NetworkPolicy %s/%s: %w", obj.Namespace, name, err)
-	}
 	if obj.Kind == "Pod" {
 		if err := q.labelPod(ctx, obj.Namespace, obj.Name, ""); err != nil && !apierrors.IsNotFound(err) {
 			return Outcome{}, fmt.Errorf("unlabel %s: %w", target(obj), err)
 		}
+	}
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: obj.Namespace}}
+	if err := q.env.Client.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) {
+		return Outcome{}, fmt.Errorf("delete NetworkPolicy %s/%s: %w", obj.Namespace, name, err)
 	}
 	return outcome(ResultSuccess, "lifted the quarantine of %s (deleted NetworkPolicy %s)", target(obj), name), nil
 }

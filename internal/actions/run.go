@@ -19,6 +19,10 @@ import (
 // actions may set (the rule loader refuses others; the engine checks again).
 const TenantKeyPrefix = "portal.io/"
 
+// attemptTimeout bounds one attempt, so an API server that does not answer
+// cannot hold a worker, and the actions queued behind it, for ever.
+const attemptTimeout = 30 * time.Second
+
 // run makes one attempt and records it: audit line, Event, counter.
 func (e *Engine) run(ctx context.Context, t task) {
 	req := &t.req
@@ -28,7 +32,9 @@ func (e *Engine) run(ctx context.Context, t task) {
 	case out.Result == ResultRateLimited:
 		out.Detail = "rate limit of the rule and target reached (" + cmpOr(req.Param("rateLimit"), e.o.DefaultRateLimit) + ")"
 	default:
-		out, err = e.attempt(ctx, req)
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		out, err = e.attempt(actx, req)
+		cancel()
 	}
 	if t.entry != nil && out.Result != ResultSuccess && out.Result != ResultDryRun {
 		// Not in effect: the next change of the object tries again.

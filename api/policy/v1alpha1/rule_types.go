@@ -81,9 +81,10 @@ type RuleSpec struct {
 	// +optional
 	Alert string `json:"alert,omitempty"`
 
-	// Actions are response actions run on violations.
+	// Actions are response actions run on violations, in this order.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
 	Actions []Action `json:"actions,omitempty"`
 }
 
@@ -156,7 +157,6 @@ type NamespaceMatch struct {
 // +kubebuilder:validation:XValidation:rule="self.type in ['label', 'annotate', 'patch-networkpolicy'] || !has(self.keep)",message="keep is only read by label, annotate and patch-networkpolicy"
 // +kubebuilder:validation:XValidation:rule="self.type == 'evict' || !has(self.minHealthyReplicas)",message="minHealthyReplicas is only read by evict"
 // +kubebuilder:validation:XValidation:rule="self.type == 'revoke-sa-token' || !has(self.recreateServiceAccount)",message="recreateServiceAccount is only read by revoke-sa-token"
-// +kubebuilder:validation:XValidation:rule="self.type != 'label' || !has(self.value) || self.value.matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$') && size(self.value) <= 63",message="a label value is at most 63 characters: letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
 type Action struct {
 	// Type selects the action.
 	// +kubebuilder:validation:Enum=alertmanager;label;annotate;evict;patch-networkpolicy;revoke-sa-token
@@ -166,6 +166,7 @@ type Action struct {
 	// the boolean true.)
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
 	Mode []Mode `json:"mode,omitempty"`
 	// Key is the label or annotation key (label, annotate): a qualified
 	// name, optionally prefixed ("portal.io/quarantine"). A PortalRule may
