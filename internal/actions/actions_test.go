@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vilaca/portal/internal/actions"
+	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/devcluster/devtest"
 )
 
@@ -296,5 +298,34 @@ func TestPerRuleDryRun(t *testing.T) {
 	devtest.Eventually(t, "the dry-run eviction logged", func() bool { return e.count("evict", actions.ResultDryRun) == 1 })
 	if err := e.c.Get(ctx, client.ObjectKeyFromObject(p), &corev1.Pod{}); err != nil {
 		t.Fatalf("the dry-run eviction evicted: %v", err)
+	}
+}
+
+// TestAdmissionVerdict: a verdict handed over by admission runs the rule's
+// admission actions on the leader; the same verdict again within the
+// deduplication window does not.
+func TestAdmissionVerdict(t *testing.T) {
+	ctx := context.Background()
+	e := start(t, nil)
+	ns := e.namespace("admission-verdict")
+	p := e.pod(ns, "admitted", nil)
+	r := clusterRule("warned", spec("label", "key", "portal.io/warned", "value", "yes"), core.ActionSpec{Type: "evict", Modes: []core.Mode{core.ModeAudit}})
+	r.Modes = []core.Mode{core.ModeAdmission}
+	v := core.Verdict{Result: core.Result{Rule: r, Resource: podRef(p), Outcome: core.OutcomeFail}, Operation: "CREATE", Observed: time.Now()}
+	devtest.Eventually(t, "the verdict taken", func() bool {
+		e.eng.Offer(v) // dropped as not_leader until the engine runs
+		return len(e.log.lines("label", "admitted")) > 0
+	})
+	devtest.Eventually(t, "the label", func() bool {
+		got := &corev1.Pod{}
+		return e.c.Get(ctx, client.ObjectKeyFromObject(p), got) == nil && got.Labels["portal.io/warned"] == "yes"
+	})
+	e.eng.Offer(v)
+	devtest.Eventually(t, "the repeat deduplicated", func() bool { return e.count("label", actions.ResultDuplicate) >= 1 })
+	if n := len(e.log.lines("label", "admitted")); n != 1 {
+		t.Fatalf("label ran %d times for one verdict and its repeat", n)
+	}
+	if n := len(e.log.lines("evict", "admitted")); n != 0 {
+		t.Fatalf("an audit-only action ran on an admission verdict")
 	}
 }
