@@ -1,0 +1,81 @@
+package actions_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/actions"
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
+)
+
+// TestActionsReadyCondition: a rule whose actions cannot run says why in
+// its status: the layer is off, or a type is not enabled; a rule whose
+// actions all run says so too.
+func TestActionsReadyCondition(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cl := shared.Cluster(t)
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(cl.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []*core.Rule
+	for _, name := range []string{"runs", "needs-evict"} {
+		cr := &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: policyv1alpha1.RuleSpec{
+			Match: policyv1alpha1.Match{GVK: []policyv1alpha1.GroupVersionKind{{Kind: "Pod"}}}, Rule: "true",
+			Actions: []policyv1alpha1.Action{{Type: "label", Key: "portal.io/x", Value: "y"}}}}
+		if err := c.Create(ctx, cr); err != nil {
+			t.Fatal(err)
+		}
+		r := clusterRule(name, spec("label", "key", "portal.io/x", "value", "y"))
+		if name == "needs-evict" {
+			r.Actions = append(r.Actions, spec("evict"))
+		}
+		rules = append(rules, r)
+	}
+	condition := func(name string) *metav1.Condition {
+		cr := &policyv1alpha1.PortalClusterRule{}
+		if c.Get(ctx, client.ObjectKey{Name: name}, cr) != nil {
+			return nil
+		}
+		return meta.FindStatusCondition(cr.Status.Conditions, policyv1alpha1.ConditionActionsReady)
+	}
+	run := func(o actions.StatusOptions) func() {
+		o.Client, o.Rules = c, func() []*core.Rule { return rules }
+		st := actions.NewStatus(o)
+		sctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = st.Start(sctx); close(done) }()
+		return func() { stop(); <-done }
+	}
+
+	stop := run(actions.StatusOptions{Layer: false})
+	devtest.Eventually(t, "ActionsLayerOff", func() bool {
+		c := condition("runs")
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == policyv1alpha1.ReasonActionsLayerOff
+	})
+	stop()
+
+	stop = run(actions.StatusOptions{Layer: true, Enabled: []string{"label"}})
+	defer stop()
+	devtest.Eventually(t, "ActionDisabled and ActionsRunnable", func() bool {
+		off, ok := condition("needs-evict"), condition("runs")
+		return off != nil && off.Status == metav1.ConditionFalse && off.Reason == policyv1alpha1.ReasonActionDisabled && strings.Contains(off.Message, "evict") &&
+			ok != nil && ok.Status == metav1.ConditionTrue && ok.Reason == policyv1alpha1.ReasonActionsRunnable
+	})
+}
