@@ -64,7 +64,7 @@ func (b *lockedBuffer) lines(action, name string) []map[string]any {
 // env is one engine fed by a real findings pipeline, against the shared
 // control plane.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	c     client.Client
 	eng   *actions.Engine
 	audit *findings.Producer
@@ -74,14 +74,14 @@ type env struct {
 
 // start runs a manager with a findings pipeline whose only sink is the
 // engine, and an "audit" producer the test publishes into.
-func start(t *testing.T, mutate func(*actions.Options)) *env {
+func start(t testing.TB, mutate func(*actions.Options)) *env {
 	t.Helper()
 	return startWith(t, mutate, true)
 }
 
 // startWith runs the engine with or without the pipeline in front (without
 // it, the test calls Publish itself and sees every state, uncoalesced).
-func startWith(t *testing.T, mutate func(*actions.Options), pipeline bool) *env {
+func startWith(t testing.TB, mutate func(*actions.Options), pipeline bool) *env {
 	t.Helper()
 	cl := shared.Cluster(t)
 	mgr, err := devtest.NewManager(cl, clientgoscheme.Scheme)
@@ -205,7 +205,7 @@ func results(lines []map[string]any) string {
 	return strings.Join(rs, ",")
 }
 
-func dump(t *testing.T, e *env) {
+func dump(t testing.TB, e *env) {
 	for _, l := range e.log.auditLines() {
 		t.Log(l)
 	}
