@@ -2,9 +2,11 @@ package actions_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -78,4 +80,39 @@ func TestActionsReadyCondition(t *testing.T) {
 		return off != nil && off.Status == metav1.ConditionFalse && off.Reason == policyv1alpha1.ReasonActionDisabled && strings.Contains(off.Message, "evict") &&
 			ok != nil && ok.Status == metav1.ConditionTrue && ok.Reason == policyv1alpha1.ReasonActionsRunnable
 	})
+}
+
+// TestCRDValidatesActionParameters: the API server refuses an action field
+// its type does not read, and a missing required one, with a message that
+// says which.
+func TestCRDValidatesActionParameters(t *testing.T) {
+	ctx := context.Background()
+	cl := shared.Cluster(t)
+	scheme := runtime.NewScheme()
+	if err := policyv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cl.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		action policyv1alpha1.Action
+		want   string
+	}{
+		{policyv1alpha1.Action{Type: "evict", Key: "portal.io/x"}, "key is required for label and annotate, and only read by them"},
+		{policyv1alpha1.Action{Type: "label"}, "key is required for label and annotate"},
+		{policyv1alpha1.Action{Type: "alertmanager"}, "template is required for alertmanager"},
+		{policyv1alpha1.Action{Type: "label", Key: "portal.io/x", MinHealthyReplicas: "2"}, "minHealthyReplicas is only read by evict"},
+		{policyv1alpha1.Action{Type: "evict", Keep: true}, "keep is only read by label, annotate and patch-networkpolicy"},
+		{policyv1alpha1.Action{Type: "label", Key: "portal.io/x", RecreateServiceAccount: true}, "recreateServiceAccount is only read by revoke-sa-token"},
+	} {
+		cr := &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("invalid-%d", i)}, Spec: policyv1alpha1.RuleSpec{
+			Match: policyv1alpha1.Match{GVK: []policyv1alpha1.GroupVersionKind{{Kind: "Pod"}}}, Rule: "true",
+			Actions: []policyv1alpha1.Action{tc.action}}}
+		err := c.Create(ctx, cr)
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want Invalid saying %q", tc.action, err, tc.want)
+		}
+	}
 }
