@@ -156,6 +156,21 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.IntVar(&wc.Concurrency, "waf-compile-concurrency", wc.Concurrency, "RuleSets compiled at once; one namespace uses at most half of them (at least one)")
 	f.Int64Var(&wc.MaxLastGoodBytes, "waf-max-last-good-bytes", wc.MaxLastGoodBytes, "weight of the last good WAFs kept open to speed up recompiles; the oldest are closed beyond it")
 
+	// WAF bundles in S3-compatible storage (internal/waf/bundle).
+	wb := &w.Bundle
+	f.StringVar(&wb.URL, "bundle-storage-url", wb.URL, "S3-compatible storage WAF bundles are fetched from and published to, http(s)://host[:port], buckets addressed by path; empty turns S3 bundles off")
+	f.StringVar(&wb.Region, "bundle-storage-region", wb.Region, "region requests to bundle storage are signed for")
+	f.StringVar(&wb.CredentialsSecret, "bundle-storage-credentials-secret", wb.CredentialsSecret, "Secret (NAME in --namespace, or NAMESPACE/NAME) with accessKeyID and secretAccessKey for bundle storage, watched: a change is used by the next request; empty: anonymous")
+	f.StringVar(&wb.CASecret, "bundle-storage-ca-secret", wb.CASecret, "Secret (NAME or NAMESPACE/NAME) whose ca.crt verifies bundle storage's certificate, watched; empty: the system roots")
+	f.StringVar(&wb.ClientCertSecret, "bundle-storage-client-cert-secret", wb.ClientCertSecret, "Secret (NAME or NAMESPACE/NAME) whose tls.crt and tls.key Portal presents to bundle storage (mutual TLS), watched")
+	f.BoolVar(&wb.SkipVerify, "bundle-storage-skip-verify", wb.SkipVerify, "do not verify bundle storage's certificate (development only: anyone on the path can serve bundles, though each is still sha256-checked)")
+	f.Int64Var(&wb.MaxBytes, "bundle-max-bytes", wb.MaxBytes, "refuse a bundle larger than this many bytes before reading it (reason BundleTooLarge)")
+	f.IntVar(&wb.Attempts, "bundle-fetch-attempts", wb.Attempts, "requests one bundle fetch makes at most; network errors, 5xx, 408 and 429 are retried with exponential backoff, other 4xx, TLS and checksum failures are not")
+	f.StringVar(&wb.CacheDir, "bundle-cache-dir", wb.CacheDir, "directory that keeps each policy's last good bundle across restarts (mount a volume); empty keeps them in memory only")
+	f.Int64Var(&wb.CacheMaxBytes, "bundle-cache-max-bytes", wb.CacheMaxBytes, "bytes of bundles --bundle-cache-dir may hold; past it a bundle is enforced but not persisted")
+	f.StringVar(&wb.PublishBucket, "bundle-publish-bucket", wb.PublishBucket, "publish every RuleSet's cached revision to this bucket of --bundle-storage-url and report it in status.bundle; empty publishes nothing")
+	f.StringVar(&wb.PublishPrefix, "bundle-publish-prefix", wb.PublishPrefix, "object key prefix of published bundles (ends with /); keys are PREFIX<namespace>/<name>/<sha256>.json")
+
 	// Names Portal used before it followed controller-runtime's and kubectl's.
 	for old, name := range map[string]string{
 		"metrics-addr":      "metrics-bind-address",

@@ -20,6 +20,7 @@ import (
 
 	reportsv1alpha2 "github.com/vilaca/portal/api/reports/v1alpha2"
 	"github.com/vilaca/portal/internal/audit"
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
@@ -39,6 +40,7 @@ type instance struct {
 	layer  *audit.Layer
 	engine *engine.Engine
 	counts *rule.StatusCounts
+	cache  *clustercache.Cache
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -63,6 +65,9 @@ type instanceOptions struct {
 	amOptions func(*amsink.Options)
 	// formats are the report formats; default wgpolicyk8s.
 	formats []string
+	// sharedCache gives audit a cluster cache built outside it, as the
+	// manager does, in instance.cache.
+	sharedCache bool
 	// limits, workers and evalTimeout override the evaluation budget, the
 	// worker count and the per-object deadline.
 	limits      exprlang.Limits
@@ -124,6 +129,16 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 		Sinks: sinks, Logger: log, Registerer: reg, RestConfig: o.restConfig,
 		ResyncPeriod: resync, RetryInterval: time.Second,
 		Workers: o.workers, EvalTimeout: o.evalTimeout,
+	}
+	if o.sharedCache {
+		inst.cache, err = clustercache.New(mgr.GetConfig(), mgr.GetRESTMapper(), clustercache.Options{Logger: log, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mgr.Add(inst.cache); err != nil {
+			t.Fatal(err)
+		}
+		ao.Cache = inst.cache
 	}
 	if o.crRules {
 		inst.counts = rule.NewStatusCounts(mgr.GetClient(), rule.CountOptions{Interval: 200 * time.Millisecond, QPS: 20, Logger: log, Registerer: reg})

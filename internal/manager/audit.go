@@ -56,6 +56,7 @@ func (l *auditLayer) Setup(d Deps) error {
 		Workers:      l.cfg.Workers,
 		EvalTimeout:  l.cfg.EvalTimeout,
 		Findings:     d.Findings,
+		Cache:        d.Cache,
 		RuleCounter:  counts,
 		Logger:       d.Logger,
 		Registerer:   d.Registerer,

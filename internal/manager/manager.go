@@ -28,6 +28,7 @@ import (
 	gatewayv1alpha1 "github.com/vilaca/portal/api/gateway/v1alpha1"
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/rule"
@@ -213,6 +214,9 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if deps.Verdicts, err = verdictSink(layers, deps); err != nil {
 		return fmt.Errorf("actions layer: %w", err)
 	}
+	if deps.Cache, err = newClusterCache(mgr, &cfg, reg); err != nil {
+		return fmt.Errorf("cluster cache: %w", err)
+	}
 	if err := setupLayers(layers, deps); err != nil {
 		return err
 	}
@@ -321,3 +325,22 @@ func metricsOptions(cfg *Config) metricsserver.Options {
 }
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }
+
+// newClusterCache builds the manager's one cluster cache and adds it to the
+// manager. It watches nothing until a layer acquires a resource, so a
+// configuration without audit, lookups or network starts no informer. Its
+// resync check runs at least as often as audit's resync wants.
+func newClusterCache(mgr ctrl.Manager, cfg *Config, reg prometheus.Registerer) (*clustercache.Cache, error) {
+	resync := clustercache.DefaultResyncPeriod
+	if cfg.Audit.Enabled && cfg.Audit.ResyncPeriod > 0 {
+		resync = min(resync, cfg.Audit.ResyncPeriod)
+	}
+	cc, err := clustercache.New(mgr.GetConfig(), mgr.GetRESTMapper(), clustercache.Options{ResyncPeriod: resync, Logger: cfg.Logger, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(cc); err != nil {
+		return nil, err
+	}
+	return cc, nil
+}

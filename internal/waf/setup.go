@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/bundle"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/controller"
 )
@@ -72,6 +73,9 @@ type Options struct {
 	// --waf-max-data-file-bytes, --waf-compile-timeout,
 	// --waf-compile-concurrency, --waf-max-last-good-bytes).
 	Compile controller.CompilerOptions
+	// Bundle configures WAF bundles in S3-compatible storage (the
+	// --bundle-* flags); Bundle.URL "" turns them off.
+	Bundle bundle.SetupOptions
 }
 
 // DefaultOptions are the defaults of the flags.
@@ -86,6 +90,7 @@ func DefaultOptions() Options {
 		CacheMaxSize:       cache.DefaultMaxSize,
 		CacheGCInterval:    cache.DefaultGCInterval,
 		Compile:            controller.DefaultCompilerOptions(),
+		Bundle:             bundle.DefaultSetupOptions(),
 	}
 }
 
@@ -107,6 +112,10 @@ type Layer struct {
 	// Certs serves the cache's certificate; Certs.CABundle is what data
 	// planes must trust (--ca-file of portal waf-proxy).
 	Certs CertificateSource
+	// Bundles fetches WAF bundles from S3-compatible storage for
+	// WAFGatewayBindingPolicy spec.bundle; nil without --bundle-storage-url.
+	// bundle.Install puts what it returns into Cache.
+	Bundles *bundle.Fetcher
 }
 
 // Setup adds the WAF rule layer to mgr: field indexes, the RuleSet compiler
@@ -164,5 +173,11 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err := mgr.Add(srv); err != nil {
 		return nil, err
 	}
-	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates}, nil
+	bopts := opts.Bundle
+	bopts.MaxDataFileBytes = opts.Compile.MaxDataFileBytes
+	bundles, err := bundle.Setup(mgr, bopts, opts.Namespace, c, reg, log)
+	if err != nil {
+		return nil, fmt.Errorf("waf: %w", err)
+	}
+	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates, Bundles: bundles}, nil
 }
