@@ -6,11 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
@@ -115,4 +117,57 @@ func TestCRDValidatesActionParameters(t *testing.T) {
 			t.Errorf("%+v: got %v, want Invalid saying %q", tc.action, err, tc.want)
 		}
 	}
+}
+
+// TestActionNotPermitted: Portal asks the API server (SelfSubjectAccessReview)
+// whether it may make each enabled action's requests; a rule whose action
+// it may not run says which permission is missing.
+func TestActionNotPermitted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cl := shared.Cluster(t)
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin, err := client.New(cl.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Portal that may write rule status and nothing an action needs.
+	const user = "portal-without-actions"
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"portal.io"}, Resources: []string{"portalclusterrules/status"}, Verbs: []string{"get", "patch"}},
+	}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: user},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: user}}}
+	cr := &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: "needs-rbac"}, Spec: policyv1alpha1.RuleSpec{
+		Match: policyv1alpha1.Match{GVK: []policyv1alpha1.GroupVersionKind{{Kind: "Pod"}}}, Rule: "true",
+		Actions: []policyv1alpha1.Action{{Type: "evict"}}}}
+	for _, o := range []client.Object{role, binding, cr} {
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(cl.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := actions.NewStatus(actions.StatusOptions{Client: c, Layer: true, Enabled: []string{"evict"},
+		Rules: func() []*core.Rule { return []*core.Rule{clusterRule("needs-rbac", spec("evict"))} }})
+	go func() { _ = st.Start(ctx) }()
+	devtest.Eventually(t, "ActionNotPermitted", func() bool {
+		got := &policyv1alpha1.PortalClusterRule{}
+		if admin.Get(ctx, client.ObjectKey{Name: "needs-rbac"}, got) != nil {
+			return false
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, policyv1alpha1.ConditionActionsReady)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == policyv1alpha1.ReasonActionNotPermitted &&
+			strings.Contains(cond.Message, "create pods/eviction")
+	})
 }
