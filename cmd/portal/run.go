@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/vilaca/portal/internal/actions"
 	"github.com/vilaca/portal/internal/manager"
 )
 
@@ -75,6 +78,9 @@ func checkManagerFlags(cfg *manager.Config) error {
 	if cfg.Audit.EvalTimeout <= 0 {
 		return fmt.Errorf("--audit-eval-timeout %s must be positive", cfg.Audit.EvalTimeout)
 	}
+	if err := checkActionsFlags(&cfg.Actions); err != nil {
+		return err
+	}
 	if cfg.KubeAPIBurst < 0 {
 		return fmt.Errorf("--kube-api-burst %d is negative; use 0 for twice --kube-api-qps", cfg.KubeAPIBurst)
 	}
@@ -123,6 +129,16 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.IntVar(&au.Sinks.AlertBufferSize, "alert-buffer-size", au.Sinks.AlertBufferSize, "alert changes kept while Alertmanager is unreachable (0: the default, 10000)")
 	f.BoolVar(&au.Sinks.Prometheus, "audit-metrics", au.Sinks.Prometheus, "export portal_audit_violations")
 	f.BoolVar(&au.Sinks.Stdout, "audit-log-findings", au.Sinks.Stdout, "log one JSON line per finding raised, changed and resolved")
+
+	ac := &cfg.Actions
+	f.BoolVar(&ac.Enabled, "actions", ac.Enabled, "run the rules' response actions on the leader, from audit findings and admission verdicts")
+	f.StringSliceVar(&ac.Types, "actions-enabled", ac.Types, "action types that may run: alertmanager, label, annotate, evict, patch-networkpolicy, revoke-sa-token (grant the RBAC each needs); others are reported as disabled")
+	f.BoolVar(&ac.DryRun, "actions-dry-run", ac.DryRun, "log what every action would do and change nothing")
+	f.IntVar(&ac.Workers, "actions-workers", ac.Workers, "actions run at once (the actions on one object always run in order)")
+	f.IntVar(&ac.QueueSize, "actions-queue-size", ac.QueueSize, "actions waiting, and admission verdicts waiting; a verdict that finds its queue full is dropped and counted")
+	f.IntVar(&ac.CacheSize, "actions-cache-size", ac.CacheSize, "idempotency keys and rate-limit windows kept (LRU)")
+	f.StringVar(&ac.DefaultRateLimit, "actions-default-rate-limit", ac.DefaultRateLimit, "rate limit per rule, target and action of actions without rateLimit, as COUNT/UNIT (s, min, h)")
+	f.StringSliceVar(&ac.Protected, "actions-protected-namespaces", ac.Protected, "namespaces evict, patch-networkpolicy and revoke-sa-token never act in (Portal's own always)")
 
 	w := &cfg.WAFOptions
 	f.BoolVar(&cfg.WAF, "waf", cfg.WAF, "run the WAF rule pipeline (RuleSource, RuleData, RuleSet) and its cache server (L7)")
@@ -187,4 +203,20 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, errors.New("--log-level: use debug, info, warn or error")
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// checkActionsFlags rejects response-action settings that cannot work.
+func checkActionsFlags(a *manager.ActionsConfig) error {
+	for _, t := range a.Types {
+		if !slices.Contains(actions.Types(), t) {
+			return fmt.Errorf("--actions-enabled: %q is not one of %s", t, strings.Join(actions.Types(), ", "))
+		}
+	}
+	if _, err := actions.ParseRateLimit(a.DefaultRateLimit); err != nil {
+		return fmt.Errorf("--actions-default-rate-limit: %w", err)
+	}
+	if a.Workers <= 0 || a.QueueSize <= 0 || a.CacheSize <= 0 {
+		return fmt.Errorf("--actions-workers (%d), --actions-queue-size (%d) and --actions-cache-size (%d) must be positive", a.Workers, a.QueueSize, a.CacheSize)
+	}
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/vilaca/portal/internal/actions"
 	"github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/audit"
 	"github.com/vilaca/portal/internal/certs"
@@ -62,6 +63,7 @@ var layers = []layer{
 		alertmanager.NewMetrics(r)
 		rule.NewStatusCounts(nil, rule.CountOptions{Registerer: r})
 	}},
+	{"Response actions", "response-actions", func(r prometheus.Registerer) { actions.NewMetrics(r) }},
 	{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
 		wafcontroller.NewMetrics(r)
 		wafcache.NewMetrics(r)

@@ -10,6 +10,7 @@ import (
 	"github.com/vilaca/portal/internal/apigateway"
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/rule"
@@ -50,6 +51,9 @@ type Deps struct {
 	// publishes into under its own name (Findings.Register); it runs the
 	// sinks once. nil when no enabled layer produces findings.
 	Findings *findings.Pipeline
+	// Verdicts receives admission's verdicts of rules with actions, without
+	// blocking; nil when the actions layer is off.
+	Verdicts core.VerdictSink
 	// Registerer receives the layers' metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -76,6 +80,9 @@ func enabledLayers(cfg *Config) ([]Layer, error) {
 	}
 	if cfg.APIGateway {
 		ls = append(ls, &apiGatewayLayer{opts: cfg.APIGatewayOptions})
+	}
+	if cfg.Actions.Enabled {
+		ls = append(ls, &actionsLayer{cfg: cfg.Actions, alertsSink: cfg.Audit.Sinks.AlertmanagerURL != "", admission: cfg.Admission.Enabled})
 	}
 	return ls, nil
 }

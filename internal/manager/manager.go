@@ -32,8 +32,8 @@ import (
 	gatewayv1alpha1 "github.com/vilaca/portal/api/gateway/v1alpha1"
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
-	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/apigateway"
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/rule"
@@ -86,6 +86,8 @@ type Config struct {
 	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
 	Audit     AuditConfig
+	// Actions runs the response actions.
+	Actions ActionsConfig
 
 	// WAF runs the L7 WAF rule pipeline and its cache server.
 	WAF        bool
@@ -120,6 +122,7 @@ func Defaults() Config {
 		WAFOptions:        waf.DefaultOptions(),
 		APIGatewayOptions: apigateway.DefaultOptions(),
 		Audit:             defaultAudit(),
+		Actions:           defaultActions(),
 		Logger:            slog.Default(),
 	}
 }
@@ -221,10 +224,16 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
 		return fmt.Errorf("findings pipeline: %w", err)
 	}
+	if deps.Verdicts, err = verdictSink(layers, deps); err != nil {
+		return fmt.Errorf("actions layer: %w", err)
+	}
 	if deps.Cache, err = newClusterCache(mgr, &cfg, reg); err != nil {
 		return fmt.Errorf("cluster cache: %w", err)
 	}
 	if err := setupLayers(layers, deps); err != nil {
+		return err
+	}
+	if err := actionsStatus(&cfg, deps); err != nil {
 		return err
 	}
 	ruleMetrics := rule.NewMetrics(reg)
