@@ -5,7 +5,9 @@ import "testing"
 // TestAlertName: the alert shorthand wins; else the first alertmanager
 // action's template names the rule's alerts.
 func TestAlertName(t *testing.T) {
-	am := func(tpl string) ActionSpec { return ActionSpec{Type: "alertmanager", Params: map[string]string{"template": tpl}} }
+	am := func(tpl string) ActionSpec {
+		return ActionSpec{Type: "alertmanager", Params: map[string]string{"template": tpl}}
+	}
 	for _, tc := range []struct {
 		rule Rule
 		want string
