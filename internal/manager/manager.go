@@ -81,6 +81,8 @@ type Config struct {
 	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
 	Audit     AuditConfig
+	// Network runs the L6 NetworkPolicy analyser.
+	Network NetworkConfig
 
 	// WAF runs the L7 WAF rule pipeline and its cache server.
 	WAF        bool
@@ -109,6 +111,7 @@ func Defaults() Config {
 		Admission:        defaultAdmission(),
 		WAFOptions:       waf.DefaultOptions(),
 		Audit:            defaultAudit(),
+		Network:          defaultNetwork(),
 		Logger:           slog.Default(),
 	}
 }
