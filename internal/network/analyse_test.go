@@ -2,7 +2,6 @@ package network
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -182,4 +181,3 @@ func TestAnalysisBudget(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { os.Exit(m.Run()) }
