@@ -180,4 +180,3 @@ func TestAnalysisBudget(t *testing.T) {
 		t.Errorf("%d of %d policies flagged unreachable: want the ones checked within the budget only", unreachable, policies)
 	}
 }
-

@@ -279,5 +279,4 @@ func lines(ofs []core.ObjectFindings, only map[string]bool) []string {
 	return out
 }
 
-
 func corev1Protocol(p string) corev1.Protocol { return corev1.Protocol(p) }
