@@ -119,6 +119,12 @@ type instance struct {
 
 func start(t testing.TB, am *amtest.Server, cfg network.Config) *instance {
 	t.Helper()
+	return startWith(t, am, cfg)
+}
+
+// startWith is start with more sinks.
+func startWith(t testing.TB, am *amtest.Server, cfg network.Config, extra ...core.OutputSink) *instance {
+	t.Helper()
 	cluster(t)
 	log := testLogger()
 	mgr, err := ctrl.NewManager(env.cfg, ctrl.Options{
@@ -133,7 +139,7 @@ func start(t testing.TB, am *amtest.Server, cfg network.Config) *instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sinks := []core.OutputSink{pr}
+	sinks := append([]core.OutputSink{pr}, extra...)
 	if am != nil {
 		s, err := amsink.New(amsink.Options{URL: am.URL(), MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, Registerer: reg})
 		if err != nil {

@@ -152,20 +152,36 @@ func newRule(peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.Networ
 	return r, nil
 }
 
-// crossNamespace reports whether the policy's findings depend on other
-// namespaces: a peer with a namespaceSelector reads every namespace's labels
-// and the pods of the namespaces it selects.
-func (p *policy) crossNamespace() bool {
+// crossPeer is a peer that selects by namespace labels: its match depends on
+// other namespaces' labels and pods.
+type crossPeer struct {
+	namespaceSelector labels.Selector
+	// podSelector is nil when the peer has none (every pod).
+	podSelector labels.Selector
+}
+
+// crossPeers lists the policy's peers with a namespaceSelector.
+func (p *policy) crossPeers() []crossPeer {
+	var out []crossPeer
 	for _, rs := range [][]rule{p.ingressRules, p.egressRules} {
 		for _, r := range rs {
 			for _, pe := range r.peers {
 				if pe.namespaceSelector != nil {
-					return true
+					out = append(out, crossPeer{namespaceSelector: pe.namespaceSelector, podSelector: pe.podSelector})
 				}
 			}
 		}
 	}
-	return false
+	return out
+}
+
+// touchedBy reports whether a pod with labels pod (nil: none) in a namespace
+// with labels ns can change what the peer matches.
+func (c crossPeer) touchedBy(ns, pod labels.Labels) bool {
+	if ns == nil || !c.namespaceSelector.Matches(ns) {
+		return false
+	}
+	return pod == nil || c.podSelector == nil || c.podSelector.Matches(pod)
 }
 
 // isDefaultDenyIngress reports whether the policy isolates every pod of its

@@ -95,11 +95,11 @@ type Analyser struct {
 	pods, namespaces, policies *clustercache.Handle
 
 	mu sync.Mutex
-	// byNS holds the parsed policies of each namespace; cross counts the
-	// policies per namespace with a peer selected by namespace labels,
-	// whose findings change with other namespaces' pods and labels.
+	// byNS holds the parsed policies of each namespace; cross holds, per
+	// namespace, its policies' peers selected by namespace labels, whose
+	// findings change with other namespaces' pods and labels.
 	byNS  map[string]map[string]*policy
-	cross map[string]int
+	cross map[string][]crossPeer
 	// observed is when the first event that queued a namespace was seen.
 	observed map[string]time.Time
 	// published are the objects of each namespace with open findings,
@@ -135,7 +135,7 @@ func Setup(mgr Adder, o Options) (*Analyser, error) {
 	a := &Analyser{
 		o: o, cfg: o.Config, log: o.Logger.With("layer", "network"),
 		metrics: NewMetrics(o.Registerer), synced: make(chan struct{}),
-		byNS: map[string]map[string]*policy{}, cross: map[string]int{},
+		byNS: map[string]map[string]*policy{}, cross: map[string][]crossPeer{},
 		observed: map[string]time.Time{}, published: map[string]map[core.ObjectKey]core.ResourceRef{},
 		counts: map[string]map[string]int{},
 	}
@@ -264,19 +264,18 @@ func (a *Analyser) enqueue(observed time.Time, namespaces ...string) {
 	a.metrics.Queued.Set(float64(a.queue.Len()))
 }
 
-// enqueueWithDependents marks ns and every namespace whose policies select
-// peers by namespace labels.
-func (a *Analyser) enqueueWithDependents(observed time.Time, ns string) {
+// dependents lists the namespaces other than ns whose cross-namespace
+// peers a change can touch: touched reports it for one peer.
+func (a *Analyser) dependents(ns string, touched func(crossPeer) bool) []string {
 	a.mu.Lock()
-	nss := make([]string, 0, len(a.cross)+1)
-	nss = append(nss, ns)
-	for dep := range a.cross {
-		if dep != ns {
-			nss = append(nss, dep)
+	defer a.mu.Unlock()
+	var out []string
+	for dep, peers := range a.cross {
+		if dep != ns && slices.ContainsFunc(peers, touched) {
+			out = append(out, dep)
 		}
 	}
-	a.mu.Unlock()
-	a.enqueue(observed, nss...)
+	return out
 }
 
 func (a *Analyser) onPolicy(e clustercache.Event) {
@@ -298,10 +297,6 @@ func (a *Analyser) onPolicy(e clustercache.Event) {
 		}
 	}
 	a.mu.Lock()
-	old := a.byNS[ns][name]
-	if old != nil && old.crossNamespace() {
-		a.cross[ns]--
-	}
 	if p == nil {
 		delete(a.byNS[ns], name)
 		if len(a.byNS[ns]) == 0 {
@@ -312,17 +307,22 @@ func (a *Analyser) onPolicy(e clustercache.Event) {
 			a.byNS[ns] = map[string]*policy{}
 		}
 		a.byNS[ns][name] = p
-		if p.crossNamespace() {
-			a.cross[ns]++
-		}
 	}
-	if a.cross[ns] <= 0 {
+	var peers []crossPeer
+	for _, q := range a.byNS[ns] {
+		peers = append(peers, q.crossPeers()...)
+	}
+	if len(peers) == 0 {
 		delete(a.cross, ns)
+	} else {
+		a.cross[ns] = peers
 	}
 	a.mu.Unlock()
 	a.enqueue(now, ns)
 }
 
+// onPod queues the pod's namespace and the namespaces whose peers the pod's
+// old or new labels can match.
 func (a *Analyser) onPod(e clustercache.Event) {
 	if e.Relist || e.Resync {
 		return
@@ -331,9 +331,27 @@ func (a *Analyser) onPod(e clustercache.Event) {
 		// Status and spec updates change no selector's match.
 		return
 	}
-	a.enqueueWithDependents(time.Now(), e.Key.Namespace)
+	now := time.Now()
+	ns := e.Key.Namespace
+	var nsLabels labels.Labels
+	if o, ok := a.namespaces.Object("", ns); ok {
+		nsLabels = o.Labels()
+	}
+	var old, cur labels.Labels
+	if e.Old != nil {
+		old = e.Old.Labels()
+	}
+	if e.New != nil {
+		cur = e.New.Labels()
+	}
+	deps := a.dependents(ns, func(c crossPeer) bool {
+		return (old != nil && c.touchedBy(nsLabels, old)) || (cur != nil && c.touchedBy(nsLabels, cur)) || (old == nil && cur == nil && c.touchedBy(nsLabels, nil))
+	})
+	a.enqueue(now, append(deps, ns)...)
 }
 
+// onNamespace queues the namespace and those whose namespace selectors its
+// old or new labels match.
 func (a *Analyser) onNamespace(e clustercache.Event) {
 	if e.Relist || e.Resync {
 		return
@@ -341,7 +359,18 @@ func (a *Analyser) onNamespace(e clustercache.Event) {
 	if e.Type == clustercache.Updated && e.Old != nil && e.New != nil && e.Old.SameLabels(e.New) {
 		return
 	}
-	a.enqueueWithDependents(time.Now(), e.Key.Name)
+	now := time.Now()
+	var old, cur labels.Labels
+	if e.Old != nil {
+		old = e.Old.Labels()
+	}
+	if e.New != nil {
+		cur = e.New.Labels()
+	}
+	deps := a.dependents(e.Key.Name, func(c crossPeer) bool {
+		return c.touchedBy(old, nil) || c.touchedBy(cur, nil)
+	})
+	a.enqueue(now, append(deps, e.Key.Name)...)
 }
 
 // next analyses one queued namespace; false once the queue shut down.
