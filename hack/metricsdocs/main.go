@@ -27,6 +27,7 @@ import (
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/findings"
+	"github.com/vilaca/portal/internal/network"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/policyreport"
@@ -59,6 +60,7 @@ var layers = []layer{
 		alertmanager.NewMetrics(r)
 		rule.NewStatusCounts(nil, rule.CountOptions{Registerer: r})
 	}},
+	{"Network analysis", "network-analysis", func(r prometheus.Registerer) { network.NewMetrics(r) }},
 	{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
 		wafcontroller.NewMetrics(r)
 		wafcache.NewMetrics(r)
