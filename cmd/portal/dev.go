@@ -55,6 +55,7 @@ func newDevCommand() *cobra.Command {
 	o.cfg.WAF = true
 	o.cfg.APIGateway = true
 	o.cfg.Audit.Enabled = true
+	o.cfg.Network.Enabled = true
 	o.cfg.WAFOptions.CacheAddr = "127.0.0.1:18080"
 	o.rules = []string{filepath.Join("examples", "rules", "pod-security")}
 	// The legacy Deployment exists before Portal starts, as workloads do in a

@@ -14,6 +14,7 @@ import (
 	"github.com/vilaca/portal/internal/eval"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/manifest"
+	"github.com/vilaca/portal/internal/network"
 	"github.com/vilaca/portal/internal/rule"
 )
 
@@ -28,10 +29,12 @@ type evalOptions struct {
 	allowEmpty   bool
 	jobs         int
 	budget       exprlang.Limits
+	network      bool
+	netConfig    network.Config
 }
 
 func newEvalCommand() *cobra.Command {
-	o := &evalOptions{budget: exprlang.DefaultLimits()}
+	o := &evalOptions{budget: exprlang.DefaultLimits(), netConfig: network.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "eval --rules PATH... (--file PATH... | --kubeconfig PATH)",
 		Short: "Evaluate rules against manifests offline, or a live cluster read-only",
@@ -50,19 +53,27 @@ PortalRule of another namespace.
 (cluster.<resource>.byName and .list) read, so rules that read other objects
 are testable offline.
 
+--network runs the NetworkPolicy analyser's checks (as portal run --network
+does on a live cluster) on the Namespaces, Pods and NetworkPolicies of --file
+and --cluster-state, and adds their findings to the report; --rules is then
+optional. The API server fills in each NetworkPolicy's policyTypes and each
+port's protocol, so np.missing-policy-types and np.port-without-protocol can
+find more in manifests than in a cluster.
+
 --kubeconfig (with --context to pick one of its contexts) evaluates the live
 objects of that cluster instead of --file: "what would these rules flag
 today?". It only lists, a page at a time, the kinds the rules match; it writes
 nothing. On a terminal it prints its progress on standard error.
 
 Exit status: 0 when no deny rule failed, 1 when one did (or a rule with
-onError=deny errored), 2 for usage errors, unreadable input, and a run that
+onError=deny errored, or --network found something), 2 for usage errors, unreadable input, and a run that
 read no rule or no object (an empty stdin from a failed command upstream must
 not pass a CI check; --allow-empty accepts it).`,
 		Example: `  portal eval --rules examples/rules/pod-security --file deploy/
   kustomize build overlays/prod | portal eval --rules rules/ --file - -o junit > report.xml
   portal eval --rules rules/ --file app/ --cluster-state cluster-fixtures/
-  portal eval --rules rules/ --kubeconfig ~/.kube/config --context prod -o json`,
+  portal eval --rules rules/ --kubeconfig ~/.kube/config --context prod -o json
+  portal eval --network --file k8s/`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -80,6 +91,12 @@ not pass a CI check; --allow-empty accepts it).`,
 	// cluster that sets them.
 	f.Int64Var(&o.budget.Operations, "rule-max-operations", o.budget.Operations, "operations one rule evaluation may run before it ends in an error (as portal run)")
 	f.Int64Var(&o.budget.Bytes, "rule-max-bytes", o.budget.Bytes, "bytes of strings, arrays and maps one rule evaluation may build before it ends in an error (as portal run)")
+	nc := &o.netConfig
+	f.BoolVar(&o.network, "network", false, "also run the NetworkPolicy checks on the manifests of --file and --cluster-state (--rules becomes optional)")
+	f.StringSliceVar(&nc.Checks, "network-checks", nc.Checks, "NetworkPolicy checks to run (default: all): "+strings.Join(network.Checks(), ", "))
+	f.StringSliceVar(&nc.ExcludeNamespaces, "network-exclude-namespaces", nc.ExcludeNamespaces, "namespaces (names or shell globs) the NetworkPolicy checks raise no finding in (as portal run)")
+	f.IntVar(&nc.BroadCIDRIPv4Prefix, "network-broad-cidr-ipv4-prefix", nc.BroadCIDRIPv4Prefix, "np.broad-cidr flags an IPv4 ipBlock without except this wide or wider, outside private ranges (as portal run)")
+	f.IntVar(&nc.BroadCIDRIPv6Prefix, "network-broad-cidr-ipv6-prefix", nc.BroadCIDRIPv6Prefix, "np.broad-cidr flags an IPv6 ipBlock without except this wide or wider, outside private ranges (as portal run)")
 	// The help (and any reference generated from it) names the default
 	// rather than this machine's core count.
 	f.Lookup("jobs").DefValue = "GOMAXPROCS"
@@ -122,7 +139,7 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if len(errs) > 0 {
 		return usageError(fmt.Errorf("cannot load rules:\n  %w", joinLines(errs)))
 	}
-	if len(rules) == 0 && !o.allowEmpty {
+	if len(rules) == 0 && !o.allowEmpty && !o.network {
 		return usageError(fmt.Errorf("no rule found in --rules %s: check the paths (rule files end in .yaml, .yml or .json), or pass --allow-empty", strings.Join(o.rules, ",")))
 	}
 	eng.SetRules(rules)
@@ -155,13 +172,35 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if report.Objects() == 0 && !o.allowEmpty {
 		return usageError(fmt.Errorf("no Kubernetes object found in --file %s: an empty input usually means the command feeding it failed (use set -o pipefail), or pass --allow-empty", strings.Join(o.files, ",")))
 	}
+	netFound := false
+	if o.network {
+		found, err := o.analyseNetwork(cmd)
+		if err != nil {
+			return usageError(err)
+		}
+		report.AddFindings(found)
+		netFound = len(found) > 0
+	}
 	if err := report.Write(cmd.OutOrStdout(), o.output); err != nil {
 		return err
 	}
-	if report.Denied() {
+	if report.Denied() || netFound {
 		return &exitError{code: exitViolation}
 	}
 	return nil
+}
+
+// analyseNetwork runs the NetworkPolicy checks on the objects of --file and
+// --cluster-state together, as one cluster.
+func (o *evalOptions) analyseNetwork(cmd *cobra.Command) ([]core.ObjectFindings, error) {
+	if err := o.netConfig.Validate(); err != nil {
+		return nil, err
+	}
+	state, errs := eval.LoadClusterState(append(slices.Clone(o.files), o.clusterState...), cmd.InOrStdin())
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("cannot load manifests for --network:\n  %w", joinLines(errs))
+	}
+	return network.Analyse(state, o.netConfig)
 }
 
 // joinLines joins errors one per indented line.

@@ -20,8 +20,10 @@ import (
 // checkInputs rejects combinations of eval's input flags that cannot work.
 func (o *evalOptions) checkInputs() error {
 	switch {
-	case len(o.rules) == 0:
-		return errors.New("eval needs --rules, and --file or --kubeconfig (see portal eval --help)")
+	case len(o.rules) == 0 && !o.network:
+		return errors.New("eval needs --rules (or --network), and --file or --kubeconfig (see portal eval --help)")
+	case o.network && o.kubeconfig != "":
+		return errors.New("--network analyses manifests (--file); for a live cluster run portal run --network, whose findings go to PolicyReports")
 	case o.kubeContext != "" && o.kubeconfig == "":
 		return errors.New("--context needs --kubeconfig")
 	case o.kubeconfig != "" && len(o.files) > 0:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vilaca/portal/internal/actions"
 	"github.com/vilaca/portal/internal/manager"
+	"github.com/vilaca/portal/internal/network"
 )
 
 func newRunCommand() *cobra.Command {
@@ -81,6 +82,12 @@ func checkManagerFlags(cfg *manager.Config) error {
 	if err := checkActionsFlags(&cfg.Actions); err != nil {
 		return err
 	}
+	if err := cfg.Network.Checks.Validate(); err != nil {
+		return err
+	}
+	if cfg.Network.Workers <= 0 {
+		return fmt.Errorf("--network-workers %d must be positive", cfg.Network.Workers)
+	}
 	if cfg.KubeAPIBurst < 0 {
 		return fmt.Errorf("--kube-api-burst %d is negative; use 0 for twice --kube-api-qps", cfg.KubeAPIBurst)
 	}
@@ -139,6 +146,15 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.IntVar(&ac.CacheSize, "actions-cache-size", ac.CacheSize, "idempotency keys and rate-limit windows kept (LRU)")
 	f.StringVar(&ac.DefaultRateLimit, "actions-default-rate-limit", ac.DefaultRateLimit, "rate limit per rule, target and action of actions without rateLimit, as COUNT/UNIT (s, min, h)")
 	f.StringSliceVar(&ac.Protected, "actions-protected-namespaces", ac.Protected, "namespaces evict, patch-networkpolicy and revoke-sa-token never act in (Portal's own always)")
+	nw := &cfg.Network
+	f.BoolVar(&nw.Enabled, "network", nw.Enabled, "run the NetworkPolicy analyser: findings on NetworkPolicies and Namespaces into reports, alerts, metrics and logs (L6)")
+	f.StringSliceVar(&nw.Checks.Checks, "network-checks", nw.Checks.Checks, "NetworkPolicy checks to run (default: all): "+strings.Join(network.Checks(), ", "))
+	f.StringSliceVar(&nw.Checks.ExcludeNamespaces, "network-exclude-namespaces", nw.Checks.ExcludeNamespaces, "namespaces (names or shell globs) the NetworkPolicy analyser raises no finding in; Portal's own namespace is always excluded")
+	f.IntVar(&nw.Checks.BroadCIDRIPv4Prefix, "network-broad-cidr-ipv4-prefix", nw.Checks.BroadCIDRIPv4Prefix, "np.broad-cidr flags an IPv4 ipBlock without except whose prefix is this short or shorter and not inside a private range")
+	f.IntVar(&nw.Checks.BroadCIDRIPv6Prefix, "network-broad-cidr-ipv6-prefix", nw.Checks.BroadCIDRIPv6Prefix, "np.broad-cidr flags an IPv6 ipBlock without except whose prefix is this short or shorter and not inside a private range")
+	f.IntVar(&nw.Checks.MaxPodVisits, "network-max-pod-visits", nw.Checks.MaxPodVisits, "pods one namespace's analysis may read while matching selectors; selectors left unchecked raise no finding")
+	f.IntVar(&nw.Workers, "network-workers", nw.Workers, "concurrent namespace analyses")
+	f.DurationVar(&nw.ResyncPeriod, "network-resync-period", nw.ResyncPeriod, "re-analyse every namespace this often, a safety net behind the watch events; 0 disables it")
 
 	w := &cfg.WAFOptions
 	f.BoolVar(&cfg.WAF, "waf", cfg.WAF, "run the WAF rule pipeline (RuleSource, RuleData, RuleSet) and its cache server (L7)")

@@ -3,7 +3,8 @@
 // exists (the rule file's leading comment), the rule itself, what it flags in
 // its bad fixture (evaluated here, by the same engine `portal eval` uses, so
 // the messages on the page are the ones users see) and what passes in its
-// good fixture; and an index of the rules. `make docs-generate` writes the
+// good fixture; and an index of the rules. It writes a page per check of the
+// NetworkPolicy analyser too, from examples/networkpolicies (network.go). `make docs-generate` writes the
 // pages, `make docs` (-check) fails when one is stale, missing or left over
 // from a removed rule, or when mkdocs.yml does not list a page.
 package main
@@ -77,9 +78,16 @@ func run(root string, check bool) error {
 	if err != nil {
 		return err
 	}
-	pages := map[string][]byte{"index.md": renderIndex(recipes, guides)}
+		netRecipes, err := loadNetwork(root)
+	if err != nil {
+		return err
+	}
+	pages := map[string][]byte{"index.md": renderIndex(recipes, netRecipes, guides)}
 	for _, r := range recipes {
 		pages[r.Name+".md"] = renderRecipe(r)
+	}
+	for _, r := range netRecipes {
+		pages[r.Page+".md"] = renderNetworkRecipe(r)
 	}
 	nav, err := os.ReadFile(filepath.Join(root, "mkdocs.yml"))
 	if err != nil {
@@ -259,7 +267,7 @@ func isGuide(gs []guide, file string) bool {
 	return slices.ContainsFunc(gs, func(g guide) bool { return g.File == file })
 }
 
-func renderIndex(rs []recipe, guides []guide) []byte {
+func renderIndex(rs []recipe, nrs []netRecipe, guides []guide) []byte {
 	var b strings.Builder
 	b.WriteString(header + `
 # Cookbook
@@ -279,6 +287,7 @@ rule file is its ` + "`spec`" + `. For the Pod Security Standards, see
 	for _, r := range rs {
 		fmt.Fprintf(&b, "| [%s](%s.md) | %s | %s | %s |\n", r.Name, r.Name, r.Severity, r.Action, strings.Join(r.Mode, ", "))
 	}
+	renderNetworkIndex(&b, nrs)
 	if len(guides) > 0 {
 		b.WriteString("\n## Guides\n\nStep-by-step pages for other layers, written by hand:\n\n")
 		for _, g := range guides {

@@ -38,7 +38,15 @@ func TestRunWritesAndChecks(t *testing.T) {
 	for _, f := range []string{"bad.yaml", "good.yaml"} {
 		copyFile(t, filepath.Join("../..", bundleDir, "testdata", name, f), filepath.Join(root, bundleDir, "testdata", name, f))
 	}
+	// Every NetworkPolicy check must have its page: bring their fixtures.
+	if err := os.CopyFS(filepath.Join(root, networkDir), os.DirFS(filepath.Join("../..", networkDir))); err != nil {
+		t.Fatal(err)
+	}
 	nav := "nav:\n  - cookbook/index.md\n  - cookbook/" + name + ".md\n"
+	netDirs, _ := os.ReadDir(filepath.Join(root, networkDir))
+	for _, d := range netDirs {
+		nav += "  - cookbook/networkpolicy-" + d.Name() + ".md\n"
+	}
 	if err := os.WriteFile(filepath.Join(root, "mkdocs.yml"), []byte(nav), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/findings"
+	"github.com/vilaca/portal/internal/network"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/policyreport"
@@ -64,6 +65,7 @@ var layers = []layer{
 		rule.NewStatusCounts(nil, rule.CountOptions{Registerer: r})
 	}},
 	{"Response actions", "response-actions", func(r prometheus.Registerer) { actions.NewMetrics(r) }},
+	{"Network analysis", "network-analysis", func(r prometheus.Registerer) { network.NewMetrics(r) }},
 	{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
 		wafcontroller.NewMetrics(r)
 		wafcache.NewMetrics(r)

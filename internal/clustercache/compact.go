@@ -83,6 +83,26 @@ func (o *Object) Labels() labels.Labels {
 	return labels.Set(u.GetLabels())
 }
 
+// SameLabels reports whether o and p carry the same labels, so a consumer
+// that only reads labels (selector matching) can skip an update that
+// changed none.
+func (o *Object) SameLabels(p *Object) bool {
+	if !o.bigLabels && !p.bigLabels {
+		return o.labels == p.labels
+	}
+	return labels.Equals(labelMap(o.Labels()), labelMap(p.Labels()))
+}
+
+func labelMap(l labels.Labels) map[string]string {
+	switch t := l.(type) {
+	case flatLabels:
+		return t.Map()
+	case labels.Set:
+		return t
+	}
+	return nil
+}
+
 // Key is the object's namespace and name.
 func (o *Object) Key() Key { return Key{Namespace: o.Namespace, Name: o.Name} }
 

@@ -132,6 +132,30 @@ func (h *Handle) Objects(namespace string, sel labels.Selector) []*Object {
 	return out
 }
 
+// Each calls fn with the compact cached objects in namespace (empty: all
+// the handle's scope holds), in no order, until fn returns false. Unlike
+// Objects it builds no list: a consumer that looks for one match (does any
+// pod match this selector?) stops at the first.
+func (h *Handle) Each(namespace string, fn func(*Object) bool) {
+	var items []any
+	switch {
+	case namespace == "":
+		items = h.inf.inf.GetStore().List()
+	case h.inf.scope.Namespace != "" && namespace != h.inf.scope.Namespace:
+		return
+	default:
+		var err error
+		if items, err = h.inf.inf.GetIndexer().ByIndex(cache.NamespaceIndex, namespace); err != nil {
+			return
+		}
+	}
+	for _, it := range items {
+		if o, ok := it.(*Object); ok && !fn(o) {
+			return
+		}
+	}
+}
+
 // List decodes the objects Objects returns. It fails when the informer has
 // not synced, since objects may be missing.
 func (h *Handle) List(namespace string, sel labels.Selector) ([]*unstructured.Unstructured, error) {

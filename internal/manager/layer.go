@@ -75,6 +75,9 @@ func enabledLayers(cfg *Config) ([]Layer, error) {
 	if cfg.Audit.Enabled {
 		ls = append(ls, &auditLayer{cfg: cfg.Audit})
 	}
+	if cfg.Network.Enabled {
+		ls = append(ls, &networkLayer{cfg: cfg.Network})
+	}
 	if cfg.WAF {
 		ls = append(ls, &wafLayer{opts: cfg.WAFOptions})
 	}

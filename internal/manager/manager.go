@@ -88,6 +88,8 @@ type Config struct {
 	Audit     AuditConfig
 	// Actions runs the response actions.
 	Actions ActionsConfig
+	// Network runs the L6 NetworkPolicy analyser.
+	Network NetworkConfig
 
 	// WAF runs the L7 WAF rule pipeline and its cache server.
 	WAF        bool
@@ -123,6 +125,7 @@ func Defaults() Config {
 		APIGatewayOptions: apigateway.DefaultOptions(),
 		Audit:             defaultAudit(),
 		Actions:           defaultActions(),
+		Network:           defaultNetwork(),
 		Logger:            slog.Default(),
 	}
 }

@@ -1,0 +1,54 @@
+package manager
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/vilaca/portal/internal/network"
+)
+
+// NetworkConfig configures the L6 NetworkPolicy analyser.
+type NetworkConfig struct {
+	Enabled bool
+	// Checks selects the checks and their thresholds; Portal's own
+	// namespace is always added to its excluded namespaces.
+	Checks network.Config
+	// Workers bounds concurrent namespace analyses.
+	Workers int
+	// ResyncPeriod re-analyses every namespace this often, a safety net
+	// behind the events; 0 disables it.
+	ResyncPeriod time.Duration
+}
+
+func defaultNetwork() NetworkConfig {
+	return NetworkConfig{Checks: network.DefaultConfig(), Workers: network.DefaultWorkers, ResyncPeriod: network.DefaultResyncPeriod}
+}
+
+// networkLayer is the L6 NetworkPolicy analyser, a producer of findings.
+type networkLayer struct{ cfg NetworkConfig }
+
+func (*networkLayer) Name() string { return "network" }
+
+// ProducesFindings implements findingsProducer.
+func (*networkLayer) ProducesFindings() bool { return true }
+
+func (l *networkLayer) Setup(d Deps) error {
+	if d.Findings == nil {
+		return errors.New("no findings pipeline to publish into")
+	}
+	checks := l.cfg.Checks
+	checks.ExcludeNamespaces = slices.Clone(checks.ExcludeNamespaces)
+	if d.Namespace != "" && !slices.Contains(checks.ExcludeNamespaces, d.Namespace) {
+		checks.ExcludeNamespaces = append(checks.ExcludeNamespaces, d.Namespace)
+	}
+	resync := l.cfg.ResyncPeriod
+	if resync == 0 {
+		resync = -1
+	}
+	_, err := network.Setup(d.Manager, network.Options{
+		Config: checks, Cache: d.Cache, Findings: d.Findings, Workers: l.cfg.Workers,
+		ResyncPeriod: resync, Logger: d.Logger, Registerer: d.Registerer,
+	})
+	return err
+}
