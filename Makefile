@@ -34,14 +34,33 @@ help: ## List the targets
 
 ## ---- tools -----------------------------------------------------------------
 
-tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/alertmanager $(BIN)/helm ## Build bin/k8s/{kube-apiserver,kubectl,etcd}, bin/alertmanager and bin/helm when missing or when hack/tools pins change
+tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(NODE_BINS) node-tools $(BIN)/alertmanager $(BIN)/helm ## Build bin/k8s/{kube-apiserver,kubectl,etcd,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}, bin/alertmanager and bin/helm when missing or when hack/tools pins change; install the node's packages
 	@:
+
+# Debian packages of the test node: the container runtime, the CNI plugins
+# (/usr/lib/cni) and what kube-proxy needs.
+NODE_PKGS := containerd runc containernetworking-plugins iptables conntrack
+
+.PHONY: node-tools
+node-tools: ## Install containerd, runc, containernetworking-plugins, iptables and conntrack (apt-get) when missing
+	@missing=; for p in $(NODE_PKGS); do \
+		dpkg-query -W -f '$${Status}' "$$p" 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		echo "node-tools: installing$$missing"; \
+		$$sudo apt-get update && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
 
 # The version of k8s.io/kubernetes in hack/tools/go.mod is stamped in as the release
 # build does, so /version and `kubectl version` report it instead of v0.0.0-master.
 # go build leaves an up-to-date binary untouched, so touch it: otherwise a go.mod
 # edit that does not change the binary would rebuild on every run.
-$(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl: $(K8S_TOOLS_DEPS)
+# The node of the tests that need pods (internal/devcluster/node): built from the same pin.
+NODE_BINS := $(K8S_BIN)/kubelet $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kube-scheduler $(K8S_BIN)/kube-proxy
+
+$(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(NODE_BINS): $(K8S_TOOLS_DEPS)
 	@echo 'tools: building $@ (several minutes when the build cache is cold)'
 	@mkdir -p $(@D)
 	@cd hack/tools && \
@@ -237,7 +256,7 @@ clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
 	@rm -rf $(BIN)/site
 
-clean-tools: ## Remove bin/k8s, bin/alertmanager, bin/helm and bin/kyverno (the next `make tools` rebuilds what it needs)
+clean-tools: ## Remove bin/k8s (with the node binaries), bin/alertmanager, bin/helm and bin/kyverno (the next `make tools` rebuilds what it needs)
 	@rm -rf $(K8S_BIN) $(BIN)/alertmanager $(BIN)/helm $(BIN)/kyverno
 
 ## ---- image and Helm chart ------------------------------------------------
