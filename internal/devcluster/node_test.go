@@ -227,7 +227,7 @@ func TestNodeCrashHelper(t *testing.T) {
 	})
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "hello", Image: HelloImage, ImagePullPolicy: corev1.PullNever}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "hello", Image: HelloImage, ImagePullPolicy: corev1.PullNever}}},
 	}
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
