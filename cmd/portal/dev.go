@@ -37,6 +37,7 @@ type devOptions struct {
 	manifests     []string
 	logLevel      string
 	binDir        string
+	node          bool
 	cfg           manager.Config
 }
 
@@ -84,6 +85,7 @@ binary, written next to the kubeconfig.`,
 	f.StringSliceVar(&o.manifests, "install-manifests", o.manifests, "manifest files or directories to create (namespaced objects without a namespace go to default)")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (logs go to stderr)")
 	f.StringVar(&o.binDir, "k8s-bin-dir", o.binDir, "directory of kube-apiserver, etcd and kubectl (default: beside the portal binary, then bin/k8s of the checkout)")
+	f.BoolVar(&o.node, "node", o.node, "also run a node with real pods (containerd, kubelet, kube-proxy; needs root, `make tools` and the source checkout); Portal stays in this process")
 	addManagerFlags(f, &o.cfg)
 	return cmd
 }
@@ -108,8 +110,12 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 		o.manifests = mapSlice(o.manifests, assets.path)
 	}
 	start := time.Now()
-	fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
-	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: []string{assets.crds}})
+	if o.node {
+		fmt.Fprintln(out, "portal dev: starting etcd, kube-apiserver and a node (containerd, kubelet, kube-proxy, controllers, scheduler)")
+	} else {
+		fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
+	}
+	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: []string{assets.crds}, Node: o.node})
 	if err != nil {
 		return err
 	}
@@ -157,6 +163,14 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 				fmt.Fprintln(os.Stderr, "portal dev:", err)
 				return
 			}
+		}
+		if o.node {
+			hint, err := runHello(ctx, c)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "portal dev:", err)
+				return
+			}
+			proxyHint += hint
 		}
 		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
 		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",
