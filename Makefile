@@ -26,7 +26,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 GENERATED_DIRS := api deploy/crds
 
 .PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go fuzz test \
-	bench bench-admission bench-audit bench-eval-kyverno build run eval-demo clean clean-tools
+	bench bench-admission bench-audit bench-eval-kyverno build run run-node eval-demo clean clean-tools
 
 help: ## List the targets
 	@echo 'Targets:'
@@ -247,6 +247,10 @@ build: ## Build bin/portal (stamped with the git commit: portal version)
 # `portal dev` (a local control plane with the admission webhook) replaces this later.
 run: tools build ## Run portal dev: a local control plane with Portal in it (Ctrl-C stops it)
 	@$(BIN)/portal dev
+
+# Needs root: the node changes mounts, cgroups, interfaces and iptables (and undoes it).
+run-node: tools build ## Run portal dev --node: the same, with a node running real pods (needs root)
+	@$(BIN)/portal dev --node
 
 # portal eval exits 1 when a deny rule fails, which is what this demo shows.
 eval-demo: build ## Evaluate the pod-security bundle on examples/manifests offline
