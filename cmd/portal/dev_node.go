@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -89,6 +92,26 @@ func runHello(ctx context.Context, c client.Client) (string, error) {
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
 		return "", err
+	}
+	// Available pods are not yet kube-proxy's rules: print the address once
+	// it answers.
+	url := "http://" + svc.Spec.ClusterIP + "/"
+	httpc := &http.Client{Timeout: 2 * time.Second}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := httpc.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return strings.HasPrefix(string(body), "hello from "), nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("service %s/%s does not answer at %s: %w", svc.Namespace, svc.Name, url, err)
 	}
 	return fmt.Sprintf("\nReal pods on node %s (admitted by Portal): deployment %s/%s behind Service %s:\n  curl http://%s/   # hello from <pod name>, through kube-proxy\n",
 		devcluster.NodeName, dep.Namespace, dep.Name, svc.Spec.ClusterIP, svc.Spec.ClusterIP), nil
