@@ -38,6 +38,9 @@ var Binaries = []string{"kube-apiserver", "etcd", "kubectl"}
 // own default (20s) is tight on a small machine that is also compiling.
 const defaultStartTimeout = time.Minute
 
+// nodeStopTimeout bounds the API server's and etcd's shutdown with a node.
+const nodeStopTimeout = 90 * time.Second
+
 // Options configures Start. The zero value is ready to use.
 type Options struct {
 	// CRDDirectoryPaths are directories (or files) of CustomResourceDefinition manifests
@@ -139,6 +142,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 	var n *node
 	if opts.Node {
+		if os.Getenv("KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT") == "" {
+			// With hundreds of objects and a node's watches the API server
+			// can take longer than envtest's 20 s to shut down.
+			env.ControlPlaneStopTimeout = nodeStopTimeout
+		}
 		if n, err = prepareNode(ctx, env, binDir); err != nil {
 			return nil, err
 		}

@@ -60,14 +60,15 @@ func (e *env) takeWarnings() []string {
 	return w
 }
 
-// TestChartOnRealNode installs the chart with two replicas and walks
-// through what an operator relies on, in order; each step needs the ones
-// before it.
-func TestChartOnRealNode(t *testing.T) {
+// newEnv connects to the shared node's cluster, with a namespace of the
+// test's own as the workload namespace.
+func newEnv(t testing.TB) *env {
+	t.Helper()
 	cl := shared.Cluster(t)
 	e := &env{cl: cl}
 	cfg := rest.CopyConfig(cl.Config)
 	cfg.WarningHandler = e
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit
 	e.cs = kubernetes.NewForConfigOrDie(cfg)
 	scheme, err := manager.Scheme()
 	if err != nil {
@@ -90,7 +91,14 @@ func TestChartOnRealNode(t *testing.T) {
 			e.dump(t)
 		}
 	})
+	return e
+}
 
+// TestChartOnRealNode installs the chart with two replicas and walks
+// through what an operator relies on, in order; each step needs the ones
+// before it.
+func TestChartOnRealNode(t *testing.T) {
+	e := newEnv(t)
 	for _, step := range []struct {
 		name string
 		run  func(*testing.T, *env)
@@ -110,7 +118,7 @@ func TestChartOnRealNode(t *testing.T) {
 	}
 }
 
-func (e *env) helm(t *testing.T, args ...string) string {
+func (e *env) helm(t testing.TB, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(helmBinary(t), append(args, "--kubeconfig", e.kubeconfig)...)
 	out, err := cmd.CombinedOutput()
@@ -120,14 +128,19 @@ func (e *env) helm(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, cond); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
 
-func testInstall(t *testing.T, e *env) {
+func testInstall(t *testing.T, e *env) { e.install(t) }
+
+// install installs the chart with two replicas from the node's image and
+// waits for both to be ready.
+func (e *env) install(t testing.TB) {
+	t.Helper()
 	root, err := devcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +165,7 @@ func testInstall(t *testing.T, e *env) {
 	})
 }
 
-func (e *env) portalPods(t *testing.T) []corev1.Pod {
+func (e *env) portalPods(t testing.TB) []corev1.Pod {
 	t.Helper()
 	pods, err := e.cs.CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + releaseName + ",app.kubernetes.io/component!=uninstall"})
 	if err != nil {
@@ -178,7 +191,7 @@ func podReady(p corev1.Pod) bool {
 
 // rule creates a PortalClusterRule on Pods that fails for pods labelled
 // label=true, and deletes it when the test ends.
-func (e *env) rule(t *testing.T, name, action, label string) {
+func (e *env) rule(t testing.TB, name, action, label string) {
 	t.Helper()
 	r := &policyv1alpha1.PortalClusterRule{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -215,7 +228,7 @@ func (e *env) createDry(ns string, pod *corev1.Pod) error {
 
 // consistently requires ok to hold for n requests in a row: the two
 // replicas behind the Service load a new rule independently.
-func consistently(t *testing.T, what string, n int, ok func() (bool, string)) {
+func consistently(t testing.TB, what string, n int, ok func() (bool, string)) {
 	t.Helper()
 	streak := 0
 	var last string
@@ -274,7 +287,7 @@ func testDryrun(t *testing.T, e *env) {
 
 // dryrunCount sums the dryrun counter of e2e-dryrun over Portal's pods,
 // read from each pod's metrics port.
-func (e *env) dryrunCount(t *testing.T) float64 {
+func (e *env) dryrunCount(t testing.TB) float64 {
 	t.Helper()
 	var sum float64
 	for _, p := range e.portalPods(t) {
@@ -302,7 +315,7 @@ func (e *env) dryrunCount(t *testing.T) float64 {
 }
 
 // leader returns the Lease's holder, which names a pod of Portal.
-func (e *env) leader(t *testing.T) (holder string, leases int) {
+func (e *env) leader(t testing.TB) (holder string, leases int) {
 	t.Helper()
 	ls, err := e.cs.CoordinationV1().Leases(releaseNS).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -348,7 +361,7 @@ func testLeaderMoves(t *testing.T, e *env) {
 	e.waitReplicas(t, 2)
 }
 
-func (e *env) waitReplicas(t *testing.T, n int32) {
+func (e *env) waitReplicas(t testing.TB, n int32) {
 	t.Helper()
 	eventually(t, 2*time.Minute, fmt.Sprintf("%d available replicas", n), func(ctx context.Context) (bool, error) {
 		d, err := e.cs.AppsV1().Deployments(releaseNS).Get(ctx, releaseName, metav1.GetOptions{})
@@ -356,7 +369,7 @@ func (e *env) waitReplicas(t *testing.T, n int32) {
 	})
 }
 
-func (e *env) scale(t *testing.T, n int32) {
+func (e *env) scale(t testing.TB, n int32) {
 	t.Helper()
 	s, err := e.cs.AppsV1().Deployments(releaseNS).GetScale(context.Background(), releaseName, metav1.GetOptions{})
 	if err != nil {
@@ -439,7 +452,7 @@ func testUninstall(t *testing.T, e *env) {
 
 // assertNothingLeft fails for any object of the release (besides the CRDs,
 // which helm never deletes, and the namespace) still in the cluster.
-func (e *env) assertNothingLeft(t *testing.T) {
+func (e *env) assertNothingLeft(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + releaseName}
@@ -513,7 +526,7 @@ func lenOr(list interface{ GetListMeta() metav1.ListInterface }, err error) int 
 }
 
 // dump logs the state of Portal's namespace when the test fails.
-func (e *env) dump(t *testing.T) {
+func (e *env) dump(t testing.TB) {
 	ctx := context.Background()
 	pods, _ := e.cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{})
 	for _, p := range pods.Items {
