@@ -101,10 +101,31 @@ func checkNodePrerequisites(binDir string) error {
 	if _, err := os.Stat("/proc/sys/net/bridge/bridge-nf-call-iptables"); err != nil {
 		errs = append(errs, errors.New("the br_netfilter kernel module is not loaded (modprobe br_netfilter): Services between pods on the bridge need it"))
 	}
+	errs = append(errs, foreignRuntime(NodeRunDir()))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("devcluster: cannot run a node on this host: %w", err)
 	}
 	return nil
+}
+
+// foreignRuntime refuses a host where a kubelet or containerd other than
+// the node's runs: the node's cleanup removes the kubepods cgroups, the
+// pods' network namespaces and runc's k8s.io state, which would be theirs.
+func foreignRuntime(dir string) error {
+	var errs []error
+	_ = eachProcess(func(pid int, cmdline string) {
+		comm, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+		if err != nil {
+			return
+		}
+		switch name := strings.TrimSpace(string(comm)); name {
+		case "kubelet", "containerd", "dockerd", "crio":
+			if !strings.Contains(cmdline, dir+"/") {
+				errs = append(errs, fmt.Errorf("%s (pid %d) runs on this host, not started by devcluster: a node here would take over its cgroups, network namespaces and runtime state", name, pid))
+			}
+		}
+	})
+	return errors.Join(errs...)
 }
 
 // prepareNode takes the host lock, removes what an earlier node left

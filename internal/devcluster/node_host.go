@@ -156,11 +156,10 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// killProcesses SIGKILLs every process (other than this one) match selects
-// and waits until they are gone.
-func killProcesses(match func(pid int, cmdline string) bool) error {
+// eachProcess calls f with every process but this one and its command line
+// (arguments joined by spaces).
+func eachProcess(f func(pid int, cmdline string)) error {
 	self := os.Getpid()
-	var victims []int
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return err
@@ -174,10 +173,23 @@ func killProcesses(match func(pid int, cmdline string) bool) error {
 		if err != nil || len(raw) == 0 {
 			continue
 		}
-		if match(pid, string(bytes.ReplaceAll(raw, []byte{0}, []byte{' '}))) {
+		f(pid, string(bytes.ReplaceAll(raw, []byte{0}, []byte{' '})))
+	}
+	return nil
+}
+
+// killProcesses SIGKILLs every process (other than this one) match selects
+// and waits until they are gone.
+func killProcesses(match func(pid int, cmdline string) bool) error {
+	var victims []int
+	err := eachProcess(func(pid int, cmdline string) {
+		if match(pid, cmdline) {
 			victims = append(victims, pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
+	})
+	if err != nil {
+		return err
 	}
 	return waitGone(victims)
 }

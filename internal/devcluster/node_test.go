@@ -166,11 +166,10 @@ func assertHostClean(t *testing.T) {
 		}
 	}
 	var procs []string
-	_ = killProcesses(func(pid int, cmdline string) bool {
+	_ = eachProcess(func(pid int, cmdline string) {
 		if strings.Contains(cmdline, dir+"/") || strings.Contains(cmdline, "containerd") || strings.Contains(cmdline, "kubelet") || strings.Contains(cmdline, "kube-proxy") {
 			procs = append(procs, fmt.Sprintf("%d %s", pid, cmdline))
 		}
-		return false
 	})
 	if len(procs) > 0 {
 		t.Errorf("processes left: %v", procs)
@@ -258,4 +257,33 @@ func TestNodeCleanupAfterCrash(t *testing.T) {
 	}
 	defer lock.Close()
 	assertHostClean(t)
+}
+
+// TestNodeRefusesHostWithForeignKubelet: a kubelet the node did not start
+// (a real Kubernetes node, say) makes Start fail, before the lock and the
+// cleanup of leftovers, which would remove that kubelet's kubepods
+// cgroups and pods.
+func TestNodeRefusesHostWithForeignKubelet(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := filepath.Join(t.TempDir(), "kubelet")
+	data, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fake, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kubelet := exec.Command(fake, "300")
+	if err := kubelet.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kubelet.Process.Kill(); _ = kubelet.Wait() })
+
+	_, err = Start(context.Background(), Options{Node: true, CRDDirectoryPaths: []string{}})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("kubelet (pid %d) runs on this host", kubelet.Process.Pid)) {
+		t.Fatalf("Start with a foreign kubelet running: %v, want a refusal naming it", err)
+	}
 }

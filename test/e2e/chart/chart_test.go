@@ -110,6 +110,7 @@ func TestChartOnRealNode(t *testing.T) {
 		{"ExactlyOneLeaseHolder", testOneLeader},
 		{"LeaderDeletedLeadershipMoves", testLeaderMoves},
 		{"NoReplicaFailurePolicy", testFailClosed},
+		{"UpgradeRollsWithoutLosingAdmission", testUpgrade},
 		{"UninstallLeavesNothing", testUninstall},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, e) }) {
@@ -399,6 +400,74 @@ func testFailClosed(t *testing.T, e *env) {
 	}
 	e.scale(t, 2)
 	e.waitReplicas(t, 2)
+}
+
+// testUpgrade runs helm upgrade with a changed pod template, which rolls
+// both replicas, while clients keep creating a violating pod: every
+// create must be denied by the rule, none may fail because no replica
+// answered, and enforcement goes on after the upgrade.
+func testUpgrade(t *testing.T, e *env) {
+	e.rule(t, "e2e-no-privileged-3", "deny", "e2e-deny")
+	violating := testPod("root", map[string]string{"e2e-deny": "true"}, true)
+	consistently(t, "the rule enforced by both replicas", 10, func() (bool, string) {
+		err := e.createDry(e.workload, violating)
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "e2e-no-privileged-3 violated"), fmt.Sprint(err)
+	})
+	before := map[string]bool{}
+	for _, p := range e.portalPods(t) {
+		before[p.Name] = true
+	}
+	var (
+		mu      sync.Mutex
+		sent    int
+		lost    []string
+		stop    = make(chan struct{})
+		stopped = make(chan struct{})
+	)
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			err := e.createDry(e.workload, violating)
+			mu.Lock()
+			sent++
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "e2e-no-privileged-3 violated") {
+				lost = append(lost, fmt.Sprint(err))
+			}
+			mu.Unlock()
+		}
+	}()
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"upgrade", releaseName, filepath.Join(root, "deploy", "helm", "portal"), "--namespace", releaseNS,
+		"--reuse-values", "--set", "logLevel=debug", "--wait", "--timeout", "4m"}
+	e.helm(t, args...)
+	eventually(t, 3*time.Minute, "both replicas replaced", func(context.Context) (bool, error) {
+		pods := e.portalPods(t)
+		for _, p := range pods {
+			if before[p.Name] || !podReady(p) {
+				return false, nil
+			}
+		}
+		return len(pods) == 2, nil
+	})
+	close(stop)
+	<-stopped
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d creates during the upgrade", sent)
+	if sent < 10 {
+		t.Errorf("only %d creates during the upgrade: the loop did not run", sent)
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d of %d creates during the rolling upgrade were not denied by the rule; first: %s", len(lost), sent, lost[0])
+	}
 }
 
 func testUninstall(t *testing.T, e *env) {
