@@ -54,6 +54,7 @@ func newDevCommand() *cobra.Command {
 	o.cfg.Admission.LocalURL = true
 	o.cfg.Admission.Host = "127.0.0.1"
 	o.cfg.WAF = true
+	o.cfg.APIGateway = true
 	o.cfg.Audit.Enabled = true
 	o.cfg.WAFOptions.CacheAddr = "127.0.0.1:18080"
 	o.rules = []string{filepath.Join("examples", "rules", "pod-security")}
@@ -115,7 +116,20 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 	} else {
 		fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
 	}
-	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: []string{assets.crds}, Node: o.node})
+	crdPaths := []string{assets.crds}
+	// The Gateway API, Istio and OpenReports CRDs come from the Go modules
+	// go.mod pins: there in a checkout, absent from a lone binary.
+	if more, err := devcluster.ThirdPartyCRDPaths(devcluster.GatewayAPIExperimental, devcluster.Istio, devcluster.OpenReports); err == nil {
+		crdPaths = append(crdPaths, more...)
+	} else {
+		fmt.Fprintf(out, "portal dev: not installing the Gateway API, Istio and OpenReports CRDs (%v); apply them yourself to use the WAF attachment and API exposure layers\n", err)
+		// The API exposure layer watches Istio kinds: without their CRDs
+		// it could not start, so it stays off unless asked for.
+		if !changed("apigateway") {
+			o.cfg.APIGateway = false
+		}
+	}
+	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: crdPaths, Node: o.node})
 	if err != nil {
 		return err
 	}

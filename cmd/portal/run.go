@@ -140,6 +140,35 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.DurationVar(&wc.CompileTimeout, "waf-compile-timeout", wc.CompileTimeout, "give up on a RuleSet compile after this long (reason CompileTimeout)")
 	f.IntVar(&wc.Concurrency, "waf-compile-concurrency", wc.Concurrency, "RuleSets compiled at once; one namespace uses at most half of them (at least one)")
 	f.Int64Var(&wc.MaxLastGoodBytes, "waf-max-last-good-bytes", wc.MaxLastGoodBytes, "weight of the last good WAFs kept open to speed up recompiles; the oldest are closed beyond it")
+	// The Engine controller (internal/waf/engine).
+	we := &w.Engine
+	f.StringVar(&we.WASMImage, "waf-wasm-image", we.WASMImage, "OCI reference (oci://...) of the Coraza WASM plugin for istio-wasm Engines that name none in spec.driver.wasm.image")
+	f.StringVar(&we.ProxyImage, "waf-proxy-image", we.ProxyImage, "image of the portal binary that waf-proxy Engines run when they name none in spec.driver.wafProxy.image")
+	f.StringVar(&we.OperatorName, "operator-name", we.OperatorName, "name of Portal's Deployment; when set, istio-wasm Engines also apply an Istio ServiceEntry and DestinationRule (<name>-waf-cache) for the rule cache in --namespace")
+	f.StringSliceVar(&we.AllowedImages, "waf-engine-allowed-images", we.AllowedImages, "image prefixes an Engine may name in spec.driver.wasm.image or spec.driver.wafProxy.image (e.g. oci://registry.example/waf/); empty: Engines get only --waf-wasm-image and --waf-proxy-image")
+	f.DurationVar(&we.TokenExpiration, "waf-engine-token-expiration", we.TokenExpiration, "lifetime of the cache tokens Portal puts in WasmPlugins (at least 10m); renewed when a fifth of it is left")
+
+	// WAF bundles in S3-compatible storage (internal/waf/bundle).
+	wb := &w.Bundle
+	f.StringVar(&wb.URL, "bundle-storage-url", wb.URL, "S3-compatible storage WAF bundles are fetched from and published to, http(s)://host[:port], buckets addressed by path; empty turns S3 bundles off")
+	f.StringVar(&wb.Region, "bundle-storage-region", wb.Region, "region requests to bundle storage are signed for")
+	f.StringVar(&wb.CredentialsSecret, "bundle-storage-credentials-secret", wb.CredentialsSecret, "Secret (NAME in --namespace, or NAMESPACE/NAME) with accessKeyID and secretAccessKey for bundle storage, watched: a change is used by the next request; empty: anonymous")
+	f.StringVar(&wb.CASecret, "bundle-storage-ca-secret", wb.CASecret, "Secret (NAME or NAMESPACE/NAME) whose ca.crt verifies bundle storage's certificate, watched; empty: the system roots")
+	f.StringVar(&wb.ClientCertSecret, "bundle-storage-client-cert-secret", wb.ClientCertSecret, "Secret (NAME or NAMESPACE/NAME) whose tls.crt and tls.key Portal presents to bundle storage (mutual TLS), watched")
+	f.BoolVar(&wb.SkipVerify, "bundle-storage-skip-verify", wb.SkipVerify, "do not verify bundle storage's certificate (development only: anyone on the path can serve bundles, though each is still sha256-checked)")
+	f.Int64Var(&wb.MaxBytes, "bundle-max-bytes", wb.MaxBytes, "refuse a bundle larger than this many bytes before reading it (reason BundleTooLarge)")
+	f.IntVar(&wb.Attempts, "bundle-fetch-attempts", wb.Attempts, "requests one bundle fetch makes at most; network errors, 5xx, 408 and 429 are retried with exponential backoff, other 4xx, TLS and checksum failures are not")
+	f.StringVar(&wb.CacheDir, "bundle-cache-dir", wb.CacheDir, "directory that keeps each policy's last good bundle across restarts (mount a volume); empty keeps them in memory only")
+	f.Int64Var(&wb.CacheMaxBytes, "bundle-cache-max-bytes", wb.CacheMaxBytes, "bytes of bundles --bundle-cache-dir may hold; past it a bundle is enforced but not persisted")
+	f.StringVar(&wb.PublishBucket, "bundle-publish-bucket", wb.PublishBucket, "publish every RuleSet's cached revision to this bucket of --bundle-storage-url and report it in status.bundle; empty publishes nothing")
+	f.StringVar(&wb.PublishPrefix, "bundle-publish-prefix", wb.PublishPrefix, "object key prefix of published bundles (ends with /); keys are PREFIX<namespace>/<name>/<sha256>.json")
+
+	g := &cfg.APIGatewayOptions
+	f.BoolVar(&cfg.APIGateway, "apigateway", cfg.APIGateway, "run the API exposure layer: APIGateway, APIRule and RateLimit generating Istio configuration (L7; needs Istio's CRDs)")
+	f.StringVar(&g.IngressPrincipal, "apigateway-ingress-principal", g.IngressPrincipal, "SPIFFE identity of the Istio ingress gateway, the only caller the AuthorizationPolicies generated for APIRules allow")
+	f.DurationVar(&g.APIRuleResync, "apigateway-apirule-resync", g.APIRuleResync, "reconcile unchanged APIRules this often, repairing hand edits of their Istio objects")
+	f.DurationVar(&g.RateLimitResync, "apigateway-ratelimit-resync", g.RateLimitResync, "reconcile unchanged RateLimits this often")
+	f.DurationVar(&g.GatewayResync, "apigateway-gateway-resync", g.GatewayResync, "reconcile the unchanged APIGateway this often")
 
 	// Names Portal used before it followed controller-runtime's and kubectl's.
 	for old, name := range map[string]string{

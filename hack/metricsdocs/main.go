@@ -25,12 +25,16 @@ import (
 	"github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/audit"
 	"github.com/vilaca/portal/internal/certs"
+	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/policyreport"
 	sinkprometheus "github.com/vilaca/portal/internal/sink/prometheus"
+	wafbundle "github.com/vilaca/portal/internal/waf/bundle"
 	wafcache "github.com/vilaca/portal/internal/waf/cache"
 	wafcontroller "github.com/vilaca/portal/internal/waf/controller"
+	wafengine "github.com/vilaca/portal/internal/waf/engine"
 	wafproxy "github.com/vilaca/portal/internal/waf/proxy"
 )
 
@@ -48,8 +52,10 @@ var layers = []layer{
 	}},
 	{"Admission", "admission", func(r prometheus.Registerer) { admission.NewMetrics(r) }},
 	{"Certificates", "certificates", func(r prometheus.Registerer) { certs.NewMetrics(r) }},
+	{"Cluster cache", "cluster-cache", func(r prometheus.Registerer) { clustercache.NewMetrics(r) }},
 	{"Audit", "audit", func(r prometheus.Registerer) {
 		audit.NewMetrics(r)
+		findings.NewMetrics(r)
 		sinkprometheus.New(r)
 		policyreport.NewMetrics(r, "wgpolicyk8s")
 		alertmanager.NewMetrics(r)
@@ -60,7 +66,9 @@ var layers = []layer{
 		wafcache.NewMetrics(r)
 		// As internal/waf/setup.go names the rule set cache's certificate metrics.
 		certs.NewNamedMetrics(r, "portal_waf_cache_cert", "rule set cache")
+		wafengine.NewMetrics(r)
 	}},
+	{"WAF bundles", "waf-bundles", func(r prometheus.Registerer) { wafbundle.NewMetrics(r) }},
 	{"WAF proxy", "waf-proxy", func(r prometheus.Registerer) { wafproxy.NewMetrics(r) }},
 }
 

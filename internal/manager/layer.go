@@ -7,8 +7,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/vilaca/portal/internal/apigateway"
 	"github.com/vilaca/portal/internal/certs"
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/waf"
 )
@@ -40,6 +43,13 @@ type Deps struct {
 	Rules *rule.Index
 	// RulesLoaded is closed once every rule source has been read.
 	RulesLoaded <-chan struct{}
+	// Cache is the shared cluster cache: layers acquire the resources they
+	// read or watch from it, so two layers never watch one twice.
+	Cache *clustercache.Cache
+	// Findings is the findings pipeline every producer of findings
+	// publishes into under its own name (Findings.Register); it runs the
+	// sinks once. nil when no enabled layer produces findings.
+	Findings *findings.Pipeline
 	// Registerer receives the layers' metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -66,6 +76,9 @@ func enabledLayers(cfg *Config) ([]Layer, error) {
 	}
 	if cfg.WAF {
 		ls = append(ls, &wafLayer{opts: cfg.WAFOptions})
+	}
+	if cfg.APIGateway {
+		ls = append(ls, &apiGatewayLayer{opts: cfg.APIGatewayOptions})
 	}
 	return ls, nil
 }
@@ -114,4 +127,16 @@ func layerNames(ls []Layer) []string {
 		names[i] = l.Name()
 	}
 	return names
+}
+
+// apiGatewayLayer is the L7 API exposure layer (APIGateway, APIRule,
+// RateLimit -> Istio configuration).
+type apiGatewayLayer struct{ opts apigateway.Options }
+
+func (*apiGatewayLayer) Name() string { return "apigateway" }
+
+func (l *apiGatewayLayer) Setup(d Deps) error {
+	o := l.opts
+	o.Logger = d.Logger
+	return apigateway.Setup(d.Manager, o)
 }

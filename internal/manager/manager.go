@@ -25,9 +25,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
+	securityv1 "istio.io/client-go/pkg/apis/security/v1"
+
 	gatewayv1alpha1 "github.com/vilaca/portal/api/gateway/v1alpha1"
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/apigateway"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/rule"
@@ -85,6 +91,11 @@ type Config struct {
 	WAF        bool
 	WAFOptions waf.Options
 
+	// APIGateway runs the L7 API exposure layer: APIGateway, APIRule and
+	// RateLimit generating Istio configuration.
+	APIGateway        bool
+	APIGatewayOptions apigateway.Options
+
 	// Logger receives every log line, as JSON in production.
 	Logger *slog.Logger
 	// OnReady, when set, is called once every enabled layer serves.
@@ -102,17 +113,18 @@ type Config struct {
 // Defaults returns the configuration `portal run` starts from.
 func Defaults() Config {
 	return Config{
-		Namespace:        "portal-system",
-		MetricsAddr:      ":8443",
-		MetricsSecure:    true,
-		HealthAddr:       ":8081",
-		LeaderElection:   true,
-		LeaderElectionID: "portal-leader",
-		RuleBudget:       exprlang.DefaultLimits(),
-		Admission:        defaultAdmission(),
-		WAFOptions:       waf.DefaultOptions(),
-		Audit:            defaultAudit(),
-		Logger:           slog.Default(),
+		Namespace:         "portal-system",
+		MetricsAddr:       ":8443",
+		MetricsSecure:     true,
+		HealthAddr:        ":8081",
+		LeaderElection:    true,
+		LeaderElectionID:  "portal-leader",
+		RuleBudget:        exprlang.DefaultLimits(),
+		Admission:         defaultAdmission(),
+		WAFOptions:        waf.DefaultOptions(),
+		APIGatewayOptions: apigateway.DefaultOptions(),
+		Audit:             defaultAudit(),
+		Logger:            slog.Default(),
 	}
 }
 
@@ -140,7 +152,9 @@ func clientRateLimit(restCfg *rest.Config, qps float32, burst int) *rest.Config 
 // Scheme holds every API type Portal reads or writes.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme, wafv1alpha1.AddToScheme, gatewayv1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme, wafv1alpha1.AddToScheme, gatewayv1alpha1.AddToScheme,
+		// The Istio kinds the API exposure layer writes.
+		networkingv1.AddToScheme, networkingv1alpha3.AddToScheme, securityv1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, err
 		}
@@ -206,10 +220,17 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	// loaded is closed once every rule source has been read, for the
 	// layers that must not answer before.
 	loaded := make(chan struct{})
-	if err := setupLayers(layers, Deps{
+	deps := Deps{
 		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded,
 		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Draining: draining,
-	}); err != nil {
+	}
+	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
+		return fmt.Errorf("findings pipeline: %w", err)
+	}
+	if deps.Cache, err = newClusterCache(mgr, &cfg, reg); err != nil {
+		return fmt.Errorf("cluster cache: %w", err)
+	}
+	if err := setupLayers(layers, deps); err != nil {
 		return err
 	}
 	ruleMetrics := rule.NewMetrics(reg)
@@ -314,3 +335,22 @@ func metricsOptions(cfg *Config) metricsserver.Options {
 }
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }
+
+// newClusterCache builds the manager's one cluster cache and adds it to the
+// manager. It watches nothing until a layer acquires a resource, so a
+// configuration without audit, lookups or network starts no informer. Its
+// resync check runs at least as often as audit's resync wants.
+func newClusterCache(mgr ctrl.Manager, cfg *Config, reg prometheus.Registerer) (*clustercache.Cache, error) {
+	resync := clustercache.DefaultResyncPeriod
+	if cfg.Audit.Enabled && cfg.Audit.ResyncPeriod > 0 {
+		resync = min(resync, cfg.Audit.ResyncPeriod)
+	}
+	cc, err := clustercache.New(mgr.GetConfig(), mgr.GetRESTMapper(), clustercache.Options{ResyncPeriod: resync, Logger: cfg.Logger, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(cc); err != nil {
+		return nil, err
+	}
+	return cc, nil
+}

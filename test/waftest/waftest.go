@@ -61,6 +61,12 @@ type Env struct {
 // 127.0.0.1, and returns once the server listens with its certificate. stop
 // ends it.
 func Start(cl *devcluster.Cluster, log *slog.Logger) (env *Env, stop func() error, err error) {
+	return StartWith(cl, log, nil)
+}
+
+// StartWith is Start with the layer's options changed by configure (nil:
+// none) before the layer is set up.
+func StartWith(cl *devcluster.Cluster, log *slog.Logger, configure func(*waf.Options)) (env *Env, stop func() error, err error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, wafv1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -91,6 +97,9 @@ func Start(cl *devcluster.Cluster, log *slog.Logger) (env *Env, stop func() erro
 		return nil, nil, err
 	}
 	opts.Certificates = env.Certs
+	if configure != nil {
+		configure(&opts)
+	}
 	if env.Layer, err = waf.Setup(mgr, opts); err != nil {
 		return nil, nil, err
 	}

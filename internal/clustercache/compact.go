@@ -1,4 +1,4 @@
-package audit
+package clustercache
 
 import (
 	"bytes"
@@ -13,24 +13,33 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/tools/cache"
 )
 
-// cachedObject is what an audit informer caches for one object: its JSON,
-// deflated, and the few metadata fields the informer, its keys and our event
-// handlers read. An *unstructured.Unstructured pod costs ~18 KB of heap in
-// nested maps and its JSON ~3 KB; deflated against a dictionary of its
-// kind it is a few hundred bytes at most, so at thousands of objects the
-// cache shrinks many times. Evaluation decodes it again, once per evaluation.
-type cachedObject struct {
+// Object is what the cluster cache holds for one object: its JSON,
+// deflated, and the few metadata fields the informer, its keys, label
+// selectors and event handlers read. An *unstructured.Unstructured pod costs
+// ~18 KB of heap in nested maps and its JSON ~3 KB; deflated against a
+// dictionary of its kind it is a few hundred bytes at most, so at thousands
+// of objects the cache shrinks many times. Readers decode it again (Decode),
+// and own what they decode.
+type Object struct {
 	// ObjectMeta holds only namespace, name, uid and resourceVersion: the
-	// key functions, tombstones and sameVersion need no more, and rules read
-	// the decoded object, not this.
+	// key functions, tombstones and sameVersion need no more, and readers
+	// read the decoded object, not this.
 	metav1.ObjectMeta
-	typeMeta metav1.TypeMeta
+	// labels are the object's labels as one string, key NUL value NUL ...,
+	// sorted by key: label selectors match without decoding, for far less
+	// heap than a map (label keys and values never hold a NUL).
+	labels flatLabels
+	// bigLabels: the labels were too long to keep flat (maxFlatLabels);
+	// Labels decodes them from the deflated JSON.
+	bigLabels bool
+	typeMeta  metav1.TypeMeta
 	// deflated is the object's JSON without metadata.managedFields,
 	// compressed with dict. Neither is written after the transform, so
 	// copies share them.
@@ -41,27 +50,50 @@ type cachedObject struct {
 }
 
 var (
-	_ runtime.Object = (*cachedObject)(nil)
-	_ metav1.Object  = (*cachedObject)(nil)
+	_ runtime.Object = (*Object)(nil)
+	_ metav1.Object  = (*Object)(nil)
 )
 
 // GetObjectKind implements runtime.Object.
-func (o *cachedObject) GetObjectKind() schema.ObjectKind { return &o.typeMeta }
+func (o *Object) GetObjectKind() schema.ObjectKind { return &o.typeMeta }
 
 // DeepCopyObject implements runtime.Object. deflated is shared, not copied:
 // it is immutable, and copying it would defeat the point of caching it
 // compact.
-func (o *cachedObject) DeepCopyObject() runtime.Object {
-	c := &cachedObject{typeMeta: o.typeMeta, deflated: o.deflated, dict: o.dict, err: o.err}
+func (o *Object) DeepCopyObject() runtime.Object {
+	c := &Object{typeMeta: o.typeMeta, labels: o.labels, bigLabels: o.bigLabels, deflated: o.deflated, dict: o.dict, err: o.err}
 	o.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	return c
 }
+
+// Decode decodes the cached JSON into a new object, which the caller owns.
+// An object that could not be cached compact (its JSON could not be encoded)
+// returns why.
+func (o *Object) Decode() (*unstructured.Unstructured, error) { return o.decode() }
+
+// Labels are the object's labels, for a labels.Selector.
+func (o *Object) Labels() labels.Labels {
+	if !o.bigLabels {
+		return o.labels
+	}
+	u, err := o.decode()
+	if err != nil {
+		return labels.Set{}
+	}
+	return labels.Set(u.GetLabels())
+}
+
+// Key is the object's namespace and name.
+func (o *Object) Key() Key { return Key{Namespace: o.Namespace, Name: o.Name} }
+
+// Size is the heap the object's compact JSON holds, in bytes.
+func (o *Object) Size() int { return len(o.deflated) }
 
 // decode decodes the cached JSON into a new object, which the caller owns.
 // It uses the decoder of unstructured.UnstructuredJSONScheme, which the
 // dynamic client uses too, so every value comes back as it was cached:
 // integers as int64, other numbers as float64 (see integralFloat).
-func (o *cachedObject) decode() (*unstructured.Unstructured, error) {
+func (o *Object) decode() (*unstructured.Unstructured, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -74,22 +106,28 @@ func (o *cachedObject) decode() (*unstructured.Unstructured, error) {
 	return &unstructured.Unstructured{Object: m}, nil
 }
 
-func (o *cachedObject) key() string {
+func (o *Object) key() string {
 	if o.Namespace == "" {
 		return o.Name
 	}
 	return o.Namespace + "/" + o.Name
 }
 
-// compact turns u into a cachedObject deflated with d, which it sets from u
+// compact turns u into a Object deflated with d, which it sets from u
 // when it is still empty. It deletes u's managedFields: the informer hands
 // the transform the object it just decoded, which nothing else holds
 // (controller-runtime's TransformStripManagedFields does the same), and the
 // cache keeps only the JSON.
-func compact(u *unstructured.Unstructured, d *dictionary) *cachedObject {
-	c := &cachedObject{typeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}, dict: d}
+func compact(u *unstructured.Unstructured, d *dictionary) *Object {
+	c := &Object{typeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}, dict: d}
 	c.Namespace, c.Name = u.GetNamespace(), u.GetName()
 	c.UID, c.ResourceVersion = u.GetUID(), u.GetResourceVersion()
+	c.labels = flattenLabels(u.GetLabels())
+	if len(c.labels) > maxFlatLabels {
+		// Anyone who may create an object chooses its labels: thousands
+		// of them deflate to little but would be held in full here.
+		c.labels, c.bigLabels = "", true
+	}
 	if md, ok := u.Object["metadata"].(map[string]any); ok {
 		delete(md, "managedFields")
 	}
@@ -98,12 +136,17 @@ func compact(u *unstructured.Unstructured, d *dictionary) *cachedObject {
 	defer e.release()
 	deflated, err := e.deflate(u.Object, d)
 	if err != nil {
-		c.err = fmt.Errorf("encode %s %s for the audit cache: %w", c.typeMeta.Kind, c.key(), err)
+		c.err = fmt.Errorf("encode %s %s for the cluster cache: %w", c.typeMeta.Kind, c.key(), err)
 		return c
 	}
 	c.deflated = deflated
 	return c
 }
+
+// maxFlatLabels bounds the labels an Object keeps outside its deflated
+// JSON. Real label sets are far shorter; longer ones are read from the JSON,
+// which costs a decode per selector match but keeps the cache compact.
+const maxFlatLabels = 2 << 10
 
 // deflateLevel is the lowest level that uses a preset dictionary:
 // flate.BestSpeed ignores one, and a pod deflated without it is three times
@@ -115,7 +158,7 @@ const deflateLevel = 2
 // never read.
 const maxDictionary = 32 << 10
 
-// dictionary is the preset deflate dictionary of one audited resource: the
+// dictionary is the preset deflate dictionary of one cached resource: the
 // JSON of the first object its informer caches. Objects of one kind share
 // most keys and many values, so against it a pod deflates to ~100 bytes
 // instead of ~1 KB. It is set once and never changed, as each object
@@ -275,17 +318,17 @@ func integral(v any) (integralFloat, bool) {
 	return integralFloat(f), true
 }
 
-// compactTransform is the audit informers' transform: every listed or
-// watched object is cached as a cachedObject. It never fails, since a
+// compactTransform is the cache informers' transform: every listed or
+// watched object is cached as an Object. It never fails, since a
 // transform error would abort a whole list: an object that cannot be encoded
-// is logged here and cached with its error, which evaluate reports.
+// is logged here and cached with its error, which Decode reports.
 func compactTransform(log *slog.Logger, resource string) cache.TransformFunc {
 	// One transform per informer: the resource's objects share a
 	// dictionary, which lives as long as the cache holding them.
 	dict := new(dictionary)
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
-		case *cachedObject:
+		case *Object:
 			// A watch-list's initial objects go through the transform
 			// in the reflector's temporary store and again when they
 			// replace the FIFO's content.
@@ -293,7 +336,7 @@ func compactTransform(log *slog.Logger, resource string) cache.TransformFunc {
 		case *unstructured.Unstructured:
 			c := compact(o, dict)
 			if c.err != nil {
-				log.Error("audit: object not cached compact; its evaluation will fail", "resource", resource, "error", c.err)
+				log.Error("cluster cache: object not cached compact; reading it will fail", "resource", resource, "error", c.err)
 			}
 			return c, nil
 		default:

@@ -1,4 +1,4 @@
-package audit
+package clustercache
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -101,7 +102,7 @@ func decodeJSON(t testing.TB, data string) *unstructured.Unstructured {
 
 // roundTrip compacts the decoded data and decodes it again; it also returns
 // what it should decode to.
-func roundTrip(t *testing.T, data string) (got, want *unstructured.Unstructured, c *cachedObject) {
+func roundTrip(t *testing.T, data string) (got, want *unstructured.Unstructured, c *Object) {
 	t.Helper()
 	want = decodeJSON(t, data)
 	unstructured.RemoveNestedField(want.Object, "metadata", "managedFields")
@@ -320,7 +321,7 @@ func TestCompactMeta(t *testing.T) {
 	if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(tomb); err != nil || k != key {
 		t.Errorf("tombstone key = %q, %v", k, err)
 	}
-	cp := c.DeepCopyObject().(*cachedObject)
+	cp := c.DeepCopyObject().(*Object)
 	if !sameVersion(c, cp) {
 		t.Error("a copy is not the same version")
 	}
@@ -338,7 +339,7 @@ func TestCompactTransform(t *testing.T) {
 	var logs bytes.Buffer
 	transform := compactTransform(slog.New(slog.NewTextHandler(&logs, nil)), "pods")
 	out, err := transform(decodeJSON(t, podJSON))
-	c, ok := out.(*cachedObject)
+	c, ok := out.(*Object)
 	if err != nil || !ok {
 		t.Fatalf("transform = %T, %v", out, err)
 	}
@@ -361,7 +362,7 @@ func TestCompactTransform(t *testing.T) {
 	if err != nil {
 		t.Fatalf("transform failed: %v", err)
 	}
-	bc := out.(*cachedObject)
+	bc := out.(*Object)
 	if bc.GetName() != "bench-00042" {
 		t.Errorf("failed object has no identity: %q", bc.GetName())
 	}
@@ -427,9 +428,9 @@ func testCompactInformer(t *testing.T, watchList bool) {
 	}
 	events := make(chan string, 10)
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { events <- "add " + obj.(*cachedObject).GetResourceVersion() },
+		AddFunc: func(obj any) { events <- "add " + obj.(*Object).GetResourceVersion() },
 		UpdateFunc: func(o, n any) {
-			events <- "update " + o.(*cachedObject).GetResourceVersion() + "->" + n.(*cachedObject).GetResourceVersion()
+			events <- "update " + o.(*Object).GetResourceVersion() + "->" + n.(*Object).GetResourceVersion()
 		},
 		DeleteFunc: func(obj any) {
 			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
@@ -466,7 +467,7 @@ func testCompactInformer(t *testing.T, watchList bool) {
 	if !ok || err != nil {
 		t.Fatalf("not cached: %v", err)
 	}
-	obj, err := item.(*cachedObject).decode()
+	obj, err := item.(*Object).decode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,4 +523,30 @@ func FuzzCachedRoundTrip(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A tenant's object with thousands of labels is held deflated, not as a
+// flat copy of every label, and selectors still match it.
+func TestCompactBigLabels(t *testing.T) {
+	u := decodeJSON(t, podJSON)
+	many := map[string]string{}
+	for i := range 5000 {
+		many[fmt.Sprintf("label-%05d", i)] = "value"
+	}
+	many["app"] = "web"
+	u.SetLabels(many)
+	c := compact(u, new(dictionary))
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	if held := len(c.labels) + len(c.deflated); held > 32<<10 {
+		t.Errorf("object with 5,000 labels holds %d bytes", held)
+	}
+	if !labels.SelectorFromSet(labels.Set{"app": "web"}).Matches(c.Labels()) || c.Labels().Has("nope") {
+		t.Error("selectors do not read the deflated labels")
+	}
+	small := compact(decodeJSON(t, podJSON), new(dictionary))
+	if small.bigLabels || small.Labels().Get("team") != "platform" {
+		t.Error("ordinary labels not kept flat")
+	}
 }
