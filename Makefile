@@ -26,7 +26,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 GENERATED_DIRS := api deploy/crds
 
 .PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go fuzz test \
-	bench bench-admission bench-audit bench-eval-kyverno build run eval-demo clean clean-tools
+	bench bench-admission bench-audit bench-eval-kyverno build run run-node eval-demo clean clean-tools
 
 help: ## List the targets
 	@echo 'Targets:'
@@ -34,14 +34,33 @@ help: ## List the targets
 
 ## ---- tools -----------------------------------------------------------------
 
-tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl bundle-tools ## Build bin/k8s/{kube-apiserver,kubectl,etcd}, bin/alertmanager, bin/helm, bin/versitygw and bin/istioctl when missing or when hack/tools pins change; install nginx (apt-get) when missing
+tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(NODE_BINS) node-tools $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl bundle-tools ## Build bin/k8s/{kube-apiserver,kubectl,etcd,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}, bin/alertmanager, bin/helm, bin/versitygw and bin/istioctl when missing or when hack/tools pins change; install nginx and the node's packages (apt-get) when missing
 	@:
+
+# Debian packages of the test node: the container runtime, the CNI plugins
+# (/usr/lib/cni) and what kube-proxy needs.
+NODE_PKGS := containerd runc containernetworking-plugins iptables conntrack
+
+.PHONY: node-tools
+node-tools: ## Install containerd, runc, containernetworking-plugins, iptables and conntrack (apt-get) when missing
+	@missing=; for p in $(NODE_PKGS); do \
+		dpkg-query -W -f '$${Status}' "$$p" 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		echo "node-tools: installing$$missing"; \
+		$$sudo apt-get update && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
 
 # The version of k8s.io/kubernetes in hack/tools/go.mod is stamped in as the release
 # build does, so /version and `kubectl version` report it instead of v0.0.0-master.
 # go build leaves an up-to-date binary untouched, so touch it: otherwise a go.mod
 # edit that does not change the binary would rebuild on every run.
-$(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl: $(K8S_TOOLS_DEPS)
+# The node of the tests that need pods (internal/devcluster/node): built from the same pin.
+NODE_BINS := $(K8S_BIN)/kubelet $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kube-scheduler $(K8S_BIN)/kube-proxy
+
+$(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(NODE_BINS): $(K8S_TOOLS_DEPS)
 	@echo 'tools: building $@ (several minutes when the build cache is cold)'
 	@mkdir -p $(@D)
 	@cd hack/tools && \
@@ -266,6 +285,10 @@ build: ## Build bin/portal (stamped with the git commit: portal version)
 run: tools build ## Run portal dev: a local control plane with Portal in it (Ctrl-C stops it)
 	@$(BIN)/portal dev
 
+# Needs root: the node changes mounts, cgroups, interfaces and iptables (and undoes it).
+run-node: tools build ## Run portal dev --node: the same, with a node running real pods (needs root)
+	@$(BIN)/portal dev --node
+
 # portal eval exits 1 when a deny rule fails, which is what this demo shows.
 eval-demo: build ## Evaluate the pod-security bundle on examples/manifests offline
 	@$(BIN)/portal eval --rules examples/rules/pod-security --file examples/manifests || test $$? -eq 1
@@ -274,7 +297,7 @@ clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
 	@rm -rf $(BIN)/site
 
-clean-tools: ## Remove bin/k8s, bin/alertmanager, bin/helm, bin/versitygw, bin/istioctl and bin/kyverno (the next `make tools` rebuilds what it needs)
+clean-tools: ## Remove bin/k8s (with the node binaries), bin/alertmanager, bin/helm, bin/versitygw, bin/istioctl and bin/kyverno (the next `make tools` rebuilds what it needs)
 	@rm -rf $(K8S_BIN) $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl $(BIN)/kyverno
 
 ## ---- image and Helm chart ------------------------------------------------

@@ -37,6 +37,7 @@ type devOptions struct {
 	manifests     []string
 	logLevel      string
 	binDir        string
+	node          bool
 	cfg           manager.Config
 }
 
@@ -86,6 +87,7 @@ binary, written next to the kubeconfig.`,
 	f.StringSliceVar(&o.manifests, "install-manifests", o.manifests, "manifest files or directories to create (namespaced objects without a namespace go to default)")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (logs go to stderr)")
 	f.StringVar(&o.binDir, "k8s-bin-dir", o.binDir, "directory of kube-apiserver, etcd and kubectl (default: beside the portal binary, then bin/k8s of the checkout)")
+	f.BoolVar(&o.node, "node", o.node, "also run a node with real pods (containerd, kubelet, kube-proxy; needs root, `make tools` and the source checkout); Portal stays in this process")
 	addManagerFlags(f, &o.cfg)
 	return cmd
 }
@@ -110,7 +112,11 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 		o.manifests = mapSlice(o.manifests, assets.path)
 	}
 	start := time.Now()
-	fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
+	if o.node {
+		fmt.Fprintln(out, "portal dev: starting etcd, kube-apiserver and a node (containerd, kubelet, kube-proxy, controllers, scheduler)")
+	} else {
+		fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
+	}
 	crdPaths := []string{assets.crds}
 	// The Gateway API, Istio and OpenReports CRDs come from the Go modules
 	// go.mod pins: there in a checkout, absent from a lone binary.
@@ -124,7 +130,7 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 			o.cfg.APIGateway = false
 		}
 	}
-	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: crdPaths})
+	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: crdPaths, Node: o.node})
 	if err != nil {
 		return err
 	}
@@ -172,6 +178,14 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 				fmt.Fprintln(os.Stderr, "portal dev:", err)
 				return
 			}
+		}
+		if o.node {
+			hint, err := runHello(ctx, c)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "portal dev:", err)
+				return
+			}
+			proxyHint += hint
 		}
 		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
 		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",

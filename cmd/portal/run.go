@@ -106,6 +106,7 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.IntVar(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "requests allowed above --kube-api-qps in a burst; 0 means twice --kube-api-qps")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", cfg.LeaderElection, "elect one replica to write status, certificates and webhook configuration")
 	f.StringVar(&cfg.LeaderElectionID, "leader-election-id", cfg.LeaderElectionID, "name of the leader election Lease in --namespace; Portal Deployments that run different layers need different names")
+	f.DurationVar(&cfg.ShutdownDrain, "shutdown-drain", cfg.ShutdownDrain, "on SIGTERM, keep serving this long, closing each webhook connection after its response, before stopping: the API server's pooled connections move to the replicas that stay (0 stops at once)")
 
 	// Rule evaluation budget (admission and audit).
 	f.Int64Var(&cfg.RuleBudget.Operations, "rule-max-operations", cfg.RuleBudget.Operations, "operations one rule evaluation may run (each operator, function call and loop iteration counts) before it ends in an error")

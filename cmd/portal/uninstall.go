@@ -22,7 +22,12 @@ type uninstallOptions struct {
 	Namespace   string
 	ConfigNames []string
 	Deployments []string
-	Timeout     time.Duration
+	// Secrets and Leases are what Portal itself wrote in Namespace (its
+	// certificate Secrets, its leader-election Leases): no package manager
+	// knows them, so they go once no Portal pod is left to write them again.
+	Secrets []string
+	Leases  []string
+	Timeout time.Duration
 	// Poll is how often the pods are listed while waiting; default 1s.
 	Poll time.Duration
 }
@@ -36,8 +41,9 @@ func newUninstallCommand() *cobra.Command {
 		Long: `Remove what Portal writes that would outlive it, in the order that keeps the
 cluster working: delete the ValidatingWebhookConfiguration(s), scale Portal's
 Deployments to zero so no leader writes them again, wait until no Portal pod
-is left, and delete the configuration(s) once more. The Helm chart runs it as
-a pre-delete hook; run it by hand before deleting Portal any other way.`,
+is left, delete the configuration(s) once more, then the Secrets and Leases
+Portal wrote (--secrets, --leases). The Helm chart runs it as a pre-delete
+hook; run it by hand before deleting Portal any other way.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(logLevel)
@@ -65,6 +71,8 @@ a pre-delete hook; run it by hand before deleting Portal any other way.`,
 	f.StringVar(&o.Namespace, "namespace", o.Namespace, "Portal's namespace")
 	f.StringSliceVar(&o.ConfigNames, "webhook-config-name", o.ConfigNames, "ValidatingWebhookConfiguration(s) to delete")
 	f.StringSliceVar(&o.Deployments, "deployments", o.Deployments, "Portal's Deployments in --namespace, to scale to zero")
+	f.StringSliceVar(&o.Secrets, "secrets", o.Secrets, "Secrets Portal wrote in --namespace (its certificates), deleted once its pods are gone")
+	f.StringSliceVar(&o.Leases, "leases", o.Leases, "leader-election Leases in --namespace, deleted once Portal's pods are gone")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long to wait for Portal's pods to stop")
 	f.StringVar(&kubeconfig, "kubeconfig", kubeconfig, "kubeconfig to use outside a cluster (default: $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
@@ -114,6 +122,30 @@ func uninstall(ctx context.Context, cs kubernetes.Interface, o uninstallOptions,
 	}
 	if err != nil {
 		return fmt.Errorf("webhook configurations deleted, but Portal's pods did not stop within --timeout %s: delete them, then delete the configurations %v again: %w", o.Timeout, o.ConfigNames, err)
+	}
+	return deleteLeftovers(ctx, cs, o, log)
+}
+
+// deleteLeftovers deletes the Secrets and Leases Portal wrote; only once
+// its pods are gone, as a running leader would write them again.
+func deleteLeftovers(ctx context.Context, cs kubernetes.Interface, o uninstallOptions, log *slog.Logger) error {
+	for _, name := range o.Secrets {
+		err := cs.CoreV1().Secrets(o.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete Secret %s/%s: %w", o.Namespace, name, err)
+		}
+		if err == nil {
+			log.Info("deleted Portal's Secret", "name", name)
+		}
+	}
+	for _, name := range o.Leases {
+		err := cs.CoordinationV1().Leases(o.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete Lease %s/%s: %w", o.Namespace, name, err)
+		}
+		if err == nil {
+			log.Info("deleted Portal's leader-election Lease", "name", name)
+		}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,7 +59,28 @@ func uninstallFixture(t *testing.T) (kubernetes.Interface, string) {
 		t.Fatal(err)
 	}
 	createWebhookConfig(t, cs)
+	// What Portal writes at run time: its certificate Secret and Lease.
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "portal-webhook-cert", Namespace: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "portal", Namespace: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	return cs, ns
+}
+
+// portalWrittenLeft lists which of the Secret and Lease Portal wrote are
+// still there.
+func portalWrittenLeft(t *testing.T, cs kubernetes.Interface, ns string) []string {
+	t.Helper()
+	var left []string
+	if _, err := cs.CoreV1().Secrets(ns).Get(t.Context(), "portal-webhook-cert", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		left = append(left, "Secret portal-webhook-cert")
+	}
+	if _, err := cs.CoordinationV1().Leases(ns).Get(t.Context(), "portal", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		left = append(left, "Lease portal")
+	}
+	return left
 }
 
 // createWebhookConfig writes the configuration as Portal's leader does: a
@@ -97,7 +119,8 @@ func webhookConfigGone(t *testing.T, cs kubernetes.Interface) bool {
 func TestUninstallRemovesWebhookConfigFirstAndAfterPortalStops(t *testing.T) {
 	cs, ns := uninstallFixture(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	o := uninstallOptions{Namespace: ns, ConfigNames: []string{"portal-test"}, Deployments: []string{"portal", "absent"}, Timeout: time.Minute, Poll: 20 * time.Millisecond}
+	o := uninstallOptions{Namespace: ns, ConfigNames: []string{"portal-test"}, Deployments: []string{"portal", "absent"}, Timeout: time.Minute, Poll: 20 * time.Millisecond,
+		Secrets: []string{"portal-webhook-cert", "absent"}, Leases: []string{"portal"}}
 	done := make(chan error, 1)
 	go func() { done <- uninstall(t.Context(), cs, o, log) }()
 
@@ -113,6 +136,9 @@ func TestUninstallRemovesWebhookConfigFirstAndAfterPortalStops(t *testing.T) {
 		t.Fatalf("uninstall returned while a Portal pod runs: %v", err)
 	default:
 	}
+	if left := portalWrittenLeft(t, cs, ns); len(left) != 2 {
+		t.Fatalf("only %v left while a Portal pod runs: a running leader would write them again", left)
+	}
 	// The stopping leader writes the configuration once more.
 	createWebhookConfig(t, cs)
 	if err := cs.CoreV1().Pods(ns).Delete(t.Context(), "portal-1", metav1.DeleteOptions{}); err != nil {
@@ -123,6 +149,9 @@ func TestUninstallRemovesWebhookConfigFirstAndAfterPortalStops(t *testing.T) {
 	}
 	if !webhookConfigGone(t, cs) {
 		t.Error("the webhook configuration written back while Portal stopped is still there")
+	}
+	if left := portalWrittenLeft(t, cs, ns); len(left) > 0 {
+		t.Errorf("left after uninstall: %v", left)
 	}
 }
 

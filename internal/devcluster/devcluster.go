@@ -38,6 +38,9 @@ var Binaries = []string{"kube-apiserver", "etcd", "kubectl"}
 // own default (20s) is tight on a small machine that is also compiling.
 const defaultStartTimeout = time.Minute
 
+// nodeStopTimeout bounds the API server's and etcd's shutdown with a node.
+const nodeStopTimeout = 90 * time.Second
+
 // Options configures Start. The zero value is ready to use.
 type Options struct {
 	// CRDDirectoryPaths are directories (or files) of CustomResourceDefinition manifests
@@ -55,6 +58,15 @@ type Options struct {
 	// (without dashes) to value, e.g. "admission-control-config-file" to
 	// make the API server present a client certificate to webhooks.
 	APIServerFlags map[string]string
+
+	// Node also runs a node that runs pods: containerd, the kubelet,
+	// kube-proxy, kube-controller-manager and kube-scheduler, with the API
+	// server on NodeIP instead of 127.0.0.1. It needs root, the binaries of
+	// NodeBinaries in BinaryDir and the host packages `make node-tools`
+	// installs. One node runs per host: Start waits (as long as ctx allows)
+	// for another process's node to stop. Stop removes everything the node
+	// put on the host; after a crash, the next Start does.
+	Node bool
 }
 
 // Cluster is a running control plane. Call Stop when done.
@@ -64,6 +76,7 @@ type Cluster struct {
 
 	env      *envtest.Environment
 	binDir   string
+	node     *node
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -127,27 +140,67 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(binDir, "etcd")}
 	env.ControlPlane.KubectlPath = filepath.Join(binDir, "kubectl")
 
+	var n *node
+	if opts.Node {
+		if os.Getenv("KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT") == "" {
+			// With hundreds of objects and a node's watches the API server
+			// can take longer than envtest's 20 s to shut down.
+			env.ControlPlaneStopTimeout = nodeStopTimeout
+		}
+		if n, err = prepareNode(ctx, env, binDir); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		// env.Start leaves whatever it started running when a later step fails.
 		if stopErr := env.Stop(); stopErr != nil {
 			err = errors.Join(err, fmt.Errorf("stopping the partly started control plane: %w", stopErr))
 		}
+		if n != nil {
+			err = errors.Join(err, n.stop())
+		}
 		return nil, fmt.Errorf("devcluster: starting the control plane from %s: %w", binDir, err)
 	}
-	c := &Cluster{Config: cfg, env: env, binDir: binDir}
+	c := &Cluster{Config: cfg, env: env, binDir: binDir, node: n}
+	if n != nil {
+		if err := n.startComponents(ctx, cfg, env.KubeConfig); err != nil {
+			return nil, errors.Join(err, c.Stop())
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(err, c.Stop())
 	}
 	return c, nil
 }
 
+// HasNode reports whether the cluster runs pods (Options.Node).
+func (c *Cluster) HasNode() bool { return c.node != nil }
+
+// NodeLogDir is the directory of the node components' logs (containerd,
+// kubelet, kube-proxy, kube-controller-manager, kube-scheduler), or "".
+func (c *Cluster) NodeLogDir() string {
+	if c.node == nil {
+		return ""
+	}
+	return c.node.path("logs")
+}
+
 // Stop stops kube-apiserver and etcd, waits for both processes to exit and removes their
-// temporary directories. It is safe to call more than once.
+// temporary directories; with a node, it also kills every pod and node component and
+// removes what they put on the host. It is safe to call more than once.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
+		if c.node != nil {
+			c.node.stopComponents()
+		}
 		if err := c.env.Stop(); err != nil {
 			c.stopErr = fmt.Errorf("devcluster: stopping the control plane: %w", err)
+		}
+		if c.node != nil {
+			if err := c.node.stop(); err != nil {
+				c.stopErr = errors.Join(c.stopErr, fmt.Errorf("devcluster: removing the node: %w", err))
+			}
 		}
 	})
 	return c.stopErr

@@ -137,7 +137,7 @@ func (l *admissionLayer) Setup(d Deps) error {
 	if err != nil {
 		return err
 	}
-	mgr.GetWebhookServer().Register(admission.Path, wh)
+	mgr.GetWebhookServer().Register(admission.Path, drainingHandler(wh, d.Draining))
 	if err := mgr.AddReadyzCheck("admission", wh.ReadyCheck()); err != nil {
 		return err
 	}

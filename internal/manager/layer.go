@@ -59,6 +59,9 @@ type Deps struct {
 	Logger     *slog.Logger
 	// Namespace is Portal's own namespace.
 	Namespace string
+	// Draining is closed once Portal has been asked to stop and serves
+	// Config.ShutdownDrain more before it does.
+	Draining <-chan struct{}
 }
 
 // enabledLayers returns the layers cfg switches on, in the order they are

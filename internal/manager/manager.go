@@ -104,6 +104,10 @@ type Config struct {
 	Logger *slog.Logger
 	// OnReady, when set, is called once every enabled layer serves.
 	OnReady func()
+	// ShutdownDrain is how long Portal keeps serving after ctx ends,
+	// closing each webhook connection after its response, before it
+	// stops (see drainAfter). 0 stops at once.
+	ShutdownDrain time.Duration
 	// Registerer receives every layer's metrics. nil means
 	// controller-runtime's metrics.Registry, which the metrics endpoint
 	// serves; another registry lets two managers run in one process.
@@ -167,6 +171,8 @@ func Scheme() (*runtime.Scheme, error) {
 // Run starts the manager with the configured layers and blocks until ctx
 // ends or a layer fails.
 func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
+	ctx, draining, stopDrain := drainAfter(ctx, cfg.ShutdownDrain)
+	defer stopDrain()
 	log := cfg.Logger
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 	restCfg = clientRateLimit(restCfg, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
@@ -222,7 +228,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	loaded := make(chan struct{})
 	deps := Deps{
 		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded,
-		Registerer: reg, Logger: log, Namespace: cfg.Namespace,
+		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Draining: draining,
 	}
 	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
 		return fmt.Errorf("findings pipeline: %w", err)

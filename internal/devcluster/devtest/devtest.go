@@ -8,12 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -36,7 +40,8 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 // Shared is one control plane for the tests of a package, started by the
 // first test that asks for it, so unit tests and fuzz targets in the same
 // package do not pay for it. Declare one per package and call Main from
-// TestMain.
+// TestMain. With Options.Node it is also the package's one node: give each
+// test its own Namespace.
 type Shared struct {
 	// Options start the control plane.
 	Options devcluster.Options
@@ -108,4 +113,53 @@ func Run(mgr ctrl.Manager) (stop func() error) {
 		cancel()
 		return <-done
 	}
+}
+
+// Namespace creates a namespace for the calling test (its name derived
+// from the test's), waits for its default ServiceAccount, which pods need
+// on a cluster with a node (Options.Node), and deletes it when the test
+// ends. Tests that share a node keep apart this way.
+func Namespace(t testing.TB, cl *devcluster.Cluster) string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cl.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: namespacePrefix(t.Name())}}
+	ns, err = cs.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create the test's namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
+	if cl.HasNode() {
+		Eventually(t, "the default ServiceAccount of "+ns.Name, func() bool {
+			_, err := cs.CoreV1().ServiceAccounts(ns.Name).Get(context.Background(), "default", metav1.GetOptions{})
+			return err == nil
+		})
+	}
+	return ns.Name
+}
+
+// namespacePrefix turns a test name into a namespace name prefix: lower
+// case letters, digits and dashes, short enough for the random suffix.
+func namespacePrefix(test string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(test) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		case b.Len() > 0 && !strings.HasSuffix(b.String(), "-"):
+			b.WriteByte('-')
+		}
+	}
+	p := strings.Trim(b.String(), "-")
+	if len(p) > 40 {
+		p = strings.TrimRight(p[:40], "-")
+	}
+	if p == "" {
+		p = "test"
+	}
+	return p + "-"
 }

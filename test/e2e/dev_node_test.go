@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vilaca/portal/internal/devcluster"
+)
+
+// helloURL is the curl line portal dev --node prints.
+var helloURL = regexp.MustCompile(`curl (http://[0-9.]+/)`)
+
+// TestPortalDevNode: `portal dev --node` comes up with real pods, a pod
+// answers through the printed ClusterIP from the host, and Ctrl-C leaves
+// nothing of the node on the host.
+func TestPortalDevNode(t *testing.T) {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "portal")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/portal")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	dev := exec.Command(bin, "dev", "--node", "--kubeconfig-out", kubeconfig,
+		"--webhook-port", itoa(freePort(t)),
+		"--metrics-bind-address", "127.0.0.1:"+itoa(freePort(t)),
+		"--health-probe-bind-address", "127.0.0.1:"+itoa(freePort(t)),
+		"--waf-cache-addr", "127.0.0.1:"+itoa(freePort(t)))
+	// The node's images are built from the checkout.
+	dev.Dir = root
+	dev.Stderr = os.Stderr
+	stdout, err := dev.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	url := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			t.Log(sc.Text())
+			if m := helloURL.FindStringSubmatch(sc.Text()); m != nil {
+				url <- m[1]
+			}
+		}
+		exited <- dev.Wait()
+	}()
+	t.Cleanup(func() { _ = dev.Process.Kill() })
+
+	var u string
+	select {
+	case u = <-url:
+	case err := <-exited:
+		t.Fatalf("portal dev --node exited before printing the Service's address: %v", err)
+	case <-time.After(3 * time.Minute):
+		t.Fatal("portal dev --node printed no Service address within 3 minutes")
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(u)
+	if err != nil {
+		t.Fatalf("GET %s from the host: %v", u, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.HasPrefix(string(body), "hello from hello-") {
+		t.Fatalf("GET %s: %q, want an answer of a demo/hello pod", u, body)
+	}
+
+	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("portal dev --node did not exit cleanly on Ctrl-C: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("portal dev --node still running a minute after Ctrl-C")
+	}
+	if _, err := os.Stat(devcluster.NodeRunDir()); !os.IsNotExist(err) {
+		t.Errorf("the node's directory %s is still there", devcluster.NodeRunDir())
+	}
+	for _, link := range []string{"portal0", "portal-svc0"} {
+		if _, err := net.InterfaceByName(link); err == nil {
+			t.Errorf("interface %s left", link)
+		}
+	}
+	if cg, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods"); len(cg) > 0 {
+		t.Errorf("cgroups left: %v", cg)
+	}
+	out, err := exec.Command("iptables-save").Output()
+	if err != nil || strings.Contains(string(out), "KUBE-") {
+		t.Errorf("iptables chains of the node left (err %v)", err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
