@@ -62,7 +62,7 @@ every enabled layer. Split mode: one per enabled layer.
 {{- $v := .Values }}
 {{- $fullname := include "portal.fullname" . }}
 {{- $layers := list }}
-{{- range $l := list "admission" "audit" "network" "waf" }}
+{{- range $l := list "admission" "audit" "network" "waf" "apigateway" }}
 {{- if (index $v $l).enabled }}{{ $layers = append $layers $l }}{{ end }}
 {{- end }}
 items:
@@ -85,8 +85,8 @@ items:
 
 {{/* portal.checks fails the render on value combinations that cannot work. */}}
 {{- define "portal.checks" -}}
-{{- if not (or .Values.admission.enabled .Values.audit.enabled .Values.network.enabled .Values.waf.enabled) }}
-{{- fail "enable at least one of admission.enabled, audit.enabled, network.enabled and waf.enabled" }}
+{{- if not (or .Values.admission.enabled .Values.audit.enabled .Values.network.enabled .Values.waf.enabled .Values.apigateway.enabled) }}
+{{- fail "enable at least one of admission.enabled, audit.enabled, network.enabled, waf.enabled and apigateway.enabled" }}
 {{- end }}
 {{- if and .Values.global.failClosed .Values.admission.enabled (not .Values.podDisruptionBudget.enabled) }}
 {{- fail "global.failClosed requires podDisruptionBudget.enabled: without it a node drain can stop every replica and block admission; set global.failClosed=false to run without a PodDisruptionBudget" }}
