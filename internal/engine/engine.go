@@ -34,16 +34,48 @@ type Rule struct {
 	message         template
 	selector        labels.Selector
 	containerScoped bool
+	// binders are the engine's binders whose names the rule reads.
+	binders []Binder
+	lookups []core.Lookup
 }
+
+// Lookups lists the cluster.* reads the rule's expression and message make.
+func (r *Rule) Lookups() []core.Lookup { return r.lookups }
 
 // ContainerScoped reports whether the rule is evaluated once per container.
 func (r *Rule) ContainerScoped() bool { return r.containerScoped }
 
 // Engine evaluates rules. It is safe for concurrent use.
 type Engine struct {
-	expr   core.ExpressionEngine
-	rules  atomic.Pointer[ruleSet]
-	budget atomic.Pointer[BudgetReporter]
+	expr    core.ExpressionEngine
+	binders []Binder
+	rules   atomic.Pointer[ruleSet]
+	budget  atomic.Pointer[BudgetReporter]
+}
+
+// A Binder binds one top-level name whose value depends on the rule being
+// evaluated, not only on the object: `cluster`, whose lookups are confined
+// to the rule's namespace and recorded against the rule. The pod context
+// builder binds the names that depend on the object alone.
+type Binder interface {
+	// Name is the top-level name it binds.
+	Name() string
+	// Bind returns the value of the name for r's evaluation of obj. It
+	// must not block: work belongs in the value's methods, which run under
+	// the evaluation's budget.
+	Bind(ctx context.Context, r *Rule, obj *unstructured.Unstructured, opts Options) any
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithBinder adds a binder. Each name has at most one binder; a later one
+// replaces an earlier one.
+func WithBinder(b Binder) Option {
+	return func(e *Engine) {
+		e.binders = slices.DeleteFunc(e.binders, func(x Binder) bool { return x.Name() == b.Name() })
+		e.binders = append(e.binders, b)
+	}
 }
 
 // BudgetReporter hears of every evaluation its budget stopped (too many
@@ -68,8 +100,11 @@ type ruleSet struct {
 }
 
 // New returns an engine with no rules that compiles with expr.
-func New(expr core.ExpressionEngine) *Engine {
+func New(expr core.ExpressionEngine, opts ...Option) *Engine {
 	e := &Engine{expr: expr}
+	for _, o := range opts {
+		o(e)
+	}
 	e.rules.Store(&ruleSet{byGK: map[schema.GroupKind][]*Rule{}})
 	return e
 }
@@ -115,13 +150,34 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 			return nil, fmt.Errorf("rule %q: match.namespaces pattern %q: %w", r.Name, p, err)
 		}
 	}
-	return &Rule{
+	out := &Rule{
 		Rule:            r,
 		program:         prog,
 		message:         msg,
 		selector:        sel,
 		containerScoped: containerScoped,
-	}, nil
+		lookups:         append(lookupsOf(prog), msg.lookups()...),
+	}
+	all := slices.Concat(ids, msgIDs)
+	for _, b := range e.binders {
+		if slices.Contains(all, b.Name()) {
+			out.binders = append(out.binders, b)
+		}
+	}
+	return out, nil
+}
+
+// lookupLister is implemented by programs that know the cluster.* reads
+// they make.
+type lookupLister interface {
+	Lookups() []core.Lookup
+}
+
+func lookupsOf(p core.Program) []core.Lookup {
+	if l, ok := p.(lookupLister); ok {
+		return l.Lookups()
+	}
+	return nil
 }
 
 // checkPodSugar rejects a rule that reads pod sugar but matches a kind that
@@ -242,7 +298,13 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 			}
 		}
 		n := len(results)
+		for _, b := range r.binders {
+			ectx.Env[b.Name()] = b.Bind(ctx, r, obj, opts)
+		}
 		results = r.evaluate(ctx, ectx, ref, results)
+		for _, b := range r.binders {
+			delete(ectx.Env, b.Name())
+		}
 		e.reportBudget(results[n:])
 	}
 	return results, nil

@@ -1,0 +1,251 @@
+package lookup
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// DefaultMaxDependencies bounds the dependency index.
+const DefaultMaxDependencies = 500_000
+
+// Dependent is a rule's evaluation of one object: what is evaluated again
+// when something it read changes.
+type Dependent struct {
+	Rule   RuleKey
+	Object ObjectKey
+}
+
+// Read is one lookup an evaluation made: an object by name (Name set, even
+// when it did not exist, so that its creation counts), or a list of a
+// namespace ("" for all) through Selector.
+type Read struct {
+	GVR       schema.GroupVersionResource
+	Namespace string
+	Name      string
+	Selector  labels.Selector
+}
+
+// Reads are keyed by group and resource: the version an object was read or
+// watched in does not change what it is.
+type objRead struct {
+	gr        schema.GroupResource
+	namespace string
+	name      string
+}
+
+type scopeRead struct {
+	gr        schema.GroupResource
+	namespace string
+}
+
+// DepIndex is the inverse index from what was read to the evaluations that
+// read it, bounded to a number of (evaluation, read) entries: past it the
+// least recently recorded entries are dropped, and the next event on the
+// dependent object itself, or the periodic resync, brings its finding up to
+// date. It is safe for concurrent use.
+type DepIndex struct {
+	mu     sync.Mutex
+	max    int
+	deps   map[Dependent]*depNode
+	objs   map[objRead]map[*depNode]*entry
+	scopes map[scopeRead]map[*depNode]*entry
+	// lru is a ring through a sentinel: lru.next is the newest entry.
+	lru     entry
+	n       int
+	evicted uint64
+}
+
+type depNode struct {
+	dep     Dependent
+	entries []*entry
+}
+
+type entry struct {
+	node       *depNode
+	obj        objRead
+	scope      scopeRead
+	isScope    bool
+	sel        labels.Selector
+	prev, next *entry
+}
+
+// NewDepIndex returns an index of at most max entries (DefaultMaxDependencies
+// when max <= 0).
+func NewDepIndex(max int) *DepIndex {
+	if max <= 0 {
+		max = DefaultMaxDependencies
+	}
+	d := &DepIndex{max: max, deps: map[Dependent]*depNode{}, objs: map[objRead]map[*depNode]*entry{}, scopes: map[scopeRead]map[*depNode]*entry{}}
+	d.lru.next, d.lru.prev = &d.lru, &d.lru
+	return d
+}
+
+// Add records that dep read r.
+func (d *DepIndex) Add(dep Dependent, r Read) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	node := d.deps[dep]
+	if node == nil {
+		node = &depNode{dep: dep}
+		d.deps[dep] = node
+	}
+	if r.Name != "" || r.Selector == nil {
+		k := objRead{gr: r.GVR.GroupResource(), namespace: r.Namespace, name: r.Name}
+		m := d.objs[k]
+		if e := m[node]; e != nil {
+			d.touch(e)
+			return
+		}
+		if m == nil {
+			m = map[*depNode]*entry{}
+			d.objs[k] = m
+		}
+		e := &entry{node: node, obj: k}
+		m[node] = e
+		d.insert(e)
+		return
+	}
+	k := scopeRead{gr: r.GVR.GroupResource(), namespace: r.Namespace}
+	m := d.scopes[k]
+	if e := m[node]; e != nil {
+		// Two lists of one scope with different selectors: any change in
+		// the scope may matter.
+		if e.sel.String() != r.Selector.String() {
+			e.sel = labels.Everything()
+		}
+		d.touch(e)
+		return
+	}
+	if m == nil {
+		m = map[*depNode]*entry{}
+		d.scopes[k] = m
+	}
+	e := &entry{node: node, scope: k, isScope: true, sel: r.Selector}
+	m[node] = e
+	d.insert(e)
+}
+
+func (d *DepIndex) insert(e *entry) {
+	e.node.entries = append(e.node.entries, e)
+	e.prev, e.next = &d.lru, d.lru.next
+	d.lru.next.prev = e
+	d.lru.next = e
+	d.n++
+	for d.n > d.max {
+		d.remove(d.lru.prev, true)
+		d.evicted++
+	}
+}
+
+func (d *DepIndex) touch(e *entry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = &d.lru, d.lru.next
+	d.lru.next.prev = e
+	d.lru.next = e
+}
+
+// remove unlinks e; unlinkNode also drops it from its node's entries.
+func (d *DepIndex) remove(e *entry, unlinkNode bool) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+	d.n--
+	if e.isScope {
+		if m := d.scopes[e.scope]; m != nil {
+			delete(m, e.node)
+			if len(m) == 0 {
+				delete(d.scopes, e.scope)
+			}
+		}
+	} else if m := d.objs[e.obj]; m != nil {
+		delete(m, e.node)
+		if len(m) == 0 {
+			delete(d.objs, e.obj)
+		}
+	}
+	if !unlinkNode {
+		return
+	}
+	n := e.node
+	for i, x := range n.entries {
+		if x == e {
+			n.entries = append(n.entries[:i], n.entries[i+1:]...)
+			break
+		}
+	}
+	if len(n.entries) == 0 {
+		delete(d.deps, n.dep)
+	}
+}
+
+// Forget drops everything dep read: it is about to be evaluated again and
+// will record its new reads.
+func (d *DepIndex) Forget(dep Dependent) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	node := d.deps[dep]
+	if node == nil {
+		return
+	}
+	for _, e := range node.entries {
+		d.remove(e, false)
+	}
+	delete(d.deps, dep)
+}
+
+// Affected returns the evaluations that read the object gvr ns/name: by its
+// name, or through a list of its namespace (or of all namespaces) whose
+// selector selects any of the given label sets (its labels before and after
+// the change).
+func (d *DepIndex) Affected(gvr schema.GroupVersionResource, ns, name string, sets ...labels.Set) []Dependent {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []Dependent
+	seen := map[*depNode]bool{}
+	gr := gvr.GroupResource()
+	for node := range d.objs[objRead{gr: gr, namespace: ns, name: name}] {
+		seen[node] = true
+		out = append(out, node.dep)
+	}
+	scopes := []scopeRead{{gr: gr, namespace: ns}}
+	if ns != "" {
+		scopes = append(scopes, scopeRead{gr: gr})
+	}
+	for _, k := range scopes {
+		for node, e := range d.scopes[k] {
+			if seen[node] || !selectsAny(e.sel, sets) {
+				continue
+			}
+			seen[node] = true
+			out = append(out, node.dep)
+		}
+	}
+	return out
+}
+
+func selectsAny(sel labels.Selector, sets []labels.Set) bool {
+	if sel.Empty() {
+		return true
+	}
+	for _, s := range sets {
+		if sel.Matches(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Len returns the number of entries.
+func (d *DepIndex) Len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n
+}
+
+// Evicted returns how many entries the bound has dropped.
+func (d *DepIndex) Evicted() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.evicted
+}
