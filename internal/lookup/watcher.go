@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/rule"
 )
 
 // Cache is the shared cluster cache as the watcher uses it.
@@ -39,11 +41,11 @@ type AccessChecker interface {
 
 // Reasons of a rule's Lookups condition.
 const (
-	ReasonLookupsReady      = "LookupsWatched"
-	ReasonUnknownResource   = "LookupResourceUnknown"
-	ReasonLookupForbidden   = "LookupWatchForbidden"
-	ReasonLookupOutOfScope  = "LookupOutOfNamespace"
-	ReasonLookupWatchFailed = "LookupWatchFailed"
+	ReasonLookupsReady      = policyv1alpha1.ReasonLookupsWatched
+	ReasonUnknownResource   = policyv1alpha1.ReasonLookupResourceUnknown
+	ReasonLookupForbidden   = policyv1alpha1.ReasonLookupWatchForbidden
+	ReasonLookupOutOfScope  = policyv1alpha1.ReasonLookupOutOfNamespace
+	ReasonLookupWatchFailed = policyv1alpha1.ReasonLookupWatchFailed
 )
 
 // RuleStatus is what the watcher made of one rule's lookups.
@@ -309,4 +311,13 @@ func (w *Watcher) Changed(gvr schema.GroupVersionResource, old, new map[string]a
 		w.o.Metrics.Requeues.Inc()
 		w.o.Requeuer.Requeue(dep.Object)
 	}
+}
+
+// LookupState implements rule.LookupSource.
+func (w *Watcher) LookupState(kind, namespace, name string) (rule.LookupState, bool) {
+	st, ok := w.Status(RuleKey{Kind: kind, Namespace: namespace, Name: name})
+	if !ok {
+		return rule.LookupState{}, false
+	}
+	return rule.LookupState{Reads: st.Resources, Ready: st.Reason == ReasonLookupsReady, Reason: st.Reason, Message: st.Message}, true
 }
