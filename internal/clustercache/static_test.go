@@ -1,0 +1,110 @@
+package clustercache
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func obj(apiVersion, kind, ns, name string, lbls map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.SetLabels(lbls)
+	return u
+}
+
+const widgetCRD = `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"gizmos.example.com"},
+"spec":{"group":"example.com","scope":"Cluster","names":{"kind":"Gizmo","plural":"gizmos"},"versions":[{"name":"v1"}]}}`
+
+func TestStatic(t *testing.T) {
+	var b StaticBuilder
+	crd := decodeJSON(t, widgetCRD)
+	for i, o := range []*unstructured.Unstructured{
+		obj("apps/v1", "Deployment", "team-a", "web", map[string]string{"app": "web"}),
+		obj("apps/v1", "Deployment", "", "defaulted", nil),
+		obj("apps/v1beta1", "Deployment", "team-a", "old", nil),
+		obj("policy/v1", "PodDisruptionBudget", "team-a", "web", nil),
+		obj("v1", "Endpoints", "team-a", "web", nil),
+		obj("v1", "Namespace", "", "team-a", nil),
+		obj("example.com/v1", "Gizmo", "ignored", "g", nil),
+		obj("other.io/v1", "Widget", "team-a", "w", nil),
+		crd,
+	} {
+		if err := b.Add(o, "f.yaml:"+string(rune('1'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Add(obj("apps/v1", "Deployment", "team-a", "web", nil), "g.yaml:3"); err == nil || !strings.Contains(err.Error(), "first at f.yaml:1") {
+		t.Errorf("duplicate: %v", err)
+	}
+	if err := b.Add(obj("v1", "ConfigMap", "x", "", nil), "g.yaml:9"); err == nil || !strings.Contains(err.Error(), "metadata.name") {
+		t.Errorf("nameless: %v", err)
+	}
+	s := b.Build()
+	for resource, want := range map[string]schema.GroupVersionResource{
+		"deployments":                 {Group: "apps", Version: "v1", Resource: "deployments"},
+		"deployments.apps":            {Group: "apps", Version: "v1", Resource: "deployments"},
+		"deployments.v1.apps":         {Group: "apps", Version: "v1", Resource: "deployments"},
+		"poddisruptionbudgets":        {Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"},
+		"endpoints":                   {Version: "v1", Resource: "endpoints"},
+		"ingresses.networking.k8s.io": {Group: "networking.k8s.io", Version: "v1", Resource: "ingresses"},
+		"gizmos":                      {Group: "example.com", Version: "v1", Resource: "gizmos"},
+		"widgets":                     {Group: "other.io", Version: "v1", Resource: "widgets"},
+	} {
+		res, err := s.Resolve(resource)
+		if err != nil || res.GVR != want {
+			t.Errorf("Resolve(%q) = %v, %v; want %v", resource, res.GVR, err, want)
+		}
+	}
+	if res, _ := s.Resolve("namespaces"); res.Namespaced {
+		t.Error("namespaces resolved as namespaced")
+	}
+	if res, _ := s.Resolve("gizmos"); res.Namespaced {
+		t.Error("the CRD's Cluster scope was ignored")
+	}
+	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	if _, ok, _ := s.Get(deployments, "default", "defaulted"); !ok {
+		t.Error("a namespaced object without a namespace is not in default")
+	}
+	if _, ok, _ := s.Get(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gizmos"}, "", "g"); !ok {
+		t.Error("a cluster-scoped object keeps the namespace it named")
+	}
+	got, err := s.List(deployments, "", labels.SelectorFromSet(labels.Set{"app": "web"}))
+	if err != nil || len(got) != 1 || got[0].GetName() != "web" {
+		t.Errorf("List by selector = %v, %v", got, err)
+	}
+	got, _ = s.List(deployments, "", nil)
+	if names := []string{got[0].GetName(), got[1].GetName(), got[2].GetName()}; !slices.Equal(names, []string{"defaulted", "old", "web"}) {
+		t.Errorf("List order = %v", names)
+	}
+	got[0].SetName("changed")
+	if again, _ := s.List(deployments, "", nil); again[0].GetName() != "defaulted" {
+		t.Error("a caller's change reached the reader")
+	}
+}
+
+func TestFlatLabels(t *testing.T) {
+	f := flattenLabels(map[string]string{"b": "2", "a": "", "app.kubernetes.io/name": "x"})
+	for k, want := range map[string]string{"a": "", "b": "2", "app.kubernetes.io/name": "x"} {
+		if v, ok := f.Lookup(k); !ok || v != want {
+			t.Errorf("Lookup(%q) = %q, %v", k, v, ok)
+		}
+	}
+	if f.Has("c") || f.Has("2") || f.Get("app") != "" {
+		t.Error("found a label that is not there")
+	}
+	if len(f.Map()) != 3 || flattenLabels(nil) != "" {
+		t.Error("Map or empty set wrong")
+	}
+	sel, _ := labels.Parse("b=2,!c,a")
+	if !sel.Matches(f) {
+		t.Error("selector does not match")
+	}
+}
