@@ -198,7 +198,7 @@ func (d *DepIndex) Forget(dep Dependent) {
 // name, or through a list of its namespace (or of all namespaces) whose
 // selector selects any of the given label sets (its labels before and after
 // the change).
-func (d *DepIndex) Affected(gvr schema.GroupVersionResource, ns, name string, sets ...labels.Set) []Dependent {
+func (d *DepIndex) Affected(gvr schema.GroupVersionResource, ns, name string, sets ...labels.Labels) []Dependent {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []Dependent
@@ -224,12 +224,12 @@ func (d *DepIndex) Affected(gvr schema.GroupVersionResource, ns, name string, se
 	return out
 }
 
-func selectsAny(sel labels.Selector, sets []labels.Set) bool {
+func selectsAny(sel labels.Selector, sets []labels.Labels) bool {
 	if sel.Empty() {
 		return true
 	}
 	for _, s := range sets {
-		if sel.Matches(s) {
+		if s != nil && sel.Matches(s) {
 			return true
 		}
 	}

@@ -1,12 +1,14 @@
 package lookup_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
@@ -26,13 +28,17 @@ func objs(t testing.TB, docs ...string) []*unstructured.Unstructured {
 	return out
 }
 
-func memory(t testing.TB, docs ...string) *lookup.Memory {
+// memory is the objects as a cluster, through the cluster cache's
+// manifest reader (what portal eval --cluster-state uses).
+func memory(t testing.TB, docs ...string) lookup.Cache {
 	t.Helper()
-	m, err := lookup.NewMemory(objs(t, docs...))
-	if err != nil {
-		t.Fatal(err)
+	var b clustercache.StaticBuilder
+	for i, o := range objs(t, docs...) {
+		if err := b.Add(o, fmt.Sprint("doc ", i)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return m
+	return lookup.FromReader{R: b.Build()}.Static()
 }
 
 func rule(name, ns, expr string, gvks ...core.GVK) *core.Rule {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/vilaca/portal/internal/core"
@@ -27,7 +28,7 @@ const (
 // what its own RBAC would not show it through a rule's verdict or message.
 func TestPortalRuleLookupsAreConfinedToItsNamespace(t *testing.T) {
 	mem := memory(t, webA, webB, secA, nsA, depA)
-	l := lookup.New(lookup.Options{Cache: mem, Resolver: mem})
+	l := lookup.New(lookup.Options{Cache: mem, Resolver: mem.(lookup.Resolver)})
 	tests := []struct {
 		name, ns, expr string
 		wantErr        bool
@@ -66,7 +67,7 @@ func TestPortalRuleLookupsAreConfinedToItsNamespace(t *testing.T) {
 // updated, or gone when deleted.
 func TestAdmissionOverlay(t *testing.T) {
 	mem := memory(t, webA)
-	l := lookup.New(lookup.Options{Cache: mem, Resolver: mem})
+	l := lookup.New(lookup.Options{Cache: mem, Resolver: mem.(lookup.Resolver)})
 	// Flags a Service whose name another Service of the namespace shares
 	// the app label with.
 	r := rule("dup", "", `len(cluster.services.list(object.metadata.namespace, {"app": "web"})) > 1`, serviceGVK)
@@ -103,7 +104,7 @@ var pdbGVR = schema.GroupVersionResource{Group: "policy", Version: "v1", Resourc
 func TestChangesRequeueWhatReadThem(t *testing.T) {
 	mem := memory(t, depA)
 	index := lookup.NewDepIndex(0)
-	l := lookup.New(lookup.Options{Cache: mem, Resolver: mem, Index: index})
+	l := lookup.New(lookup.Options{Cache: mem, Resolver: mem.(lookup.Resolver), Index: index})
 	r := rule("pdb", "", `none(cluster.poddisruptionbudgets.list(object.metadata.namespace, {}), selects(#.spec.selector, object.spec.template.metadata.labels))`, deployGVK)
 	e := newEngine(t, l, r)
 	res, err := e.Evaluate(context.Background(), objs(t, depA)[0], engine.Options{Mode: core.ModeAudit})
@@ -112,15 +113,13 @@ func TestChangesRequeueWhatReadThem(t *testing.T) {
 	}
 	rq := &requeues{}
 	m := lookup.NewMetrics(nil, nil)
-	w := lookup.NewWatcher(lookup.WatcherOptions{Engine: e, Cache: mem, Resolver: mem, Index: index, Requeuer: rq, Metrics: m})
-	pdb := objs(t, `{apiVersion: policy/v1, kind: PodDisruptionBudget, metadata: {name: p, namespace: a}, spec: {selector: {matchLabels: {app: web}}}}`)[0].Object
-	other := objs(t, `{apiVersion: policy/v1, kind: PodDisruptionBudget, metadata: {name: p, namespace: b}}`)[0].Object
-	w.Changed(pdbGVR, nil, other)
+	w := lookup.NewWatcher(lookup.WatcherOptions{Engine: e, Cache: mem, Resolver: mem.(lookup.Resolver), Index: index, Requeuer: rq, Metrics: m})
+	w.Changed(pdbGVR, "b", "p", nil, labels.Set{})
 	if got := rq.list(); len(got) != 0 {
 		t.Fatalf("a PDB of another namespace re-queued %v", got)
 	}
 	for range 5 {
-		w.Changed(pdbGVR, nil, pdb)
+		w.Changed(pdbGVR, "a", "p", nil, labels.Set{})
 	}
 	got := rq.list()
 	if len(got) != lookup.DefaultCycleLimit || got[0].Name != "d" || got[0].GVK.Kind != "Deployment" {
@@ -133,13 +132,13 @@ func TestChangesRequeueWhatReadThem(t *testing.T) {
 
 func TestWatcherStatus(t *testing.T) {
 	mem := memory(t)
-	l := lookup.New(lookup.Options{Cache: mem, Resolver: mem})
+	l := lookup.New(lookup.Options{Cache: mem, Resolver: mem.(lookup.Resolver)})
 	e := newEngine(t, l,
 		rule("ok", "", `cluster.poddisruptionbudgets.list("", {}) == nil || cluster.services.byName("a", "b") == nil`, deployGVK),
 		rule("typo", "", `cluster.deploymnts.list("", {}) == nil`, deployGVK),
 		rule("scoped", "a", `cluster.nodes.list("", {}) == nil`, deployGVK),
 	)
-	w := lookup.NewWatcher(lookup.WatcherOptions{Engine: e, Cache: mem, Resolver: mem})
+	w := lookup.NewWatcher(lookup.WatcherOptions{Engine: e, Cache: mem, Resolver: mem.(lookup.Resolver)})
 	w.RulesChanged(context.Background())
 	st, _ := w.Status(lookup.RuleKey{Kind: "PortalClusterRule", Name: "ok"})
 	if st.Reason != lookup.ReasonLookupsReady || strings.Join(st.Resources, ",") != "/services,policy/poddisruptionbudgets" {

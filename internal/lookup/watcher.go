@@ -21,10 +21,10 @@ import (
 type Cache interface {
 	Reader
 	// Watch makes the cache hold gvr in namespace ("" for all namespaces)
-	// until release is called, and calls fn for every add (old nil),
-	// update and delete (new nil) of its objects, from the cache's own
-	// goroutines.
-	Watch(ctx context.Context, gvr schema.GroupVersionResource, namespace string, fn func(old, new map[string]any)) (release func(), err error)
+	// until release is called, and calls fn with the labels of every
+	// object added (old nil), updated, or deleted (new nil), from the
+	// cache's own goroutines. Periodic resyncs are not changes.
+	Watch(ctx context.Context, gvr schema.GroupVersionResource, namespace string, fn func(ns, name string, old, new labels.Labels)) (release func(), err error)
 }
 
 // Requeuer evaluates an object again: audit's hook.
@@ -170,7 +170,7 @@ func (w *Watcher) RulesChanged(ctx context.Context) {
 	failed := map[schema.GroupVersionResource]string{}
 	for _, k := range start {
 		gvr := k.gvr
-		release, err := w.o.Cache.Watch(ctx, gvr, k.namespace, func(old, new map[string]any) { w.Changed(gvr, old, new) })
+		release, err := w.o.Cache.Watch(ctx, gvr, k.namespace, func(ns, name string, old, new labels.Labels) { w.Changed(gvr, ns, name, old, new) })
 		if err != nil {
 			failed[gvr] = err.Error()
 			w.o.Logger.Error("lookup watch not started", "resource", gvr.String(), "namespace", k.namespace, "error", err)
@@ -271,27 +271,13 @@ func (w *Watcher) Stop() {
 	}
 }
 
-// Changed re-queues what read an object of gvr that was added (old nil),
-// changed, or deleted (new nil). The cache calls it for every event.
-func (w *Watcher) Changed(gvr schema.GroupVersionResource, old, new map[string]any) {
+// Changed re-queues what read the object gvr ns/name, added (old nil),
+// changed, or deleted (new nil); old and new are its labels.
+func (w *Watcher) Changed(gvr schema.GroupVersionResource, ns, name string, old, new labels.Labels) {
 	if w.o.Index == nil || w.o.Requeuer == nil {
 		return
 	}
-	obj := new
-	if obj == nil {
-		obj = old
-	}
-	if obj == nil {
-		return
-	}
-	var sets []labels.Set
-	if old != nil {
-		sets = append(sets, labelsOf(old))
-	}
-	if new != nil {
-		sets = append(sets, labelsOf(new))
-	}
-	deps := w.o.Index.Affected(gvr, namespaceOf(obj), nameOf(obj), sets...)
+	deps := w.o.Index.Affected(gvr, ns, name, old, new)
 	queued := map[ObjectKey]bool{}
 	for _, dep := range deps {
 		ok, first := w.guard.allow(dep)
@@ -300,7 +286,7 @@ func (w *Watcher) Changed(gvr schema.GroupVersionResource, old, new map[string]a
 			if first {
 				w.o.Logger.Warn("lookup re-evaluation suppressed: the rule re-evaluated this object too often after changes to what it reads (a cycle?); the periodic resync evaluates it again",
 					"rule", dep.Rule.String(), "object", dep.Object.String(), "limit", w.guard.limit, "window", w.guard.window.String(),
-					"changed", gvr.Resource+" "+namespaceOf(obj)+"/"+nameOf(obj))
+					"changed", gvr.Resource+" "+ns+"/"+name)
 			}
 			continue
 		}
