@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -77,6 +78,8 @@ type WatcherOptions struct {
 	Logger      *slog.Logger
 	// OnStatus hears of every rule whose lookup status changed.
 	OnStatus func(RuleKey)
+	// RulesLoaded, when set, delays the first watches until it is closed.
+	RulesLoaded <-chan struct{}
 }
 
 type watchKey struct {
@@ -91,10 +94,58 @@ type Watcher struct {
 	o     WatcherOptions
 	guard *cycleGuard
 
+	requeuer atomic.Pointer[Requeuer]
+	changed  chan struct{}
+
 	mu       sync.Mutex
 	watches  map[watchKey]func()
 	statuses map[RuleKey]RuleStatus
 }
+
+// RequeueFunc adapts a function to Requeuer.
+type RequeueFunc func(ObjectKey)
+
+// Requeue implements Requeuer.
+func (f RequeueFunc) Requeue(o ObjectKey) { f(o) }
+
+// SetRequeuer sets where re-evaluations go: the audit layer, once it is set
+// up. Until then changes re-queue nothing.
+func (w *Watcher) SetRequeuer(r Requeuer) { w.requeuer.Store(&r) }
+
+// Notify tells the running watcher that the rule set changed; it never
+// blocks.
+func (w *Watcher) Notify() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Start implements manager.Runnable: it follows the rule set until ctx
+// ends, then releases every watch. It runs on every replica, since
+// admission reads the cache on each.
+func (w *Watcher) Start(ctx context.Context) error {
+	defer w.Stop()
+	if w.o.RulesLoaded != nil {
+		select {
+		case <-w.o.RulesLoaded:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	w.RulesChanged(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.changed:
+			w.RulesChanged(ctx)
+		}
+	}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (w *Watcher) NeedLeaderElection() bool { return false }
 
 // NewWatcher returns a watcher; call RulesChanged to start its watches.
 func NewWatcher(o WatcherOptions) *Watcher {
@@ -104,7 +155,11 @@ func NewWatcher(o WatcherOptions) *Watcher {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil, nil)
 	}
-	return &Watcher{o: o, guard: newCycleGuard(o.CycleLimit, o.CycleWindow), watches: map[watchKey]func(){}, statuses: map[RuleKey]RuleStatus{}}
+	w := &Watcher{o: o, guard: newCycleGuard(o.CycleLimit, o.CycleWindow), changed: make(chan struct{}, 1), watches: map[watchKey]func(){}, statuses: map[RuleKey]RuleStatus{}}
+	if o.Requeuer != nil {
+		w.SetRequeuer(o.Requeuer)
+	}
+	return w
 }
 
 // Status returns the lookup status of a rule that reads the cluster.
@@ -274,9 +329,11 @@ func (w *Watcher) Stop() {
 // Changed re-queues what read the object gvr ns/name, added (old nil),
 // changed, or deleted (new nil); old and new are its labels.
 func (w *Watcher) Changed(gvr schema.GroupVersionResource, ns, name string, old, new labels.Labels) {
-	if w.o.Index == nil || w.o.Requeuer == nil {
+	rp := w.requeuer.Load()
+	if w.o.Index == nil || rp == nil {
 		return
 	}
+	requeuer := *rp
 	deps := w.o.Index.Affected(gvr, ns, name, old, new)
 	queued := map[ObjectKey]bool{}
 	for _, dep := range deps {
@@ -295,7 +352,7 @@ func (w *Watcher) Changed(gvr schema.GroupVersionResource, ns, name string, old,
 		}
 		queued[dep.Object] = true
 		w.o.Metrics.Requeues.Inc()
-		w.o.Requeuer.Requeue(dep.Object)
+		requeuer.Requeue(dep.Object)
 	}
 }
 

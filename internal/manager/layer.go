@@ -9,6 +9,7 @@ import (
 
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/waf"
 )
@@ -45,6 +46,9 @@ type Deps struct {
 	Logger     *slog.Logger
 	// Namespace is Portal's own namespace.
 	Namespace string
+	// Lookups re-evaluates what read an object when it changes; the audit
+	// layer gives it its re-queue hook.
+	Lookups *lookup.Watcher
 }
 
 // enabledLayers returns the layers cfg switches on, in the order they are

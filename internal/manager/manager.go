@@ -28,6 +28,7 @@ import (
 	gatewayv1alpha1 "github.com/vilaca/portal/api/gateway/v1alpha1"
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/rule"
@@ -80,6 +81,8 @@ type Config struct {
 	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
 	Audit     AuditConfig
+	// Lookup configures cluster.* lookups in rules (admission and audit).
+	Lookup LookupConfig
 
 	// WAF runs the L7 WAF rule pipeline and its cache server.
 	WAF        bool
@@ -108,6 +111,7 @@ func Defaults() Config {
 		Admission:        defaultAdmission(),
 		WAFOptions:       waf.DefaultOptions(),
 		Audit:            defaultAudit(),
+		Lookup:           defaultLookup(),
 		Logger:           slog.Default(),
 	}
 }
@@ -195,14 +199,30 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if reg == nil {
 		reg = metrics.Registry
 	}
-	eng := engine.New(exprlang.New(exprlang.WithLimits(cfg.RuleBudget)))
+	// The shared cluster cache answers the rules' cluster.* lookups.
+	ccache, err := clustercache.New(restCfg, mgr.GetRESTMapper(), clustercache.Options{Logger: log, Registerer: reg})
+	if err != nil {
+		return fmt.Errorf("cluster cache: %w", err)
+	}
+	if err := mgr.Add(ccache); err != nil {
+		return err
+	}
+	lk, depIndex, err := newLookups(restCfg, ccache, &cfg, log)
+	if err != nil {
+		return err
+	}
+	eng := engine.New(exprlang.New(exprlang.WithLimits(cfg.RuleBudget)), engine.WithBinder(lk.binder))
 	index := rule.NewIndex(eng)
 	// loaded is closed once every rule source has been read, for the
 	// layers that must not answer before.
 	loaded := make(chan struct{})
+	if err := lk.start(mgr, restCfg, ccache, eng, depIndex, &cfg, reg, log, loaded); err != nil {
+		return err
+	}
+	index.OnChange(lk.watcher.Notify)
 	if err := setupLayers(layers, Deps{
 		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded,
-		Registerer: reg, Logger: log, Namespace: cfg.Namespace,
+		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Lookups: lk.watcher,
 	}); err != nil {
 		return err
 	}
@@ -212,6 +232,10 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		return err
 	}
 	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	lk.status = rule.NewLookupStatus(mgr.GetClient(), lk.watcher, loader, log)
+	if err := mgr.Add(lk.status); err != nil {
 		return err
 	}
 	budget := rule.NewBudgetStatus(mgr.GetClient(), loader, rule.BudgetOptions{Logger: log, Registerer: reg})
