@@ -25,6 +25,7 @@ import (
 	"github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/audit"
 	"github.com/vilaca/portal/internal/certs"
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/policyreport"
@@ -48,6 +49,7 @@ var layers = []layer{
 	}},
 	{"Admission", "admission", func(r prometheus.Registerer) { admission.NewMetrics(r) }},
 	{"Certificates", "certificates", func(r prometheus.Registerer) { certs.NewMetrics(r) }},
+	{"Cluster cache", "cluster-cache", func(r prometheus.Registerer) { clustercache.NewMetrics(r) }},
 	{"Audit", "audit", func(r prometheus.Registerer) {
 		audit.NewMetrics(r)
 		sinkprometheus.New(r)

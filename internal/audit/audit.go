@@ -2,8 +2,9 @@
 // objects of every kind the enabled audit rules match, the moment they
 // change, and keeps their findings for the output sinks.
 //
-// Every replica runs one informer per audited resource, started and stopped
-// as rules come and go, and a bounded pool of workers that evaluate queued
+// Every replica holds one informer of the shared cluster cache
+// (internal/clustercache) per audited resource, acquired and released as
+// rules come and go, and a bounded pool of workers that evaluate queued
 // objects off the informer goroutines. Findings go to a Store that every
 // replica keeps. Only the elected leader publishes them to the leader-only
 // sinks (PolicyReports, Alertmanager, the log): when it takes over, its first
@@ -27,11 +28,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 )
@@ -65,8 +66,11 @@ type Options struct {
 	// RuleCounter, when set, receives evaluation and violation counts for
 	// rule status.
 	RuleCounter RuleCounter
-	// RestConfig is the connection the informers use. Default: the
-	// manager's.
+	// Cache is the shared cluster cache the informers come from. Default:
+	// a cache of the audit layer's own, added to the manager.
+	Cache *clustercache.Cache
+	// RestConfig is the connection the informers of the audit layer's own
+	// cache use (ignored with Cache). Default: the manager's.
 	RestConfig *rest.Config
 	// SyncTimeout bounds the wait for an informer's initial list before the
 	// sinks start without it. Default DefaultSyncTimeout.
@@ -123,17 +127,24 @@ func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
 	if o.Registerer == nil {
 		o.Registerer = metrics.Registry
 	}
-	cfg := o.RestConfig
-	if cfg == nil {
-		cfg = mgr.GetConfig()
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("audit: dynamic client: %w", err)
+	cc := o.Cache
+	if cc == nil {
+		cfg := o.RestConfig
+		if cfg == nil {
+			cfg = mgr.GetConfig()
+		}
+		var err error
+		cc, err = clustercache.New(cfg, mgr.GetRESTMapper(), clustercache.Options{ResyncPeriod: o.ResyncPeriod, Logger: o.Logger, Registerer: o.Registerer})
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		if err := mgr.Add(cc); err != nil {
+			return nil, err
+		}
 	}
 	m := NewMetrics(o.Registerer)
 	store := NewStore(o.RuleCounter)
-	src := newSource(&o, eng, mgr.GetRESTMapper(), dyn, store, m)
+	src := newSource(&o, eng, mgr.GetRESTMapper(), cc, store, m)
 	if err := mgr.Add(src); err != nil {
 		return nil, err
 	}

@@ -142,7 +142,7 @@ func TestWatchReconnect(t *testing.T) {
 		t.Fatal("no informer connection to close")
 	}
 	eventually(t, 30*time.Second, "watch reconnect counted", func() (bool, error) {
-		return inst.metric(t, "portal_audit_watch_reconnects_total", map[string]string{"resource": "pods"}) > 0, nil
+		return inst.metric(t, "portal_cluster_cache_watch_reconnects_total", map[string]string{"resource": "pods"}) > 0, nil
 	})
 	created := time.Now()
 	create(t, c, pod(ns, "after", true, nil))

@@ -18,18 +18,17 @@ const (
 // Metrics are the audit layer's Prometheus metrics, documented in
 // docs/reference/metrics.md.
 type Metrics struct {
-	Events          *prometheus.CounterVec
-	Resyncs         prometheus.Counter
-	WatchReconnects *prometheus.CounterVec
-	Watched         prometheus.Gauge
-	Informers       *prometheus.GaugeVec
-	QueueDepth      prometheus.Gauge
-	Evaluations     prometheus.Counter
-	RuleErrors      *prometheus.CounterVec
-	EventToReport   *prometheus.HistogramVec
-	SinkErrors      *prometheus.CounterVec
-	SinkObjects     *prometheus.CounterVec
-	Leader          prometheus.Gauge
+	Events        *prometheus.CounterVec
+	Resyncs       prometheus.Counter
+	Watched       prometheus.Gauge
+	Informers     *prometheus.GaugeVec
+	QueueDepth    prometheus.Gauge
+	Evaluations   prometheus.Counter
+	RuleErrors    *prometheus.CounterVec
+	EventToReport *prometheus.HistogramVec
+	SinkErrors    *prometheus.CounterVec
+	SinkObjects   *prometheus.CounterVec
+	Leader        prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -44,10 +43,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_audit_resyncs_total",
 			Help: "Objects re-queued by the periodic resync (the safety net), as opposed to watch events.",
 		}),
-		WatchReconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "portal_audit_watch_reconnects_total",
-			Help: "Watches the audit informers re-opened after their initial sync, by resource: server-side watch timeouts, dropped connections, API server restarts.",
-		}, []string{"resource"}),
 		Watched: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "portal_audit_watched_resources",
 			Help: "Resources (group, version, resource) the audit layer watches now, cluster-wide or in some namespaces.",
@@ -90,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Events.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Resyncs, m.WatchReconnects, m.Watched, m.Informers, m.QueueDepth,
+		reg.MustRegister(m.Events, m.Resyncs, m.Watched, m.Informers, m.QueueDepth,
 			m.Evaluations, m.RuleErrors, m.EventToReport, m.SinkErrors, m.SinkObjects, m.Leader)
 	}
 	return m

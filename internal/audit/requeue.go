@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/vilaca/portal/internal/clustercache"
 )
 
 // Requeue queues the object of kind gk named namespace/name for evaluation
@@ -12,13 +14,9 @@ import (
 // another object is evaluated again when that one changes, on its watch
 // event rather than at the next resync.
 func (s *Source) Requeue(gk schema.GroupKind, namespace, name string) bool {
-	key := name
-	if namespace != "" {
-		key = namespace + "/" + name
-	}
 	for _, w := range s.watches.list() {
 		if w.gvk.GroupKind() == gk && (w.namespace == "" || w.namespace == namespace) && !w.stopped.Load() {
-			s.enqueueKey(w, key, time.Now())
+			s.enqueueKey(w, clustercache.Key{Namespace: namespace, Name: name}, time.Now())
 			return true
 		}
 	}

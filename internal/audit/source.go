@@ -3,7 +3,6 @@ package audit
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -11,10 +10,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 )
@@ -26,8 +24,8 @@ type queueKey struct {
 	name      string
 }
 
-// Source is the audit event source: one informer per resource that enabled
-// audit rules match (cluster-wide when a cluster-wide rule matches it, else
+// Source is the audit event source: one informer of the cluster cache per
+// resource that enabled audit rules match (cluster-wide when a cluster-wide rule matches it, else
 // one per namespace whose PortalRules match it), a rate-limited work queue,
 // and a bounded pool of workers
 // that evaluate the queued objects and record their findings in the store.
@@ -36,7 +34,7 @@ type queueKey struct {
 type Source struct {
 	eng         *engine.Engine
 	mapper      meta.RESTMapper
-	dynamic     dynamic.Interface
+	cache       *clustercache.Cache
 	store       *Store
 	counter     RuleCounter
 	log         *slog.Logger
@@ -67,9 +65,9 @@ type Source struct {
 	synced       chan struct{}
 }
 
-func newSource(o *Options, eng *engine.Engine, mapper meta.RESTMapper, dyn dynamic.Interface, store *Store, m *Metrics) *Source {
+func newSource(o *Options, eng *engine.Engine, mapper meta.RESTMapper, cc *clustercache.Cache, store *Store, m *Metrics) *Source {
 	return &Source{
-		eng: eng, mapper: mapper, dynamic: dyn, store: store, counter: o.RuleCounter,
+		eng: eng, mapper: mapper, cache: cc, store: store, counter: o.RuleCounter,
 		log: o.Logger, metrics: m, resync: o.ResyncPeriod, workers: o.Workers,
 		syncTimeout: o.SyncTimeout, retry: o.RetryInterval, rulesLoaded: o.RulesLoaded, evalTimeout: o.EvalTimeout,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queueKey](),
@@ -194,7 +192,7 @@ func (s *Source) reconcile(ctx context.Context) []*resourceWatch {
 		if _, ok := s.watches.m[key]; ok {
 			continue
 		}
-		w, err := s.startWatch(ctx, key, t.gvk, t.namespaced)
+		w, err := s.startWatch(key, t.gvk, t.namespaced)
 		if err != nil {
 			s.log.Error("audit informer not started", "resource", key.gvr.String(), "namespace", key.namespace, "error", err)
 			continue
@@ -343,17 +341,12 @@ func (s *Source) pruneAfterSync(ctx context.Context, w *resourceWatch) {
 		return
 	}
 	apiVersion, kind := w.gvk.GroupVersion().String(), w.gvk.Kind
-	cache := w.informer.GetStore()
 	s.store.DeleteFunc(func(k core.ObjectKey) bool {
 		if k.APIVersion != apiVersion || k.Kind != kind || (w.namespace != "" && k.Namespace != w.namespace) {
 			return false
 		}
-		key := k.Name
-		if k.Namespace != "" {
-			key = k.Namespace + "/" + k.Name
-		}
-		_, exists, err := cache.GetByKey(key)
-		return err == nil && !exists
+		_, exists := w.handle.Object(k.Namespace, k.Name)
+		return !exists
 	}, time.Now())
 }
 
@@ -407,22 +400,9 @@ func (s *Source) requeueChangedKinds(watches, started []*resourceWatch) {
 	}
 }
 
-// enqueue queues the object of an informer event.
-func (s *Source) enqueue(w *resourceWatch, obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		s.log.Error("audit: object without a key", "resource", w.resourceLabel(), "error", err)
-		return
-	}
-	s.enqueueKey(w, key, time.Now())
-}
-
-func (s *Source) enqueueKey(w *resourceWatch, key string, observed time.Time) {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return
-	}
-	k := queueKey{w: w, namespace: ns, name: name}
+// enqueueKey queues the object key of w.
+func (s *Source) enqueueKey(w *resourceWatch, key clustercache.Key, observed time.Time) {
+	k := queueKey{w: w, namespace: key.Namespace, name: key.Name}
 	s.mu.Lock()
 	if _, ok := s.pending[k]; !ok {
 		s.pending[k] = observed
@@ -477,23 +457,12 @@ func (s *Source) evaluate(k queueKey, observed time.Time) error {
 	if k.w.stopped.Load() {
 		return nil
 	}
-	key := k.name
-	if k.namespace != "" {
-		key = k.namespace + "/" + k.name
-	}
-	item, exists, err := k.w.informer.GetStore().GetByKey(key)
-	if err != nil {
-		return err
-	}
+	cached, exists := k.w.handle.Object(k.namespace, k.name)
 	if !exists {
 		s.store.Delete(k.w.objectKey(k.namespace, k.name), observed)
 		return nil
 	}
-	cached, ok := item.(*cachedObject)
-	if !ok {
-		return fmt.Errorf("cached object is a %T, not a compact one", item)
-	}
-	obj, err := cached.decode()
+	obj, err := cached.Decode()
 	if err != nil {
 		return err
 	}

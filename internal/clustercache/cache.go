@@ -153,7 +153,7 @@ func NewForClient(dyn dynamic.Interface, mapper meta.RESTMapper, o Options) *Cac
 		dynamic: dyn, mapper: mapper, log: o.Logger.With("component", "cluster-cache"),
 		resync: o.ResyncPeriod, informers: map[Scope]*informer{},
 	}
-	c.metrics = newMetrics(c, o.Registerer)
+	c.metrics = NewMetrics(o.Registerer)
 	return c
 }
 

@@ -71,6 +71,11 @@ func TestReferenceCounting(t *testing.T) {
 	if n := testutil.ToFloat64(c.metrics.watches.WithLabelValues("configmaps")); n != 1 {
 		t.Errorf("portal_cluster_cache_watches_total = %v, want 1", n)
 	}
+	// Counted once, however many consumers hold it.
+	devtest.Eventually(t, "one object counted", func() bool {
+		return testutil.ToFloat64(c.metrics.objects.WithLabelValues("configmaps")) == 1 &&
+			testutil.ToFloat64(c.metrics.bytes.WithLabelValues("configmaps")) > 0
+	})
 
 	audit.Release()
 	audit.Release() // twice is harmless
@@ -86,6 +91,9 @@ func TestReferenceCounting(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(c.metrics.informers.WithLabelValues("configmaps", "namespace")); n != 0 {
 		t.Errorf("portal_cluster_cache_informers = %v after the last release", n)
+	}
+	if n, b := testutil.ToFloat64(c.metrics.objects.WithLabelValues("configmaps")), testutil.ToFloat64(c.metrics.bytes.WithLabelValues("configmaps")); n != 0 || b != 0 {
+		t.Errorf("size gauges after the last release: %v objects, %v bytes", n, b)
 	}
 
 	// Created while nothing watched: a new informer lists it.

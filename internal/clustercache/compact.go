@@ -35,8 +35,11 @@ type Object struct {
 	// labels are the object's labels as one string, key NUL value NUL ...,
 	// sorted by key: label selectors match without decoding, for far less
 	// heap than a map (label keys and values never hold a NUL).
-	labels   flatLabels
-	typeMeta metav1.TypeMeta
+	labels flatLabels
+	// bigLabels: the labels were too long to keep flat (maxFlatLabels);
+	// Labels decodes them from the deflated JSON.
+	bigLabels bool
+	typeMeta  metav1.TypeMeta
 	// deflated is the object's JSON without metadata.managedFields,
 	// compressed with dict. Neither is written after the transform, so
 	// copies share them.
@@ -58,7 +61,7 @@ func (o *Object) GetObjectKind() schema.ObjectKind { return &o.typeMeta }
 // it is immutable, and copying it would defeat the point of caching it
 // compact.
 func (o *Object) DeepCopyObject() runtime.Object {
-	c := &Object{typeMeta: o.typeMeta, labels: o.labels, deflated: o.deflated, dict: o.dict, err: o.err}
+	c := &Object{typeMeta: o.typeMeta, labels: o.labels, bigLabels: o.bigLabels, deflated: o.deflated, dict: o.dict, err: o.err}
 	o.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	return c
 }
@@ -69,7 +72,16 @@ func (o *Object) DeepCopyObject() runtime.Object {
 func (o *Object) Decode() (*unstructured.Unstructured, error) { return o.decode() }
 
 // Labels are the object's labels, for a labels.Selector.
-func (o *Object) Labels() labels.Labels { return o.labels }
+func (o *Object) Labels() labels.Labels {
+	if !o.bigLabels {
+		return o.labels
+	}
+	u, err := o.decode()
+	if err != nil {
+		return labels.Set{}
+	}
+	return labels.Set(u.GetLabels())
+}
 
 // Key is the object's namespace and name.
 func (o *Object) Key() Key { return Key{Namespace: o.Namespace, Name: o.Name} }
@@ -111,6 +123,11 @@ func compact(u *unstructured.Unstructured, d *dictionary) *Object {
 	c.Namespace, c.Name = u.GetNamespace(), u.GetName()
 	c.UID, c.ResourceVersion = u.GetUID(), u.GetResourceVersion()
 	c.labels = flattenLabels(u.GetLabels())
+	if len(c.labels) > maxFlatLabels {
+		// Anyone who may create an object chooses its labels: thousands
+		// of them deflate to little but would be held in full here.
+		c.labels, c.bigLabels = "", true
+	}
 	if md, ok := u.Object["metadata"].(map[string]any); ok {
 		delete(md, "managedFields")
 	}
@@ -125,6 +142,11 @@ func compact(u *unstructured.Unstructured, d *dictionary) *Object {
 	c.deflated = deflated
 	return c
 }
+
+// maxFlatLabels bounds the labels an Object keeps outside its deflated
+// JSON. Real label sets are far shorter; longer ones are read from the JSON,
+// which costs a decode per selector match but keeps the cache compact.
+const maxFlatLabels = 2 << 10
 
 // deflateLevel is the lowest level that uses a preset dictionary:
 // flate.BestSpeed ignores one, and a pod deflated without it is three times

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -522,4 +523,30 @@ func FuzzCachedRoundTrip(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A tenant's object with thousands of labels is held deflated, not as a
+// flat copy of every label, and selectors still match it.
+func TestCompactBigLabels(t *testing.T) {
+	u := decodeJSON(t, podJSON)
+	many := map[string]string{}
+	for i := range 5000 {
+		many[fmt.Sprintf("label-%05d", i)] = "value"
+	}
+	many["app"] = "web"
+	u.SetLabels(many)
+	c := compact(u, new(dictionary))
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	if held := len(c.labels) + len(c.deflated); held > 32<<10 {
+		t.Errorf("object with 5,000 labels holds %d bytes", held)
+	}
+	if !labels.SelectorFromSet(labels.Set{"app": "web"}).Matches(c.Labels()) || c.Labels().Has("nope") {
+		t.Error("selectors do not read the deflated labels")
+	}
+	small := compact(decodeJSON(t, podJSON), new(dictionary))
+	if small.bigLabels || small.Labels().Get("team") != "platform" {
+		t.Error("ordinary labels not kept flat")
+	}
 }

@@ -121,7 +121,7 @@ func (h *Handle) Objects(namespace string, sel labels.Selector) []*Object {
 	out := make([]*Object, 0, len(items))
 	for _, it := range items {
 		o, ok := it.(*Object)
-		if !ok || (sel != nil && !sel.Matches(o.labels)) {
+		if !ok || (sel != nil && !sel.Empty() && !sel.Matches(o.Labels())) {
 			continue
 		}
 		out = append(out, o)

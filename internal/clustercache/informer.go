@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +31,10 @@ type informer struct {
 	done    chan struct{}
 	// watches counts the watch requests the informer opened.
 	watches atomic.Int64
+	// objects and bytes are what the informer adds to the size gauges,
+	// taken back when it stops.
+	objects, bytes atomic.Int64
+	sizes          struct{ objects, bytes prometheus.Gauge }
 
 	errMu sync.Mutex
 	// lastErr is the last list or watch failure, kept until the informer
@@ -80,7 +87,33 @@ func (c *Cache) newInformer(s Scope, res Resource) (*informer, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("watch %s: %w", s, err)
 	}
+	inf.sizes.objects = c.metrics.objects.WithLabelValues(label)
+	inf.sizes.bytes = c.metrics.bytes.WithLabelValues(label)
+	if _, err := inf.inf.AddEventHandlerWithOptions(handlerFuncs(inf.count), cache.HandlerOptions{ResyncPeriod: new(time.Duration)}); err != nil {
+		return nil, fmt.Errorf("watch %s: %w", s, err)
+	}
 	return inf, nil
+}
+
+// count keeps the size gauges: the informer's own subscriber, so the cache
+// pays a few atomic adds per event and nothing per scrape.
+func (inf *informer) count(e Event) {
+	var objects, bytes int64
+	switch e.Type {
+	case Added:
+		objects, bytes = 1, int64(e.New.Size())
+	case Updated:
+		bytes = int64(e.New.Size() - e.Old.Size())
+	case Deleted:
+		objects = -1
+		if e.Old != nil {
+			bytes = -int64(e.Old.Size())
+		}
+	}
+	inf.objects.Add(objects)
+	inf.bytes.Add(bytes)
+	inf.sizes.objects.Add(float64(objects))
+	inf.sizes.bytes.Add(float64(bytes))
 }
 
 // errorReason is the reason label of portal_cluster_cache_watch_errors_total.
@@ -119,6 +152,9 @@ func (inf *informer) stop() {
 	}
 	inf.cancel()
 	<-inf.done
+	// The informer has stopped its subscribers: count runs no more.
+	inf.sizes.objects.Sub(float64(inf.objects.Load()))
+	inf.sizes.bytes.Sub(float64(inf.bytes.Load()))
 }
 
 // err is why the informer has not synced, if it knows.

@@ -12,16 +12,13 @@ type Metrics struct {
 	watches     *prometheus.CounterVec
 	reconnects  *prometheus.CounterVec
 	watchErrors *prometheus.CounterVec
+	objects     *prometheus.GaugeVec
+	bytes       *prometheus.GaugeVec
 }
 
-var (
-	objectsDesc = prometheus.NewDesc("portal_cluster_cache_objects",
-		"Objects the cluster cache holds now, by resource.", []string{"resource"}, nil)
-	bytesDesc = prometheus.NewDesc("portal_cluster_cache_object_bytes",
-		"Bytes of compact (deflated) JSON the cluster cache holds now, by resource: the part of its heap that grows with the objects users create.", []string{"resource"}, nil)
-)
-
-func newMetrics(c *Cache, reg prometheus.Registerer) *Metrics {
+// NewMetrics creates the metrics and registers them with reg (nil: not
+// registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		informers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "portal_cluster_cache_informers",
@@ -43,9 +40,17 @@ func newMetrics(c *Cache, reg prometheus.Registerer) *Metrics {
 			Name: "portal_cluster_cache_watch_errors_total",
 			Help: "Failed lists and watches of the cluster cache's informers (each retried with backoff), by resource and reason: forbidden (RBAC denies Portal the resource), not_found, expired, other.",
 		}, []string{"resource", "reason"}),
+		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portal_cluster_cache_objects",
+			Help: "Objects the cluster cache holds now, by resource.",
+		}, []string{"resource"}),
+		bytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portal_cluster_cache_object_bytes",
+			Help: "Bytes of compact (deflated) JSON the cluster cache holds now, by resource: the part of its heap that grows with the objects users create.",
+		}, []string{"resource"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.informers, m.users, m.watches, m.reconnects, m.watchErrors, &sizeCollector{c: c})
+		reg.MustRegister(m.informers, m.users, m.watches, m.reconnects, m.watchErrors, m.objects, m.bytes)
 	}
 	return m
 }
@@ -58,37 +63,5 @@ func (m *Metrics) setInformersLocked(infs map[Scope]*informer) {
 	for s, inf := range infs {
 		m.informers.WithLabelValues(s.resourceLabel(), s.scopeLabel()).Inc()
 		m.users.WithLabelValues(s.resourceLabel(), s.scopeLabel()).Add(float64(inf.refs))
-	}
-}
-
-// sizeCollector reports what the informers hold when scraped, so the cache
-// pays nothing per event for it.
-type sizeCollector struct{ c *Cache }
-
-func (s *sizeCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- objectsDesc
-	ch <- bytesDesc
-}
-
-func (s *sizeCollector) Collect(ch chan<- prometheus.Metric) {
-	s.c.mu.Lock()
-	infs := make([]*informer, 0, len(s.c.informers))
-	for _, inf := range s.c.informers {
-		infs = append(infs, inf)
-	}
-	s.c.mu.Unlock()
-	objects, bytes := map[string]int{}, map[string]int{}
-	for _, inf := range infs {
-		label := inf.scope.resourceLabel()
-		for _, it := range inf.inf.GetStore().List() {
-			if o, ok := it.(*Object); ok {
-				objects[label]++
-				bytes[label] += o.Size()
-			}
-		}
-	}
-	for label, n := range objects {
-		ch <- prometheus.MustNewConstMetric(objectsDesc, prometheus.GaugeValue, float64(n), label)
-		ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.GaugeValue, float64(bytes[label]), label)
 	}
 }

@@ -54,6 +54,7 @@ func (l *auditLayer) Setup(d Deps) error {
 		Workers:      l.cfg.Workers,
 		EvalTimeout:  l.cfg.EvalTimeout,
 		Sinks:        sinks,
+		Cache:        d.Cache,
 		RuleCounter:  counts,
 		Logger:       d.Logger,
 		Registerer:   d.Registerer,

@@ -8,6 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/vilaca/portal/internal/certs"
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
@@ -41,6 +42,9 @@ type Deps struct {
 	Rules *rule.Index
 	// RulesLoaded is closed once every rule source has been read.
 	RulesLoaded <-chan struct{}
+	// Cache is the shared cluster cache: layers acquire the resources they
+	// read or watch from it, so two layers never watch one twice.
+	Cache *clustercache.Cache
 	// Registerer receives the layers' metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger

@@ -59,6 +59,10 @@ func TestLayerSwitches(t *testing.T) {
 		if fams := families(t, reg, "portal_admission_"); len(fams) == 0 {
 			t.Error("no admission metric registered")
 		}
+		// The cluster cache exists but nothing acquired a resource.
+		if fams := families(t, reg, "portal_cluster_cache_informers"); len(fams) > 0 {
+			t.Errorf("informers run with only admission on: %v", fams)
+		}
 	})
 
 	t.Run("audit only", func(t *testing.T) {

@@ -199,12 +199,10 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if reg == nil {
 		reg = metrics.Registry
 	}
-	// The shared cluster cache answers the rules' cluster.* lookups.
-	ccache, err := clustercache.New(restCfg, mgr.GetRESTMapper(), clustercache.Options{Logger: log, Registerer: reg})
+	// The shared cluster cache: audit reads from it, and it answers the
+	// rules' cluster.* lookups.
+	ccache, err := newClusterCache(mgr, &cfg, reg)
 	if err != nil {
-		return fmt.Errorf("cluster cache: %w", err)
-	}
-	if err := mgr.Add(ccache); err != nil {
 		return err
 	}
 	lk, depIndex, err := newLookups(restCfg, ccache, &cfg, log)
@@ -221,7 +219,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	}
 	index.OnChange(lk.watcher.Notify)
 	if err := setupLayers(layers, Deps{
-		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded,
+		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded, Cache: ccache,
 		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Lookups: lk.watcher,
 	}); err != nil {
 		return err
@@ -332,3 +330,22 @@ func metricsOptions(cfg *Config) metricsserver.Options {
 }
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }
+
+// newClusterCache builds the manager's one cluster cache and adds it to the
+// manager. It watches nothing until a layer acquires a resource, so a
+// configuration without audit, lookups or network starts no informer. Its
+// resync check runs at least as often as audit's resync wants.
+func newClusterCache(mgr ctrl.Manager, cfg *Config, reg prometheus.Registerer) (*clustercache.Cache, error) {
+	resync := clustercache.DefaultResyncPeriod
+	if cfg.Audit.Enabled && cfg.Audit.ResyncPeriod > 0 {
+		resync = min(resync, cfg.Audit.ResyncPeriod)
+	}
+	cc, err := clustercache.New(mgr.GetConfig(), mgr.GetRESTMapper(), clustercache.Options{ResyncPeriod: resync, Logger: cfg.Logger, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(cc); err != nil {
+		return nil, err
+	}
+	return cc, nil
+}
