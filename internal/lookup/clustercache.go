@@ -3,6 +3,7 @@ package lookup
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -82,9 +83,13 @@ func (f FromReader) Static() Cache { return staticCache{f} }
 
 type staticCache struct{ FromReader }
 
-func (staticCache) Watch(context.Context, schema.GroupVersionResource, string, func(ns, name string, old, new labels.Labels)) (func(), error) {
+func (staticCache) Watch(context.Context, schema.GroupVersionResource, string, func(ns, name string, old, new labels.Labels), func()) (func(), error) {
 	return func() {}, nil
 }
+
+// syncWait bounds the wait for a watch to list; one that cannot (RBAC) is
+// reported in the rule's status instead.
+const syncWait = 10 * time.Minute
 
 // SharedCache is the live shared cluster cache as lookups use it: reads from
 // its informers, and watches that acquire them.
@@ -100,7 +105,7 @@ func NewSharedCache(c *clustercache.Cache) *SharedCache {
 
 // Watch implements Cache: it acquires the informer of gvr in namespace and
 // subscribes to its changes. Resyncs are not changes and are not passed on.
-func (s *SharedCache) Watch(_ context.Context, gvr schema.GroupVersionResource, namespace string, fn func(ns, name string, old, new labels.Labels)) (func(), error) {
+func (s *SharedCache) Watch(ctx context.Context, gvr schema.GroupVersionResource, namespace string, fn func(ns, name string, old, new labels.Labels), synced func()) (func(), error) {
 	h, err := s.c.Acquire(clustercache.Scope{Resource: gvr, Namespace: namespace})
 	if err != nil {
 		return nil, fmt.Errorf("acquire %s: %w", gvr.GroupResource(), err)
@@ -114,6 +119,15 @@ func (s *SharedCache) Watch(_ context.Context, gvr schema.GroupVersionResource, 
 	if err != nil {
 		h.Release()
 		return nil, err
+	}
+	if synced != nil {
+		ctx, cancel := context.WithCancel(ctx)
+		go func() {
+			if h.WaitSynced(ctx, syncWait) == nil {
+				synced()
+			}
+		}()
+		return func() { cancel(); h.Release() }, nil
 	}
 	return h.Release, nil
 }

@@ -236,6 +236,37 @@ func selectsAny(sel labels.Selector, sets []labels.Labels) bool {
 	return false
 }
 
+// Reading returns the evaluations that read any object of gvr in namespace
+// ("" for every namespace).
+func (d *DepIndex) Reading(gvr schema.GroupVersionResource, namespace string) []Dependent {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	gr := gvr.GroupResource()
+	seen := map[*depNode]bool{}
+	var out []Dependent
+	add := func(node *depNode) {
+		if !seen[node] {
+			seen[node] = true
+			out = append(out, node.dep)
+		}
+	}
+	for k, m := range d.objs {
+		if k.gr == gr && (namespace == "" || k.namespace == namespace) {
+			for node := range m {
+				add(node)
+			}
+		}
+	}
+	for k, m := range d.scopes {
+		if k.gr == gr && (namespace == "" || k.namespace == namespace || k.namespace == "") {
+			for node := range m {
+				add(node)
+			}
+		}
+	}
+	return out
+}
+
 // Len returns the number of entries.
 func (d *DepIndex) Len() int {
 	d.mu.Lock()

@@ -25,7 +25,9 @@ type Cache interface {
 	// until release is called, and calls fn with the labels of every
 	// object added (old nil), updated, or deleted (new nil), from the
 	// cache's own goroutines. Periodic resyncs are not changes.
-	Watch(ctx context.Context, gvr schema.GroupVersionResource, namespace string, fn func(ns, name string, old, new labels.Labels)) (release func(), err error)
+	// synced, when not nil, is called once the watch has listed its
+	// objects.
+	Watch(ctx context.Context, gvr schema.GroupVersionResource, namespace string, fn func(ns, name string, old, new labels.Labels), synced func()) (release func(), err error)
 }
 
 // Requeuer evaluates an object again: audit's hook.
@@ -78,8 +80,6 @@ type WatcherOptions struct {
 	Logger      *slog.Logger
 	// OnStatus hears of every rule whose lookup status changed.
 	OnStatus func(RuleKey)
-	// RulesLoaded, when set, delays the first watches until it is closed.
-	RulesLoaded <-chan struct{}
 }
 
 type watchKey struct {
@@ -126,13 +126,6 @@ func (w *Watcher) Notify() {
 // admission reads the cache on each.
 func (w *Watcher) Start(ctx context.Context) error {
 	defer w.Stop()
-	if w.o.RulesLoaded != nil {
-		select {
-		case <-w.o.RulesLoaded:
-		case <-ctx.Done():
-			return nil
-		}
-	}
 	w.RulesChanged(ctx)
 	for {
 		select {
@@ -225,7 +218,9 @@ func (w *Watcher) RulesChanged(ctx context.Context) {
 	failed := map[schema.GroupVersionResource]string{}
 	for _, k := range start {
 		gvr := k.gvr
-		release, err := w.o.Cache.Watch(ctx, gvr, k.namespace, func(ns, name string, old, new labels.Labels) { w.Changed(gvr, ns, name, old, new) })
+		release, err := w.o.Cache.Watch(ctx, gvr, k.namespace,
+			func(ns, name string, old, new labels.Labels) { w.Changed(gvr, ns, name, old, new) },
+			func() { w.Synced(gvr, k.namespace) })
 		if err != nil {
 			failed[gvr] = err.Error()
 			w.o.Logger.Error("lookup watch not started", "resource", gvr.String(), "namespace", k.namespace, "error", err)
@@ -323,6 +318,24 @@ func (w *Watcher) Stop() {
 	w.mu.Unlock()
 	for _, release := range watches {
 		release()
+	}
+}
+
+// Synced re-queues everything that read gvr in namespace ("" for all):
+// evaluations that ran before the watch had listed its objects failed to
+// read them (the cache refuses reads it cannot answer in full).
+func (w *Watcher) Synced(gvr schema.GroupVersionResource, namespace string) {
+	rp := w.requeuer.Load()
+	if w.o.Index == nil || rp == nil {
+		return
+	}
+	queued := map[ObjectKey]bool{}
+	for _, dep := range w.o.Index.Reading(gvr, namespace) {
+		if !queued[dep.Object] {
+			queued[dep.Object] = true
+			w.o.Metrics.Requeues.Inc()
+			(*rp).Requeue(dep.Object)
+		}
 	}
 }
 

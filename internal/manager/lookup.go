@@ -60,7 +60,7 @@ func newLookups(restCfg *rest.Config, cache *clustercache.Cache, cfg *Config, lo
 
 // start adds the watcher and the rule status writer once the engine exists.
 func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, cache *clustercache.Cache, eng *engine.Engine, index *lookup.DepIndex,
-	cfg *Config, reg prometheus.Registerer, log *slog.Logger, loaded <-chan struct{}) error {
+	cfg *Config, reg prometheus.Registerer, log *slog.Logger) error {
 	cs, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("lookups: client: %w", err)
@@ -71,7 +71,6 @@ func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, cache *clusterca
 		Access:     lookup.AccessReview{Client: cs.AuthorizationV1().SelfSubjectAccessReviews()},
 		CycleLimit: cfg.Lookup.CycleLimit, CycleWindow: cfg.Lookup.CycleWindow,
 		Metrics: lookup.NewMetrics(reg, index), Logger: log.With("layer", "lookup"),
-		RulesLoaded: loaded,
 		OnStatus: func(k lookup.RuleKey) {
 			if l.status != nil {
 				l.status.Changed(k.Kind, k.Namespace, k.Name)
