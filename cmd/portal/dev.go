@@ -109,7 +109,15 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 	}
 	start := time.Now()
 	fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
-	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: []string{assets.crds}})
+	crdPaths := []string{assets.crds}
+	// The Gateway API, Istio and OpenReports CRDs come from the Go modules
+	// go.mod pins: there in a checkout, absent from a lone binary.
+	if more, err := devcluster.ThirdPartyCRDPaths(devcluster.GatewayAPIExperimental, devcluster.Istio, devcluster.OpenReports); err == nil {
+		crdPaths = append(crdPaths, more...)
+	} else {
+		fmt.Fprintf(out, "portal dev: not installing the Gateway API, Istio and OpenReports CRDs (%v); apply them yourself to use the WAF attachment and API exposure layers\n", err)
+	}
+	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: crdPaths})
 	if err != nil {
 		return err
 	}

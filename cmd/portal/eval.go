@@ -18,20 +18,23 @@ import (
 )
 
 type evalOptions struct {
-	rules      []string
-	files      []string
-	output     string
-	mode       string
-	allowEmpty bool
-	jobs       int
-	budget     exprlang.Limits
+	rules        []string
+	files        []string
+	clusterState []string
+	kubeconfig   string
+	kubeContext  string
+	output       string
+	mode         string
+	allowEmpty   bool
+	jobs         int
+	budget       exprlang.Limits
 }
 
 func newEvalCommand() *cobra.Command {
 	o := &evalOptions{budget: exprlang.DefaultLimits()}
 	cmd := &cobra.Command{
-		Use:   "eval --rules PATH... --file PATH...",
-		Short: "Evaluate rules against manifests offline",
+		Use:   "eval --rules PATH... (--file PATH... | --kubeconfig PATH)",
+		Short: "Evaluate rules against manifests offline, or a live cluster read-only",
 		Long: `Evaluate rules against Kubernetes manifests without a cluster, for CI.
 
 --rules and --file take files and directories (walked for .yaml, .yml and
@@ -43,18 +46,32 @@ given) is read once. Two rules with the same name are an error that names both
 places; a PortalRule may share its name with a cluster-wide rule or with a
 PortalRule of another namespace.
 
+--cluster-state loads manifests as the cluster that cross-resource lookups
+(cluster.<resource>.byName and .list) read, so rules that read other objects
+are testable offline.
+
+--kubeconfig (with --context to pick one of its contexts) evaluates the live
+objects of that cluster instead of --file: "what would these rules flag
+today?". It only lists, a page at a time, the kinds the rules match; it writes
+nothing. On a terminal it prints its progress on standard error.
+
 Exit status: 0 when no deny rule failed, 1 when one did (or a rule with
 onError=deny errored), 2 for usage errors, unreadable input, and a run that
 read no rule or no object (an empty stdin from a failed command upstream must
 not pass a CI check; --allow-empty accepts it).`,
 		Example: `  portal eval --rules examples/rules/pod-security --file deploy/
-  kustomize build overlays/prod | portal eval --rules rules/ --file - -o junit > report.xml`,
+  kustomize build overlays/prod | portal eval --rules rules/ --file - -o junit > report.xml
+  portal eval --rules rules/ --file app/ --cluster-state cluster-fixtures/
+  portal eval --rules rules/ --kubeconfig ~/.kube/config --context prod -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
 	f := cmd.Flags()
 	f.StringSliceVarP(&o.rules, "rules", "r", nil, "rule files or directories")
 	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest files or directories; - for stdin")
+	f.StringSliceVar(&o.clusterState, "cluster-state", nil, "manifest files or directories loaded as the cluster that cross-resource lookups read; - for stdin")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "evaluate the live objects of the cluster in this kubeconfig, read-only, instead of --file")
+	f.StringVar(&o.kubeContext, "context", "", "the kubeconfig context to use with --kubeconfig (default: its current context)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(eval.Formats, "|"))
 	f.StringVar(&o.mode, "mode", "", "only evaluate rules with this mode: admission|audit")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when no rule or no object was read, instead of 2")
@@ -70,8 +87,8 @@ not pass a CI check; --allow-empty accepts it).`,
 }
 
 func (o *evalOptions) run(cmd *cobra.Command) error {
-	if len(o.rules) == 0 || len(o.files) == 0 {
-		return usageError(errors.New("eval needs --rules and --file (see portal eval --help)"))
+	if err := o.checkInputs(); err != nil {
+		return usageError(err)
 	}
 	if !slices.Contains(eval.Formats, o.output) {
 		return usageError(fmt.Errorf("--output %q: use one of %s", o.output, strings.Join(eval.Formats, ", ")))
@@ -97,7 +114,7 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 		docs, err := manifest.ReadPaths(o.files, cmd.InOrStdin())
 		manifests <- read{docs, err}
 	}
-	if o.jobs > 1 {
+	if o.jobs > 1 && o.kubeconfig == "" {
 		go readManifests()
 	}
 	eng := engine.New(exprlang.New(exprlang.WithLimits(o.budget)))
@@ -109,6 +126,17 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 		return usageError(fmt.Errorf("no rule found in --rules %s: check the paths (rule files end in .yaml, .yml or .json), or pass --allow-empty", strings.Join(o.rules, ",")))
 	}
 	eng.SetRules(rules)
+	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output}
+	if len(o.clusterState) > 0 {
+		state, errs := eval.LoadClusterState(o.clusterState, cmd.InOrStdin())
+		if len(errs) > 0 {
+			return usageError(fmt.Errorf("cannot load --cluster-state:\n  %w", joinLines(errs)))
+		}
+		opts.Cluster = state
+	}
+	if o.kubeconfig != "" {
+		return o.runLive(cmd, eng, opts)
+	}
 	if o.jobs == 1 {
 		readManifests()
 	}
@@ -116,7 +144,7 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if m.err != nil {
 		return usageError(m.err)
 	}
-	report, errs := eval.Evaluate(cmd.Context(), eng, m.docs, eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output})
+	report, errs := eval.Evaluate(cmd.Context(), eng, m.docs, opts)
 	if err := cmd.Context().Err(); err != nil {
 		// Interrupted (SIGINT, SIGTERM): an incomplete report must not pass.
 		return usageError(fmt.Errorf("interrupted before every manifest was evaluated: %w", err))

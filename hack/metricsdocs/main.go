@@ -26,6 +26,7 @@ import (
 	"github.com/vilaca/portal/internal/audit"
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/policyreport"
@@ -52,6 +53,7 @@ var layers = []layer{
 	{"Cluster cache", "cluster-cache", func(r prometheus.Registerer) { clustercache.NewMetrics(r) }},
 	{"Audit", "audit", func(r prometheus.Registerer) {
 		audit.NewMetrics(r)
+		findings.NewMetrics(r)
 		sinkprometheus.New(r)
 		policyreport.NewMetrics(r, "wgpolicyk8s")
 		alertmanager.NewMetrics(r)

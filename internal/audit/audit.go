@@ -5,18 +5,21 @@
 // Every replica holds one informer of the shared cluster cache
 // (internal/clustercache) per audited resource, acquired and released as
 // rules come and go, and a bounded pool of workers that evaluate queued
-// objects off the informer goroutines. Findings go to a Store that every
-// replica keeps. Only the elected leader publishes them to the leader-only
-// sinks (PolicyReports, Alertmanager, the log): when it takes over, its first
-// batch is the full current state, so nothing raised during a failover is
-// lost and nothing is written twice. Nothing polls: watch events drive
-// evaluation and the periodic resync (default 10 min) is a safety net.
+// objects off the informer goroutines. Findings go to the findings pipeline
+// (internal/findings) under the producer name "audit"; every replica keeps
+// the pipeline's state, and only the elected leader publishes it to the
+// leader-only sinks (PolicyReports, Alertmanager, the log): when it takes
+// over, its first batch is the full current state, so nothing raised during
+// a failover is lost and nothing is written twice. Nothing polls: watch
+// events drive evaluation and the periodic resync (default 10 min) is a
+// safety net.
 //
-// Wiring, with mgr a controller-runtime manager, eng the rule engine and
-// loaded the channel closed once the rules have loaded:
+// Wiring, with mgr a controller-runtime manager, eng the rule engine, pipe
+// the process's findings pipeline and loaded the channel closed once the
+// rules have loaded:
 //
 //	layer, err := audit.Setup(mgr, eng, audit.Options{
-//		RulesLoaded: loaded, Sinks: sinks, RuleCounter: counts, Logger: log,
+//		RulesLoaded: loaded, Findings: pipe, RuleCounter: counts, Logger: log,
 //	})
 //	index.OnChange(layer.Source.RulesChanged)
 package audit
@@ -35,6 +38,7 @@ import (
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/findings"
 )
 
 // Defaults of Options.
@@ -43,7 +47,7 @@ const (
 	DefaultWorkers       = 4
 	DefaultSyncTimeout   = 2 * time.Minute
 	DefaultRetryInterval = 10 * time.Second
-	DefaultMaxBatch      = 1000
+	DefaultMaxBatch      = findings.DefaultMaxBatch
 	// DefaultEvalTimeout bounds the evaluation of one object by all its
 	// audit rules, so one rule cannot hold a worker.
 	DefaultEvalTimeout = 2 * time.Second
@@ -60,8 +64,12 @@ type Options struct {
 	ResyncPeriod time.Duration
 	// Workers bounds concurrent evaluations. Default DefaultWorkers.
 	Workers int
-	// Sinks receive the findings. Leader-only unless a sink says otherwise
-	// (see core.OutputSink).
+	// Findings is the pipeline audit publishes into, shared with the other
+	// producers of the process; the sinks are its. nil: audit builds a
+	// pipeline of its own, feeding Sinks (a standalone audit).
+	Findings *findings.Pipeline
+	// Sinks receive the findings of a standalone audit, when Findings is
+	// nil. Leader-only unless a sink says otherwise (see core.OutputSink).
 	Sinks []core.OutputSink
 	// RuleCounter, when set, receives evaluation and violation counts for
 	// rule status.
@@ -76,8 +84,9 @@ type Options struct {
 	// sinks start without it. Default DefaultSyncTimeout.
 	SyncTimeout time.Duration
 	// RetryInterval is how soon a rule kind the API server does not serve
-	// is looked up again, and the first delay before a failed sink batch is
-	// retried (doubling up to 30 times that). Default DefaultRetryInterval.
+	// is looked up again, and, for a standalone audit, the first delay
+	// before a failed sink batch is retried (a tenth of it, doubling up to
+	// three times it). Default DefaultRetryInterval.
 	RetryInterval time.Duration
 	// EvalTimeout is the deadline of one object's evaluation by all its
 	// rules; a rule still running then ends with a budget error. Default
@@ -92,12 +101,16 @@ type Options struct {
 
 // Layer is the running audit layer.
 type Layer struct {
-	Source  *Source
-	Store   *Store
-	Metrics *Metrics
+	Source *Source
+	// Store is audit's producer handle on Findings.
+	Store    *Store
+	Findings *findings.Pipeline
+	Metrics  *Metrics
 }
 
-// Setup adds the audit source and one runner per sink to the manager.
+// Setup adds the audit source to the manager and registers it as the
+// producer "audit" of the findings pipeline (with a standalone audit, first
+// builds that pipeline and its sink runners).
 func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
 	if eng == nil {
 		return nil, errors.New("audit: engine is required")
@@ -142,32 +155,29 @@ func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
 			return nil, err
 		}
 	}
+	pipe := o.Findings
+	var err error
+	switch {
+	case pipe != nil && len(o.Sinks) > 0:
+		return nil, errors.New("audit: Sinks belong to the findings pipeline; set them there, not with Findings")
+	case pipe == nil:
+		pipe, err = findings.New(mgr, findings.Options{
+			Sinks: o.Sinks, MinBackoff: o.RetryInterval / 10, MaxBackoff: 3 * o.RetryInterval,
+			Logger: o.Logger, Registerer: o.Registerer,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+	}
 	m := NewMetrics(o.Registerer)
-	store := NewStore(o.RuleCounter)
-	src := newSource(&o, eng, mgr.GetRESTMapper(), cc, store, m)
+	src := newSource(&o, eng, mgr.GetRESTMapper(), cc, nil, m)
+	store, err := pipe.Register(ProducerName, findings.ProducerOptions{Synced: src.Synced(), Counter: o.RuleCounter})
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	src.store = store
 	if err := mgr.Add(src); err != nil {
 		return nil, err
 	}
-	names := map[string]bool{}
-	leading := &leadGauge{gauge: m.Leader}
-	for _, sk := range o.Sinks {
-		if (&sinkRunner{sink: sk}).NeedLeaderElection() {
-			leading.want++
-		}
-	}
-	for _, sk := range o.Sinks {
-		if names[sk.Name()] {
-			return nil, fmt.Errorf("audit: two sinks named %q", sk.Name())
-		}
-		names[sk.Name()] = true
-		err := mgr.Add(&sinkRunner{
-			sink: sk, store: store, synced: src.Synced(), metrics: m, log: o.Logger,
-			maxBatch: DefaultMaxBatch, minBackoff: o.RetryInterval / 10, maxBackoff: 3 * o.RetryInterval,
-			leading: leading,
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return &Layer{Source: src, Store: store, Metrics: m}, nil
+	return &Layer{Source: src, Store: store, Findings: pipe, Metrics: m}, nil
 }

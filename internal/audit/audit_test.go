@@ -113,7 +113,7 @@ func checkAlertShape(t *testing.T, am *amtest.Server, ns string) {
 			continue
 		}
 		want := map[string]string{"alertname": "PortalViolation", "rule": "audit-privileged", "severity": "critical",
-			"namespace": ns, "kind": "Pod", "name": "bad", "container": "c"}
+			"namespace": ns, "kind": "Pod", "name": "bad", "container": "c", "producer": "audit"}
 		for k, v := range want {
 			if a.Labels[k] != v {
 				t.Errorf("alert label %s = %q, want %q (labels %v)", k, a.Labels[k], v, a.Labels)
@@ -202,7 +202,8 @@ func TestOpenReports(t *testing.T) {
 	})
 	r, _ := openReport()
 	res := r.Results[0]
-	if r.Source != "portal" || res.Policy != "audit-privileged" || res.Result != "fail" || res.Properties["container"] != "c" ||
+	if r.Source != "portal" || res.Source != "portal-audit" || len(res.Properties["resultID"]) != 32 ||
+		res.Policy != "audit-privileged" || res.Result != "fail" || res.Properties["container"] != "c" ||
 		len(res.Subjects) != 1 || res.Subjects[0].Name != "p" || r.Labels[policyreport.LabelShard] != "0" {
 		t.Errorf("report %+v", r)
 	}

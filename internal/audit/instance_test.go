@@ -20,9 +20,11 @@ import (
 
 	reportsv1alpha2 "github.com/vilaca/portal/api/reports/v1alpha2"
 	"github.com/vilaca/portal/internal/audit"
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
+	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/rule"
 	amsink "github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
@@ -38,9 +40,14 @@ type instance struct {
 	layer  *audit.Layer
 	engine *engine.Engine
 	counts *rule.StatusCounts
+	cache  *clustercache.Cache
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
+
+	// producer is the second producer of the instance's findings pipeline,
+	// when instanceOptions.producer names one.
+	producer *findings.Producer
 }
 
 type instanceOptions struct {
@@ -58,11 +65,17 @@ type instanceOptions struct {
 	amOptions func(*amsink.Options)
 	// formats are the report formats; default wgpolicyk8s.
 	formats []string
+	// sharedCache gives audit a cluster cache built outside it, as the
+	// manager does, in instance.cache.
+	sharedCache bool
 	// limits, workers and evalTimeout override the evaluation budget, the
 	// worker count and the per-object deadline.
 	limits      exprlang.Limits
 	workers     int
 	evalTimeout time.Duration
+	// producer registers a second producer of this name in the pipeline
+	// audit publishes into, as another layer would.
+	producer string
 }
 
 func startInstance(t *testing.T, o instanceOptions) *instance {
@@ -117,6 +130,16 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 		ResyncPeriod: resync, RetryInterval: time.Second,
 		Workers: o.workers, EvalTimeout: o.evalTimeout,
 	}
+	if o.sharedCache {
+		inst.cache, err = clustercache.New(mgr.GetConfig(), mgr.GetRESTMapper(), clustercache.Options{Logger: log, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mgr.Add(inst.cache); err != nil {
+			t.Fatal(err)
+		}
+		ao.Cache = inst.cache
+	}
 	if o.crRules {
 		inst.counts = rule.NewStatusCounts(mgr.GetClient(), rule.CountOptions{Interval: 200 * time.Millisecond, QPS: 20, Logger: log, Registerer: reg})
 		if err := mgr.Add(inst.counts); err != nil {
@@ -127,6 +150,11 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 	inst.layer, err = audit.Setup(mgr, eng, ao)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.producer != "" {
+		if inst.producer, err = inst.layer.Findings.Register(o.producer, findings.ProducerOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if o.crRules {
 		index := rule.NewIndex(eng)

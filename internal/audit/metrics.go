@@ -2,12 +2,13 @@ package audit
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vilaca/portal/internal/findings"
 )
 
-// LatencyBuckets are the buckets of portal_audit_event_to_report_seconds:
-// from an informer event to the sink having written (or sent) the result.
-// 200 ms and 1 s are bounds, so the latency goal and budget read exactly.
-var LatencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 30}
+// LatencyBuckets are the buckets of portal_audit_event_to_report_seconds,
+// which the findings pipeline keeps.
+var LatencyBuckets = findings.LatencyBuckets
 
 // Scopes of portal_audit_informers.
 const (
@@ -16,19 +17,17 @@ const (
 )
 
 // Metrics are the audit layer's Prometheus metrics, documented in
-// docs/reference/metrics.md.
+// docs/reference/metrics.md. The sink metrics that kept their portal_audit_
+// names (event to report, sink errors and objects, leader) belong to the
+// findings pipeline.
 type Metrics struct {
-	Events        *prometheus.CounterVec
-	Resyncs       prometheus.Counter
-	Watched       prometheus.Gauge
-	Informers     *prometheus.GaugeVec
-	QueueDepth    prometheus.Gauge
-	Evaluations   prometheus.Counter
-	RuleErrors    *prometheus.CounterVec
-	EventToReport *prometheus.HistogramVec
-	SinkErrors    *prometheus.CounterVec
-	SinkObjects   *prometheus.CounterVec
-	Leader        prometheus.Gauge
+	Events      *prometheus.CounterVec
+	Resyncs     prometheus.Counter
+	Watched     prometheus.Gauge
+	Informers   *prometheus.GaugeVec
+	QueueDepth  prometheus.Gauge
+	Evaluations prometheus.Counter
+	RuleErrors  *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -63,30 +62,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_audit_rule_errors_total",
 			Help: "Rule evaluations that failed with an error during audit, by rule.",
 		}, []string{"rule"}),
-		EventToReport: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "portal_audit_event_to_report_seconds",
-			Help:    "Time from the informer event that changed an object's findings to the sink having written or sent them, by sink.",
-			Buckets: LatencyBuckets,
-		}, []string{"sink"}),
-		SinkErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "portal_audit_sink_errors_total",
-			Help: "Batches a sink failed to publish (retried with backoff), by sink.",
-		}, []string{"sink"}),
-		SinkObjects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "portal_audit_sink_objects_total",
-			Help: "Object states a sink published, by sink.",
-		}, []string{"sink"}),
-		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "portal_audit_leader",
-			Help: "1 while this replica leads and each leader-only sink (reports, alerts, logs) has published the full state, else 0.",
-		}),
 	}
 	for _, e := range []string{"add", "update", "delete", "relist"} {
 		m.Events.WithLabelValues(e)
 	}
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Resyncs, m.Watched, m.Informers, m.QueueDepth,
-			m.Evaluations, m.RuleErrors, m.EventToReport, m.SinkErrors, m.SinkObjects, m.Leader)
+			m.Evaluations, m.RuleErrors)
 	}
 	return m
 }

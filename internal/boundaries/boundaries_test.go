@@ -28,9 +28,14 @@ var layers = []string{
 
 // foundations is what every package may build on; none of them imports a
 // layer. internal/certs is a service two layers share (the webhook's and the
-// rule set cache's certificates), so it is one too.
+// rule set cache's certificates), so it is one too; so is internal/findings,
+// the pipeline every producer of findings publishes into, and
+// internal/clustercache, the informer cache every layer reads the cluster
+// through.
 var foundations = []string{
 	"internal/certs",
+	"internal/clustercache",
+	"internal/findings",
 	"internal/core",
 	"internal/engine",
 	"internal/expr",

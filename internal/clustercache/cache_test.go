@@ -257,6 +257,31 @@ func TestSubscriptions(t *testing.T) {
 	if saw("delete later without")() {
 		t.Error("delete without the object's last state")
 	}
+	// After Unsubscribe, no more events.
+	sub.Unsubscribe()
+	mu.Lock()
+	before := len(seen)
+	mu.Unlock()
+	createConfigMap(t, ns, "unseen", nil)
+	devtest.Eventually(t, "the informer has the new object", func() bool {
+		_, ok := h.Object(ns, "unseen")
+		return ok
+	})
+	probe, err := h.Subscribe(func(Event) {}, SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A later subscriber synced: the informer delivered everything up to
+	// "unseen" to its listeners, and the unsubscribed one got none of it.
+	if !probe.WaitSynced(context.Background(), 30*time.Second) {
+		t.Fatal("probe did not sync")
+	}
+	mu.Lock()
+	after := len(seen)
+	mu.Unlock()
+	if after != before {
+		t.Errorf("an unsubscribed handler saw %d more events", after-before)
+	}
 	if n := blocked.Load(); n != 1 {
 		t.Errorf("blocked subscriber ran %d times, want 1 (it is still blocked)", n)
 	}

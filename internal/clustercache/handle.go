@@ -226,6 +226,10 @@ func (s *Subscription) WaitSynced(ctx context.Context, timeout time.Duration) bo
 	return cache.WaitForCacheSync(ctx.Done(), s.reg.HasSynced)
 }
 
+// Unsubscribe ends the subscription; the handle's Release does it too. An
+// event being handled when it is called may still finish.
+func (s *Subscription) Unsubscribe() { s.close() }
+
 func (s *Subscription) close() {
 	s.once.Do(func() { _ = s.inf.inf.RemoveEventHandler(s.reg) })
 }

@@ -16,7 +16,9 @@ import (
 // Cache implements it over its informers (a resource must have been
 // acquired, in the namespace read or cluster-wide, and synced); Static over
 // manifests, for `portal eval --cluster-state`. Objects returned are the
-// caller's to keep and change.
+// caller's to keep and change. Readers do not know who asks: a caller
+// serving a namespaced rule (a tenant's PortalRule) passes that rule's
+// namespace, never "", so it reads nothing of another namespace.
 type Reader interface {
 	// Resolve maps a resource as rules name it ("pods",
 	// "deployments.apps", "deployments.v1.apps") to a served resource.

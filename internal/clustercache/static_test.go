@@ -1,6 +1,7 @@
 package clustercache
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -107,4 +108,35 @@ func TestFlatLabels(t *testing.T) {
 	if !sel.Matches(f) {
 		t.Error("selector does not match")
 	}
+}
+
+// FuzzStatic adds arbitrary JSON objects to a cluster state: whatever they
+// hold, Add either takes them or says why, and the result resolves and lists
+// without panicking.
+func FuzzStatic(f *testing.F) {
+	for _, seed := range []string{
+		widgetCRD,
+		`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d","namespace":"n","labels":{"a":"b"}}}`,
+		`{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"x"},"spec":{"group":"g","names":{"kind":"K","plural":"ks"},"versions":"no"}}`,
+		`{"apiVersion":"v1","kind":"Endpoints","metadata":{"name":"e"}}`,
+		`{"apiVersion":"/","kind":"","metadata":{"name":7}}`,
+	} {
+		f.Add([]byte(seed), "deployments.apps")
+	}
+	f.Fuzz(func(t *testing.T, data []byte, resource string) {
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil || m == nil {
+			return
+		}
+		var b StaticBuilder
+		_ = b.Add(&unstructured.Unstructured{Object: m}, "fuzz:1")
+		s := b.Build()
+		res, err := s.Resolve(resource)
+		if err != nil {
+			return
+		}
+		if _, err := s.List(res.GVR, "", labels.Everything()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -2,6 +2,10 @@ package core
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strings"
 	"time"
 )
 
@@ -10,16 +14,22 @@ import (
 // deleted, or the rule no longer applies to it.
 type Finding struct {
 	Result
+	// Producer names the part of Portal that raised the finding ("audit"):
+	// the findings pipeline sets it, so one producer's findings never pass
+	// for another's.
+	Producer string
 	// FirstSeen is when the loop first saw this finding on the object. It
 	// survives re-evaluations and message changes; it resets when the
 	// finding clears and comes back.
 	FirstSeen time.Time
 }
 
-// FindingID identifies a finding of one object across evaluations: the rule
-// (by its source, so a PortalRule and a PortalClusterRule of the same name
-// stay apart) and, for container-scoped rules, the container.
+// FindingID identifies a finding of one object across evaluations: its
+// producer, the rule (by its source, so a PortalRule and a PortalClusterRule
+// of the same name stay apart) and, for container-scoped rules, the
+// container.
 type FindingID struct {
+	Producer      string
 	RuleKind      string
 	RuleNamespace string
 	RuleName      string
@@ -28,11 +38,35 @@ type FindingID struct {
 
 // ID returns the finding's identity.
 func (f *Finding) ID() FindingID {
-	id := FindingID{Container: f.Container}
+	id := FindingID{Producer: f.Producer, Container: f.Container}
 	if f.Rule != nil {
 		id.RuleKind, id.RuleNamespace, id.RuleName = f.Rule.Source.Kind, f.Rule.Namespace, f.Rule.Name
 	}
 	return id
+}
+
+// ResultID is the finding's stable identity in reports: a hash of its
+// producer, its rule (source kind, namespace, name), the object (API group,
+// kind, namespace, name) and the container. It is the same for every
+// evaluation that raises the finding again, on any replica and across
+// restarts, and differs when any of those differs. The object's API version
+// and UID are left out, so a kind served at a new version, or an object
+// deleted and recreated under its name, keeps its results' identity.
+// Policy Reporter deduplicates notifications by it (properties.resultID).
+func (f *Finding) ResultID() string {
+	id := f.ID()
+	group := ""
+	if g, _, ok := strings.Cut(f.Resource.APIVersion, "/"); ok {
+		group = g // "v1" alone is the core group
+	}
+	h := sha256.New()
+	for _, part := range []string{"portal.result/v1", id.Producer, id.RuleKind, id.RuleNamespace, id.RuleName,
+		group, f.Resource.Kind, f.Resource.Namespace, f.Resource.Name, id.Container} {
+		// Length-prefixed, so no two field lists hash the same.
+		h.Write(binary.AppendUvarint(nil, uint64(len(part))))
+		h.Write([]byte(part))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // Severity is the severity of the finding's rule.

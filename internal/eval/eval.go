@@ -6,8 +6,12 @@ package eval
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"runtime"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/manifest"
@@ -70,6 +74,9 @@ type Options struct {
 	// Jobs is the number of documents decoded and evaluated at once; 0 means
 	// GOMAXPROCS. The report is in input order whatever the number.
 	Jobs int
+	// Cluster is what cross-resource lookups read: manifests given with
+	// --cluster-state (a *clustercache.Static). nil: no cluster state.
+	Cluster clustercache.Reader
 	// Format is the output format the report will be written in. "json"
 	// makes the workers encode results as they go and the report keep only
 	// the bytes; any other keeps Results.
@@ -109,14 +116,76 @@ type batch struct {
 // a bounded number of decoded objects. When ctx ends, the remaining documents
 // are skipped and the report is incomplete: check ctx.Err().
 func Evaluate(ctx context.Context, eng *engine.Engine, docs []manifest.Document, opts Options) (*Report, []error) {
+	return evaluate(ctx, eng, documents(docs), opts)
+}
+
+// EvaluateObjects is Evaluate on decoded objects, such as a page of a live
+// cluster's objects; an evaluation error names the object.
+func EvaluateObjects(ctx context.Context, eng *engine.Engine, objs []*unstructured.Unstructured, opts Options) (*Report, []error) {
+	return evaluate(ctx, eng, objects(objs), opts)
+}
+
+// input is what a run evaluates: documents to decode, or objects.
+type input interface {
+	len() int
+	// objects decodes the i-th input into the objects it holds.
+	objects(i int) ([]*unstructured.Unstructured, error)
+	// errorf locates an evaluation error of the i-th input.
+	errorf(i int, err error) error
+}
+
+type documents []manifest.Document
+
+func (d documents) len() int                                            { return len(d) }
+func (d documents) objects(i int) ([]*unstructured.Unstructured, error) { return d[i].Objects() }
+func (d documents) errorf(i int, err error) error                       { return d[i].Errorf("%v", err) }
+
+type objects []*unstructured.Unstructured
+
+func (o objects) len() int { return len(o) }
+func (o objects) objects(i int) ([]*unstructured.Unstructured, error) {
+	return o[i : i+1], nil
+}
+func (o objects) errorf(i int, err error) error {
+	return fmt.Errorf("%s %s: %w", o[i].GetKind(), objectName(o[i]), err)
+}
+
+func objectName(u *unstructured.Unstructured) string {
+	if u.GetNamespace() == "" {
+		return u.GetName()
+	}
+	return u.GetNamespace() + "/" + u.GetName()
+}
+
+// Merge appends other's results, summary and errors to r, as if one run had
+// evaluated r's input and then other's. Both must be made for the same
+// format.
+func (r *Report) Merge(other *Report) {
+	r.objects += other.objects
+	r.denied = r.denied || other.denied
+	r.Summary.Pass += other.Summary.Pass
+	r.Summary.Fail += other.Summary.Fail
+	r.Summary.Error += other.Summary.Error
+	r.Results = append(r.Results, other.Results...)
+	r.encoded = append(r.encoded, other.encoded...)
+}
+
+// NewReport returns an empty report for format, to Merge runs into.
+func NewReport(format string) *Report {
+	rep := &Report{isJSON: format == "json"}
+	if !rep.isJSON {
+		rep.Results = []Result{}
+	}
+	return rep
+}
+
+func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (*Report, []error) {
+	n := in.len()
 	jobs := opts.Jobs
 	if jobs <= 0 {
 		jobs = runtime.GOMAXPROCS(0)
 	}
-	rep := &Report{isJSON: opts.Format == "json"}
-	if !rep.isJSON {
-		rep.Results = []Result{}
-	}
+	rep := NewReport(opts.Format)
 	var errs []error
 	merge := func(b *batch) {
 		rep.objects += b.objects
@@ -130,12 +199,12 @@ func Evaluate(ctx context.Context, eng *engine.Engine, docs []manifest.Document,
 		}
 		errs = append(errs, b.errs...)
 	}
-	w := worker{ctx: ctx, eng: eng, docs: docs, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON}
-	if jobs == 1 || len(docs) <= batchSize {
+	w := worker{ctx: ctx, eng: eng, in: in, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON}
+	if jobs == 1 || n <= batchSize {
 		var results []Result
 		hint := 0
-		for lo := 0; lo < len(docs); lo += batchSize {
-			b := &batch{lo: lo, hi: min(lo+batchSize, len(docs)), results: results[:0], encodedHint: hint}
+		for lo := 0; lo < n; lo += batchSize {
+			b := &batch{lo: lo, hi: min(lo+batchSize, n), results: results[:0], encodedHint: hint}
 			w.run(b)
 			results, hint = b.results, len(b.encoded)+len(b.encoded)/8
 			merge(b)
@@ -149,8 +218,8 @@ func Evaluate(ctx context.Context, eng *engine.Engine, docs []manifest.Document,
 	go func() {
 		defer close(work)
 		defer close(order)
-		for lo := 0; lo < len(docs); lo += batchSize {
-			j := &batchJob{b: &batch{lo: lo, hi: min(lo+batchSize, len(docs))}, done: make(chan *batch, 1)}
+		for lo := 0; lo < n; lo += batchSize {
+			j := &batchJob{b: &batch{lo: lo, hi: min(lo+batchSize, n)}, done: make(chan *batch, 1)}
 			order <- j.done
 			work <- j
 		}
@@ -180,7 +249,7 @@ type batchJob struct {
 type worker struct {
 	ctx  context.Context
 	eng  *engine.Engine
-	docs []manifest.Document
+	in   input
 	opts engine.Options
 	json bool
 }
@@ -196,12 +265,12 @@ func (w *worker) run(b *batch) {
 			b.encoded = bytes.Clone(b.encoded)
 		}
 	}()
-	for _, d := range w.docs[b.lo:b.hi] {
+	for i := b.lo; i < b.hi; i++ {
 		if w.ctx.Err() != nil {
 			// Interrupted: the caller reports ctx's error, not a report.
 			return
 		}
-		objs, err := d.Objects()
+		objs, err := w.in.objects(i)
 		if err != nil {
 			b.errs = append(b.errs, err)
 			continue
@@ -210,7 +279,7 @@ func (w *worker) run(b *batch) {
 		for _, obj := range objs {
 			results, err := w.eng.Evaluate(w.ctx, obj, w.opts)
 			if err != nil {
-				b.errs = append(b.errs, d.Errorf("%v", err))
+				b.errs = append(b.errs, w.in.errorf(i, err))
 				continue
 			}
 			for i := range results {

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"errors"
 	"time"
 
 	"github.com/vilaca/portal/internal/audit"
@@ -20,7 +21,9 @@ type AuditConfig struct {
 	// EvalTimeout is the deadline of one object's evaluation by its audit
 	// rules, so no rule holds a worker longer.
 	EvalTimeout time.Duration
-	// Sinks selects and configures the outputs.
+	// Sinks selects and configures the outputs of the findings pipeline,
+	// which every producer of findings shares; they sit here because their
+	// flags came with audit.
 	Sinks sink.Options
 }
 
@@ -28,21 +31,21 @@ func defaultAudit() AuditConfig {
 	return AuditConfig{ResyncPeriod: audit.DefaultResyncPeriod, Workers: audit.DefaultWorkers, EvalTimeout: audit.DefaultEvalTimeout, Sinks: sink.Defaults()}
 }
 
-// auditLayer is the L5 continuous audit: informers, evaluation, and the
-// sinks (reports, alerts, metrics, logs).
+// auditLayer is the L5 continuous audit: informers and evaluation, whose
+// findings go to the findings pipeline (reports, alerts, metrics, logs).
 type auditLayer struct{ cfg AuditConfig }
 
 func (*auditLayer) Name() string { return "audit" }
 
-// Setup adds the sinks, the rule status counts and the audit source, which
-// follows the rule set to start and stop its watches.
+// ProducesFindings implements findingsProducer.
+func (*auditLayer) ProducesFindings() bool { return true }
+
+// Setup adds the rule status counts and the audit source, which publishes
+// into the findings pipeline and follows the rule set to start and stop its
+// watches.
 func (l *auditLayer) Setup(d Deps) error {
-	so := l.cfg.Sinks
-	so.Logger = d.Logger
-	so.Registerer = d.Registerer
-	sinks, err := sink.New(d.Manager, so)
-	if err != nil {
-		return err
+	if d.Findings == nil {
+		return errors.New("no findings pipeline to publish into")
 	}
 	counts := rule.NewStatusCounts(d.Manager.GetClient(), rule.CountOptions{Logger: d.Logger, Registerer: d.Registerer})
 	if err := d.Manager.Add(counts); err != nil {
@@ -53,7 +56,7 @@ func (l *auditLayer) Setup(d Deps) error {
 		ResyncPeriod: l.cfg.ResyncPeriod,
 		Workers:      l.cfg.Workers,
 		EvalTimeout:  l.cfg.EvalTimeout,
-		Sinks:        sinks,
+		Findings:     d.Findings,
 		Cache:        d.Cache,
 		RuleCounter:  counts,
 		Logger:       d.Logger,

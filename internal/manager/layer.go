@@ -10,6 +10,7 @@ import (
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/waf"
@@ -45,6 +46,10 @@ type Deps struct {
 	// Cache is the shared cluster cache: layers acquire the resources they
 	// read or watch from it, so two layers never watch one twice.
 	Cache *clustercache.Cache
+	// Findings is the findings pipeline every producer of findings
+	// publishes into under its own name (Findings.Register); it runs the
+	// sinks once. nil when no enabled layer produces findings.
+	Findings *findings.Pipeline
 	// Registerer receives the layers' metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +58,11 @@ func TestLayerSwitches(t *testing.T) {
 		if fams := families(t, reg, "portal_audit_"); len(fams) > 0 {
 			t.Errorf("audit is set up with only admission on: %v", fams)
 		}
+		// No layer produces findings: no pipeline, so no sink runner and
+		// no report writer.
+		if fams := families(t, reg, "portal_findings_"); len(fams) > 0 {
+			t.Errorf("the findings pipeline is set up with only admission on: %v", fams)
+		}
 		if fams := families(t, reg, "portal_admission_"); len(fams) == 0 {
 			t.Error("no admission metric registered")
 		}
@@ -69,6 +76,18 @@ func TestLayerSwitches(t *testing.T) {
 		cfg, reg, port := layerConfig(t, "layers-audit")
 		cfg.Audit.Enabled = true
 		cfg.Audit.Sinks.ReportFormat = "none"
+		// One audit rule on ConfigMaps: audit acquires them from the
+		// manager's cluster cache.
+		cfg.RulesFolder = t.TempDir()
+		if err := os.WriteFile(filepath.Join(cfg.RulesFolder, "cm.yaml"), []byte(`name: layers-audit-cm
+mode: [audit]
+severity: low
+match: {gvk: [{kind: ConfigMap}]}
+rule: metadata.name != ""
+message: flagged
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		runUntilReady(t, cl, cfg)
 		if conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
 			conn.Close()
@@ -81,8 +100,17 @@ func TestLayerSwitches(t *testing.T) {
 		if fams := families(t, reg, "portal_audit_"); len(fams) == 0 {
 			t.Error("no audit metric registered")
 		}
+		if fams := families(t, reg, "portal_findings_objects"); len(fams) == 0 {
+			t.Error("audit is on, yet no findings pipeline with an audit producer")
+		}
 		if fams := families(t, reg, "portal_admission_"); len(fams) > 0 {
 			t.Errorf("admission is set up with only audit on: %v", fams)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return len(families(t, reg, "portal_cluster_cache_informers")) == 1, nil
+		})
+		if err != nil {
+			t.Errorf("audit's rule started no informer in the manager's cluster cache: %v", err)
 		}
 	})
 }

@@ -203,7 +203,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	// rules' cluster.* lookups.
 	ccache, err := newClusterCache(mgr, &cfg, reg)
 	if err != nil {
-		return err
+		return fmt.Errorf("cluster cache: %w", err)
 	}
 	lk, depIndex, err := newLookups(restCfg, ccache, &cfg, log)
 	if err != nil {
@@ -218,10 +218,14 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		return err
 	}
 	index.OnChange(lk.watcher.Notify)
-	if err := setupLayers(layers, Deps{
+	deps := Deps{
 		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded, Cache: ccache,
 		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Lookups: lk.watcher,
-	}); err != nil {
+	}
+	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
+		return fmt.Errorf("findings pipeline: %w", err)
+	}
+	if err := setupLayers(layers, deps); err != nil {
 		return err
 	}
 	ruleMetrics := rule.NewMetrics(reg)

@@ -1,7 +1,7 @@
 // Package sink builds the output sinks that options enable: PolicyReports
 // (wgpolicyk8s.io, openreports.io or both), Alertmanager, the Prometheus violations gauge and the log. Each sink lives
-// in its own package and implements core.OutputSink; the audit layer (and
-// later the other loops) publish findings to them.
+// in its own package and implements core.OutputSink; the findings pipeline
+// (internal/findings) feeds them the findings of every producer.
 package sink
 
 import (

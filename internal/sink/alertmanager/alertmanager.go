@@ -239,6 +239,11 @@ func alertsOf(fs []core.Finding) map[string]alert {
 		if f.Container != "" {
 			labels["container"] = f.Container
 		}
+		if f.Producer != "" {
+			// Two producers' findings of one rule on one object are two
+			// alerts, and routes can tell the parts of Portal apart.
+			labels["producer"] = f.Producer
+		}
 		out[fingerprint(labels)] = alert{
 			Labels:      labels,
 			Annotations: map[string]string{"message": f.Message},

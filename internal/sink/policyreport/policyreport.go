@@ -68,13 +68,20 @@ func (f format) kind(namespace string) string {
 const (
 	// Name is the sink's name in the wgpolicyk8s format; in the
 	// openreports format it is "openreports".
-	Name           = "policyreport"
-	FieldOwner     = "portal"
-	Source         = "portal"
-	ReportName     = "portal"
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "portal"
-	LabelShard     = "portal.io/shard"
+	Name       = "policyreport"
+	FieldOwner = "portal"
+	// Source is the top-level source of an OpenReports report, which holds
+	// the results of every producer; each result's own source names its
+	// producer (ResultSource).
+	Source = "portal"
+	// PropertyResultID is the result property holding the finding's stable
+	// ID (core.Finding.ResultID), by which Policy Reporter tells results
+	// apart across report rewrites.
+	PropertyResultID = "resultID"
+	ReportName       = "portal"
+	LabelManagedBy   = "app.kubernetes.io/managed-by"
+	ManagedBy        = "portal"
+	LabelShard       = "portal.io/shard"
 
 	// DefaultMaxResults bounds the results of one report. Small reports
 	// apply fast: every change rewrites its whole report, and an apply

@@ -51,7 +51,7 @@ func renderFinding(f *core.Finding) result {
 		res = reportsv1alpha2.ResultError
 	}
 	ref := f.Resource
-	props := map[string]string{}
+	props := map[string]string{PropertyResultID: f.ResultID()}
 	if f.Container != "" {
 		props["container"] = f.Container
 		props["containerType"] = f.ContainerType
@@ -62,13 +62,10 @@ func renderFinding(f *core.Finding) result {
 			props["ruleNamespace"] = f.Rule.Namespace
 		}
 	}
-	if len(props) == 0 {
-		props = nil
-	}
 	name := f.RuleName()
 	return result{
 		PolicyReportResult: reportsv1alpha2.PolicyReportResult{
-			Source:    Source,
+			Source:    ResultSource(f.Producer),
 			Policy:    name,
 			Rule:      name,
 			Severity:  reportsv1alpha2.PolicyResultSeverity(f.Severity()),
@@ -82,8 +79,18 @@ func renderFinding(f *core.Finding) result {
 			Message:    truncate(f.Message, MaxMessageBytes),
 			Properties: props,
 		},
-		sortKey: ref.Kind + "\x00" + ref.Name + "\x00" + ref.APIVersion + "\x00" + name + "\x00" + f.Container,
+		sortKey: ref.Kind + "\x00" + ref.Name + "\x00" + ref.APIVersion + "\x00" + name + "\x00" + f.Container + "\x00" + f.Producer,
 	}
+}
+
+// ResultSource is a result's source: "portal-" and the producer that raised
+// the finding ("portal-audit"), so Policy Reporter can show and filter each
+// part of Portal on its own; "portal" for a finding without a producer.
+func ResultSource(producer string) string {
+	if producer == "" {
+		return Source
+	}
+	return Source + "-" + producer
 }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.

@@ -1,5 +1,5 @@
 // Package prometheus is the metrics sink: the portal_audit_violations gauge,
-// the number of open violations by rule, severity and namespace.
+// the number of open violations by rule, severity, namespace and producer.
 package prometheus
 
 import (
@@ -15,7 +15,7 @@ import (
 const Name = "prometheus"
 
 type series struct {
-	rule, severity, namespace string
+	rule, severity, namespace, producer string
 }
 
 // Sink keeps portal_audit_violations. Unlike the other sinks it runs on every
@@ -33,8 +33,8 @@ func New(reg prometheus.Registerer) *Sink {
 	s := &Sink{
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "portal_audit_violations",
-			Help: "Open audit violations (failing findings) by rule, severity and namespace (empty for cluster-scoped objects).",
-		}, []string{"rule", "severity", "namespace"}),
+			Help: "Open violations (failing findings) by rule, severity, namespace (empty for cluster-scoped objects) and producer (audit, ...).",
+		}, []string{"rule", "severity", "namespace", "producer"}),
 		tracker: track.New(),
 		counts:  map[series]int{},
 	}
@@ -62,10 +62,10 @@ func (s *Sink) Publish(_ context.Context, b core.FindingBatch) error {
 	}
 	for k := range touched {
 		if n := s.counts[k]; n > 0 {
-			s.gauge.WithLabelValues(k.rule, k.severity, k.namespace).Set(float64(n))
+			s.gauge.WithLabelValues(k.rule, k.severity, k.namespace, k.producer).Set(float64(n))
 		} else {
 			delete(s.counts, k)
-			s.gauge.DeleteLabelValues(k.rule, k.severity, k.namespace)
+			s.gauge.DeleteLabelValues(k.rule, k.severity, k.namespace, k.producer)
 		}
 	}
 	return nil
@@ -77,7 +77,7 @@ func (s *Sink) add(fs []core.Finding, delta int, touched map[series]bool) {
 		if f.Outcome != core.OutcomeFail {
 			continue
 		}
-		k := series{rule: f.RuleName(), severity: string(f.Severity()), namespace: f.Resource.Namespace}
+		k := series{rule: f.RuleName(), severity: string(f.Severity()), namespace: f.Resource.Namespace, producer: f.Producer}
 		s.counts[k] += delta
 		touched[k] = true
 	}

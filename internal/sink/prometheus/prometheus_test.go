@@ -18,6 +18,7 @@ func obj(ns, name string, n int) core.ObjectFindings {
 	of := core.ObjectFindings{Object: ref}
 	for i := range n {
 		of.Findings = append(of.Findings, core.Finding{
+			Producer:  "audit",
 			Result:    core.Result{Rule: rule, Resource: ref, Outcome: core.OutcomeFail, Container: string(rune('a' + i))},
 			FirstSeen: time.Now(),
 		})
@@ -25,7 +26,8 @@ func obj(ns, name string, n int) core.ObjectFindings {
 	return of
 }
 
-// The gauge counts open violations by rule, severity and namespace, and a
+// The gauge counts open violations by rule, severity, namespace and
+// producer, and a
 // series disappears with its last violation.
 func TestViolationsGauge(t *testing.T) {
 	s := promsink.New(nil)
@@ -33,13 +35,13 @@ func TestViolationsGauge(t *testing.T) {
 	if err := s.Publish(ctx, core.FindingBatch{Full: true, Objects: []core.ObjectFindings{obj("a", "p", 2), obj("a", "q", 1), obj("b", "p", 1)}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(s.Gauge().WithLabelValues("r", "high", "a")); got != 3 {
+	if got := testutil.ToFloat64(s.Gauge().WithLabelValues("r", "high", "a", "audit")); got != 3 {
 		t.Errorf("namespace a: %v, want 3", got)
 	}
 	if err := s.Publish(ctx, core.FindingBatch{Objects: []core.ObjectFindings{obj("a", "p", 0)}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(s.Gauge().WithLabelValues("r", "high", "a")); got != 1 {
+	if got := testutil.ToFloat64(s.Gauge().WithLabelValues("r", "high", "a", "audit")); got != 1 {
 		t.Errorf("namespace a after a fix: %v, want 1", got)
 	}
 	// A full batch without namespace b resolves it: its series goes.

@@ -1,5 +1,5 @@
-// Package stdout is the log sink: one JSON line per audit finding raised,
-// changed and resolved, through log/slog.
+// Package stdout is the log sink: one JSON line per finding raised, changed
+// and resolved, through log/slog, with the producer that raised it.
 package stdout
 
 import (
@@ -52,6 +52,8 @@ func (s *Sink) line(ctx context.Context, event string, f *core.Finding, full boo
 	attrs := []slog.Attr{
 		slog.String("audit", "finding"),
 		slog.String("event", event),
+		slog.String("producer", f.Producer),
+		slog.String("resultID", f.ResultID()),
 		slog.String("rule", f.RuleName()),
 		slog.String("severity", string(f.Severity())),
 		slog.String("result", string(f.Outcome)),

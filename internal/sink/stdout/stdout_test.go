@@ -20,6 +20,7 @@ func obj(name string, msgs ...string) core.ObjectFindings {
 	of := core.ObjectFindings{Object: ref}
 	for i, m := range msgs {
 		of.Findings = append(of.Findings, core.Finding{
+			Producer:  "audit",
 			Result:    core.Result{Rule: rule, Resource: ref, Outcome: core.OutcomeFail, Container: string(rune('a' + i)), Message: m},
 			FirstSeen: time.Unix(1700000000, 0),
 		})
@@ -50,6 +51,9 @@ func TestLines(t *testing.T) {
 		}
 		if m["rule"] != "r" || m["name"] != "p" || m["namespace"] != "ns" || m["kind"] != "Pod" {
 			t.Errorf("line lacks the finding: %s", line)
+		}
+		if id, _ := m["resultID"].(string); m["producer"] != "audit" || len(id) != 32 {
+			t.Errorf("line lacks the producer or the result ID: %s", line)
 		}
 		events = append(events, m["event"].(string)+"/"+m["container"].(string))
 	}

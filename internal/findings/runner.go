@@ -1,4 +1,4 @@
-package audit
+package findings
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 	"github.com/vilaca/portal/internal/core"
 )
 
-// sinkRunner feeds one sink from the store. It is a manager runnable: for a
-// leader-only sink (the default) it starts when this replica becomes the
-// leader, so the new leader's first batch is the full current state, and a
-// sink that cannot keep up only ever lags, it never loses a change.
+// sinkRunner feeds one sink from the pipeline. It is a manager runnable: for
+// a leader-only sink (the default) it starts when this replica becomes the
+// leader, so the new leader's first batch is the full current state of every
+// producer, and a sink that cannot keep up only ever lags, it never loses a
+// change.
 type sinkRunner struct {
 	sink       core.OutputSink
-	store      *Store
-	synced     <-chan struct{}
+	pipeline   *Pipeline
 	metrics    *Metrics
 	log        *slog.Logger
 	maxBatch   int
@@ -50,20 +50,22 @@ func (g *leadGauge) down() {
 	g.gauge.Set(0)
 }
 
-// NeedLeaderElection implements manager.LeaderElectionRunnable: sinks are
-// leader-only unless they say otherwise.
-func (r *sinkRunner) NeedLeaderElection() bool {
-	if l, ok := r.sink.(interface{ NeedLeaderElection() bool }); ok {
+// needLeader reports whether a sink runs on the leader only: all do unless
+// they say otherwise.
+func needLeader(s core.OutputSink) bool {
+	if l, ok := s.(interface{ NeedLeaderElection() bool }); ok {
 		return l.NeedLeaderElection()
 	}
 	return true
 }
 
-// Start implements manager.Runnable: it publishes until ctx ends.
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (r *sinkRunner) NeedLeaderElection() bool { return needLeader(r.sink) }
+
+// Start implements manager.Runnable: it publishes until ctx ends, once every
+// producer holds its full state.
 func (r *sinkRunner) Start(ctx context.Context) error {
-	select {
-	case <-r.synced:
-	case <-ctx.Done():
+	if !r.pipeline.waitSynced(ctx.Done()) {
 		return nil
 	}
 	name := r.sink.Name()
@@ -74,8 +76,8 @@ func (r *sinkRunner) Start(ctx context.Context) error {
 			r.leading.down()
 		}
 	}()
-	r.log.Info("audit sink started", "sink", name, "leaderOnly", leader)
-	sub := r.store.Subscribe()
+	r.log.Info("findings sink started", "sink", name, "leaderOnly", leader)
+	sub := r.pipeline.Subscribe()
 	defer sub.Close()
 
 	latency := r.metrics.EventToReport.WithLabelValues(name)
@@ -103,7 +105,7 @@ func (r *sinkRunner) Start(ctx context.Context) error {
 			}
 			sub.Retry(b)
 			r.metrics.SinkErrors.WithLabelValues(name).Inc()
-			r.log.Warn("audit sink failed; retrying", "sink", name, "objects", len(b.Objects), "full", b.Full, "retryIn", backoff, "error", err)
+			r.log.Warn("findings sink failed; retrying", "sink", name, "objects", len(b.Objects), "full", b.Full, "retryIn", backoff, "error", err)
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():

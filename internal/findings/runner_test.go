@@ -1,0 +1,108 @@
+package findings
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/vilaca/portal/internal/core"
+)
+
+// recordingSink keeps the batches it was given and fails the first fail
+// calls.
+type recordingSink struct {
+	mu      sync.Mutex
+	batches []core.FindingBatch
+	fail    int
+}
+
+func (s *recordingSink) Name() string { return "recording" }
+
+func (s *recordingSink) Publish(_ context.Context, b core.FindingBatch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail > 0 {
+		s.fail--
+		return errors.New("refused")
+	}
+	s.batches = append(s.batches, b)
+	return nil
+}
+
+func (s *recordingSink) got() []core.FindingBatch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]core.FindingBatch(nil), s.batches...)
+}
+
+// runnables collects what the pipeline adds to the manager.
+type runnables []manager.Runnable
+
+func (r *runnables) Add(x manager.Runnable) error { *r = append(*r, x); return nil }
+
+// The sink starts once every producer holds its full state; its first batch
+// is that state, of every producer; a failed batch is retried; the lead
+// gauge is 1 once the full state is out, and 0 when the sink stops.
+func TestRunnerStartsWithEveryProducersFullState(t *testing.T) {
+	sink := &recordingSink{fail: 1}
+	var added runnables
+	p, err := New(&added, Options{Sinks: []core.OutputSink{sink}, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(added) != 1 {
+		t.Fatalf("%d runnables for one sink", len(added))
+	}
+	if r, ok := added[0].(manager.LeaderElectionRunnable); !ok || !r.NeedLeaderElection() {
+		t.Error("the sink does not run on the leader only")
+	}
+	auditSynced, netSynced := make(chan struct{}), make(chan struct{})
+	audit, _ := p.Register("audit", ProducerOptions{Synced: auditSynced})
+	network, _ := p.Register("network", ProducerOptions{Synced: netSynced})
+	now := time.Now()
+	audit.Set(ref("a"), []core.Finding{fail(ruleA, ref("a"), "", "m", now)}, now)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- added[0].Start(ctx) }()
+	close(auditSynced)
+	// network has not synced: nothing may be published, or the first full
+	// batch would tell the sinks network has no findings.
+	network.Set(ref("n"), []core.Finding{fail(ruleB, ref("n"), "", "m", now)}, now)
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 200*time.Millisecond, true, func(context.Context) (bool, error) {
+		return len(sink.got()) > 0, nil
+	}); err == nil {
+		t.Fatal("the sink published before every producer synced")
+	}
+	close(netSynced)
+	err = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(sink.got()) > 0, nil
+	})
+	if err != nil {
+		t.Fatal("the sink never published")
+	}
+	first := sink.got()[0]
+	if !first.Full || keys(names(first.Objects)) != "audit/a/a/ network/b/n/" {
+		t.Errorf("first batch: full=%v %q, want the full state of both producers", first.Full, keys(names(first.Objects)))
+	}
+	if n := testutil.ToFloat64(p.Metrics().SinkErrors.WithLabelValues("recording")); n != 1 {
+		t.Errorf("sink errors = %v, want the 1 refused batch", n)
+	}
+	if testutil.ToFloat64(p.Metrics().Leader) != 1 {
+		t.Error("portal_audit_leader is not 1 with the full state published")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if testutil.ToFloat64(p.Metrics().Leader) != 0 {
+		t.Error("portal_audit_leader is still 1 after the sink stopped")
+	}
+}
