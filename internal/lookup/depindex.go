@@ -49,12 +49,62 @@ type DepIndex struct {
 	mu     sync.Mutex
 	max    int
 	deps   map[Dependent]*depNode
-	objs   map[objRead]map[*depNode]*entry
-	scopes map[scopeRead]map[*depNode]*entry
+	objs   map[objRead]*readers
+	scopes map[scopeRead]*readers
 	// lru is a ring through a sentinel: lru.next is the newest entry.
 	lru     entry
 	n       int
 	evicted uint64
+}
+
+// readers are the entries of one read object or scope. Most objects are read
+// by one evaluation; a map is made only for the second.
+type readers struct {
+	one  *entry
+	many map[*depNode]*entry
+}
+
+func (r *readers) get(n *depNode) *entry {
+	if r == nil {
+		return nil
+	}
+	if r.one != nil && r.one.node == n {
+		return r.one
+	}
+	return r.many[n]
+}
+
+func (r *readers) put(e *entry) {
+	if r.one == nil && r.many == nil {
+		r.one = e
+		return
+	}
+	if r.many == nil {
+		r.many = map[*depNode]*entry{r.one.node: r.one}
+		r.one = nil
+	}
+	r.many[e.node] = e
+}
+
+// del removes n's entry and reports whether none is left.
+func (r *readers) del(n *depNode) bool {
+	if r.one != nil && r.one.node == n {
+		r.one = nil
+	}
+	delete(r.many, n)
+	return r.one == nil && len(r.many) == 0
+}
+
+func (r *readers) each(fn func(*depNode, *entry)) {
+	if r == nil {
+		return
+	}
+	if r.one != nil {
+		fn(r.one.node, r.one)
+	}
+	for n, e := range r.many {
+		fn(n, e)
+	}
 }
 
 type depNode struct {
@@ -62,14 +112,17 @@ type depNode struct {
 	entries []*entry
 }
 
+// entry is one (evaluation, read). key is the object read, or with isScope
+// the namespace listed (its name empty).
 type entry struct {
 	node       *depNode
-	obj        objRead
-	scope      scopeRead
+	key        objRead
 	isScope    bool
 	sel        labels.Selector
 	prev, next *entry
 }
+
+func (e *entry) scope() scopeRead { return scopeRead{gr: e.key.gr, namespace: e.key.namespace} }
 
 // NewDepIndex returns an index of at most max entries (DefaultMaxDependencies
 // when max <= 0).
@@ -77,7 +130,7 @@ func NewDepIndex(max int) *DepIndex {
 	if max <= 0 {
 		max = DefaultMaxDependencies
 	}
-	d := &DepIndex{max: max, deps: map[Dependent]*depNode{}, objs: map[objRead]map[*depNode]*entry{}, scopes: map[scopeRead]map[*depNode]*entry{}}
+	d := &DepIndex{max: max, deps: map[Dependent]*depNode{}, objs: map[objRead]*readers{}, scopes: map[scopeRead]*readers{}}
 	d.lru.next, d.lru.prev = &d.lru, &d.lru
 	return d
 }
@@ -94,22 +147,22 @@ func (d *DepIndex) Add(dep Dependent, r Read) {
 	if r.Name != "" || r.Selector == nil {
 		k := objRead{gr: r.GVR.GroupResource(), namespace: r.Namespace, name: r.Name}
 		m := d.objs[k]
-		if e := m[node]; e != nil {
+		if e := m.get(node); e != nil {
 			d.touch(e)
 			return
 		}
 		if m == nil {
-			m = map[*depNode]*entry{}
+			m = &readers{}
 			d.objs[k] = m
 		}
-		e := &entry{node: node, obj: k}
-		m[node] = e
+		e := &entry{node: node, key: k}
+		m.put(e)
 		d.insert(e)
 		return
 	}
 	k := scopeRead{gr: r.GVR.GroupResource(), namespace: r.Namespace}
 	m := d.scopes[k]
-	if e := m[node]; e != nil {
+	if e := m.get(node); e != nil {
 		// Two lists of one scope with different selectors: any change in
 		// the scope may matter.
 		if e.sel.String() != r.Selector.String() {
@@ -119,11 +172,11 @@ func (d *DepIndex) Add(dep Dependent, r Read) {
 		return
 	}
 	if m == nil {
-		m = map[*depNode]*entry{}
+		m = &readers{}
 		d.scopes[k] = m
 	}
-	e := &entry{node: node, scope: k, isScope: true, sel: r.Selector}
-	m[node] = e
+	e := &entry{node: node, key: objRead{gr: k.gr, namespace: k.namespace}, isScope: true, sel: r.Selector}
+	m.put(e)
 	d.insert(e)
 }
 
@@ -152,17 +205,11 @@ func (d *DepIndex) remove(e *entry, unlinkNode bool) {
 	e.prev, e.next = nil, nil
 	d.n--
 	if e.isScope {
-		if m := d.scopes[e.scope]; m != nil {
-			delete(m, e.node)
-			if len(m) == 0 {
-				delete(d.scopes, e.scope)
-			}
+		if m := d.scopes[e.scope()]; m != nil && m.del(e.node) {
+			delete(d.scopes, e.scope())
 		}
-	} else if m := d.objs[e.obj]; m != nil {
-		delete(m, e.node)
-		if len(m) == 0 {
-			delete(d.objs, e.obj)
-		}
+	} else if m := d.objs[e.key]; m != nil && m.del(e.node) {
+		delete(d.objs, e.key)
 	}
 	if !unlinkNode {
 		return
@@ -204,22 +251,22 @@ func (d *DepIndex) Affected(gvr schema.GroupVersionResource, ns, name string, se
 	var out []Dependent
 	seen := map[*depNode]bool{}
 	gr := gvr.GroupResource()
-	for node := range d.objs[objRead{gr: gr, namespace: ns, name: name}] {
+	d.objs[objRead{gr: gr, namespace: ns, name: name}].each(func(node *depNode, _ *entry) {
 		seen[node] = true
 		out = append(out, node.dep)
-	}
+	})
 	scopes := []scopeRead{{gr: gr, namespace: ns}}
 	if ns != "" {
 		scopes = append(scopes, scopeRead{gr: gr})
 	}
 	for _, k := range scopes {
-		for node, e := range d.scopes[k] {
+		d.scopes[k].each(func(node *depNode, e *entry) {
 			if seen[node] || !selectsAny(e.sel, sets) {
-				continue
+				return
 			}
 			seen[node] = true
 			out = append(out, node.dep)
-		}
+		})
 	}
 	return out
 }
@@ -252,16 +299,12 @@ func (d *DepIndex) Reading(gvr schema.GroupVersionResource, namespace string) []
 	}
 	for k, m := range d.objs {
 		if k.gr == gr && (namespace == "" || k.namespace == namespace) {
-			for node := range m {
-				add(node)
-			}
+			m.each(func(n *depNode, _ *entry) { add(n) })
 		}
 	}
 	for k, m := range d.scopes {
 		if k.gr == gr && (namespace == "" || k.namespace == namespace || k.namespace == "") {
-			for node := range m {
-				add(node)
-			}
+			m.each(func(n *depNode, _ *entry) { add(n) })
 		}
 	}
 	return out
