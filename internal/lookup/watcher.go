@@ -272,7 +272,7 @@ func (w *Watcher) ruleStatus(ctx context.Context, r *engine.Rule, want map[watch
 				if k.namespace != "" {
 					where = "in namespace " + k.namespace
 				}
-				problem(ReasonLookupForbidden, fmt.Sprintf("cluster.%s: Portal may not list and watch %s %s (%s): grant get, list, watch on it to Portal's ServiceAccount (Helm value watchedResources)", l.Resource, name, where, why))
+				problem(ReasonLookupForbidden, fmt.Sprintf("cluster.%s: Portal may not list and watch %s %s (%s): grant get, list, watch on it to Portal's ServiceAccount (Helm value watchedGvks)", l.Resource, name, where, why))
 			}
 		}
 	}

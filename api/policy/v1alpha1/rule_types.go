@@ -254,7 +254,7 @@ const (
 	ReasonLookupResourceUnknown = "LookupResourceUnknown"
 	// ReasonLookupWatchForbidden: Portal's ServiceAccount may not list and
 	// watch a resource a lookup reads; grant it (Helm value
-	// watchedResources).
+	// watchedGvks).
 	ReasonLookupWatchForbidden = "LookupWatchForbidden"
 	// ReasonLookupOutOfNamespace: a PortalRule reads a cluster-scoped
 	// resource; its lookups are confined to its namespace.
