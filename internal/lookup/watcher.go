@@ -15,7 +15,6 @@ import (
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/engine"
-	"github.com/vilaca/portal/internal/rule"
 )
 
 // Cache is the shared cluster cache as the watcher uses it.
@@ -367,13 +366,4 @@ func (w *Watcher) Changed(gvr schema.GroupVersionResource, ns, name string, old,
 		w.o.Metrics.Requeues.Inc()
 		requeuer.Requeue(dep.Object)
 	}
-}
-
-// LookupState implements rule.LookupSource.
-func (w *Watcher) LookupState(kind, namespace, name string) (rule.LookupState, bool) {
-	st, ok := w.Status(RuleKey{Kind: kind, Namespace: namespace, Name: name})
-	if !ok {
-		return rule.LookupState{}, false
-	}
-	return rule.LookupState{Reads: st.Resources, Ready: st.Reason == ReasonLookupsReady, Reason: st.Reason, Message: st.Message}, true
 }

@@ -79,3 +79,15 @@ func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, cache *clusterca
 	})
 	return mgr.Add(l.watcher)
 }
+
+// lookupSource tells the rule status writer what the watcher made of each
+// rule's lookups; the two layers meet here, not through each other.
+type lookupSource struct{ w *lookup.Watcher }
+
+func (s lookupSource) LookupState(kind, namespace, name string) (rule.LookupState, bool) {
+	st, ok := s.w.Status(lookup.RuleKey{Kind: kind, Namespace: namespace, Name: name})
+	if !ok {
+		return rule.LookupState{}, false
+	}
+	return rule.LookupState{Reads: st.Resources, Ready: st.Reason == lookup.ReasonLookupsReady, Reason: st.Reason, Message: st.Message}, true
+}

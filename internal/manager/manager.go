@@ -236,7 +236,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	lk.status = rule.NewLookupStatus(mgr.GetClient(), lk.watcher, loader, log)
+	lk.status = rule.NewLookupStatus(mgr.GetClient(), lookupSource{lk.watcher}, loader, log)
 	if err := mgr.Add(lk.status); err != nil {
 		return err
 	}
