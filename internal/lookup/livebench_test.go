@@ -50,7 +50,8 @@ func BenchmarkAdmissionLookupLiveCache(b *testing.B) {
 				app := fmt.Sprint("app-", i)
 				_, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("svc-", i), Labels: map[string]string{"app": app}},
-					Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": app}, Ports: []corev1.ServicePort{{Port: 80}}},
+					// Headless: the test API server's service range holds ~250 IPs.
+					Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": app}, Ports: []corev1.ServicePort{{Port: 80}}},
 				}, metav1.CreateOptions{})
 				if err != nil && !apierrors.IsAlreadyExists(err) {
 					b.Error(err)

@@ -154,3 +154,24 @@ func TestWatcherStatus(t *testing.T) {
 		t.Errorf("watches %s", got)
 	}
 }
+
+// denyAll is an access checker that refuses every watch, as RBAC without
+// the resource would.
+type denyAll struct{}
+
+func (denyAll) CanWatch(context.Context, schema.GroupVersionResource, string) (bool, string, error) {
+	return false, "no RBAC rule allows it", nil
+}
+
+// A rule reading a resource Portal may not watch says so in its status.
+func TestWatcherStatusWhenRBACForbids(t *testing.T) {
+	mem := memory(t)
+	l := lookup.New(lookup.Options{Cache: mem, Resolver: mem.(lookup.Resolver)})
+	e := newEngine(t, l, rule("pdb", "", `cluster.poddisruptionbudgets.list("", {}) == nil`, deployGVK))
+	w := lookup.NewWatcher(lookup.WatcherOptions{Engine: e, Cache: mem, Resolver: mem.(lookup.Resolver), Access: denyAll{}})
+	w.RulesChanged(context.Background())
+	st, ok := w.Status(lookup.RuleKey{Kind: "PortalClusterRule", Name: "pdb"})
+	if !ok || st.Reason != lookup.ReasonLookupForbidden || !strings.Contains(st.Message, "no RBAC rule allows it") || !strings.Contains(st.Message, "watchedGvks") {
+		t.Errorf("status %+v, want %s naming the reason and the Helm value", st, lookup.ReasonLookupForbidden)
+	}
+}
