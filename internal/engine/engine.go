@@ -47,8 +47,9 @@ func (r *Rule) ContainerScoped() bool { return r.containerScoped }
 
 // Engine evaluates rules. It is safe for concurrent use.
 type Engine struct {
-	expr    core.ExpressionEngine
-	binders []Binder
+	expr     core.ExpressionEngine
+	builders []ContextBuilder
+	binders  []Binder
 	rules   atomic.Pointer[ruleSet]
 	budget  atomic.Pointer[BudgetReporter]
 }
@@ -64,6 +65,27 @@ type Binder interface {
 	// must not block: work belongs in the value's methods, which run under
 	// the evaluation's budget.
 	Bind(ctx context.Context, r *Rule, obj *unstructured.Unstructured, opts Options) any
+}
+
+// A ContextBuilder binds the names that depend on the object alone, for the
+// kinds it supports: the pod sugar. Every object also gets object,
+// metadata and request. It declares the names only it binds, so a rule
+// that reads one of them but matches a kind it does not support fails to
+// compile instead of reading nil on every object.
+type ContextBuilder interface {
+	core.ContextBuilder
+	// Names lists the top-level names it binds beyond object, metadata
+	// and request.
+	Names() []string
+	// Describe names the kinds it supports, for errors ("pod-shaped
+	// kinds").
+	Describe() string
+}
+
+// WithContextBuilder adds a context builder; the first that supports a kind
+// builds its objects' environment.
+func WithContextBuilder(b ContextBuilder) Option {
+	return func(e *Engine) { e.builders = append(e.builders, b) }
 }
 
 // Option configures an Engine.
@@ -99,18 +121,16 @@ type ruleSet struct {
 	byGK map[schema.GroupKind][]*Rule
 }
 
-// New returns an engine with no rules that compiles with expr.
+// New returns an engine with no rules that compiles with expr. The pod
+// context builder is always there; options add builders and binders.
 func New(expr core.ExpressionEngine, opts ...Option) *Engine {
-	e := &Engine{expr: expr}
+	e := &Engine{expr: expr, builders: []ContextBuilder{pod.Builder{}}}
 	for _, o := range opts {
 		o(e)
 	}
 	e.rules.Store(&ruleSet{byGK: map[schema.GroupKind][]*Rule{}})
 	return e
 }
-
-// podSugar names the environment entries only pod-shaped objects have.
-var podSugar = []string{"container", "spec", "securityContext", "pod"}
 
 // Compile prepares r for evaluation. It fails when the expression or the
 // message does not compile, or when the rule reads pod sugar but matches a
@@ -136,7 +156,7 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 	if slices.Contains(msgIDs, "container") && !containerScoped {
 		return nil, fmt.Errorf("rule %q: message reads container, but the rule is not evaluated per container (its expression does not read container)", r.Name)
 	}
-	if err := checkPodSugar(r, append(ids, msgIDs...)); err != nil {
+	if err := e.checkBuilderNames(r, slices.Concat(ids, msgIDs)); err != nil {
 		return nil, err
 	}
 	sel := labels.Everything()
@@ -180,17 +200,19 @@ func lookupsOf(p core.Program) []core.Lookup {
 	return nil
 }
 
-// checkPodSugar rejects a rule that reads pod sugar but matches a kind that
-// has no pod: the name would always be nil there, which is never what the
-// author meant.
-func checkPodSugar(r *core.Rule, ids []string) error {
-	for _, id := range podSugar {
-		if !slices.Contains(ids, id) {
-			continue
-		}
-		for _, g := range r.Match.GVKs {
-			if !pod.IsPodShaped(schema.GroupKind{Group: g.Group, Kind: g.Kind}) {
-				return fmt.Errorf("rule %q: reads %q, which only pod-shaped kinds have, but matches %s: use object.* for it or narrow match.gvk", r.Name, id, g)
+// checkBuilderNames rejects a rule that reads a name only a context builder
+// binds (pod sugar) but matches a kind that builder does not support: the
+// name would always be nil there, which is never what the author meant.
+func (e *Engine) checkBuilderNames(r *core.Rule, ids []string) error {
+	for _, b := range e.builders {
+		for _, id := range b.Names() {
+			if !slices.Contains(ids, id) {
+				continue
+			}
+			for _, g := range r.Match.GVKs {
+				if !b.Supports(schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind}) {
+					return fmt.Errorf("rule %q: reads %q, which only %s have, but matches %s: use object.* for it or narrow match.gvk", r.Name, id, b.Describe(), g)
+				}
 			}
 		}
 	}
@@ -293,7 +315,7 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 		}
 		if ectx == nil {
 			var err error
-			if ectx, err = buildContext(obj, opts.Request); err != nil {
+			if ectx, err = e.buildContext(obj, opts.Request); err != nil {
 				return nil, fmt.Errorf("build context for %s %s/%s: %w: %w", gvk.Kind, ref.Namespace, ref.Name, ErrInvalidObject, err)
 			}
 		}
@@ -325,9 +347,12 @@ func (e *Engine) reportBudget(results []core.Result) {
 	}
 }
 
-func buildContext(obj *unstructured.Unstructured, req *core.Request) (*core.EvalContext, error) {
-	if pod.IsPodShaped(obj.GroupVersionKind().GroupKind()) {
-		return pod.Builder{}.Build(obj, req)
+func (e *Engine) buildContext(obj *unstructured.Unstructured, req *core.Request) (*core.EvalContext, error) {
+	gvk := obj.GroupVersionKind()
+	for _, b := range e.builders {
+		if b.Supports(gvk) {
+			return b.Build(obj, req)
+		}
 	}
 	return &core.EvalContext{Env: pod.Generic(obj, req)}, nil
 }
