@@ -50,8 +50,8 @@ type Engine struct {
 	expr     core.ExpressionEngine
 	builders []ContextBuilder
 	binders  []Binder
-	rules   atomic.Pointer[ruleSet]
-	budget  atomic.Pointer[BudgetReporter]
+	rules    atomic.Pointer[ruleSet]
+	budget   atomic.Pointer[BudgetReporter]
 }
 
 // A Binder binds one top-level name whose value depends on the rule being
