@@ -3,6 +3,7 @@ package lookup
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -92,23 +93,119 @@ func (staticCache) Watch(context.Context, schema.GroupVersionResource, string, f
 const syncWait = 10 * time.Minute
 
 // SharedCache is the live shared cluster cache as lookups use it: reads from
-// its informers, and watches that acquire them.
+// its informers, and watches that acquire them. Reads through a watch it
+// holds decode each compact object once and share the result between
+// evaluations (rules never modify what they read), so a rule listing 5,000
+// objects does not inflate 5,000 objects per admission request.
 type SharedCache struct {
 	FromReader
 	c *clustercache.Cache
+
+	mu      sync.Mutex
+	handles map[clustercache.Scope]*clustercache.Handle
+	decoded map[*clustercache.Object]map[string]any
+	// weight is what decoded holds, in compact bytes.
+	weight int
 }
+
+// The decoded objects kept are bounded in number and in the compact bytes
+// they came from (decoded, an object takes tens of times that): past either
+// bound they are dropped and refilled by the next reads.
+const (
+	maxDecoded       = 10_000
+	maxDecodedWeight = 2 << 20
+)
 
 // NewSharedCache adapts c.
 func NewSharedCache(c *clustercache.Cache) *SharedCache {
-	return &SharedCache{FromReader: FromReader{R: c}, c: c}
+	return &SharedCache{FromReader: FromReader{R: c}, c: c, handles: map[clustercache.Scope]*clustercache.Handle{}, decoded: map[*clustercache.Object]map[string]any{}}
+}
+
+// handle returns a synced handle of this adapter covering namespace of gvr.
+func (s *SharedCache) handle(gvr schema.GroupVersionResource, namespace string) *clustercache.Handle {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.handles[clustercache.Scope{Resource: gvr}]
+	if h == nil && namespace != "" {
+		h = s.handles[clustercache.Scope{Resource: gvr, Namespace: namespace}]
+	}
+	if h == nil || !h.HasSynced() {
+		return nil
+	}
+	return h
+}
+
+func (s *SharedCache) decode(o *clustercache.Object) (map[string]any, error) {
+	s.mu.Lock()
+	m, ok := s.decoded[o]
+	s.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	u, err := o.Decode()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.weight+o.Size() > maxDecodedWeight || len(s.decoded) >= maxDecoded {
+		clear(s.decoded)
+		s.weight = 0
+	}
+	s.decoded[o] = u.Object
+	s.weight += o.Size()
+	s.mu.Unlock()
+	return u.Object, nil
+}
+
+// Get implements Reader.
+func (s *SharedCache) Get(gvr schema.GroupVersionResource, namespace, name string) (map[string]any, error) {
+	h := s.handle(gvr, namespace)
+	if h == nil {
+		return s.FromReader.Get(gvr, namespace, name)
+	}
+	o, ok := h.Object(namespace, name)
+	if !ok {
+		return nil, nil
+	}
+	return s.decode(o)
+}
+
+// List implements Reader.
+func (s *SharedCache) List(gvr schema.GroupVersionResource, namespace string, sel labels.Selector) ([]map[string]any, error) {
+	h := s.handle(gvr, namespace)
+	if h == nil {
+		return s.FromReader.List(gvr, namespace, sel)
+	}
+	objs := h.Objects(namespace, sel)
+	out := make([]map[string]any, 0, len(objs))
+	for _, o := range objs {
+		m, err := s.decode(o)
+		if err != nil {
+			return nil, fmt.Errorf("decode %s %s: %w", gvr.GroupResource(), o.Key(), err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // Watch implements Cache: it acquires the informer of gvr in namespace and
 // subscribes to its changes. Resyncs are not changes and are not passed on.
 func (s *SharedCache) Watch(ctx context.Context, gvr schema.GroupVersionResource, namespace string, fn func(ns, name string, old, new labels.Labels), synced func()) (func(), error) {
-	h, err := s.c.Acquire(clustercache.Scope{Resource: gvr, Namespace: namespace})
+	scope := clustercache.Scope{Resource: gvr, Namespace: namespace}
+	h, err := s.c.Acquire(scope)
 	if err != nil {
 		return nil, fmt.Errorf("acquire %s: %w", gvr.GroupResource(), err)
+	}
+	s.mu.Lock()
+	s.handles[scope] = h
+	s.mu.Unlock()
+	unregister := func() {
+		s.mu.Lock()
+		if s.handles[scope] == h {
+			delete(s.handles, scope)
+		}
+		s.mu.Unlock()
+		h.Release()
 	}
 	_, err = h.Subscribe(func(e clustercache.Event) {
 		if e.Resync || e.Relist {
@@ -117,7 +214,7 @@ func (s *SharedCache) Watch(ctx context.Context, gvr schema.GroupVersionResource
 		fn(e.Key.Namespace, e.Key.Name, labelSet(e.Old), labelSet(e.New))
 	}, clustercache.SubscribeOptions{})
 	if err != nil {
-		h.Release()
+		unregister()
 		return nil, err
 	}
 	if synced != nil {
@@ -127,9 +224,9 @@ func (s *SharedCache) Watch(ctx context.Context, gvr schema.GroupVersionResource
 				synced()
 			}
 		}()
-		return func() { cancel(); h.Release() }, nil
+		return func() { cancel(); unregister() }, nil
 	}
-	return h.Release, nil
+	return unregister, nil
 }
 
 func labelSet(o *clustercache.Object) labels.Labels {

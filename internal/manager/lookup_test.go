@@ -144,6 +144,39 @@ func TestCrossResourceLookups(t *testing.T) {
 		waitFinding(t, dyn, ns, "require-pdb-per-deployment", "web", true)
 	})
 
+	t.Run("a PortalRule cannot read another namespace", func(t *testing.T) {
+		// Until the webhook configuration reaches the API server, creates
+		// are admitted without Portal: retry those until Portal answers.
+		var err error
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "tenant-a"}}
+			if err = c.Create(ctx, probe); err == nil {
+				_ = c.Delete(ctx, probe)
+				return false, nil
+			}
+			return true, nil
+		})
+		if err == nil || !strings.Contains(err.Error(), "confined to its own namespace") || strings.Contains(err.Error(), "hunter2") {
+			t.Fatalf("create in tenant-a: %v, want a denial saying the rule's lookups are confined, without tenant-b's data", err)
+		}
+		var pr policyv1alpha1.PortalRule
+		err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(peek), &pr); err != nil {
+				return false, err
+			}
+			cond := meta.FindStatusCondition(pr.Status.Conditions, policyv1alpha1.ConditionLookupsReady)
+			return cond != nil && len(pr.Status.Reads) == 1, nil
+		})
+		if err != nil {
+			t.Fatalf("PortalRule status: reads %v, conditions %v: %v", pr.Status.Reads, pr.Status.Conditions, err)
+		}
+		if pr.Status.Reads[0] != "/configmaps" {
+			t.Errorf("status.reads = %v, want [/configmaps]", pr.Status.Reads)
+		}
+	})
+
+	// The PortalRule's denial above shows the webhook configuration
+	// (one object for both rules) is in place.
 	t.Run("unique Ingress host at admission", func(t *testing.T) {
 		if err := c.Create(ctx, ingress("lookup-ing-a", "shop", "shop.lookup.example")); err != nil {
 			t.Fatal(err)
@@ -190,26 +223,6 @@ func TestCrossResourceLookups(t *testing.T) {
 		}
 	})
 
-	t.Run("a PortalRule cannot read another namespace", func(t *testing.T) {
-		err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "tenant-a"}})
-		if err == nil || !strings.Contains(err.Error(), "confined to its own namespace") || strings.Contains(err.Error(), "hunter2") {
-			t.Fatalf("create in tenant-a: %v, want a denial saying the rule's lookups are confined, without tenant-b's data", err)
-		}
-		var pr policyv1alpha1.PortalRule
-		err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			if err := c.Get(ctx, client.ObjectKeyFromObject(peek), &pr); err != nil {
-				return false, err
-			}
-			cond := meta.FindStatusCondition(pr.Status.Conditions, policyv1alpha1.ConditionLookupsReady)
-			return cond != nil && len(pr.Status.Reads) == 1, nil
-		})
-		if err != nil {
-			t.Fatalf("PortalRule status: reads %v, conditions %v: %v", pr.Status.Reads, pr.Status.Conditions, err)
-		}
-		if pr.Status.Reads[0] != "/configmaps" {
-			t.Errorf("status.reads = %v, want [/configmaps]", pr.Status.Reads)
-		}
-	})
 }
 
 // TestConsistentReadSeesWhatTheCacheHasNot evaluates the unique-ingress-host
