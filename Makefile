@@ -34,7 +34,7 @@ help: ## List the targets
 
 ## ---- tools -----------------------------------------------------------------
 
-tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/alertmanager $(BIN)/helm ## Build bin/k8s/{kube-apiserver,kubectl,etcd}, bin/alertmanager and bin/helm when missing or when hack/tools pins change
+tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl bundle-tools ## Build bin/k8s/{kube-apiserver,kubectl,etcd}, bin/alertmanager, bin/helm, bin/versitygw and bin/istioctl when missing or when hack/tools pins change; install nginx (apt-get) when missing
 	@:
 
 # The version of k8s.io/kubernetes in hack/tools/go.mod is stamped in as the release
@@ -77,6 +77,43 @@ $(BIN)/helm: $(HELM_TOOLS_DEPS)
 	@mkdir -p $(@D)
 	@cd hack/tools/helm && v=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v4) || exit 1; \
 	$(GO) build -ldflags "-X helm.sh/helm/v4/internal/version.version=$$v" -o '$(CURDIR)/$@' helm.sh/helm/v4/cmd/helm
+	@touch $@
+
+VERSITYGW_TOOLS_DEPS := hack/tools/versitygw/go.mod hack/tools/versitygw/go.sum
+
+# versitygw, the S3-compatible storage the WAF bundle tests (internal/waf/bundle)
+# fetch bundles from.
+$(BIN)/versitygw: $(VERSITYGW_TOOLS_DEPS)
+	@echo 'tools: building $@'
+	@mkdir -p $(@D)
+	@cd hack/tools/versitygw && $(GO) build -o '$(CURDIR)/$@' github.com/versity/versitygw/cmd/versitygw
+	@touch $@
+
+# Debian's nginx (the core package only) terminates TLS and mTLS
+# (ssl_verify_client on) in front of versitygw in the WAF bundle tests:
+# versitygw has no client-certificate checks of its own.
+BUNDLE_PKGS := nginx
+
+.PHONY: bundle-tools
+bundle-tools: ## Install nginx (apt-get) when missing, for the WAF bundle TLS/mTLS tests
+	@missing=; for p in $(BUNDLE_PKGS); do \
+		dpkg-query -W -f '$${Status}' "$$p" 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		echo "bundle-tools: installing$$missing"; \
+		$$sudo apt-get update && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+ISTIOCTL_TOOLS_DEPS := hack/tools/istioctl/go.mod hack/tools/istioctl/go.sum
+
+# istioctl for the API exposure tests (internal/apigateway): every generated
+# Istio object goes through `istioctl validate` and `istioctl analyze`.
+$(BIN)/istioctl: $(ISTIOCTL_TOOLS_DEPS)
+	@echo 'tools: building $@ (several minutes when the build cache is cold)'
+	@mkdir -p $(@D)
+	@cd hack/tools/istioctl && $(GO) build -o '$(CURDIR)/$@' istio.io/istio/istioctl/cmd/istioctl
 	@touch $@
 
 ## ---- code generation -------------------------------------------------------
@@ -237,8 +274,8 @@ clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
 	@rm -rf $(BIN)/site
 
-clean-tools: ## Remove bin/k8s, bin/alertmanager, bin/helm and bin/kyverno (the next `make tools` rebuilds what it needs)
-	@rm -rf $(K8S_BIN) $(BIN)/alertmanager $(BIN)/helm $(BIN)/kyverno
+clean-tools: ## Remove bin/k8s, bin/alertmanager, bin/helm, bin/versitygw, bin/istioctl and bin/kyverno (the next `make tools` rebuilds what it needs)
+	@rm -rf $(K8S_BIN) $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl $(BIN)/kyverno
 
 ## ---- image and Helm chart ------------------------------------------------
 

@@ -53,6 +53,7 @@ func newDevCommand() *cobra.Command {
 	o.cfg.Admission.LocalURL = true
 	o.cfg.Admission.Host = "127.0.0.1"
 	o.cfg.WAF = true
+	o.cfg.APIGateway = true
 	o.cfg.Audit.Enabled = true
 	o.cfg.WAFOptions.CacheAddr = "127.0.0.1:18080"
 	o.rules = []string{filepath.Join("examples", "rules", "pod-security")}
@@ -116,6 +117,11 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 		crdPaths = append(crdPaths, more...)
 	} else {
 		fmt.Fprintf(out, "portal dev: not installing the Gateway API, Istio and OpenReports CRDs (%v); apply them yourself to use the WAF attachment and API exposure layers\n", err)
+		// The API exposure layer watches Istio kinds: without their CRDs
+		// it could not start, so it stays off unless asked for.
+		if !changed("apigateway") {
+			o.cfg.APIGateway = false
+		}
 	}
 	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: crdPaths})
 	if err != nil {

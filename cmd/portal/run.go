@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/vilaca/portal/internal/actions"
 	"github.com/vilaca/portal/internal/manager"
 )
 
@@ -78,6 +81,9 @@ func checkManagerFlags(cfg *manager.Config) error {
 	if cfg.Lookup.MaxDependencies <= 0 || cfg.Lookup.CycleLimit <= 0 || cfg.Lookup.CycleWindow <= 0 {
 		return fmt.Errorf("--lookup-max-dependencies (%d), --lookup-cycle-limit (%d) and --lookup-cycle-window (%s) must be positive", cfg.Lookup.MaxDependencies, cfg.Lookup.CycleLimit, cfg.Lookup.CycleWindow)
 	}
+	if err := checkActionsFlags(&cfg.Actions); err != nil {
+		return err
+	}
 	if cfg.KubeAPIBurst < 0 {
 		return fmt.Errorf("--kube-api-burst %d is negative; use 0 for twice --kube-api-qps", cfg.KubeAPIBurst)
 	}
@@ -133,6 +139,16 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.IntVar(&lk.CycleLimit, "lookup-cycle-limit", lk.CycleLimit, "re-evaluations of one rule on one object that changes to what it read may trigger per --lookup-cycle-window; more are suppressed (portal_lookup_cycle_suppressed_total)")
 	f.DurationVar(&lk.CycleWindow, "lookup-cycle-window", lk.CycleWindow, "the sliding window of --lookup-cycle-limit")
 
+	ac := &cfg.Actions
+	f.BoolVar(&ac.Enabled, "actions", ac.Enabled, "run the rules' response actions on the leader, from audit findings and admission verdicts")
+	f.StringSliceVar(&ac.Types, "actions-enabled", ac.Types, "action types that may run: alertmanager, label, annotate, evict, patch-networkpolicy, revoke-sa-token (grant the RBAC each needs); others are reported as disabled")
+	f.BoolVar(&ac.DryRun, "actions-dry-run", ac.DryRun, "log what every action would do and change nothing")
+	f.IntVar(&ac.Workers, "actions-workers", ac.Workers, "actions run at once (the actions on one object always run in order)")
+	f.IntVar(&ac.QueueSize, "actions-queue-size", ac.QueueSize, "actions waiting, and admission verdicts waiting; a verdict that finds its queue full is dropped and counted")
+	f.IntVar(&ac.CacheSize, "actions-cache-size", ac.CacheSize, "idempotency keys and rate-limit windows kept (LRU)")
+	f.StringVar(&ac.DefaultRateLimit, "actions-default-rate-limit", ac.DefaultRateLimit, "rate limit per rule, target and action of actions without rateLimit, as COUNT/UNIT (s, min, h)")
+	f.StringSliceVar(&ac.Protected, "actions-protected-namespaces", ac.Protected, "namespaces evict, patch-networkpolicy and revoke-sa-token never act in (Portal's own always)")
+
 	w := &cfg.WAFOptions
 	f.BoolVar(&cfg.WAF, "waf", cfg.WAF, "run the WAF rule pipeline (RuleSource, RuleData, RuleSet) and its cache server (L7)")
 	f.StringVar(&w.CacheAddr, "waf-cache-addr", w.CacheAddr, "listen address of the WAF rule cache server (TLS)")
@@ -148,6 +164,35 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.DurationVar(&wc.CompileTimeout, "waf-compile-timeout", wc.CompileTimeout, "give up on a RuleSet compile after this long (reason CompileTimeout)")
 	f.IntVar(&wc.Concurrency, "waf-compile-concurrency", wc.Concurrency, "RuleSets compiled at once; one namespace uses at most half of them (at least one)")
 	f.Int64Var(&wc.MaxLastGoodBytes, "waf-max-last-good-bytes", wc.MaxLastGoodBytes, "weight of the last good WAFs kept open to speed up recompiles; the oldest are closed beyond it")
+	// The Engine controller (internal/waf/engine).
+	we := &w.Engine
+	f.StringVar(&we.WASMImage, "waf-wasm-image", we.WASMImage, "OCI reference (oci://...) of the Coraza WASM plugin for istio-wasm Engines that name none in spec.driver.wasm.image")
+	f.StringVar(&we.ProxyImage, "waf-proxy-image", we.ProxyImage, "image of the portal binary that waf-proxy Engines run when they name none in spec.driver.wafProxy.image")
+	f.StringVar(&we.OperatorName, "operator-name", we.OperatorName, "name of Portal's Deployment; when set, istio-wasm Engines also apply an Istio ServiceEntry and DestinationRule (<name>-waf-cache) for the rule cache in --namespace")
+	f.StringSliceVar(&we.AllowedImages, "waf-engine-allowed-images", we.AllowedImages, "image prefixes an Engine may name in spec.driver.wasm.image or spec.driver.wafProxy.image (e.g. oci://registry.example/waf/); empty: Engines get only --waf-wasm-image and --waf-proxy-image")
+	f.DurationVar(&we.TokenExpiration, "waf-engine-token-expiration", we.TokenExpiration, "lifetime of the cache tokens Portal puts in WasmPlugins (at least 10m); renewed when a fifth of it is left")
+
+	// WAF bundles in S3-compatible storage (internal/waf/bundle).
+	wb := &w.Bundle
+	f.StringVar(&wb.URL, "bundle-storage-url", wb.URL, "S3-compatible storage WAF bundles are fetched from and published to, http(s)://host[:port], buckets addressed by path; empty turns S3 bundles off")
+	f.StringVar(&wb.Region, "bundle-storage-region", wb.Region, "region requests to bundle storage are signed for")
+	f.StringVar(&wb.CredentialsSecret, "bundle-storage-credentials-secret", wb.CredentialsSecret, "Secret (NAME in --namespace, or NAMESPACE/NAME) with accessKeyID and secretAccessKey for bundle storage, watched: a change is used by the next request; empty: anonymous")
+	f.StringVar(&wb.CASecret, "bundle-storage-ca-secret", wb.CASecret, "Secret (NAME or NAMESPACE/NAME) whose ca.crt verifies bundle storage's certificate, watched; empty: the system roots")
+	f.StringVar(&wb.ClientCertSecret, "bundle-storage-client-cert-secret", wb.ClientCertSecret, "Secret (NAME or NAMESPACE/NAME) whose tls.crt and tls.key Portal presents to bundle storage (mutual TLS), watched")
+	f.BoolVar(&wb.SkipVerify, "bundle-storage-skip-verify", wb.SkipVerify, "do not verify bundle storage's certificate (development only: anyone on the path can serve bundles, though each is still sha256-checked)")
+	f.Int64Var(&wb.MaxBytes, "bundle-max-bytes", wb.MaxBytes, "refuse a bundle larger than this many bytes before reading it (reason BundleTooLarge)")
+	f.IntVar(&wb.Attempts, "bundle-fetch-attempts", wb.Attempts, "requests one bundle fetch makes at most; network errors, 5xx, 408 and 429 are retried with exponential backoff, other 4xx, TLS and checksum failures are not")
+	f.StringVar(&wb.CacheDir, "bundle-cache-dir", wb.CacheDir, "directory that keeps each policy's last good bundle across restarts (mount a volume); empty keeps them in memory only")
+	f.Int64Var(&wb.CacheMaxBytes, "bundle-cache-max-bytes", wb.CacheMaxBytes, "bytes of bundles --bundle-cache-dir may hold; past it a bundle is enforced but not persisted")
+	f.StringVar(&wb.PublishBucket, "bundle-publish-bucket", wb.PublishBucket, "publish every RuleSet's cached revision to this bucket of --bundle-storage-url and report it in status.bundle; empty publishes nothing")
+	f.StringVar(&wb.PublishPrefix, "bundle-publish-prefix", wb.PublishPrefix, "object key prefix of published bundles (ends with /); keys are PREFIX<namespace>/<name>/<sha256>.json")
+
+	g := &cfg.APIGatewayOptions
+	f.BoolVar(&cfg.APIGateway, "apigateway", cfg.APIGateway, "run the API exposure layer: APIGateway, APIRule and RateLimit generating Istio configuration (L7; needs Istio's CRDs)")
+	f.StringVar(&g.IngressPrincipal, "apigateway-ingress-principal", g.IngressPrincipal, "SPIFFE identity of the Istio ingress gateway, the only caller the AuthorizationPolicies generated for APIRules allow")
+	f.DurationVar(&g.APIRuleResync, "apigateway-apirule-resync", g.APIRuleResync, "reconcile unchanged APIRules this often, repairing hand edits of their Istio objects")
+	f.DurationVar(&g.RateLimitResync, "apigateway-ratelimit-resync", g.RateLimitResync, "reconcile unchanged RateLimits this often")
+	f.DurationVar(&g.GatewayResync, "apigateway-gateway-resync", g.GatewayResync, "reconcile the unchanged APIGateway this often")
 
 	// Names Portal used before it followed controller-runtime's and kubectl's.
 	for old, name := range map[string]string{
@@ -167,4 +212,20 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, errors.New("--log-level: use debug, info, warn or error")
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// checkActionsFlags rejects response-action settings that cannot work.
+func checkActionsFlags(a *manager.ActionsConfig) error {
+	for _, t := range a.Types {
+		if !slices.Contains(actions.Types(), t) {
+			return fmt.Errorf("--actions-enabled: %q is not one of %s", t, strings.Join(actions.Types(), ", "))
+		}
+	}
+	if _, err := actions.ParseRateLimit(a.DefaultRateLimit); err != nil {
+		return fmt.Errorf("--actions-default-rate-limit: %w", err)
+	}
+	if a.Workers <= 0 || a.QueueSize <= 0 || a.CacheSize <= 0 {
+		return fmt.Errorf("--actions-workers (%d), --actions-queue-size (%d) and --actions-cache-size (%d) must be positive", a.Workers, a.QueueSize, a.CacheSize)
+	}
+	return nil
 }

@@ -23,6 +23,7 @@ import (
 // wafProxyOptions are the flags of `portal waf-proxy`.
 type wafProxyOptions struct {
 	cacheURL, ruleSet, upstream, listen, metricsAddr string
+	gateway, securityLogDir                          string
 	failurePolicy, logLevel                          string
 	caFile, tokenFile                                string
 	pollInterval                                     time.Duration
@@ -56,7 +57,12 @@ only the CA in --ca-file, and compiles an entry only when it has the sha256
 the cache announced. The proxy polls the cache every --poll-interval and
 swaps in a new revision without dropping a request; a revision that does not
 compile leaves the last good one in force. Until a rule set has loaded,
---failure-policy decides: fail answers 503, allow proxies uninspected.`,
+--failure-policy decides: fail answers 503, allow proxies uninspected.
+
+With --gateway (namespace/name) in place of --ruleset, the proxy guards a
+whole Gateway: it polls the Gateway's route table, which says which rule set
+(and which RuleSetOverride exclusions) each route match runs, and picks it
+per request, as WAFGatewayBindingPolicies attach them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
@@ -64,7 +70,9 @@ compile leaves the last good one in force. Until a rule set has loaded,
 	f.StringVar(&o.cacheURL, "cache-url", "", "base URL of Portal's rule set cache, e.g. https://portal-waf-cache.portal-system:18080 (required)")
 	f.StringVar(&o.caFile, "ca-file", "", "PEM CA bundle the cache's serving certificate must chain to; re-read before each poll (required)")
 	f.StringVar(&o.tokenFile, "token-file", o.tokenFile, "file holding a ServiceAccount token with audience "+cache.Audience+" (a projected token volume); re-read before each poll")
-	f.StringVar(&o.ruleSet, "ruleset", "", "the RuleSet to enforce, as namespace/name (required)")
+	f.StringVar(&o.ruleSet, "ruleset", "", "the RuleSet to enforce, as namespace/name (this or --gateway is required)")
+	f.StringVar(&o.gateway, "gateway", "", "the Gateway whose route table to enforce, as namespace/name: each request runs the rule set its route's WAFGatewayBindingPolicy attaches (instead of --ruleset)")
+	f.StringVar(&o.securityLogDir, "security-log-dir", "", "directory for the File security logs of WAFGatewayBindingPolicies (with --gateway); empty refuses File destinations")
 	f.StringVar(&o.upstream, "upstream", "", "URL of the server to proxy to, e.g. http://127.0.0.1:8080 (required)")
 	f.StringVar(&o.listen, "listen", o.listen, "listen address of the proxy")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", o.metricsAddr, "listen address of /metrics, /healthz and /readyz; 0 disables it")
@@ -81,27 +89,42 @@ compile leaves the last good one in force. Until a rule set has loaded,
 	return cmd
 }
 
-// wafProxySetup is what the flags make.
+// wafProxySetup is what the flags make: one proxy and its poller
+// (--ruleset), or a router and its table poller (--gateway).
 type wafProxySetup struct {
-	proxy    *proxy.Proxy
-	poller   *proxy.Poller
+	handler  http.Handler
+	poll     func(context.Context) error
+	current  func() (string, bool)
+	failOpen bool
+	unload   func()
 	registry *prometheus.Registry
 	log      *slog.Logger
 }
 
 // validate checks the flags and builds the proxy and its poller.
 func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
+	switch {
+	case o.cacheURL == "":
+		return nil, errors.New("--cache-url is required")
+	case o.ruleSet == "" && o.gateway == "":
+		return nil, errors.New("--ruleset is required (or --gateway, to enforce a Gateway's per-route table)")
+	case o.ruleSet != "" && o.gateway != "":
+		return nil, errors.New("--ruleset and --gateway exclude each other: give one")
+	}
 	for _, req := range []struct{ flag, value string }{
-		{"--cache-url", o.cacheURL}, {"--ruleset", o.ruleSet}, {"--upstream", o.upstream},
-		{"--ca-file", o.caFile}, {"--token-file", o.tokenFile},
+		{"--upstream", o.upstream}, {"--ca-file", o.caFile}, {"--token-file", o.tokenFile},
 	} {
 		if req.value == "" {
 			return nil, fmt.Errorf("%s is required", req.flag)
 		}
 	}
-	ns, name, err := proxy.ParseRuleSet(o.ruleSet)
+	target, flag := o.ruleSet, "--ruleset"
+	if o.gateway != "" {
+		target, flag = o.gateway, "--gateway"
+	}
+	ns, name, err := proxy.ParseRuleSet(target)
 	if err != nil {
-		return nil, fmt.Errorf("--ruleset: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	if o.pollInterval < proxy.MinPollInterval {
 		return nil, fmt.Errorf("--poll-interval %s is too short: the minimum is %s", o.pollInterval, proxy.MinPollInterval)
@@ -142,13 +165,29 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := proxy.NewMetrics(reg)
-	p := &proxy.Proxy{
-		Upstream: up, FailOpen: o.failurePolicy == "allow", Logger: log, Metrics: m,
-		RequestBodyLimit: o.requestBodyLimit, ResponseBodyLimit: o.responseBodyLimit,
-		MaxRequestBodyBytes: o.maxRequestBody,
+	newProxy := func(l *slog.Logger) *proxy.Proxy {
+		return &proxy.Proxy{
+			Upstream: up, FailOpen: o.failurePolicy == "allow", Logger: l, Metrics: m,
+			RequestBodyLimit: o.requestBodyLimit, ResponseBodyLimit: o.responseBodyLimit,
+			MaxRequestBodyBytes: o.maxRequestBody,
+		}
 	}
+	s := &wafProxySetup{registry: reg, log: log, failOpen: o.failurePolicy == "allow"}
+	if o.gateway != "" {
+		logs := &proxy.SecurityLogs{Dir: o.securityLogDir, Base: log.Handler()}
+		r := &proxy.Router{NewProxy: newProxy, FailOpen: s.failOpen, Logger: log, SecurityLogs: logs.Open}
+		tp := &proxy.TablePoller{Client: client, Namespace: ns, Gateway: name, Interval: o.pollInterval, Target: r, Logger: log, Metrics: m}
+		s.handler, s.poll, s.current, s.unload = r, tp.Run, r.Current, func() {}
+		return s, nil
+	}
+	p := newProxy(log)
 	poller := &proxy.Poller{Client: client, Namespace: ns, Name: name, Interval: o.pollInterval, Target: p, Logger: log, Metrics: m}
-	return &wafProxySetup{proxy: p, poller: poller, registry: reg, log: log}, nil
+	s.handler, s.poll, s.unload = p, poller.Run, p.Close
+	s.current = func() (string, bool) {
+		rev, ok := p.Current()
+		return rev.UUID, ok
+	}
+	return s, nil
 }
 
 func (o *wafProxyOptions) run(ctx context.Context) error {
@@ -160,7 +199,7 @@ func (o *wafProxyOptions) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("waf-proxy: listen on %s: %w", o.listen, err)
 	}
-	servers := []*http.Server{proxy.NewServer(s.proxy, o.server)}
+	servers := []*http.Server{proxy.NewServer(s.handler, o.server)}
 	listeners := []net.Listener{ln}
 	metricsAddr := ""
 	if o.metricsAddr != "0" {
@@ -174,7 +213,7 @@ func (o *wafProxyOptions) run(ctx context.Context) error {
 		listeners = append(listeners, mln)
 	}
 	s.log.Info("waf-proxy starting", "listen", ln.Addr().String(), "metrics", metricsAddr, "upstream", o.upstream,
-		"ruleset", o.ruleSet, "cache", o.cacheURL, "failure_policy", o.failurePolicy)
+		"ruleset", o.ruleSet, "gateway", o.gateway, "cache", o.cacheURL, "failure_policy", o.failurePolicy)
 	if o.ready != nil {
 		o.ready(ln.Addr().String(), metricsAddr)
 	}
@@ -193,7 +232,7 @@ func serveUntilDone(ctx context.Context, s *wafProxySetup, servers []*http.Serve
 			return nil
 		})
 	}
-	g.Go(func() error { return s.poller.Run(gctx) })
+	g.Go(func() error { return s.poll(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), wafProxyShutdownTimeout)
@@ -205,7 +244,7 @@ func serveUntilDone(ctx context.Context, s *wafProxySetup, servers []*http.Serve
 		return errors.Join(errs...)
 	})
 	err := g.Wait()
-	s.proxy.Close()
+	s.unload()
 	s.log.Info("waf-proxy stopped")
 	return err
 }
@@ -217,11 +256,11 @@ func (s *wafProxySetup) opsHandler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if rev, ok := s.proxy.Current(); ok {
-			_, _ = fmt.Fprintf(w, "ok: rule set revision %s\n", rev.UUID)
+		if uuid, ok := s.current(); ok {
+			_, _ = fmt.Fprintf(w, "ok: revision %s\n", uuid)
 			return
 		}
-		if s.proxy.FailOpen {
+		if s.failOpen {
 			_, _ = w.Write([]byte("ok: no rule set loaded yet; --failure-policy allow\n"))
 			return
 		}

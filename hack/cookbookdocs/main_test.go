@@ -56,13 +56,28 @@ func TestRunWritesAndChecks(t *testing.T) {
 		t.Fatalf("check right after writing: %v", err)
 	}
 
-	if err := os.WriteFile(filepath.Join(root, cookbookDir, "gone.md"), nil, 0o644); err != nil {
+	// A generated page whose rule is gone is left over; a hand-written
+	// page (no generated header) is a guide the index links.
+	if err := os.WriteFile(filepath.Join(root, cookbookDir, "gone.md"), []byte(header+"\n# gone\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := run(root, true); err == nil || !strings.Contains(err.Error(), "gone.md has no rule") {
 		t.Errorf("leftover page: %v, want an error naming gone.md", err)
 	}
 	os.Remove(filepath.Join(root, cookbookDir, "gone.md"))
+	if err := os.WriteFile(filepath.Join(root, cookbookDir, "guide.md"), []byte("# A guide\n\nSteps.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(root, false); err != nil {
+		t.Fatal(err)
+	}
+	if index, _ := os.ReadFile(filepath.Join(root, cookbookDir, "index.md")); !strings.Contains(string(index), "- [A guide](guide.md)") {
+		t.Errorf("the index does not link the hand-written guide:\n%s", index)
+	}
+	os.Remove(filepath.Join(root, cookbookDir, "guide.md"))
+	if err := run(root, false); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := os.WriteFile(filepath.Join(root, "mkdocs.yml"), []byte("nav: []\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/vilaca/portal/internal/actions"
 	"github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/audit"
 	"github.com/vilaca/portal/internal/certs"
@@ -32,8 +33,11 @@ import (
 	"github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/policyreport"
 	sinkprometheus "github.com/vilaca/portal/internal/sink/prometheus"
+	wafbinding "github.com/vilaca/portal/internal/waf/binding"
+	wafbundle "github.com/vilaca/portal/internal/waf/bundle"
 	wafcache "github.com/vilaca/portal/internal/waf/cache"
 	wafcontroller "github.com/vilaca/portal/internal/waf/controller"
+	wafengine "github.com/vilaca/portal/internal/waf/engine"
 	wafproxy "github.com/vilaca/portal/internal/waf/proxy"
 )
 
@@ -61,12 +65,16 @@ var layers = []layer{
 		alertmanager.NewMetrics(r)
 		rule.NewStatusCounts(nil, rule.CountOptions{Registerer: r})
 	}},
+	{"Response actions", "response-actions", func(r prometheus.Registerer) { actions.NewMetrics(r) }},
 	{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
 		wafcontroller.NewMetrics(r)
 		wafcache.NewMetrics(r)
+		wafbinding.NewMetrics(r)
 		// As internal/waf/setup.go names the rule set cache's certificate metrics.
 		certs.NewNamedMetrics(r, "portal_waf_cache_cert", "rule set cache")
+		wafengine.NewMetrics(r)
 	}},
+	{"WAF bundles", "waf-bundles", func(r prometheus.Registerer) { wafbundle.NewMetrics(r) }},
 	{"WAF proxy", "waf-proxy", func(r prometheus.Registerer) { wafproxy.NewMetrics(r) }},
 }
 

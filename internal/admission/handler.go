@@ -31,6 +31,7 @@ type handler struct {
 	metrics  *Metrics
 	health   *health
 	failOpen bool
+	verdicts core.VerdictSink
 }
 
 var _ admission.Handler = (*handler)(nil)
@@ -133,6 +134,7 @@ func (h *handler) verdict(req *admission.Request, results []core.Result) (admiss
 			}
 		}
 	}
+	h.handOver(req, results, len(denials) > 0)
 	if len(denials) > 0 {
 		msg := strings.Join(denials, "; ")
 		h.log.Info("admission denied", append(requestAttrs(req), "reason", msg)...)
@@ -146,6 +148,24 @@ func (h *handler) verdict(req *admission.Request, results []core.Result) (admiss
 		return resp, outcome{decision: DecisionWarned}
 	}
 	return resp, outcome{decision: DecisionAllowed}
+}
+
+// handOver offers the failing results of rules with actions to the
+// response actions. Offer never blocks; the sink counts what it drops.
+func (h *handler) handOver(req *admission.Request, results []core.Result, denied bool) {
+	if h.verdicts == nil {
+		return
+	}
+	var now time.Time
+	for i := range results {
+		if !results[i].WantsVerdict() {
+			continue
+		}
+		if now.IsZero() {
+			now = time.Now()
+		}
+		h.verdicts.Offer(core.Verdict{Result: results[i], Operation: string(req.Operation), Denied: denied, Observed: now})
+	}
 }
 
 // describe renders one result as `[rule] message (container: name)`.

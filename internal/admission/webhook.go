@@ -40,6 +40,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/vilaca/portal/internal/core"
 )
 
 // Options configure the webhook.
@@ -67,6 +69,10 @@ type Options struct {
 	FailOpen bool
 	// Health tunes when handler failures make the webhook not ready.
 	Health HealthOptions
+	// Verdicts, when set, receives the failing results of rules with
+	// response actions, after the decision and without waiting: the
+	// actions run later, on the leader, never on this request's path.
+	Verdicts core.VerdictSink
 	// BodyReadTimeout bounds how long reading one request's body may take,
 	// so a client that sends a body slowly cannot hold a connection and a
 	// goroutine for ever. Default 10s: the API server sends its bodies at
@@ -107,6 +113,7 @@ func New(o Options) (*Webhook, error) {
 		metrics:  m,
 		health:   newHealth(o.RulesLoaded, o.Health),
 		failOpen: o.FailOpen,
+		verdicts: o.Verdicts,
 	}
 	hook := &admission.Webhook{
 		Handler:      h,

@@ -79,6 +79,20 @@ func (r *Rule) HasMode(m Mode) bool {
 	return false
 }
 
+// AlertName is the alertname of the rule's alerts: its alert shorthand, or
+// the template of its first alertmanager action; "" when it has neither.
+func (r *Rule) AlertName() string {
+	if r.Alert != "" {
+		return r.Alert
+	}
+	for _, a := range r.Actions {
+		if a.Type == "alertmanager" && a.Params["template"] != "" {
+			return a.Params["template"]
+		}
+	}
+	return ""
+}
+
 // Match selects the objects a rule applies to.
 type Match struct {
 	GVKs          []GVK

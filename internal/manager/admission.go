@@ -132,6 +132,7 @@ func (l *admissionLayer) Setup(d Deps) error {
 		Registerer:  d.Registerer,
 		RulesLoaded: d.RulesLoaded,
 		FailOpen:    l.cfg.FailOpen,
+		Verdicts:    d.Verdicts,
 	})
 	if err != nil {
 		return err

@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"fmt"
+
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/sink"
 )
@@ -36,6 +38,15 @@ func newFindings(cfg *Config, ls []Layer, d Deps) (*findings.Pipeline, error) {
 	sinks, err := sink.New(d.Manager, so)
 	if err != nil {
 		return nil, err
+	}
+	for _, l := range ls {
+		if c, ok := l.(findingsConsumer); ok {
+			s, err := c.FindingsSink(d)
+			if err != nil {
+				return nil, fmt.Errorf("%s layer: %w", l.Name(), err)
+			}
+			sinks = append(sinks, s)
+		}
 	}
 	return findings.New(d.Manager, findings.Options{Sinks: sinks, Logger: d.Logger, Registerer: d.Registerer})
 }

@@ -7,8 +7,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/vilaca/portal/internal/apigateway"
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/lookup"
@@ -50,6 +52,9 @@ type Deps struct {
 	// publishes into under its own name (Findings.Register); it runs the
 	// sinks once. nil when no enabled layer produces findings.
 	Findings *findings.Pipeline
+	// Verdicts receives admission's verdicts of rules with actions, without
+	// blocking; nil when the actions layer is off.
+	Verdicts core.VerdictSink
 	// Registerer receives the layers' metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -76,6 +81,12 @@ func enabledLayers(cfg *Config) ([]Layer, error) {
 	}
 	if cfg.WAF {
 		ls = append(ls, &wafLayer{opts: cfg.WAFOptions})
+	}
+	if cfg.APIGateway {
+		ls = append(ls, &apiGatewayLayer{opts: cfg.APIGatewayOptions})
+	}
+	if cfg.Actions.Enabled {
+		ls = append(ls, &actionsLayer{cfg: cfg.Actions, alertsSink: cfg.Audit.Sinks.AlertmanagerURL != "", admission: cfg.Admission.Enabled})
 	}
 	return ls, nil
 }
@@ -124,4 +135,16 @@ func layerNames(ls []Layer) []string {
 		names[i] = l.Name()
 	}
 	return names
+}
+
+// apiGatewayLayer is the L7 API exposure layer (APIGateway, APIRule,
+// RateLimit -> Istio configuration).
+type apiGatewayLayer struct{ opts apigateway.Options }
+
+func (*apiGatewayLayer) Name() string { return "apigateway" }
+
+func (l *apiGatewayLayer) Setup(d Deps) error {
+	o := l.opts
+	o.Logger = d.Logger
+	return apigateway.Setup(d.Manager, o)
 }

@@ -25,9 +25,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
+	securityv1 "istio.io/client-go/pkg/apis/security/v1"
+
 	gatewayv1alpha1 "github.com/vilaca/portal/api/gateway/v1alpha1"
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/apigateway"
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
@@ -83,10 +88,17 @@ type Config struct {
 	Audit     AuditConfig
 	// Lookup configures cluster.* lookups in rules (admission and audit).
 	Lookup LookupConfig
+	// Actions runs the response actions.
+	Actions ActionsConfig
 
 	// WAF runs the L7 WAF rule pipeline and its cache server.
 	WAF        bool
 	WAFOptions waf.Options
+
+	// APIGateway runs the L7 API exposure layer: APIGateway, APIRule and
+	// RateLimit generating Istio configuration.
+	APIGateway        bool
+	APIGatewayOptions apigateway.Options
 
 	// Logger receives every log line, as JSON in production.
 	Logger *slog.Logger
@@ -101,18 +113,20 @@ type Config struct {
 // Defaults returns the configuration `portal run` starts from.
 func Defaults() Config {
 	return Config{
-		Namespace:        "portal-system",
-		MetricsAddr:      ":8443",
-		MetricsSecure:    true,
-		HealthAddr:       ":8081",
-		LeaderElection:   true,
-		LeaderElectionID: "portal-leader",
-		RuleBudget:       exprlang.DefaultLimits(),
-		Admission:        defaultAdmission(),
-		WAFOptions:       waf.DefaultOptions(),
-		Audit:            defaultAudit(),
-		Lookup:           defaultLookup(),
-		Logger:           slog.Default(),
+		Namespace:         "portal-system",
+		MetricsAddr:       ":8443",
+		MetricsSecure:     true,
+		HealthAddr:        ":8081",
+		LeaderElection:    true,
+		LeaderElectionID:  "portal-leader",
+		RuleBudget:        exprlang.DefaultLimits(),
+		Admission:         defaultAdmission(),
+		WAFOptions:        waf.DefaultOptions(),
+		APIGatewayOptions: apigateway.DefaultOptions(),
+		Audit:             defaultAudit(),
+		Actions:           defaultActions(),
+		Lookup:            defaultLookup(),
+		Logger:            slog.Default(),
 	}
 }
 
@@ -140,7 +154,9 @@ func clientRateLimit(restCfg *rest.Config, qps float32, burst int) *rest.Config 
 // Scheme holds every API type Portal reads or writes.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme, wafv1alpha1.AddToScheme, gatewayv1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme, wafv1alpha1.AddToScheme, gatewayv1alpha1.AddToScheme,
+		// The Istio kinds the API exposure layer writes.
+		networkingv1.AddToScheme, networkingv1alpha3.AddToScheme, securityv1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, err
 		}
@@ -225,7 +241,13 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
 		return fmt.Errorf("findings pipeline: %w", err)
 	}
+	if deps.Verdicts, err = verdictSink(layers, deps); err != nil {
+		return fmt.Errorf("actions layer: %w", err)
+	}
 	if err := setupLayers(layers, deps); err != nil {
+		return err
+	}
+	if err := actionsStatus(&cfg, deps); err != nil {
 		return err
 	}
 	ruleMetrics := rule.NewMetrics(reg)

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/core"
@@ -15,6 +18,7 @@ import (
 
 var (
 	rateLimit  = regexp.MustCompile(`^[0-9]+/(s|min|h)$`)
+	minHealthy = regexp.MustCompile(`^[0-9]+%?$`)
 	severities = []core.Severity{core.SeverityCritical, core.SeverityHigh, core.SeverityMedium, core.SeverityLow, core.SeverityInfo}
 	modes      = []core.Mode{core.ModeAdmission, core.ModeAudit}
 	enforce    = []core.EnforcementAction{core.ActionDeny, core.ActionWarn, core.ActionDryRun}
@@ -75,7 +79,7 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 		errs = append(errs, fieldErr("rule", "rule (the expression) is required"))
 	}
 	r.Match, errs = convertMatch(spec.Match, errs)
-	r.Actions, errs = convertActions(spec, errs)
+	r.Actions, errs = convertActions(spec, src, errs)
 	if err := errors.Join(errs...); err != nil {
 		if r.Name != "" {
 			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
@@ -113,19 +117,22 @@ func convertMatch(m policyv1alpha1.Match, errs []error) (core.Match, []error) {
 	return out, errs
 }
 
-func convertActions(spec *policyv1alpha1.RuleSpec, errs []error) ([]core.ActionSpec, []error) {
+func convertActions(spec *policyv1alpha1.RuleSpec, src core.Source, errs []error) ([]core.ActionSpec, []error) {
 	var out []core.ActionSpec
 	for i, a := range spec.Actions {
 		if !slices.Contains(actions, a.Type) {
 			errs = append(errs, fieldErr(fmt.Sprintf("actions[%d].type", i), "actions[%d].type %q is not one of %v", i, a.Type, actions))
 			continue
 		}
+		errs = append(errs, checkAction(i, &a, src)...)
 		as := core.ActionSpec{Type: a.Type, Params: map[string]string{}}
 		as.Modes, errs = convertModes(fmt.Sprintf("actions[%d].mode", i), a.Mode, errs)
 		if a.RateLimit != "" && !rateLimit.MatchString(a.RateLimit) {
 			errs = append(errs, fieldErr(fmt.Sprintf("actions[%d].rateLimit", i), "actions[%d].rateLimit %q: write COUNT/UNIT with UNIT s, min or h, e.g. 5/min", i, a.RateLimit))
 		}
-		for k, v := range map[string]string{"key": a.Key, "value": a.Value, "template": a.Template, "rateLimit": a.RateLimit} {
+		for k, v := range map[string]string{"key": a.Key, "value": a.Value, "template": a.Template, "rateLimit": a.RateLimit,
+			"dryRun": boolParam(a.DryRun), "keep": boolParam(a.Keep), "minHealthyReplicas": a.MinHealthyReplicas,
+			"recreateServiceAccount": boolParam(a.RecreateServiceAccount)} {
 			if v != "" {
 				as.Params[k] = v
 			}
@@ -157,4 +164,58 @@ func convertModes(field string, in []policyv1alpha1.Mode, errs []error) ([]core.
 		}
 	}
 	return out, errs
+}
+
+// boolParam renders a boolean action parameter: "true", or nothing.
+func boolParam(b bool) string {
+	if b {
+		return "true"
+	}
+	return ""
+}
+
+// TenantKeyPrefix is the only label and annotation key prefix a namespaced
+// rule's actions may set: its author may not be allowed to relabel pods, and
+// a label decides which Services and NetworkPolicies select a pod.
+const TenantKeyPrefix = "portal.io/"
+
+// checkAction mirrors the CRD's validation of one action for every source
+// (folder files do not pass the API server), and adds what only Portal
+// knows: the source's kind.
+func checkAction(i int, a *policyv1alpha1.Action, src core.Source) []error {
+	var errs []error
+	at := func(f string) string { return fmt.Sprintf("actions[%d].%s", i, f) }
+	only := func(field, set string, types ...string) {
+		if set != "" && !slices.Contains(types, a.Type) {
+			errs = append(errs, fieldErr(at(field), "%s is only read by %v, not by %s: remove it", at(field), types, a.Type))
+		}
+	}
+	only("key", a.Key, "label", "annotate")
+	only("value", a.Value, "label", "annotate")
+	only("template", a.Template, "alertmanager")
+	only("keep", boolParam(a.Keep), "label", "annotate", "patch-networkpolicy")
+	only("minHealthyReplicas", a.MinHealthyReplicas, "evict")
+	only("recreateServiceAccount", boolParam(a.RecreateServiceAccount), "revoke-sa-token")
+	switch a.Type {
+	case "label", "annotate":
+		if msgs := validation.IsQualifiedName(a.Key); len(msgs) > 0 {
+			errs = append(errs, fieldErr(at("key"), "%s %q: %s", at("key"), a.Key, strings.Join(msgs, "; ")))
+		}
+		if a.Type == "label" {
+			if msgs := validation.IsValidLabelValue(a.Value); len(msgs) > 0 {
+				errs = append(errs, fieldErr(at("value"), "%s %q: %s", at("value"), a.Value, strings.Join(msgs, "; ")))
+			}
+		}
+		if src.Kind == "PortalRule" && !strings.HasPrefix(a.Key, TenantKeyPrefix) {
+			errs = append(errs, fieldErr(at("key"), "%s %q: a PortalRule may only set keys under %s (for example %squarantine)", at("key"), a.Key, TenantKeyPrefix, TenantKeyPrefix))
+		}
+	case "alertmanager":
+		if a.Template == "" {
+			errs = append(errs, fieldErr(at("template"), "%s is required for alertmanager: the alertname of the alerts", at("template")))
+		}
+	}
+	if a.MinHealthyReplicas != "" && !minHealthy.MatchString(a.MinHealthyReplicas) {
+		errs = append(errs, fieldErr(at("minHealthyReplicas"), "%s %q: write a count (2) or a percentage (50%%)", at("minHealthyReplicas"), a.MinHealthyReplicas))
+	}
+	return errs
 }

@@ -94,7 +94,14 @@ func (s *StatusReconciler) reconcile(ctx context.Context, kind string, req ctrl.
 	if equality.Semantic.DeepEqual(before.GetRuleStatus(), status) {
 		return ctrl.Result{}, nil
 	}
-	if err := s.client.Status().Patch(ctx, obj, client.MergeFrom(before.(client.Object))); err != nil {
+	// A merge patch replaces the whole conditions list: with the optimistic
+	// lock, a condition another writer applied meanwhile (BudgetExceeded,
+	// ActionsReady) makes this patch conflict and be retried from a fresh
+	// read, instead of being erased.
+	if err := s.client.Status().Patch(ctx, obj, client.MergeFromWithOptions(before.(client.Object), client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: notLoadedYet}, nil
+		}
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil
 		}

@@ -18,8 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/binding"
+	"github.com/vilaca/portal/internal/waf/bundle"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/controller"
+	"github.com/vilaca/portal/internal/waf/engine"
 )
 
 // Defaults of the cache server's identity.
@@ -72,6 +75,13 @@ type Options struct {
 	// --waf-max-data-file-bytes, --waf-compile-timeout,
 	// --waf-compile-concurrency, --waf-max-last-good-bytes).
 	Compile controller.CompilerOptions
+	// Bundle configures WAF bundles in S3-compatible storage (the
+	// --bundle-* flags); Bundle.URL "" turns them off.
+	Bundle bundle.SetupOptions
+	// Engine configures the Engine controller (--waf-wasm-image,
+	// --waf-proxy-image, --operator-name, --waf-engine-token-expiration);
+	// Setup fills in the cache's namespace, Service, port and CA.
+	Engine engine.Options
 }
 
 // DefaultOptions are the defaults of the flags.
@@ -86,6 +96,8 @@ func DefaultOptions() Options {
 		CacheMaxSize:       cache.DefaultMaxSize,
 		CacheGCInterval:    cache.DefaultGCInterval,
 		Compile:            controller.DefaultCompilerOptions(),
+		Bundle:             bundle.DefaultSetupOptions(),
+		Engine:             engine.Options{TokenExpiration: engine.DefaultTokenExpiration},
 	}
 }
 
@@ -107,6 +119,13 @@ type Layer struct {
 	// Certs serves the cache's certificate; Certs.CABundle is what data
 	// planes must trust (--ca-file of portal waf-proxy).
 	Certs CertificateSource
+	// Binding attaches rule sets to Gateway API routes; nil when the
+	// cluster does not serve the Gateway API.
+	Binding *binding.Controller
+	// Bundles fetches WAF bundles from S3-compatible storage for
+	// WAFGatewayBindingPolicy spec.bundle; nil without --bundle-storage-url.
+	// bundle.Install puts what it returns into Cache.
+	Bundles *bundle.Fetcher
 }
 
 // Setup adds the WAF rule layer to mgr: field indexes, the RuleSet compiler
@@ -161,8 +180,21 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err := controller.NewStatusWriter(mgr.GetClient(), comp, mgr.GetEventRecorder(name)).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	if err := setupEngine(mgr, opts, log, reg, name); err != nil {
+		return nil, err
+	}
 	if err := mgr.Add(srv); err != nil {
 		return nil, err
 	}
-	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates}, nil
+	bopts := opts.Bundle
+	bopts.MaxDataFileBytes = opts.Compile.MaxDataFileBytes
+	bundles, err := bundle.Setup(mgr, bopts, opts.Namespace, c, reg, log)
+	if err != nil {
+		return nil, fmt.Errorf("waf: %w", err)
+	}
+	bind, err := setupBinding(mgr, c, bundleSource(bundles, c, log), log, reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates, Bundles: bundles, Binding: bind}, nil
 }

@@ -25,6 +25,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/certs"
@@ -61,8 +62,14 @@ type Env struct {
 // 127.0.0.1, and returns once the server listens with its certificate. stop
 // ends it.
 func Start(cl *devcluster.Cluster, log *slog.Logger) (env *Env, stop func() error, err error) {
+	return StartWith(cl, log, nil)
+}
+
+// StartWith is Start with the layer's options changed by configure (nil:
+// none) before the layer is set up.
+func StartWith(cl *devcluster.Cluster, log *slog.Logger, configure func(*waf.Options)) (env *Env, stop func() error, err error) {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, wafv1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, wafv1alpha1.AddToScheme, gatewayv1.Install} {
 		if err := add(scheme); err != nil {
 			return nil, nil, err
 		}
@@ -91,6 +98,9 @@ func Start(cl *devcluster.Cluster, log *slog.Logger) (env *Env, stop func() erro
 		return nil, nil, err
 	}
 	opts.Certificates = env.Certs
+	if configure != nil {
+		configure(&opts)
+	}
 	if env.Layer, err = waf.Setup(mgr, opts); err != nil {
 		return nil, nil, err
 	}

@@ -81,9 +81,10 @@ type RuleSpec struct {
 	// +optional
 	Alert string `json:"alert,omitempty"`
 
-	// Actions are response actions run on violations.
+	// Actions are response actions run on violations, in this order.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
 	Actions []Action `json:"actions,omitempty"`
 }
 
@@ -146,7 +147,16 @@ type NamespaceMatch struct {
 	Exclude []string `json:"exclude,omitempty"`
 }
 
-// Action is a response action run when the rule finds a violation.
+// Action is a response action run when the rule finds a violation. Which
+// fields apply depends on the type; the API server rejects a field the type
+// does not read, so a typo never silently does nothing. See
+// docs/reference/actions.md.
+// +kubebuilder:validation:XValidation:rule="self.type in ['label', 'annotate'] ? has(self.key) : !has(self.key)",message="key is required for label and annotate, and only read by them"
+// +kubebuilder:validation:XValidation:rule="self.type in ['label', 'annotate'] || !has(self.value)",message="value is only read by label and annotate"
+// +kubebuilder:validation:XValidation:rule="self.type == 'alertmanager' ? has(self.template) : !has(self.template)",message="template is required for alertmanager, and only read by it"
+// +kubebuilder:validation:XValidation:rule="self.type in ['label', 'annotate', 'patch-networkpolicy'] || !has(self.keep)",message="keep is only read by label, annotate and patch-networkpolicy"
+// +kubebuilder:validation:XValidation:rule="self.type == 'evict' || !has(self.minHealthyReplicas)",message="minHealthyReplicas is only read by evict"
+// +kubebuilder:validation:XValidation:rule="self.type == 'revoke-sa-token' || !has(self.recreateServiceAccount)",message="recreateServiceAccount is only read by revoke-sa-token"
 type Action struct {
 	// Type selects the action.
 	// +kubebuilder:validation:Enum=alertmanager;label;annotate;evict;patch-networkpolicy;revoke-sa-token
@@ -156,21 +166,54 @@ type Action struct {
 	// the boolean true.)
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
 	Mode []Mode `json:"mode,omitempty"`
-	// Key is the label or annotation key (label, annotate).
+	// Key is the label or annotation key (label, annotate): a qualified
+	// name, optionally prefixed ("portal.io/quarantine"). A PortalRule may
+	// only set keys under portal.io/, so a tenant cannot move a pod into
+	// or out of a Service or NetworkPolicy by its labels through Portal.
 	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	Key string `json:"key,omitempty"`
 	// Value is the label or annotation value (label, annotate).
 	// +optional
+	// +kubebuilder:validation:MaxLength=1024
 	Value string `json:"value,omitempty"`
-	// Template names the alert template (alertmanager).
+	// Template names the alert template (alertmanager): the alertname of
+	// the alerts the rule's findings raise.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
 	Template string `json:"template,omitempty"`
 	// RateLimit caps how often the action fires per rule and target, as
-	// COUNT/UNIT with UNIT one of s, min, h ("5/min").
+	// COUNT/UNIT with UNIT one of s, min, h ("5/min"). Default: the
+	// --actions-default-rate-limit flag (10/min).
 	// +optional
 	// +kubebuilder:validation:Pattern=`^[0-9]+/(s|min|h)$`
+	// +kubebuilder:validation:MaxLength=16
 	RateLimit string `json:"rateLimit,omitempty"`
+	// DryRun logs what the action would do instead of doing it (also
+	// --actions-dry-run for every rule).
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
+	// Keep leaves the label, annotation or quarantine NetworkPolicy in
+	// place when the finding clears (label, annotate,
+	// patch-networkpolicy). By default Portal removes what it added.
+	// +optional
+	Keep bool `json:"keep,omitempty"`
+	// MinHealthyReplicas (evict) refuses an eviction that would leave the
+	// pod's workload (its controlling owner) with fewer ready pods than
+	// this: a count ("2") or a percentage of the owner's replicas ("50%").
+	// +optional
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:Pattern=`^[0-9]+%?$`
+	MinHealthyReplicas string `json:"minHealthyReplicas,omitempty"`
+	// RecreateServiceAccount (revoke-sa-token) also deletes and recreates
+	// the ServiceAccount under the same name, with a new UID, so every
+	// bound token issued for it is rejected. It disrupts every pod that
+	// uses the ServiceAccount until the kubelet refreshes their tokens.
+	// +optional
+	RecreateServiceAccount bool `json:"recreateServiceAccount,omitempty"`
 }
 
 // RuleStatus is what Portal observed about a rule.
@@ -183,7 +226,11 @@ type RuleStatus struct {
 	// BudgetExceeded is True once an evaluation of the active generation ran
 	// out of its budget (operations, bytes, nesting depth, or the request's
 	// deadline); its reason says which and its message is the last such
-	// evaluation. It is removed when the rule's spec changes.
+	// evaluation. It is removed when the rule's spec changes. ActionsReady,
+	// on rules with actions, is False when one of them cannot run: the
+	// actions layer is off (ActionsLayerOff), the type is not enabled
+	// (ActionDisabled) or Portal lacks the RBAC it needs
+	// (ActionNotPermitted).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -261,6 +308,17 @@ const (
 	ReasonLookupOutOfNamespace = "LookupOutOfNamespace"
 	// ReasonLookupWatchFailed: the watch of a resource did not start.
 	ReasonLookupWatchFailed = "LookupWatchFailed"
+
+	// ConditionActionsReady says whether the rule's response actions can
+	// run (written only on rules with actions).
+	ConditionActionsReady = "ActionsReady"
+
+	// Reasons of ActionsReady.
+	ReasonActionsRunnable    = "ActionsRunnable"
+	ReasonActionsDryRun      = "ActionsDryRun"
+	ReasonActionsLayerOff    = "ActionsLayerOff"
+	ReasonActionDisabled     = "ActionDisabled"
+	ReasonActionNotPermitted = "ActionNotPermitted"
 )
 
 // PortalClusterRule is a rule that applies to objects in every namespace (as

@@ -31,6 +31,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&RuleSource{}, &RuleSourceList{},
 		&RuleData{}, &RuleDataList{},
 		&RuleSet{}, &RuleSetList{},
+		&Engine{}, &EngineList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

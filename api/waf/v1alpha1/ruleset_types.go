@@ -47,6 +47,11 @@ type RuleSetSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	Data []DataReference `json:"data,omitempty"`
+
+	// Overrides is what RuleSetOverrides on the routes this rule set
+	// protects may change; none when absent.
+	// +optional
+	Overrides *OverridePermissions `json:"overrides,omitempty"`
 }
 
 // Revision identifies a compiled bundle in the rule set cache.
@@ -137,6 +142,61 @@ type RuleSetStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=128
 	UnsupportedRules []UnsupportedRule `json:"unsupportedRules,omitempty"`
+
+	// Bundle says where the cached revision is published as a bundle in
+	// S3-compatible storage, for data planes and other clusters that read
+	// bundles (WAFGatewayBindingPolicy spec.bundle). Present only when Portal
+	// publishes bundles (--bundle-publish-bucket).
+	// +optional
+	Bundle *BundleStatus `json:"bundle,omitempty"`
+}
+
+// BundleState is the publication state of a RuleSet's bundle.
+// +kubebuilder:validation:Enum=pending;processing;ready;invalid
+type BundleState string
+
+// Publication states of a RuleSet's bundle (seed 001's values).
+const (
+	// BundleStatePending: nothing has compiled yet.
+	BundleStatePending BundleState = "pending"
+	// BundleStateProcessing: the cached revision is being uploaded, or its
+	// upload failed and is retried (message says why).
+	BundleStateProcessing BundleState = "processing"
+	// BundleStateReady: the cached revision is at location.
+	BundleStateReady BundleState = "ready"
+	// BundleStateInvalid: the rule set has never compiled: there is nothing
+	// to publish (the Ready condition says why).
+	BundleStateInvalid BundleState = "invalid"
+)
+
+// BundleStatus is seed 001's status.bundle: where a compiled rule set lives
+// in S3-compatible storage and the digest to verify it against.
+type BundleStatus struct {
+	// State is pending, processing, ready or invalid.
+	State BundleState `json:"state"`
+
+	// Location is the bundle's object, s3://bucket/namespace/name/sha256.json.
+	// It is set when state is ready; while a newer revision is processing it
+	// still names the last bundle published, which stays valid.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1100
+	Location string `json:"location,omitempty"`
+
+	// SHA256 is the hex SHA-256 digest of the object at location, what a
+	// consumer pins in spec.bundle.sha256.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	SHA256 string `json:"sha256,omitempty"`
+
+	// Revision is the cache revision (status.cachedRevision.uuid) the
+	// bundle at location holds.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+
+	// Message says why the bundle is not ready.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
 }
 
 // Condition types of a RuleSet.

@@ -223,8 +223,8 @@ func alertsOf(fs []core.Finding) map[string]alert {
 			continue
 		}
 		name := DefaultAlertName
-		if f.Rule != nil && f.Rule.Alert != "" {
-			name = f.Rule.Alert
+		if f.Rule != nil && f.Rule.AlertName() != "" {
+			name = f.Rule.AlertName()
 		}
 		labels := map[string]string{
 			"alertname": name,

@@ -97,6 +97,33 @@ type Cache struct {
 	keys  map[string][]*revision
 	total int64
 	count int
+
+	tables tables
+
+	watchMu  sync.Mutex
+	watchers []chan struct{}
+}
+
+// Watch returns a channel that receives a value after revisions are stored
+// or deleted (coalesced: one value may stand for many changes), for
+// consumers that derive state from the latest revisions.
+func (c *Cache) Watch() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	c.watchMu.Lock()
+	c.watchers = append(c.watchers, ch)
+	c.watchMu.Unlock()
+	return ch
+}
+
+func (c *Cache) notify() {
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	for _, ch := range c.watchers {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // New returns an empty cache. clk stamps new entries and drives age-based
@@ -145,6 +172,8 @@ func (c *Cache) Put(key, id, rules string, files map[string][]byte) (e Entry, cr
 	c.total += rev.size
 	c.count++
 	c.observe()
+	// Under c.mu, so watchers see changes in order; notify never blocks.
+	c.notify()
 	return entry, true
 }
 
@@ -184,6 +213,7 @@ func (c *Cache) Delete(key string) {
 	}
 	delete(c.keys, key)
 	c.observe()
+	c.notify()
 }
 
 // Keys returns the keys in the cache, sorted.

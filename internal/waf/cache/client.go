@@ -81,10 +81,39 @@ func (c *Client) EntryWithDigest(ctx context.Context, namespace, name, sha256Hex
 	return e, err
 }
 
+// TableLatest returns the id and digest of a Gateway's route table.
+func (c *Client) TableLatest(ctx context.Context, namespace, gateway string) (TableLatest, error) {
+	var l TableLatest
+	_, err := c.get(ctx, "/tables/"+namespace+"/"+gateway+"/latest", &l)
+	return l, err
+}
+
+// TableWithDigest returns a Gateway's route table after checking the body
+// against sha256 (hex), as EntryWithDigest does.
+func (c *Client) TableWithDigest(ctx context.Context, namespace, gateway, sha256Hex string) (*Table, error) {
+	var t Table
+	path := "/tables/" + namespace + "/" + gateway
+	_, err := c.get(ctx, path, func(body []byte) error {
+		sum := sha256.Sum256(body)
+		if got := hex.EncodeToString(sum[:]); sha256Hex == "" || !strings.EqualFold(got, sha256Hex) {
+			return fmt.Errorf("rule set cache: GET %s: %w: got %s, want %q", path, ErrDigestMismatch, got, sha256Hex)
+		}
+		return json.Unmarshal(body, &t)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 // get reads path into into: a pointer to decode JSON into, or a
 // func([]byte) error that takes the body as it came.
 func (c *Client) get(ctx context.Context, path string, into any) ([]byte, error) {
-	if _, _, _, err := ParsePath(path); err != nil {
+	parse := ParsePath
+	if strings.HasPrefix(path, "/tables/") {
+		parse = ParseTablePath
+	}
+	if _, _, _, err := parse(path); err != nil {
 		return nil, fmt.Errorf("rule set cache: %w", err)
 	}
 	u := *c.base

@@ -204,8 +204,11 @@ func (s *Server) GC() {
 	}
 }
 
-// Handler serves GET /rules/{namespace}/{name} and
-// GET /rules/{namespace}/{name}/latest.
+// Handler serves GET /rules/{namespace}/{name},
+// GET /rules/{namespace}/{name}/latest, and the route tables of Gateways,
+// GET /tables/{namespace}/{gateway} and GET /tables/{namespace}/{gateway}/latest,
+// with the same authorization: a ServiceAccount token of the namespace, or
+// RBAC's get on rulesets/cache there.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -219,7 +222,8 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/rules" && !strings.HasPrefix(r.URL.Path, "/rules/") {
+	tablePath := r.URL.Path == "/tables" || strings.HasPrefix(r.URL.Path, "/tables/")
+	if !tablePath && r.URL.Path != "/rules" && !strings.HasPrefix(r.URL.Path, "/rules/") {
 		http.NotFound(w, r)
 		return
 	}
@@ -248,31 +252,57 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed path: escaped characters", http.StatusBadRequest)
 		return
 	}
-	ns, name, latest, err := ParsePath(r.URL.Path)
+	parse := ParsePath
+	if tablePath {
+		parse = ParseTablePath
+	}
+	ns, name, latest, err := parse(r.URL.Path)
 	if err != nil {
 		http.Error(w, "malformed path: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	// Authorization comes before the lookup, so a refused caller cannot
-	// tell which rule sets exist.
+	// tell which rule sets or tables exist.
 	d, err := s.authorize(r.Context(), token, ns, name)
 	if err != nil {
-		s.opts.Logger.Warn("rule set cache: authorization failed", "error", err, "ruleset", Key(ns, name), "client", r.RemoteAddr)
+		s.opts.Logger.Warn("rule set cache: authorization failed", "error", err, "key", Key(ns, name), "client", r.RemoteAddr)
 		s.deny(w, r, DenyReviewFailed, "")
 		return
+	}
+	if !d.Allowed && d.Reason == DenyForbidden && !tablePath {
+		// A Gateway's data plane reads the rule sets its table runs, also
+		// in other namespaces: the policy that put them there was allowed
+		// to reference them (ReferenceGrant), and the grant's removal takes
+		// them out of the table and so out of reach.
+		if caller, _, ok := ServiceAccount(d.User); ok && s.cache.ReferencedFrom(caller, Key(ns, name)) {
+			d.Allowed = true
+		}
 	}
 	if !d.Allowed {
 		s.deny(w, r, d.Reason, d.User)
 		return
 	}
-	rev := s.cache.latest(Key(ns, name))
-	if rev == nil {
-		http.Error(w, "rule set not found", http.StatusNotFound)
-		return
-	}
-	data := rev.body
-	if latest {
-		data = rev.latest
+	var data []byte
+	if tablePath {
+		t := s.cache.table(Key(ns, name))
+		if t == nil {
+			http.Error(w, "route table not found", http.StatusNotFound)
+			return
+		}
+		data = t.body
+		if latest {
+			data = t.latest
+		}
+	} else {
+		rev := s.cache.latest(Key(ns, name))
+		if rev == nil {
+			http.Error(w, "rule set not found", http.StatusNotFound)
+			return
+		}
+		data = rev.body
+		if latest {
+			data = rev.latest
+		}
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -321,16 +351,27 @@ func bearerToken(r *http.Request) (string, bool) {
 // ParsePath reads /rules/{namespace}/{name}[/latest]. The namespace must be
 // a DNS-1123 label and the name a DNS-1123 subdomain, as Kubernetes requires.
 func ParsePath(p string) (namespace, name string, latest bool, err error) {
-	rest, ok := strings.CutPrefix(p, "/rules/")
+	return parsePath(p, "rules")
+}
+
+// ParseTablePath reads /tables/{namespace}/{gateway}[/latest], with the
+// rules of ParsePath.
+func ParseTablePath(p string) (namespace, gateway string, latest bool, err error) {
+	return parsePath(p, "tables")
+}
+
+func parsePath(p, prefix string) (namespace, name string, latest bool, err error) {
+	want := "want /" + prefix + "/{namespace}/{name}[/latest]"
+	rest, ok := strings.CutPrefix(p, "/"+prefix+"/")
 	if !ok {
-		return "", "", false, errors.New("want /rules/{namespace}/{name}[/latest]")
+		return "", "", false, errors.New(want)
 	}
 	parts := strings.Split(rest, "/")
 	switch {
 	case len(parts) == 3 && parts[2] == "latest":
 		latest = true
 	case len(parts) != 2:
-		return "", "", false, errors.New("want /rules/{namespace}/{name}[/latest]")
+		return "", "", false, errors.New(want)
 	}
 	namespace, name = parts[0], parts[1]
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {

@@ -123,7 +123,13 @@ type checker struct {
 // OWASP Core Rule Set files that b includes are Portal's own and are not
 // checked. Check never compiles and never touches the filesystem.
 func Check(b Bundle) []Problem {
-	problems, _ := check(b, Options{})
+	return CheckWith(b, Options{})
+}
+
+// CheckWith is Check with the limits of opts (MaxDataFileBytes), those the
+// compile would apply.
+func CheckWith(b Bundle, opts Options) []Problem {
+	problems, _ := check(b, opts)
 	return problems
 }
 

@@ -122,3 +122,16 @@ seccompProfile:
   verbs: {{ $verbs | toJson }}
 {{- end }}
 {{- end }}
+
+{{/*
+portal.actionTypes is the comma-separated --actions-enabled list: the
+action types whose actions.<name>.enabled is true.
+*/}}
+{{- define "portal.actionTypes" -}}
+{{- $a := .Values.actions }}
+{{- $types := list }}
+{{- range $pair := list (list "alertmanager" "alertmanager") (list "label" "label") (list "annotate" "annotate") (list "evict" "evict") (list "patchNetworkPolicy" "patch-networkpolicy") (list "revokeToken" "revoke-sa-token") }}
+{{- if (index $a (index $pair 0)).enabled }}{{ $types = append $types (index $pair 1) }}{{ end }}
+{{- end }}
+{{- join "," $types }}
+{{- end }}

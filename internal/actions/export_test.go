@@ -1,0 +1,4 @@
+package actions
+
+// MarkRunning lets a test act as if the engine led, without its workers.
+func MarkRunning(e *Engine, on bool) { e.running.Store(on) }

@@ -1,0 +1,85 @@
+package actions
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func init() {
+	Register("label", func(env Env) Action { return &metaAction{env: env, field: "labels"} })
+	Register("annotate", func(env Env) Action { return &metaAction{env: env, field: "annotations"} })
+}
+
+// metaAction sets one label or annotation by server-side apply and removes
+// it when the finding clears. Each rule and key has its own field manager
+// ("portal-" and a hash), so two rules setting the same key share it, and
+// one clearing leaves the other's in place.
+type metaAction struct {
+	env   Env
+	field string
+}
+
+// FieldManager is the server-side apply field manager of one rule's key.
+func FieldManager(req *Request) string {
+	h := sha256.Sum256([]byte(req.Rule.Source.Kind + "\x00" + req.Rule.Namespace + "\x00" + req.Rule.Name + "\x00" + req.Spec.Type + "\x00" + req.Param("key")))
+	return "portal-" + hex.EncodeToString(h[:8])
+}
+
+func (m *metaAction) Apply(ctx context.Context, req *Request) (Outcome, error) {
+	if err := m.apply(ctx, req, map[string]any{req.Param("key"): req.Param("value")}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return outcome(ResultSkipped, "%s is gone", target(req.Object)), nil
+		}
+		return Outcome{}, err
+	}
+	return outcome(ResultSuccess, "set %s %s=%s on %s", strings.TrimSuffix(m.field, "s"), req.Param("key"), req.Param("value"), target(req.Object)), nil
+}
+
+func (m *metaAction) Revert(ctx context.Context, req *Request) (Outcome, error) {
+	if err := m.apply(ctx, req, nil); err != nil {
+		if apierrors.IsNotFound(err) {
+			return outcome(ResultSkipped, "%s is gone", target(req.Object)), nil
+		}
+		return Outcome{}, err
+	}
+	return outcome(ResultSuccess, "removed %s %s from %s", strings.TrimSuffix(m.field, "s"), req.Param("key"), target(req.Object)), nil
+}
+
+// apply applies the key (or, with none, gives it up, which removes it
+// unless another manager holds it).
+func (m *metaAction) apply(ctx context.Context, req *Request, kv map[string]any) error {
+	meta := map[string]any{"name": req.Object.Name}
+	if req.Object.Namespace != "" {
+		meta["namespace"] = req.Object.Namespace
+	}
+	if kv != nil {
+		meta[m.field] = kv
+	}
+	patch, err := json.Marshal(map[string]any{"apiVersion": req.Object.APIVersion, "kind": req.Object.Kind, "metadata": meta})
+	if err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(req.Object.APIVersion)
+	obj.SetKind(req.Object.Kind)
+	obj.SetNamespace(req.Object.Namespace)
+	obj.SetName(req.Object.Name)
+	// Apply would create a missing object: check first, and never create.
+	if err := m.env.Reader.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopy()); err != nil {
+		return err
+	}
+	return m.env.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(FieldManager(req)), client.ForceOwnership)
+}
+
+func (m *metaAction) Permissions() []authorizationv1.ResourceAttributes {
+	return []authorizationv1.ResourceAttributes{{Verb: "patch", Resource: "pods"}, {Verb: "get", Resource: "pods"}}
+}

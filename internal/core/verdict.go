@@ -1,0 +1,50 @@
+package core
+
+import "time"
+
+// Verdict is one failing admission rule result on an admitted or refused
+// request, handed from admission to the response actions. Admission
+// verdicts are events, not state: a refused object never exists, so they do
+// not go through the findings pipeline (which holds the current state of
+// objects, and would keep a refused object in reports for ever).
+type Verdict struct {
+	Result
+	// Operation is the admission operation (CREATE, UPDATE, DELETE, CONNECT).
+	Operation string
+	// Denied is true when the request was refused.
+	Denied bool
+	// Observed is when admission decided.
+	Observed time.Time
+}
+
+// VerdictSink receives admission verdicts for the response actions. Offer
+// must never block and never fail the request: admission calls it on its
+// hot path, after deciding. A sink that cannot take the verdict (its queue
+// is full, this replica is not the leader) counts and logs the drop itself.
+type VerdictSink interface {
+	Offer(v Verdict)
+}
+
+// WantsVerdict reports whether a failing admission result has an action to
+// run, so admission hands over nothing for rules without actions.
+func (r Result) WantsVerdict() bool {
+	if r.Outcome != OutcomeFail || r.Rule == nil {
+		return false
+	}
+	for i := range r.Rule.Actions {
+		a := &r.Rule.Actions[i]
+		if len(a.Modes) == 0 || contains(a.Modes, ModeAdmission) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(ms []Mode, m Mode) bool {
+	for _, x := range ms {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}

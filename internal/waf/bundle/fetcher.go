@@ -1,0 +1,566 @@
+package bundle
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"golang.org/x/sync/singleflight"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
+
+	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/ruleset"
+)
+
+// Defaults of the flags.
+const (
+	DefaultMaxBytes       = 64 << 20
+	DefaultCacheMaxBytes  = 1 << 30
+	DefaultAttempts       = 5
+	DefaultInitialBackoff = 500 * time.Millisecond
+	DefaultMaxBackoff     = 10 * time.Second
+	DefaultAttemptTimeout = time.Minute
+	DefaultRegion         = "us-east-1"
+	// DefaultRefusalTTL is how long a bundle refused for its content
+	// (IntegrityError, BundleTooLarge, InvalidBundle) is not fetched again.
+	DefaultRefusalTTL = time.Minute
+)
+
+// Options configure a Fetcher. Zero fields take the defaults above.
+type Options struct {
+	// URL is storage's endpoint (--bundle-storage-url), http or https;
+	// buckets are addressed by path (https://host/bucket/key), as
+	// S3-compatible stores expect. Required.
+	URL string
+	// Region signs requests (--bundle-storage-region).
+	Region string
+	// Source gives credentials and TLS; nil: anonymous, system roots.
+	Source ConfigSource
+	// MaxBytes caps one bundle (--bundle-max-bytes): a larger object is
+	// refused before it is read.
+	MaxBytes int64
+	// Dir persists last good bundles (--bundle-cache-dir); "" keeps them
+	// in memory only. CacheMaxBytes bounds it (--bundle-cache-max-bytes).
+	Dir           string
+	CacheMaxBytes int64
+	// Attempts is how many requests one fetch makes at most; transient
+	// failures wait InitialBackoff, then twice that each time, up to
+	// MaxBackoff, with 20% jitter.
+	Attempts       int
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+	// AttemptTimeout bounds one request, body included.
+	AttemptTimeout time.Duration
+	// RefusalTTL: a location and sha256 whose content was refused
+	// (checksum, size, document) fail again from memory for this long, so a
+	// policy pinning a wrong digest does not download the object on every
+	// reconcile.
+	RefusalTTL time.Duration
+	// MaxDataFileBytes is the RuleSet compiler's limit on a data file a
+	// file operator reads (--waf-max-data-file-bytes), applied to fetched
+	// bundles by the sandbox check; 0: its default.
+	MaxDataFileBytes int
+	Metrics          *Metrics
+	Logger           *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Region == "" {
+		o.Region = DefaultRegion
+	}
+	if o.Source == nil {
+		o.Source = StaticConfig{}
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.CacheMaxBytes <= 0 {
+		o.CacheMaxBytes = DefaultCacheMaxBytes
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = DefaultAttempts
+	}
+	if o.InitialBackoff <= 0 {
+		o.InitialBackoff = DefaultInitialBackoff
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	if o.RefusalTTL <= 0 {
+		o.RefusalTTL = DefaultRefusalTTL
+	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Result is what a consumer has after Get.
+type Result struct {
+	State State
+	// Bundle, Location and SHA256 are the bundle to enforce: the one asked
+	// for when State is StateFresh, the last good one when StateStale;
+	// empty when StateMissing.
+	Bundle   ruleset.Bundle
+	Location string
+	SHA256   string
+}
+
+// blob is a verified bundle held in memory, shared by its consumers.
+type blob struct {
+	bundle ruleset.Bundle
+	refs   int
+}
+
+// Fetcher fetches bundles from S3-compatible storage and keeps each
+// consumer's last good bundle. It is safe for concurrent use.
+type Fetcher struct {
+	opts  Options
+	store *store
+	group singleflight.Group
+	clock clock.PassiveClock
+
+	cmu       sync.Mutex
+	client    *s3.Client
+	transport *http.Transport
+	version   uint64
+
+	mu    sync.Mutex
+	keys  map[string]record
+	blobs map[string]*blob
+	// refused remembers content refusals until they expire, at most
+	// maxRefused of them.
+	refused map[string]refusal
+}
+
+type refusal struct {
+	err   error
+	until time.Time
+}
+
+// maxRefused bounds the refusals remembered; past it expired ones go, then
+// any.
+const maxRefused = 4096
+
+// NewFetcher returns a fetcher for opts.
+func NewFetcher(opts Options) (*Fetcher, error) {
+	opts = opts.withDefaults()
+	u, err := url.Parse(opts.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("bundle storage URL %q: use http(s)://host[:port]", opts.URL)
+	}
+	f := &Fetcher{opts: opts, clock: clock.RealClock{}, keys: map[string]record{}, blobs: map[string]*blob{}, refused: map[string]refusal{}}
+	if opts.Dir != "" {
+		if f.store, err = openStore(opts.Dir, opts.CacheMaxBytes, opts.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// Get returns the bundle at location whose sha256 is sha for consumer key
+// (for instance a WAFGatewayBindingPolicy's namespace/name), and makes it the
+// consumer's last good bundle. When it cannot be had, the error says why
+// (Reason maps it to a condition reason) and the Result holds the
+// consumer's last good bundle (StateStale) or nothing (StateMissing).
+// A bundle already verified, in memory or on disk, is not fetched again.
+func (f *Fetcher) Get(ctx context.Context, key, location, sha string) (Result, error) {
+	res, err := f.get(ctx, key, location, sha)
+	if err != nil {
+		f.opts.Metrics.Errors.WithLabelValues(Reason(err)).Inc()
+		res = f.lastGood(key)
+	}
+	f.opts.Metrics.Gets.WithLabelValues(stateLabel(res.State)).Inc()
+	return res, err
+}
+
+func (f *Fetcher) get(ctx context.Context, key, location, sha string) (Result, error) {
+	loc, err := ParseLocation(location)
+	if err != nil {
+		return Result{}, &InvalidError{Err: err}
+	}
+	if !ValidSHA256(sha) {
+		return Result{}, &InvalidError{Err: fmt.Errorf("bundle %s: sha256 %q is not 64 lowercase hex digits", location, sha)}
+	}
+	if b, ok := f.known(sha); ok {
+		f.adopt(key, loc.String(), sha, b)
+		return Result{State: StateFresh, Bundle: b, Location: loc.String(), SHA256: sha}, nil
+	}
+	id := sha + " " + loc.String()
+	if err := f.refusedBefore(id); err != nil {
+		return Result{}, err
+	}
+	v, err, _ := f.group.Do(id, func() (any, error) {
+		return f.fetch(ctx, loc, sha)
+	})
+	if err != nil {
+		f.refuse(id, err)
+		return Result{}, err
+	}
+	b := v.(ruleset.Bundle)
+	f.adopt(key, loc.String(), sha, b)
+	return Result{State: StateFresh, Bundle: b, Location: loc.String(), SHA256: sha}, nil
+}
+
+// refusedBefore returns the remembered refusal of id, if it has not
+// expired.
+func (f *Fetcher) refusedBefore(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.refused[id]
+	if !ok {
+		return nil
+	}
+	if f.clock.Now().After(r.until) {
+		delete(f.refused, id)
+		return nil
+	}
+	return r.err
+}
+
+// refuse remembers err for id when it is about the content, which fetching
+// again would download again to the same end.
+func (f *Fetcher) refuse(id string, err error) {
+	var (
+		ie *IntegrityError
+		tl *TooLargeError
+		iv *InvalidError
+	)
+	if !errors.As(err, &ie) && !errors.As(err, &tl) && !errors.As(err, &iv) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.clock.Now()
+	if len(f.refused) >= maxRefused {
+		for k, r := range f.refused {
+			if now.After(r.until) || len(f.refused) >= maxRefused {
+				delete(f.refused, k)
+			}
+		}
+	}
+	f.refused[id] = refusal{err: err, until: now.Add(f.opts.RefusalTTL)}
+}
+
+// known returns the bundle of sha when it was verified before: in memory,
+// or persisted (checked again as it is read).
+func (f *Fetcher) known(sha string) (ruleset.Bundle, bool) {
+	f.mu.Lock()
+	bl := f.blobs[sha]
+	f.mu.Unlock()
+	if bl != nil {
+		return bl.bundle, true
+	}
+	if f.store == nil {
+		return ruleset.Bundle{}, false
+	}
+	data, ok := f.store.loadBlob(sha, f.opts.MaxBytes)
+	if !ok {
+		return ruleset.Bundle{}, false
+	}
+	b, err := f.decode(data)
+	if err != nil {
+		f.store.removeBlob(sha)
+		return ruleset.Bundle{}, false
+	}
+	return b, true
+}
+
+// adopt makes b the last good bundle of key, in memory and on disk.
+func (f *Fetcher) adopt(key, location, sha string, b ruleset.Bundle) {
+	f.mu.Lock()
+	old, had := f.keys[key]
+	if had && old.SHA256 == sha && old.Location == location {
+		f.mu.Unlock()
+		return
+	}
+	bl := f.blobs[sha]
+	if bl == nil {
+		bl = &blob{bundle: b}
+		f.blobs[sha] = bl
+	}
+	bl.refs++
+	f.keys[key] = record{Key: key, Location: location, SHA256: sha}
+	if had {
+		f.release(old.SHA256)
+	}
+	f.mu.Unlock()
+	if f.store == nil {
+		return
+	}
+	// fetch persisted the blob; a blob no record names any more is removed
+	// when the directory reaches its budget, or at the next start.
+	if err := f.store.saveRecord(record{Key: key, Location: location, SHA256: sha}); err != nil {
+		f.opts.Metrics.StoreErrors.Inc()
+		f.opts.Logger.Warn("last good bundle not persisted: it is enforced but would not survive a restart",
+			"key", key, "location", location, "sha256", sha, "error", err)
+	}
+}
+
+// release drops one reference to sha, and the blob from memory when
+// nothing holds it any more; the caller holds mu.
+func (f *Fetcher) release(sha string) {
+	if bl := f.blobs[sha]; bl != nil {
+		if bl.refs--; bl.refs <= 0 {
+			delete(f.blobs, sha)
+		}
+	}
+}
+
+// lastGood returns key's last good bundle: in memory, else persisted by an
+// earlier run.
+func (f *Fetcher) lastGood(key string) Result {
+	f.mu.Lock()
+	r, ok := f.keys[key]
+	var bl *blob
+	if ok {
+		bl = f.blobs[r.SHA256]
+	}
+	f.mu.Unlock()
+	if bl != nil {
+		return Result{State: StateStale, Bundle: bl.bundle, Location: r.Location, SHA256: r.SHA256}
+	}
+	if f.store == nil {
+		return Result{State: StateMissing}
+	}
+	r, ok = f.store.loadRecord(key)
+	if !ok {
+		return Result{State: StateMissing}
+	}
+	b, ok := f.known(r.SHA256)
+	if !ok {
+		return Result{State: StateMissing}
+	}
+	f.mu.Lock()
+	if _, raced := f.keys[key]; !raced {
+		bl := f.blobs[r.SHA256]
+		if bl == nil {
+			bl = &blob{bundle: b}
+			f.blobs[r.SHA256] = bl
+		}
+		bl.refs++
+		f.keys[key] = r
+	}
+	f.mu.Unlock()
+	return Result{State: StateStale, Bundle: b, Location: r.Location, SHA256: r.SHA256}
+}
+
+// Forget drops key's last good bundle (its consumer is gone).
+func (f *Fetcher) Forget(key string) {
+	f.mu.Lock()
+	r, ok := f.keys[key]
+	delete(f.keys, key)
+	if ok {
+		f.release(r.SHA256)
+	}
+	f.mu.Unlock()
+	if f.store != nil {
+		f.store.deleteRecord(key)
+	}
+}
+
+// fetch downloads loc, verifies it against sha and decodes it.
+func (f *Fetcher) fetch(ctx context.Context, loc Location, sha string) (ruleset.Bundle, error) {
+	start := time.Now()
+	var data []byte
+	err := f.retry(ctx, "get", loc, func(ctx context.Context, cl *s3.Client) error {
+		out, err := cl.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(loc.Bucket), Key: aws.String(loc.Key)})
+		if err != nil {
+			return err
+		}
+		defer out.Body.Close()
+		if out.ContentLength != nil && *out.ContentLength > f.opts.MaxBytes {
+			return &TooLargeError{Location: loc.String(), Limit: f.opts.MaxBytes}
+		}
+		// The length header may be absent or wrong: read one byte past the
+		// cap to know.
+		data, err = io.ReadAll(io.LimitReader(out.Body, f.opts.MaxBytes+1))
+		if err != nil {
+			return err
+		}
+		if int64(len(data)) > f.opts.MaxBytes {
+			return &TooLargeError{Location: loc.String(), Limit: f.opts.MaxBytes}
+		}
+		return nil
+	})
+	if err != nil {
+		return ruleset.Bundle{}, err
+	}
+	if got := digest(data); got != sha {
+		return ruleset.Bundle{}, &IntegrityError{Location: loc.String(), Want: sha, Got: got}
+	}
+	b, err := f.decode(data)
+	if err != nil {
+		return ruleset.Bundle{}, &InvalidError{Err: fmt.Errorf("bundle %s: %w", loc, err)}
+	}
+	f.opts.Metrics.FetchDuration.Observe(time.Since(start).Seconds())
+	if f.store != nil {
+		if err := f.store.saveBlob(sha, data); err != nil {
+			f.opts.Metrics.StoreErrors.Inc()
+			f.opts.Logger.Warn("bundle not persisted", "location", loc.String(), "sha256", sha, "error", err)
+		}
+	}
+	return b, nil
+}
+
+// decode parses a verified document and checks its rules against the rule
+// sandbox, as a RuleSet's are before they are compiled.
+func (f *Fetcher) decode(data []byte) (ruleset.Bundle, error) {
+	b, err := Decode(data)
+	if err != nil {
+		return ruleset.Bundle{}, err
+	}
+	if problems := ruleset.CheckWith(b, ruleset.Options{MaxDataFileBytes: f.opts.MaxDataFileBytes}); len(problems) > 0 {
+		return ruleset.Bundle{}, fmt.Errorf("the rules fail the rule sandbox check: %s", problems[0])
+	}
+	return b, nil
+}
+
+// Upload stores data at loc, with the same retries as a fetch.
+func (f *Fetcher) Upload(ctx context.Context, loc Location, data []byte) error {
+	return f.retry(ctx, "put", loc, func(ctx context.Context, cl *s3.Client) error {
+		_, err := cl.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String(loc.Bucket), Key: aws.String(loc.Key), Body: bytes.NewReader(data),
+			ContentLength: aws.Int64(int64(len(data))), ContentType: aws.String(ContentType),
+		})
+		return err
+	})
+}
+
+// retry runs op until it succeeds, fails permanently, or Attempts run out,
+// backing off exponentially between transient failures.
+func (f *Fetcher) retry(ctx context.Context, op string, loc Location, do func(context.Context, *s3.Client) error) error {
+	backoff := wait.Backoff{Duration: f.opts.InitialBackoff, Factor: 2, Jitter: 0.2, Steps: f.opts.Attempts, Cap: f.opts.MaxBackoff}
+	for attempt := 1; ; attempt++ {
+		cl, err := f.s3()
+		if err != nil {
+			return &FetchError{Location: loc.String(), Attempts: attempt - 1, Err: err}
+		}
+		actx, cancel := context.WithTimeout(ctx, f.opts.AttemptTimeout)
+		err = do(actx, cl)
+		cancel()
+		if err == nil {
+			f.opts.Metrics.Requests.WithLabelValues(op, OutcomeOK).Inc()
+			return nil
+		}
+		var tl *TooLargeError
+		if errors.As(err, &tl) {
+			f.opts.Metrics.Requests.WithLabelValues(op, OutcomePermanent).Inc()
+			return err
+		}
+		status, transient := classify(err)
+		fe := &FetchError{Location: loc.String(), Status: status, Attempts: attempt, Transient: transient, Err: err}
+		if !transient || ctx.Err() != nil {
+			f.opts.Metrics.Requests.WithLabelValues(op, OutcomePermanent).Inc()
+			return fe
+		}
+		f.opts.Metrics.Requests.WithLabelValues(op, OutcomeTransient).Inc()
+		if attempt >= f.opts.Attempts {
+			return fe
+		}
+		f.opts.Logger.Debug("bundle storage request failed, retrying", "op", op, "location", loc.String(), "attempt", attempt, "error", err)
+		t := time.NewTimer(backoff.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fe
+		case <-t.C:
+		}
+	}
+}
+
+// classify returns the HTTP status of err (0 for none) and whether trying
+// again may help: network errors, 5xx, 408 and 429 may; other answers and
+// a certificate that does not verify will not within a fetch.
+func classify(err error) (status int, transient bool) {
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+		if status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests {
+			return status, true
+		}
+		if status != 0 {
+			return status, false
+		}
+	}
+	var (
+		cv *tls.CertificateVerificationError
+		ua x509.UnknownAuthorityError
+		hn x509.HostnameError
+		ci x509.CertificateInvalidError
+	)
+	if errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) {
+		return 0, false
+	}
+	return 0, true
+}
+
+// s3 returns the S3 client for the current Config, building a new one
+// (new transport, so new TLS sessions) when the Secrets changed.
+func (f *Fetcher) s3() (*s3.Client, error) {
+	v := f.opts.Source.Version()
+	f.cmu.Lock()
+	defer f.cmu.Unlock()
+	if f.client != nil && v == f.version {
+		return f.client, nil
+	}
+	cfg, err := f.opts.Source.Config()
+	if err != nil {
+		f.opts.Metrics.ClientReloads.WithLabelValues("error").Inc()
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg.TLS()
+	tr.ResponseHeaderTimeout = 30 * time.Second
+	var creds aws.CredentialsProvider = aws.AnonymousCredentials{}
+	if cfg.AccessKeyID != "" {
+		creds = credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, "")
+	}
+	cl := s3.New(s3.Options{
+		BaseEndpoint: aws.String(f.opts.URL),
+		Region:       f.opts.Region,
+		UsePathStyle: true,
+		Credentials:  creds,
+		HTTPClient:   &http.Client{Transport: tr},
+		// Retries are this package's (retry), so that 4xx, checksum and
+		// size failures are never retried and every attempt is counted.
+		Retryer:                    aws.NopRetryer{},
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+	})
+	if f.transport != nil {
+		f.transport.CloseIdleConnections()
+	}
+	f.client, f.transport, f.version = cl, tr, v
+	f.opts.Metrics.ClientReloads.WithLabelValues("ok").Inc()
+	return cl, nil
+}
+
+// Install puts b into the rule set cache under key, as the RuleSet compiler
+// puts a compiled revision, and returns the cache entry: the data planes
+// poll it like any rule set. The revision id derives from the bundle's
+// content, so every replica serves it under the same id.
+func Install(c *cache.Cache, key string, b ruleset.Bundle) cache.Entry {
+	e, _ := c.Put(key, ruleset.RevisionUUID(b.SHA256()), b.Rules, b.DataFiles)
+	return e
+}

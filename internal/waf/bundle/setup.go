@@ -1,0 +1,99 @@
+package bundle
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/vilaca/portal/internal/waf/cache"
+)
+
+// SetupOptions are the --bundle-* flags.
+type SetupOptions struct {
+	// URL is --bundle-storage-url; "" turns S3 bundles off.
+	URL    string
+	Region string
+	// CredentialsSecret, CASecret and ClientCertSecret are NAME (in
+	// Portal's namespace) or NAMESPACE/NAME; "" is not used.
+	CredentialsSecret string
+	CASecret          string
+	ClientCertSecret  string
+	SkipVerify        bool
+	MaxBytes          int64
+	CacheDir          string
+	CacheMaxBytes     int64
+	Attempts          int
+	// PublishBucket, when set, publishes every RuleSet's cached revision
+	// there, under PublishPrefix.
+	PublishBucket string
+	PublishPrefix string
+	// MaxDataFileBytes is --waf-max-data-file-bytes, which fetched bundles
+	// are checked against like RuleSets (set by the WAF layer).
+	MaxDataFileBytes int
+}
+
+// DefaultSetupOptions are the flags' defaults.
+func DefaultSetupOptions() SetupOptions {
+	return SetupOptions{
+		Region: DefaultRegion, MaxBytes: DefaultMaxBytes, CacheMaxBytes: DefaultCacheMaxBytes, Attempts: DefaultAttempts,
+	}
+}
+
+// Setup adds S3 bundles to mgr when o.URL is set: the Secret watch (every
+// replica), the Fetcher it returns for the WAFGatewayBindingPolicy
+// controller, and, with o.PublishBucket, the RuleSet bundle publisher
+// (leader). It returns nil, nil when bundles are off.
+func Setup(mgr ctrl.Manager, o SetupOptions, namespace string, c *cache.Cache, reg prometheus.Registerer, log *slog.Logger) (*Fetcher, error) {
+	if o.URL == "" {
+		if o.PublishBucket != "" {
+			return nil, errors.New("--bundle-publish-bucket needs --bundle-storage-url")
+		}
+		return nil, nil
+	}
+	var (
+		refs SecretRefs
+		err  error
+	)
+	if refs.Credentials, err = ParseSecretRef(o.CredentialsSecret, namespace); err != nil {
+		return nil, fmt.Errorf("--bundle-storage-credentials-secret: %w", err)
+	}
+	if refs.CA, err = ParseSecretRef(o.CASecret, namespace); err != nil {
+		return nil, fmt.Errorf("--bundle-storage-ca-secret: %w", err)
+	}
+	if refs.ClientCert, err = ParseSecretRef(o.ClientCertSecret, namespace); err != nil {
+		return nil, fmt.Errorf("--bundle-storage-client-cert-secret: %w", err)
+	}
+	kc, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, fmt.Errorf("bundles: client: %w", err)
+	}
+	src := NewSecretSource(kc, refs, o.SkipVerify)
+	if err := mgr.Add(src); err != nil {
+		return nil, err
+	}
+	m := NewMetrics(reg)
+	f, err := NewFetcher(Options{
+		URL: o.URL, Region: o.Region, Source: src, MaxBytes: o.MaxBytes, Dir: o.CacheDir,
+		CacheMaxBytes: o.CacheMaxBytes, Attempts: o.Attempts, MaxDataFileBytes: o.MaxDataFileBytes, Metrics: m, Logger: log.With("component", "bundle"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--bundle-storage-url: %w", err)
+	}
+	if o.SkipVerify {
+		log.Warn("--bundle-storage-skip-verify: the bundle storage certificate is not verified; use it in development only")
+	}
+	if o.PublishBucket != "" {
+		p, err := NewPublisher(mgr.GetClient(), c, f, o.PublishBucket, o.PublishPrefix, m, log.With("component", "bundle-publisher"))
+		if err != nil {
+			return nil, fmt.Errorf("--bundle-publish-bucket: %w", err)
+		}
+		if err := p.SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}

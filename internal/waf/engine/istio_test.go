@@ -1,0 +1,257 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf"
+	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/engine"
+	"github.com/vilaca/portal/test/waftest"
+)
+
+// pluginConfig returns the WasmPlugin's spec.pluginConfig.
+func pluginConfig(t *testing.T, wp *unstructured.Unstructured) map[string]any {
+	t.Helper()
+	pc, ok, err := unstructured.NestedMap(wp.Object, "spec", "pluginConfig")
+	if !ok || err != nil {
+		t.Fatalf("WasmPlugin %s has no spec.pluginConfig (%v)", wp.GetName(), err)
+	}
+	return pc
+}
+
+// readStatus reads ns/name from the cache with token and returns the HTTP
+// status the cache answered (200 when it read).
+func readStatus(t *testing.T, token, ns, name string) int {
+	t.Helper()
+	c, err := env.NewClient(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Entry(context.Background(), ns, name)
+	switch {
+	case err == nil:
+		return 200
+	case errors.Is(err, cache.ErrNotFound):
+		return 404
+	}
+	for _, code := range []int{401, 403, 503} {
+		if strings.Contains(err.Error(), fmt.Sprintf(": %d ", code)) {
+			return code
+		}
+	}
+	t.Fatalf("read %s/%s: %v", ns, name, err)
+	return 0
+}
+
+// TestWasmPluginConfig: an istio-wasm Engine gets a WasmPlugin whose
+// pluginConfig carries exactly the keys the Coraza WASM plugin reads, with
+// a token that reads the Engine's RuleSet from the cache and nothing else;
+// a NetworkPolicy lets only the Gateway's pods reach the cache; the
+// ServiceEntry and DestinationRule make the cache known to the mesh.
+func TestWasmPluginConfig(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "wasm-config")
+	other := namespace(t, "wasm-config-other")
+	rs := ruleSet(t, ns, "guard", guardRules)
+	ruleSet(t, ns, "second", guardRules)
+	ruleSet(t, other, "guard", guardRules)
+	gateway(t, ns, "edge")
+	eng := newEngine(ns, "edge-waf", "guard", "edge", wafv1alpha1.DriverIstioWASM)
+	eng.Spec.FailurePolicy = wafv1alpha1.FailurePolicyAllow
+	eng.Spec.RuleSetCacheServer = &wafv1alpha1.RuleSetCacheServerConfig{PollIntervalSeconds: 7}
+	create(t, eng)
+	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	waitFor(t, eng, wafv1alpha1.ConditionAccepted, metav1.ConditionTrue, wafv1alpha1.ReasonAccepted)
+	if got := eng.Status.MatchedGateways; len(got) != 1 || got[0].Name != "edge" {
+		t.Errorf("matchedGateways %+v, want [edge]", got)
+	}
+	if eng.Status.RuleSetRevision != rs.Status.CachedRevision.UUID {
+		t.Errorf("ruleSetRevision %q, want the RuleSet's %q", eng.Status.RuleSetRevision, rs.Status.CachedRevision.UUID)
+	}
+
+	wp, ok := wasmPlugin(t, eng)
+	if !ok {
+		t.Fatal("no WasmPlugin")
+	}
+	pc := pluginConfig(t, wp)
+	keys := slices.Sorted(maps.Keys(pc))
+	want := []string{"cache_server_cluster", "cache_server_instance", "cache_token", "engine", "failure_policy", "namespace", "rule_reload_interval_seconds"}
+	if !slices.Equal(keys, want) {
+		t.Fatalf("pluginConfig keys %v, want %v", keys, want)
+	}
+	for k, v := range map[string]any{
+		"cache_server_instance":        ns + "/guard",
+		"cache_server_cluster":         fmt.Sprintf("outbound|18080||%s.%s.svc.cluster.local", waf.DefaultCacheService, waftest.Namespace),
+		"failure_policy":               "allow",
+		"rule_reload_interval_seconds": int64(7),
+		"engine":                       "edge-waf",
+		"namespace":                    ns,
+	} {
+		if pc[k] != v {
+			t.Errorf("pluginConfig[%s] = %#v, want %#v", k, pc[k], v)
+		}
+	}
+	if url, _, _ := unstructured.NestedString(wp.Object, "spec", "url"); url != wasmImage {
+		t.Errorf("url %q, want %q", url, wasmImage)
+	}
+	if sel, _, _ := unstructured.NestedStringMap(wp.Object, "spec", "selector", "matchLabels"); !maps.Equal(sel, map[string]string{wafv1alpha1.GatewayNameLabel: "edge"}) {
+		t.Errorf("selector %v, want the Gateway's pods", sel)
+	}
+	// Istio's own types decode what Portal wrote, as istiod will.
+	ic, err := istioclient.NewForConfig(shared.Cluster(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typed, err := ic.ExtensionsV1alpha1().WasmPlugins(ns).Get(context.Background(), wp.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("read the WasmPlugin with Istio's client: %v", err)
+	}
+	if f := typed.Spec.GetPluginConfig().GetFields(); f["cache_server_instance"].GetStringValue() != ns+"/guard" ||
+		f["rule_reload_interval_seconds"].GetNumberValue() != 7 || f["failure_policy"].GetStringValue() != "allow" ||
+		typed.Spec.GetUrl() != wasmImage || typed.Spec.GetSelector().GetMatchLabels()[wafv1alpha1.GatewayNameLabel] != "edge" {
+		t.Errorf("Istio reads the WasmPlugin as %v", typed.Spec.String())
+	}
+	if refs := wp.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != eng.UID {
+		t.Errorf("owner references %+v, want the Engine", refs)
+	}
+
+	// The token does what the plugin needs and no more.
+	token, _ := pc["cache_token"].(string)
+	if code := readStatus(t, token, ns, "guard"); code != 200 {
+		t.Errorf("the Engine's token reading its RuleSet: %d, want 200", code)
+	}
+	if code := readStatus(t, token, other, "guard"); code != 401 && code != 403 {
+		t.Errorf("the Engine's token reading another namespace's RuleSet: %d, want a refusal", code)
+	}
+	if code := readStatus(t, token, ns, "second"); code != 401 && code != 403 {
+		t.Errorf("the Engine's token reading another RuleSet of its namespace: %d, want a refusal", code)
+	}
+
+	var np networkingv1.NetworkPolicy
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: waftest.Namespace, Name: engine.NetworkPolicyName(ns, eng.Name)}, &np); err != nil {
+		t.Fatalf("cache NetworkPolicy: %v", err)
+	}
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || len(np.Spec.Ingress[0].Ports) != 1 {
+		t.Fatalf("NetworkPolicy ingress %+v: want one peer on one port", np.Spec.Ingress)
+	}
+	peer := np.Spec.Ingress[0].From[0]
+	if !maps.Equal(peer.NamespaceSelector.MatchLabels, map[string]string{"kubernetes.io/metadata.name": ns}) ||
+		!maps.Equal(peer.PodSelector.MatchLabels, map[string]string{wafv1alpha1.GatewayNameLabel: "edge"}) {
+		t.Errorf("NetworkPolicy peer %+v: want the Gateway's pods of %s", peer, ns)
+	}
+	if p := np.Spec.Ingress[0].Ports[0].Port; p == nil || p.IntValue() != 18080 {
+		t.Errorf("NetworkPolicy port %v, want 18080", p)
+	}
+
+	se, ok := object(t, engine.ServiceEntryGVK, waftest.Namespace, operatorName+"-waf-cache")
+	if !ok {
+		t.Fatal("no ServiceEntry for the cache (--operator-name is set)")
+	}
+	host := fmt.Sprintf("%s.%s.svc.cluster.local", waf.DefaultCacheService, waftest.Namespace)
+	if hosts, _, _ := unstructured.NestedStringSlice(se.Object, "spec", "hosts"); !slices.Equal(hosts, []string{host}) {
+		t.Errorf("ServiceEntry hosts %v, want [%s]", hosts, host)
+	}
+	dr, ok := object(t, engine.DestinationRuleGVK, waftest.Namespace, operatorName+"-waf-cache")
+	if !ok {
+		t.Fatal("no DestinationRule for the cache")
+	}
+	if mode, _, _ := unstructured.NestedString(dr.Object, "spec", "trafficPolicy", "tls", "mode"); mode != "SIMPLE" {
+		t.Errorf("DestinationRule TLS mode %q, want SIMPLE (the cache serves TLS)", mode)
+	}
+
+	deleteEngine(t, eng)
+	if _, ok := wasmPlugin(t, eng); ok {
+		t.Error("the WasmPlugin outlived its Engine")
+	}
+	if _, ok := object(t, networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), waftest.Namespace, np.Name); ok {
+		t.Error("the cache NetworkPolicy outlived its Engine")
+	}
+}
+
+// TestTokenRenewal: Portal renews the WasmPlugin's token before it expires
+// (here every few seconds) and the new one reads the RuleSet.
+func TestTokenRenewal(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "wasm-renew")
+	ruleSet(t, ns, "guard", guardRules)
+	gateway(t, ns, "edge")
+	eng := newEngine(ns, "edge-waf", "guard", "edge", wafv1alpha1.DriverIstioWASM)
+	create(t, eng)
+	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	wp, _ := wasmPlugin(t, eng)
+	first, _ := pluginConfig(t, wp)["cache_token"].(string)
+	firstExpiry := eng.Status.TokenExpiresAt
+	if first == "" || firstExpiry == nil {
+		t.Fatalf("token %q, expiry %v: want both", first, firstExpiry)
+	}
+	var renewed string
+	eventually(t, "a renewed token in the WasmPlugin", func() bool {
+		wp, ok := wasmPlugin(t, eng)
+		if !ok {
+			return false
+		}
+		renewed, _ = pluginConfig(t, wp)["cache_token"].(string)
+		return renewed != "" && renewed != first
+	})
+	if code := readStatus(t, renewed, ns, "guard"); code != 200 {
+		t.Errorf("renewed token: %d, want 200", code)
+	}
+	eventually(t, "status.tokenExpiresAt moved", func() bool {
+		condition(t, eng, wafv1alpha1.ConditionReady)
+		return eng.Status.TokenExpiresAt != nil && eng.Status.TokenExpiresAt.After(firstExpiry.Time)
+	})
+}
+
+// TestUnsupportedRules: the istio-wasm driver refuses a RuleSet whose
+// revision holds rules the WASM build cannot run, deploys nothing, and
+// accepts it once the RuleSet acknowledges them.
+func TestUnsupportedRules(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "wasm-unsupported")
+	// 920171 is on the Istio WASM list (ruleset/unsupported.go).
+	rs := ruleSet(t, ns, "crs-like", "SecRuleEngine On\nSecRule REQUEST_METHOD \"@streq GET\" \"id:920171,phase:1,pass,nolog\"\n")
+	gateway(t, ns, "edge")
+	eng := newEngine(ns, "edge-waf", "crs-like", "edge", wafv1alpha1.DriverIstioWASM)
+	create(t, eng)
+	waitFor(t, eng, wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonUnsupportedRules)
+	if c := condition(t, eng, wafv1alpha1.ConditionDegraded); !strings.Contains(c.Message, "920171") {
+		t.Errorf("message %q does not name the rule", c.Message)
+	}
+	if c := condition(t, eng, wafv1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("Ready %+v, want False", c)
+	}
+	if _, ok := wasmPlugin(t, eng); ok {
+		t.Error("a WasmPlugin was deployed for unsupported rules")
+	}
+
+	// The same RuleSet behind the waf-proxy, which runs every rule, is fine:
+	// the refusal is the WASM driver's.
+	proxied := newEngine(ns, "proxied", "crs-like", "proxied-gw", wafv1alpha1.DriverWAFProxy)
+	gateway(t, ns, "proxied-gw")
+	svc(t, ns, "proxied-gw-istio", "proxied-gw", 80)
+	create(t, proxied)
+	waitFor(t, proxied, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+
+	patch := client.MergeFrom(rs.DeepCopy())
+	rs.Annotations = map[string]string{wafv1alpha1.AnnotationAllowUnsupportedRules: "true"}
+	if err := env.Client.Patch(context.Background(), rs, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	if _, ok := wasmPlugin(t, eng); !ok {
+		t.Error("no WasmPlugin once the RuleSet acknowledges its unsupported rules")
+	}
+}

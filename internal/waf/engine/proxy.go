@@ -1,0 +1,232 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+)
+
+// Where the waf-proxy pod finds its cache credentials, and its ports.
+const (
+	ProxyTokenDir   = "/var/run/secrets/portal/waf-cache"
+	ProxyTokenPath  = ProxyTokenDir + "/token"
+	ProxyCADir      = "/var/run/portal/waf-cache-ca"
+	ProxyCAPath     = ProxyCADir + "/ca.crt"
+	proxyListenPort = 8000
+	proxyMetricPort = 9090
+	// proxyTokenSeconds is the projected token's lifetime; the kubelet
+	// renews it at 80% and the proxy re-reads the file before each poll.
+	proxyTokenSeconds = 3600
+)
+
+// proxyPodLabels select one Engine's waf-proxy pods.
+func proxyPodLabels(eng *wafv1alpha1.Engine) map[string]string {
+	return map[string]string{"app.kubernetes.io/name": "waf-proxy", "app.kubernetes.io/instance": ChildName(eng.Name)}
+}
+
+// upstream finds the Gateway's Service: the one labelled with the Gateway's
+// name (the first by name when several are), and the port to proxy to.
+func (r *Reconciler) upstream(ctx context.Context, eng *wafv1alpha1.Engine) (string, error) {
+	var list corev1.ServiceList
+	if err := r.reader.List(ctx, &list, client.InNamespace(eng.Namespace),
+		client.MatchingLabels{wafv1alpha1.GatewayNameLabel: eng.Spec.Target.Name}); err != nil {
+		return "", fmt.Errorf("list the Services of Gateway %s: %w", eng.Spec.Target.Name, err)
+	}
+	svcs := slices.DeleteFunc(list.Items, func(s corev1.Service) bool { return s.Labels[LabelManagedBy] == FieldOwner })
+	if len(svcs) == 0 {
+		return "", &targetServiceNotFound{namespace: eng.Namespace, gateway: eng.Spec.Target.Name}
+	}
+	slices.SortFunc(svcs, func(a, b corev1.Service) int { return strings.Compare(a.Name, b.Name) })
+	svc := svcs[0]
+	port := int32(0)
+	if p := eng.Spec.Driver.WAFProxy; p != nil && p.UpstreamPort != 0 {
+		port = p.UpstreamPort
+	} else if len(svc.Spec.Ports) > 0 {
+		port = svc.Spec.Ports[0].Port
+	}
+	if port == 0 {
+		return "", fmt.Errorf("service %s/%s has no port: set spec.driver.wafProxy.upstreamPort", svc.Namespace, svc.Name)
+	}
+	return fmt.Sprintf("http://%s.%s.svc:%d", svc.Name, svc.Namespace, port), nil
+}
+
+// provisionProxy applies the waf-proxy data plane: the NetworkPolicy to the
+// cache, the ServiceAccount whose projected token the proxy sends, the
+// cache's CA, and the Deployment, Service and PodDisruptionBudget.
+func (r *Reconciler) provisionProxy(ctx context.Context, eng *wafv1alpha1.Engine) (provisioned, error) {
+	cfg := wafv1alpha1.WAFProxyDriverConfig{Replicas: 2, Port: 80}
+	if p := eng.Spec.Driver.WAFProxy; p != nil {
+		cfg = *p
+		if cfg.Replicas == 0 {
+			cfg.Replicas = 2
+		}
+		if cfg.Port == 0 {
+			cfg.Port = 80
+		}
+	}
+	if err := r.checkImage(cfg.Image, r.opts.ProxyImage, "spec.driver.wafProxy.image"); err != nil {
+		return provisioned{}, err
+	}
+	if cfg.Image == "" {
+		cfg.Image = r.opts.ProxyImage
+	}
+	if cfg.Image == "" {
+		return provisioned{}, errors.New("no waf-proxy image: set spec.driver.wafProxy.image or Portal's --waf-proxy-image")
+	}
+	ca := r.opts.CABundle()
+	if len(ca) == 0 {
+		return provisioned{}, errors.New("the cache's CA is not issued yet")
+	}
+	up, err := r.upstream(ctx, eng)
+	if err != nil {
+		return provisioned{}, err
+	}
+	if err := r.applyNetworkPolicy(ctx, eng, proxyPodLabels(eng)); err != nil {
+		return provisioned{}, err
+	}
+	if _, err := r.applyServiceAccount(ctx, eng); err != nil {
+		return provisioned{}, err
+	}
+	name := ChildName(eng.Name)
+	for _, o := range r.proxyObjects(eng, cfg, ca, up) {
+		if err := r.apply(ctx, o); err != nil {
+			return provisioned{}, err
+		}
+	}
+	r.tokens.forget(eng.UID)
+	if err := r.teardown(ctx, eng, wasmObjects); err != nil {
+		return provisioned{}, err
+	}
+	return provisioned{message: fmt.Sprintf("waf-proxy %s enforces RuleSet %s in front of %s; send traffic to Service %s", name, eng.Spec.RuleSet.Name, up, name)}, nil
+}
+
+// proxyObjects are the waf-proxy's CA ConfigMap, Deployment, Service and
+// PodDisruptionBudget, in the order they are applied.
+func (r *Reconciler) proxyObjects(eng *wafv1alpha1.Engine, cfg wafv1alpha1.WAFProxyDriverConfig, ca []byte, up string) []client.Object {
+	name := ChildName(eng.Name)
+	om := func(n string) metav1.ObjectMeta {
+		l := labels(eng)
+		for k, v := range proxyPodLabels(eng) {
+			l[k] = v
+		}
+		return metav1.ObjectMeta{Name: n, Namespace: eng.Namespace, Labels: l, OwnerReferences: []metav1.OwnerReference{ownerRef(eng)}}
+	}
+	cm := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: om(CAConfigMapName(eng.Name)),
+		Data:       map[string]string{"ca.crt": string(ca)},
+	}
+	dep := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: om(name),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &cfg.Replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: proxyPodLabels(eng)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: proxyPodLabels(eng)},
+				Spec:       r.proxyPod(eng, name, cfg.Image, up),
+			},
+		},
+	}
+	svc := &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: om(name),
+		Spec: corev1.ServiceSpec{
+			Selector: proxyPodLabels(eng),
+			Ports: []corev1.ServicePort{{
+				Name: "http", Port: cfg.Port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http"),
+			}},
+		},
+	}
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: om(name),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: &one,
+			Selector:       &metav1.LabelSelector{MatchLabels: proxyPodLabels(eng)},
+		},
+	}
+	return []client.Object{cm, dep, svc, pdb}
+}
+
+// ProxyArgs are the arguments of `portal waf-proxy` for an Engine.
+func (r *Reconciler) ProxyArgs(eng *wafv1alpha1.Engine, upstream string) []string {
+	return []string{
+		"waf-proxy",
+		fmt.Sprintf("--cache-url=https://%s.%s.svc:%d", r.opts.CacheService, r.opts.Namespace, r.opts.CachePort),
+		"--ruleset=" + eng.Namespace + "/" + eng.Spec.RuleSet.Name,
+		"--upstream=" + upstream,
+		"--ca-file=" + ProxyCAPath,
+		"--token-file=" + ProxyTokenPath,
+		fmt.Sprintf("--poll-interval=%ds", pollSeconds(eng)),
+		"--failure-policy=" + failurePolicy(eng),
+		fmt.Sprintf("--listen=:%d", proxyListenPort),
+		fmt.Sprintf("--metrics-bind-address=:%d", proxyMetricPort),
+	}
+}
+
+func (r *Reconciler) proxyPod(eng *wafv1alpha1.Engine, name, image, upstream string) corev1.PodSpec {
+	t, f := true, false
+	secs := int64(proxyTokenSeconds)
+	probe := func(path string) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("metrics")}}}
+	}
+	return corev1.PodSpec{
+		ServiceAccountName:           name,
+		AutomountServiceAccountToken: &f,
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   &t,
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Containers: []corev1.Container{{
+			Name:  "waf-proxy",
+			Image: image,
+			Args:  r.ProxyArgs(eng, upstream),
+			Ports: []corev1.ContainerPort{
+				{Name: "http", ContainerPort: proxyListenPort, Protocol: corev1.ProtocolTCP},
+				{Name: "metrics", ContainerPort: proxyMetricPort, Protocol: corev1.ProtocolTCP},
+			},
+			// Requests let the pods schedule under a ResourceQuota; the
+			// memory limit bounds a proxy that buffers request bodies
+			// (--max-request-body-bytes).
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+			},
+			ReadinessProbe: probe("/readyz"),
+			LivenessProbe:  probe("/healthz"),
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: &f,
+				ReadOnlyRootFilesystem:   &t,
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "waf-cache-token", MountPath: ProxyTokenDir, ReadOnly: true},
+				{Name: "waf-cache-ca", MountPath: ProxyCADir, ReadOnly: true},
+			},
+		}},
+		Volumes: []corev1.Volume{
+			{Name: "waf-cache-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Audience: TokenAudience(eng), ExpirationSeconds: &secs, Path: "token",
+				}}},
+			}}},
+			{Name: "waf-cache-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: CAConfigMapName(eng.Name)},
+			}}},
+		},
+	}
+}

@@ -1,0 +1,301 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/ruleset"
+)
+
+// Results of a reconcile, the values of the result label of
+// portal_waf_engine_reconciles_total.
+const (
+	ResultProvisioned           = "provisioned"
+	ResultNotAccepted           = "not_accepted"
+	ResultRuleSetNotFound       = "ruleset_not_found"
+	ResultRuleSetNotReady       = "ruleset_not_ready"
+	ResultUnsupportedRules      = "unsupported_rules"
+	ResultTargetServiceNotFound = "target_service_not_found"
+	ResultImageNotAllowed       = "image_not_allowed"
+	ResultFailed                = "failed"
+)
+
+// outcome is what one reconcile found, turned into status by writeStatus.
+type outcome struct {
+	result string
+	// accepted, ready and degraded are the conditions' status, reason and
+	// message.
+	accepted, ready, degraded metav1.Condition
+	gateways                  []wafv1alpha1.MatchedGateway
+	revision                  string
+	tokenExpiry               *metav1.Time
+}
+
+// refuse records why the Engine is not Ready: Degraded with the same
+// reason.
+func (o outcome) refuse(result, reason, msg string) outcome {
+	o.result = result
+	o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
+	return o
+}
+
+func cond(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg}
+}
+
+// reconcile decides and provisions; it returns the outcome for status and
+// when to come back.
+func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (outcome, time.Duration, error) {
+	var o outcome
+	reason, msg, err := r.checkTarget(ctx, eng)
+	if err != nil {
+		return r.failed(o, err), 0, err
+	}
+	if reason != wafv1alpha1.ReasonAccepted {
+		// A data plane left behind would still enforce (or, failing open,
+		// not enforce) for a Gateway this Engine no longer owns. Once the
+		// status says it is gone, resyncs of an Engine that stays refused
+		// cost the API server nothing but this check.
+		if prev := meta.FindStatusCondition(eng.Status.Conditions, wafv1alpha1.ConditionAccepted); prev == nil ||
+			prev.Status != metav1.ConditionFalse || prev.ObservedGeneration != eng.Generation {
+			if err := r.teardown(ctx, eng, allObjects); err != nil {
+				return r.failed(o, err), 0, err
+			}
+		}
+		r.tokens.forget(eng.UID)
+		o.result = ResultNotAccepted
+		o.accepted = cond(wafv1alpha1.ConditionAccepted, metav1.ConditionFalse, reason, msg)
+		o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, wafv1alpha1.ReasonNotAccepted, msg)
+		o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
+		return o, 0, nil
+	}
+	o.accepted = cond(wafv1alpha1.ConditionAccepted, metav1.ConditionTrue, wafv1alpha1.ReasonAccepted, "the Gateway exists and no older Engine targets it")
+	o.gateways = []wafv1alpha1.MatchedGateway{{Name: eng.Spec.Target.Name}}
+
+	var rs wafv1alpha1.RuleSet
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: eng.Namespace, Name: eng.Spec.RuleSet.Name}, &rs); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return r.failed(o, err), 0, err
+		}
+		msg := fmt.Sprintf("RuleSet %q does not exist in namespace %s", eng.Spec.RuleSet.Name, eng.Namespace)
+		return o.refuse(ResultRuleSetNotFound, wafv1alpha1.ReasonRuleSetNotFound, msg), 0, nil
+	}
+	if rs.Status.CachedRevision == nil {
+		msg := fmt.Sprintf("RuleSet %q has no compiled revision yet", rs.Name)
+		if c := meta.FindStatusCondition(rs.Status.Conditions, wafv1alpha1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
+			msg += fmt.Sprintf(" (%s: %s)", c.Reason, c.Message)
+		}
+		return o.refuse(ResultRuleSetNotReady, wafv1alpha1.ReasonRuleSetNotReady, msg), 0, nil
+	}
+	o.revision = rs.Status.CachedRevision.UUID
+
+	driver := driverOf(eng)
+	if driver == wafv1alpha1.DriverIstioWASM {
+		if msg := unsupported(&rs); msg != "" {
+			return o.refuse(ResultUnsupportedRules, wafv1alpha1.ReasonUnsupportedRules, msg), 0, nil
+		}
+	}
+
+	var p provisioned
+	switch driver {
+	case wafv1alpha1.DriverWAFProxy:
+		p, err = r.provisionProxy(ctx, eng)
+	default:
+		p, err = r.provisionWASM(ctx, eng)
+	}
+	if err != nil {
+		var nf *targetServiceNotFound
+		if errors.As(err, &nf) {
+			return o.refuse(ResultTargetServiceNotFound, wafv1alpha1.ReasonTargetServiceNotFound, nf.Error()), 0, nil
+		}
+		var bad *imageNotAllowed
+		if errors.As(err, &bad) {
+			// Nothing of the data plane is applied: the check comes first.
+			return o.refuse(ResultImageNotAllowed, wafv1alpha1.ReasonImageNotAllowed, bad.Error()), 0, nil
+		}
+		return r.failed(o, err), 0, err
+	}
+	o.tokenExpiry = p.tokenExpiry
+	o.result = ResultProvisioned
+	o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned, p.message)
+	o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionFalse, wafv1alpha1.ReasonAsExpected, "")
+	if reason, msg := ruleSetHealth(&rs); reason != "" {
+		o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
+	}
+	return o, p.requeue, nil
+}
+
+// failed is the outcome of an error while provisioning.
+func (r *Reconciler) failed(o outcome, err error) outcome {
+	o.result = ResultFailed
+	if o.accepted.Type == "" {
+		o.accepted = cond(wafv1alpha1.ConditionAccepted, metav1.ConditionUnknown, wafv1alpha1.ReasonProvisioningFailed, err.Error())
+	}
+	o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, wafv1alpha1.ReasonProvisioningFailed, err.Error())
+	o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioningFailed, err.Error())
+	return o
+}
+
+func driverOf(eng *wafv1alpha1.Engine) wafv1alpha1.DriverType {
+	if eng.Spec.Driver.Type == "" {
+		return wafv1alpha1.DriverIstioWASM
+	}
+	return eng.Spec.Driver.Type
+}
+
+// checkTarget returns ReasonAccepted, or why the Engine may not attach to
+// its target: the Gateway is missing, or an older Engine claims it.
+func (r *Reconciler) checkTarget(ctx context.Context, eng *wafv1alpha1.Engine) (reason, msg string, err error) {
+	gw := &metav1.PartialObjectMetadata{}
+	gw.SetGroupVersionKind(GatewayGVK)
+	err = r.client.Get(ctx, client.ObjectKey{Namespace: eng.Namespace, Name: eng.Spec.Target.Name}, gw)
+	switch {
+	case meta.IsNoMatchError(err):
+		return wafv1alpha1.ReasonTargetNotFound, "the Gateway API (gateway.networking.k8s.io/v1 Gateway) is not installed in the cluster", nil
+	case apierrors.IsNotFound(err):
+		return wafv1alpha1.ReasonTargetNotFound, fmt.Sprintf("Gateway %q does not exist in namespace %s", eng.Spec.Target.Name, eng.Namespace), nil
+	case err != nil:
+		return "", "", fmt.Errorf("get Gateway %s/%s: %w", eng.Namespace, eng.Spec.Target.Name, err)
+	}
+	var list wafv1alpha1.EngineList
+	if err := r.client.List(ctx, &list, client.InNamespace(eng.Namespace), client.MatchingFields{indexTarget: eng.Spec.Target.Name}); err != nil {
+		return "", "", fmt.Errorf("list Engines targeting %s: %w", eng.Spec.Target.Name, err)
+	}
+	if w := winner(list.Items); w != nil && w.UID != eng.UID {
+		return wafv1alpha1.ReasonTargetConflict, fmt.Sprintf("Engine %q, older, already targets Gateway %q; one Engine per Gateway", w.Name, eng.Spec.Target.Name), nil
+	}
+	return wafv1alpha1.ReasonAccepted, "", nil
+}
+
+// winner is the Engine that owns a target among those naming it: the
+// oldest not being deleted, ties broken by name.
+func winner(engines []wafv1alpha1.Engine) *wafv1alpha1.Engine {
+	var w *wafv1alpha1.Engine
+	for i := range engines {
+		e := &engines[i]
+		if !e.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if w == nil || e.CreationTimestamp.Before(&w.CreationTimestamp) ||
+			(e.CreationTimestamp.Equal(&w.CreationTimestamp) && e.Name < w.Name) {
+			w = e
+		}
+	}
+	return w
+}
+
+// unsupported says why the istio-wasm driver refuses the RuleSet's cached
+// revision, or "" when it does not: rules the WASM build cannot run, not
+// acknowledged with the allow-unsupported-rules annotation.
+func unsupported(rs *wafv1alpha1.RuleSet) string {
+	if rs.Annotations[wafv1alpha1.AnnotationAllowUnsupportedRules] == "true" {
+		return ""
+	}
+	var ids []string
+	for _, u := range rs.Status.UnsupportedRules {
+		if u.Driver != string(ruleset.DriverIstioWASM) {
+			continue
+		}
+		what := fmt.Sprintf("rule %d", u.RuleID)
+		if u.Operator != "" {
+			what += " (@" + strings.TrimPrefix(u.Operator, "@") + ")"
+		}
+		ids = append(ids, what)
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	const most = 8
+	more := ""
+	if len(ids) > most {
+		more = fmt.Sprintf(" and %d more", len(ids)-most)
+		ids = ids[:most]
+	}
+	return fmt.Sprintf("RuleSet %q revision %s holds rules the Istio WASM build of Coraza cannot run: %s%s (see the RuleSet's status.unsupportedRules); remove them, or acknowledge them with the annotation %s: \"true\" on the RuleSet",
+		rs.Name, rs.Status.CachedRevision.UUID, strings.Join(ids, ", "), more, wafv1alpha1.AnnotationAllowUnsupportedRules)
+}
+
+// ruleSetHealth returns RuleSetDegraded and why when the RuleSet serves an
+// older revision than its inputs or is Degraded.
+func ruleSetHealth(rs *wafv1alpha1.RuleSet) (reason, msg string) {
+	if c := meta.FindStatusCondition(rs.Status.Conditions, wafv1alpha1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
+		return wafv1alpha1.ReasonRuleSetDegraded, fmt.Sprintf("RuleSet %q is Degraded (%s): %s", rs.Name, c.Reason, c.Message)
+	}
+	if c := meta.FindStatusCondition(rs.Status.Conditions, wafv1alpha1.ConditionReady); c != nil && c.Status != metav1.ConditionTrue {
+		return wafv1alpha1.ReasonRuleSetDegraded, fmt.Sprintf("RuleSet %q is not Ready (%s): %s; its last good revision is served", rs.Name, c.Reason, c.Message)
+	}
+	return "", ""
+}
+
+// writeStatus applies the outcome to the Engine's status and records an
+// event when a condition's reason changes.
+func (r *Reconciler) writeStatus(ctx context.Context, eng *wafv1alpha1.Engine, o outcome) error {
+	st := eng.Status.DeepCopy()
+	changed := []metav1.Condition{}
+	for _, c := range []metav1.Condition{o.accepted, o.ready, o.degraded} {
+		if c.Type == "" {
+			continue
+		}
+		c.ObservedGeneration = eng.Generation
+		if old := meta.FindStatusCondition(st.Conditions, c.Type); old == nil || old.Reason != c.Reason || old.Status != c.Status {
+			changed = append(changed, c)
+		}
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
+	st.ObservedGeneration = eng.Generation
+	st.MatchedGateways = o.gateways
+	st.RuleSetRevision = o.revision
+	st.TokenExpiresAt = o.tokenExpiry
+	if equality.Semantic.DeepEqual(st, &eng.Status) {
+		return nil
+	}
+	u, err := toUnstructured(st)
+	if err != nil {
+		return err
+	}
+	obj := newUnstructured(wafv1alpha1.GroupVersion.WithKind("Engine"), map[string]any{"name": eng.Name, "namespace": eng.Namespace})
+	obj.Object["status"] = u
+	if err := r.client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("write status of Engine %s/%s: %w", eng.Namespace, eng.Name, err))
+	}
+	r.events(eng, changed)
+	return nil
+}
+
+// events records one event per changed condition a user would want to
+// see.
+func (r *Reconciler) events(eng *wafv1alpha1.Engine, changed []metav1.Condition) {
+	if r.opts.Recorder == nil {
+		return
+	}
+	degradedChanged := slices.ContainsFunc(changed, func(d metav1.Condition) bool { return d.Type == wafv1alpha1.ConditionDegraded })
+	for _, c := range changed {
+		switch {
+		case c.Type == wafv1alpha1.ConditionDegraded && c.Status == metav1.ConditionFalse:
+			continue
+		case c.Type == wafv1alpha1.ConditionReady && c.Status == metav1.ConditionFalse && degradedChanged:
+			continue // the Degraded event says why
+		}
+		typ := "Warning"
+		if c.Status == metav1.ConditionTrue && c.Type != wafv1alpha1.ConditionDegraded {
+			typ = "Normal"
+		}
+		msg := c.Message
+		if msg == "" {
+			msg = c.Type + " is " + string(c.Status)
+		}
+		r.opts.Recorder.Eventf(eng, nil, typ, c.Reason, "Reconcile", "%s", msg)
+	}
+}

@@ -1,0 +1,316 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vilaca/portal/internal/waf/cache"
+)
+
+// Match types of a table row (Gateway API's).
+const (
+	matchExact  = "Exact"
+	matchPrefix = "PathPrefix"
+	matchRegex  = "RegularExpression"
+)
+
+// maxMatchRegexBytes bounds a regular expression of a table row; RE2 runs
+// in linear time, this bounds its compile.
+const maxMatchRegexBytes = 1024
+
+// Router is the waf-proxy of a whole Gateway: for each request it finds the
+// route match in the Gateway's table (Gateway API precedence, the first row
+// that matches) and runs the request through that route's rule set, with
+// the route's RuleSetOverride on top. Requests no row matches run the
+// Gateway-level policy. A route whose policy's rule set is not available is
+// answered 503 unless the policy says failOpen.
+//
+// Before the request is matched its path is cleaned (dot segments, double
+// slashes) and forwarded cleaned, so the route the WAF picked is the route
+// the Gateway serves; a path with an encoded slash is refused (400), as
+// the two could disagree on it.
+type Router struct {
+	// NewProxy returns the proxy a rule set runs in, with the upstream,
+	// transport and limits set; the Router loads it. Required.
+	NewProxy func(logger *slog.Logger) *Proxy
+	// FailOpen lets requests through uninspected while no table has
+	// loaded; false answers them 503.
+	FailOpen bool
+	// Logger receives the router's logs (slog.Default() when nil).
+	Logger *slog.Logger
+	// SecurityLogs opens the security log destinations of a policy; nil
+	// means the proxy's own log only.
+	SecurityLogs func([]cache.SecurityLog) (*slog.Logger, error)
+
+	cur         atomic.Pointer[routerState]
+	passthrough *Proxy
+	once        sync.Once
+}
+
+// routerState is one loaded table.
+type routerState struct {
+	uuid     string
+	rows     []compiledRow
+	policies []routePolicy
+	deflt    int
+}
+
+type routePolicy struct {
+	proxy       *Proxy // nil when unavailable
+	unavailable string
+	failOpen    bool
+	policy      string
+}
+
+type compiledRow struct {
+	host    string // "" any; "*.x" wildcard
+	path    matcher
+	method  string
+	headers []namedMatcher
+	query   []namedMatcher
+	policy  int
+}
+
+type matcher struct {
+	kind  string
+	value string
+	re    *regexp.Regexp
+}
+
+type namedMatcher struct {
+	name string
+	matcher
+}
+
+func (r *Router) init() {
+	r.once.Do(func() {
+		r.passthrough = r.NewProxy(r.logger())
+		r.passthrough.FailOpen = true
+	})
+}
+
+func (r *Router) logger() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.Default()
+}
+
+// Current returns the uuid of the table in force; ok false before one
+// loaded.
+func (r *Router) Current() (uuid string, ok bool) {
+	st := r.cur.Load()
+	if st == nil {
+		return "", false
+	}
+	return st.uuid, true
+}
+
+// compileTable checks and compiles a table's rows; proxies are filled in
+// by the caller.
+func compileTable(t *cache.Table) (*routerState, error) {
+	st := &routerState{deflt: t.Default, policies: make([]routePolicy, len(t.Policies))}
+	if t.Default < -1 || t.Default >= len(t.Policies) {
+		return nil, fmt.Errorf("route table: default policy %d out of range", t.Default)
+	}
+	if len(t.Rows) > cache.MaxTableRows {
+		return nil, fmt.Errorf("route table: %d rows, at most %d", len(t.Rows), cache.MaxTableRows)
+	}
+	for i, row := range t.Rows {
+		cr, err := compileRow(row, len(t.Policies))
+		if err != nil {
+			return nil, fmt.Errorf("route table: row %d (%s): %w", i, row.Route, err)
+		}
+		st.rows = append(st.rows, cr)
+	}
+	return st, nil
+}
+
+func compileRow(row cache.TableRow, policies int) (compiledRow, error) {
+	cr := compiledRow{method: row.Method, policy: row.Policy}
+	if row.Policy < -1 || row.Policy >= policies {
+		return cr, fmt.Errorf("policy %d out of range", row.Policy)
+	}
+	if len(row.Hostnames) > 1 {
+		return cr, errors.New("more than one hostname")
+	}
+	if len(row.Hostnames) == 1 {
+		cr.host = strings.ToLower(row.Hostnames[0])
+	}
+	var err error
+	cr.path = matcher{kind: matchPrefix, value: "/"}
+	if row.Path != nil {
+		if cr.path, err = compileMatcher(*row.Path, true); err != nil {
+			return cr, fmt.Errorf("path: %w", err)
+		}
+	}
+	for _, h := range row.Headers {
+		m, err := compileMatcher(h, false)
+		if err != nil {
+			return cr, fmt.Errorf("header %s: %w", h.Name, err)
+		}
+		cr.headers = append(cr.headers, namedMatcher{name: http.CanonicalHeaderKey(h.Name), matcher: m})
+	}
+	for _, q := range row.Query {
+		m, err := compileMatcher(q, false)
+		if err != nil {
+			return cr, fmt.Errorf("query parameter %s: %w", q.Name, err)
+		}
+		cr.query = append(cr.query, namedMatcher{name: q.Name, matcher: m})
+	}
+	return cr, nil
+}
+
+func compileMatcher(m cache.StringMatch, isPath bool) (matcher, error) {
+	switch {
+	case m.Type == matchExact, m.Type == matchPrefix && isPath:
+		return matcher{kind: m.Type, value: m.Value}, nil
+	case m.Type == matchRegex:
+		if len(m.Value) > maxMatchRegexBytes {
+			return matcher{}, fmt.Errorf("regular expression longer than %d bytes", maxMatchRegexBytes)
+		}
+		re, err := regexp.Compile(`^(?:` + m.Value + `)$`)
+		if err != nil {
+			return matcher{}, err
+		}
+		return matcher{kind: m.Type, re: re}, nil
+	}
+	return matcher{}, fmt.Errorf("unknown match type %q", m.Type)
+}
+
+func (m matcher) match(s string) bool {
+	switch m.kind {
+	case matchExact:
+		return s == m.value
+	case matchPrefix:
+		// Gateway API: a prefix matches whole path elements.
+		p := strings.TrimSuffix(m.value, "/")
+		return p == "" || s == p || strings.HasPrefix(s, p+"/")
+	case matchRegex:
+		return m.re.MatchString(s)
+	}
+	return false
+}
+
+func hostMatches(pattern, host string) bool {
+	if pattern == "" {
+		return true
+	}
+	if suffix, ok := strings.CutPrefix(pattern, "*"); ok {
+		return strings.HasSuffix(host, suffix) && len(host) > len(suffix)
+	}
+	return host == pattern
+}
+
+func (c *compiledRow) matches(host, p string, r *http.Request, query url.Values) bool {
+	if !hostMatches(c.host, host) || !c.path.match(p) || (c.method != "" && r.Method != c.method) {
+		return false
+	}
+	for _, h := range c.headers {
+		vs := r.Header.Values(h.name)
+		if h.name == "Host" {
+			vs = []string{r.Host}
+		}
+		ok := false
+		for _, v := range vs {
+			if h.match(v) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	for _, q := range c.query {
+		vs, ok := query[q.name]
+		if !ok || !q.match(vs[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+// pick returns the policy index the request runs: the first matching row's,
+// else the default.
+func (st *routerState) pick(r *http.Request, p string) int {
+	host := strings.ToLower(hostOnly(r.Host))
+	query := r.URL.Query()
+	for i := range st.rows {
+		if st.rows[i].matches(host, p, r, query) {
+			return st.rows[i].policy
+		}
+	}
+	return st.deflt
+}
+
+// cleanPath is the path the request is matched and forwarded with.
+func cleanPath(r *http.Request) (string, error) {
+	if strings.Contains(strings.ToLower(r.URL.RawPath), "%2f") || strings.Contains(r.URL.Path, "\\") {
+		return "", errors.New("encoded slash or backslash in the path")
+	}
+	p := r.URL.Path
+	if p == "" {
+		return "/", nil
+	}
+	c := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c, nil
+}
+
+// ServeHTTP runs the request through the rule set of its route.
+func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.init()
+	st := r.cur.Load()
+	if st == nil {
+		if r.FailOpen {
+			r.passthrough.ServeHTTP(w, req)
+			return
+		}
+		writeText(w, http.StatusServiceUnavailable, "No WAF route table is loaded yet.\n")
+		return
+	}
+	if req.Method == http.MethodConnect || req.URL.Opaque != "" {
+		writeText(w, http.StatusBadRequest, "This request form is not routed.\n")
+		return
+	}
+	p, err := cleanPath(req)
+	if err != nil {
+		writeText(w, http.StatusBadRequest, "Malformed request path: "+err.Error()+".\n")
+		return
+	}
+	if p != req.URL.Path {
+		// Forward what was matched; RequestURI stays the client's, which
+		// the WAF inspects as sent.
+		u := *req.URL
+		u.Path, u.RawPath = p, ""
+		req = req.Clone(req.Context())
+		req.URL = &u
+	}
+	idx := st.pick(req, p)
+	if idx < 0 {
+		r.passthrough.ServeHTTP(w, req)
+		return
+	}
+	pol := st.policies[idx]
+	switch {
+	case pol.proxy != nil:
+		pol.proxy.ServeHTTP(w, req)
+	case pol.failOpen:
+		r.passthrough.ServeHTTP(w, req)
+	default:
+		r.logger().Warn("request refused: the route's rule set is not available", "policy", pol.policy, "reason", pol.unavailable,
+			"method", req.Method, "uri", req.RequestURI)
+		writeText(w, http.StatusServiceUnavailable, "The WAF rule set of this route is not available.\n")
+	}
+}
