@@ -13,6 +13,7 @@ import (
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/eval"
 	"github.com/vilaca/portal/internal/expr/exprlang"
+	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/internal/network"
 	"github.com/vilaca/portal/internal/rule"
@@ -134,7 +135,19 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if o.jobs > 1 && o.kubeconfig == "" {
 		go readManifests()
 	}
-	eng := engine.New(exprlang.New(exprlang.WithLimits(o.budget)))
+	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output}
+	var engOpts []engine.Option
+	if len(o.clusterState) > 0 {
+		state, errs := eval.LoadClusterState(o.clusterState, cmd.InOrStdin())
+		if len(errs) > 0 {
+			return usageError(fmt.Errorf("cannot load --cluster-state:\n  %w", joinLines(errs)))
+		}
+		opts.Cluster = state
+		// The rules' cluster.* lookups read the manifests.
+		cluster := lookup.FromReader{R: state}
+		engOpts = append(engOpts, engine.WithBinder(lookup.New(lookup.Options{Cache: cluster, Resolver: cluster})))
+	}
+	eng := engine.New(exprlang.New(exprlang.WithLimits(o.budget)), engOpts...)
 	rules, errs := rule.LoadPaths(eng, o.rules)
 	if len(errs) > 0 {
 		return usageError(fmt.Errorf("cannot load rules:\n  %w", joinLines(errs)))
@@ -143,14 +156,6 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 		return usageError(fmt.Errorf("no rule found in --rules %s: check the paths (rule files end in .yaml, .yml or .json), or pass --allow-empty", strings.Join(o.rules, ",")))
 	}
 	eng.SetRules(rules)
-	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output}
-	if len(o.clusterState) > 0 {
-		state, errs := eval.LoadClusterState(o.clusterState, cmd.InOrStdin())
-		if len(errs) > 0 {
-			return usageError(fmt.Errorf("cannot load --cluster-state:\n  %w", joinLines(errs)))
-		}
-		opts.Cluster = state
-	}
 	if o.kubeconfig != "" {
 		return o.runLive(cmd, eng, opts)
 	}

@@ -79,6 +79,9 @@ func checkManagerFlags(cfg *manager.Config) error {
 	if cfg.Audit.EvalTimeout <= 0 {
 		return fmt.Errorf("--audit-eval-timeout %s must be positive", cfg.Audit.EvalTimeout)
 	}
+	if cfg.Lookup.MaxDependencies <= 0 || cfg.Lookup.CycleLimit <= 0 || cfg.Lookup.CycleWindow <= 0 {
+		return fmt.Errorf("--lookup-max-dependencies (%d), --lookup-cycle-limit (%d) and --lookup-cycle-window (%s) must be positive", cfg.Lookup.MaxDependencies, cfg.Lookup.CycleLimit, cfg.Lookup.CycleWindow)
+	}
 	if err := checkActionsFlags(&cfg.Actions); err != nil {
 		return err
 	}
@@ -137,6 +140,12 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.IntVar(&au.Sinks.AlertBufferSize, "alert-buffer-size", au.Sinks.AlertBufferSize, "alert changes kept while Alertmanager is unreachable (0: the default, 10000)")
 	f.BoolVar(&au.Sinks.Prometheus, "audit-metrics", au.Sinks.Prometheus, "export portal_audit_violations")
 	f.BoolVar(&au.Sinks.Stdout, "audit-log-findings", au.Sinks.Stdout, "log one JSON line per finding raised, changed and resolved")
+
+	// Cross-resource lookups (cluster.* in rules).
+	lk := &cfg.Lookup
+	f.IntVar(&lk.MaxDependencies, "lookup-max-dependencies", lk.MaxDependencies, "entries of the lookup dependency index (what each audited object's rules read); past it the oldest are dropped and the resync covers them")
+	f.IntVar(&lk.CycleLimit, "lookup-cycle-limit", lk.CycleLimit, "re-evaluations of one rule on one object that changes to what it read may trigger per --lookup-cycle-window; more are suppressed (portal_lookup_cycle_suppressed_total)")
+	f.DurationVar(&lk.CycleWindow, "lookup-cycle-window", lk.CycleWindow, "the sliding window of --lookup-cycle-limit")
 
 	ac := &cfg.Actions
 	f.BoolVar(&ac.Enabled, "actions", ac.Enabled, "run the rules' response actions on the leader, from audit findings and admission verdicts")

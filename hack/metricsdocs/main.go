@@ -28,6 +28,7 @@ import (
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/findings"
+	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/network"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
@@ -56,6 +57,7 @@ var layers = []layer{
 	{"Admission", "admission", func(r prometheus.Registerer) { admission.NewMetrics(r) }},
 	{"Certificates", "certificates", func(r prometheus.Registerer) { certs.NewMetrics(r) }},
 	{"Cluster cache", "cluster-cache", func(r prometheus.Registerer) { clustercache.NewMetrics(r) }},
+	{"Cross-resource lookups", "cross-resource-lookups", func(r prometheus.Registerer) { lookup.NewMetrics(r, lookup.NewDepIndex(1)) }},
 	{"Audit", "audit", func(r prometheus.Registerer) {
 		audit.NewMetrics(r)
 		findings.NewMetrics(r)

@@ -24,6 +24,7 @@ var layers = []string{
 	"internal/rule",
 	"internal/eval",
 	"internal/migrate",
+	"internal/lookup",
 }
 
 // foundations is what every package may build on; none of them imports a

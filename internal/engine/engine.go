@@ -34,16 +34,70 @@ type Rule struct {
 	message         template
 	selector        labels.Selector
 	containerScoped bool
+	// binders are the engine's binders whose names the rule reads.
+	binders []Binder
+	lookups []core.Lookup
 }
+
+// Lookups lists the cluster.* reads the rule's expression and message make.
+func (r *Rule) Lookups() []core.Lookup { return r.lookups }
 
 // ContainerScoped reports whether the rule is evaluated once per container.
 func (r *Rule) ContainerScoped() bool { return r.containerScoped }
 
 // Engine evaluates rules. It is safe for concurrent use.
 type Engine struct {
-	expr   core.ExpressionEngine
-	rules  atomic.Pointer[ruleSet]
-	budget atomic.Pointer[BudgetReporter]
+	expr     core.ExpressionEngine
+	builders []ContextBuilder
+	binders  []Binder
+	rules    atomic.Pointer[ruleSet]
+	budget   atomic.Pointer[BudgetReporter]
+}
+
+// A Binder binds one top-level name whose value depends on the rule being
+// evaluated, not only on the object: `cluster`, whose lookups are confined
+// to the rule's namespace and recorded against the rule. The pod context
+// builder binds the names that depend on the object alone.
+type Binder interface {
+	// Name is the top-level name it binds.
+	Name() string
+	// Bind returns the value of the name for r's evaluation of obj. It
+	// must not block: work belongs in the value's methods, which run under
+	// the evaluation's budget.
+	Bind(ctx context.Context, r *Rule, obj *unstructured.Unstructured, opts Options) any
+}
+
+// A ContextBuilder binds the names that depend on the object alone, for the
+// kinds it supports: the pod sugar. Every object also gets object,
+// metadata and request. It declares the names only it binds, so a rule
+// that reads one of them but matches a kind it does not support fails to
+// compile instead of reading nil on every object.
+type ContextBuilder interface {
+	core.ContextBuilder
+	// Names lists the top-level names it binds beyond object, metadata
+	// and request.
+	Names() []string
+	// Describe names the kinds it supports, for errors ("pod-shaped
+	// kinds").
+	Describe() string
+}
+
+// WithContextBuilder adds a context builder; the first that supports a kind
+// builds its objects' environment.
+func WithContextBuilder(b ContextBuilder) Option {
+	return func(e *Engine) { e.builders = append(e.builders, b) }
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithBinder adds a binder. Each name has at most one binder; a later one
+// replaces an earlier one.
+func WithBinder(b Binder) Option {
+	return func(e *Engine) {
+		e.binders = slices.DeleteFunc(e.binders, func(x Binder) bool { return x.Name() == b.Name() })
+		e.binders = append(e.binders, b)
+	}
 }
 
 // BudgetReporter hears of every evaluation its budget stopped (too many
@@ -67,15 +121,16 @@ type ruleSet struct {
 	byGK map[schema.GroupKind][]*Rule
 }
 
-// New returns an engine with no rules that compiles with expr.
-func New(expr core.ExpressionEngine) *Engine {
-	e := &Engine{expr: expr}
+// New returns an engine with no rules that compiles with expr. The pod
+// context builder is always there; options add builders and binders.
+func New(expr core.ExpressionEngine, opts ...Option) *Engine {
+	e := &Engine{expr: expr, builders: []ContextBuilder{pod.Builder{}}}
+	for _, o := range opts {
+		o(e)
+	}
 	e.rules.Store(&ruleSet{byGK: map[schema.GroupKind][]*Rule{}})
 	return e
 }
-
-// podSugar names the environment entries only pod-shaped objects have.
-var podSugar = []string{"container", "spec", "securityContext", "pod"}
 
 // Compile prepares r for evaluation. It fails when the expression or the
 // message does not compile, or when the rule reads pod sugar but matches a
@@ -101,7 +156,7 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 	if slices.Contains(msgIDs, "container") && !containerScoped {
 		return nil, fmt.Errorf("rule %q: message reads container, but the rule is not evaluated per container (its expression does not read container)", r.Name)
 	}
-	if err := checkPodSugar(r, append(ids, msgIDs...)); err != nil {
+	if err := e.checkBuilderNames(r, slices.Concat(ids, msgIDs)); err != nil {
 		return nil, err
 	}
 	sel := labels.Everything()
@@ -115,26 +170,49 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 			return nil, fmt.Errorf("rule %q: match.namespaces pattern %q: %w", r.Name, p, err)
 		}
 	}
-	return &Rule{
+	out := &Rule{
 		Rule:            r,
 		program:         prog,
 		message:         msg,
 		selector:        sel,
 		containerScoped: containerScoped,
-	}, nil
+		lookups:         append(lookupsOf(prog), msg.lookups()...),
+	}
+	all := slices.Concat(ids, msgIDs)
+	for _, b := range e.binders {
+		if slices.Contains(all, b.Name()) {
+			out.binders = append(out.binders, b)
+		}
+	}
+	return out, nil
 }
 
-// checkPodSugar rejects a rule that reads pod sugar but matches a kind that
-// has no pod: the name would always be nil there, which is never what the
-// author meant.
-func checkPodSugar(r *core.Rule, ids []string) error {
-	for _, id := range podSugar {
-		if !slices.Contains(ids, id) {
-			continue
-		}
-		for _, g := range r.Match.GVKs {
-			if !pod.IsPodShaped(schema.GroupKind{Group: g.Group, Kind: g.Kind}) {
-				return fmt.Errorf("rule %q: reads %q, which only pod-shaped kinds have, but matches %s: use object.* for it or narrow match.gvk", r.Name, id, g)
+// lookupLister is implemented by programs that know the cluster.* reads
+// they make.
+type lookupLister interface {
+	Lookups() []core.Lookup
+}
+
+func lookupsOf(p core.Program) []core.Lookup {
+	if l, ok := p.(lookupLister); ok {
+		return l.Lookups()
+	}
+	return nil
+}
+
+// checkBuilderNames rejects a rule that reads a name only a context builder
+// binds (pod sugar) but matches a kind that builder does not support: the
+// name would always be nil there, which is never what the author meant.
+func (e *Engine) checkBuilderNames(r *core.Rule, ids []string) error {
+	for _, b := range e.builders {
+		for _, id := range b.Names() {
+			if !slices.Contains(ids, id) {
+				continue
+			}
+			for _, g := range r.Match.GVKs {
+				if !b.Supports(schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind}) {
+					return fmt.Errorf("rule %q: reads %q, which only %s have, but matches %s: use object.* for it or narrow match.gvk", r.Name, id, b.Describe(), g)
+				}
 			}
 		}
 	}
@@ -237,12 +315,18 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 		}
 		if ectx == nil {
 			var err error
-			if ectx, err = buildContext(obj, opts.Request); err != nil {
+			if ectx, err = e.buildContext(obj, opts.Request); err != nil {
 				return nil, fmt.Errorf("build context for %s %s/%s: %w: %w", gvk.Kind, ref.Namespace, ref.Name, ErrInvalidObject, err)
 			}
 		}
 		n := len(results)
+		for _, b := range r.binders {
+			ectx.Env[b.Name()] = b.Bind(ctx, r, obj, opts)
+		}
 		results = r.evaluate(ctx, ectx, ref, results)
+		for _, b := range r.binders {
+			delete(ectx.Env, b.Name())
+		}
 		e.reportBudget(results[n:])
 	}
 	return results, nil
@@ -263,9 +347,12 @@ func (e *Engine) reportBudget(results []core.Result) {
 	}
 }
 
-func buildContext(obj *unstructured.Unstructured, req *core.Request) (*core.EvalContext, error) {
-	if pod.IsPodShaped(obj.GroupVersionKind().GroupKind()) {
-		return pod.Builder{}.Build(obj, req)
+func (e *Engine) buildContext(obj *unstructured.Unstructured, req *core.Request) (*core.EvalContext, error) {
+	gvk := obj.GroupVersionKind()
+	for _, b := range e.builders {
+		if b.Supports(gvk) {
+			return b.Build(obj, req)
+		}
 	}
 	return &core.EvalContext{Env: pod.Generic(obj, req)}, nil
 }

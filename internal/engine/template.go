@@ -108,6 +108,17 @@ func (t template) identifiers() []string {
 	return ids
 }
 
+// lookups lists the cluster.* reads the holes make.
+func (t template) lookups() []core.Lookup {
+	var out []core.Lookup
+	for _, s := range t {
+		if s.prog != nil {
+			out = append(out, lookupsOf(s.prog)...)
+		}
+	}
+	return out
+}
+
 // writeValue prints numbers as people write them: YAML numbers decode as
 // float64, and 1073741824 reads better than 1.073741824e+09.
 func writeValue(b *strings.Builder, v any) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vilaca/portal/internal/audit"
+	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink"
 )
@@ -65,5 +66,11 @@ func (l *auditLayer) Setup(d Deps) error {
 		return err
 	}
 	d.Rules.OnChange(layer.Source.RulesChanged)
+	if d.Lookups != nil {
+		src := layer.Source
+		d.Lookups.SetRequeuer(lookup.RequeueFunc(func(o lookup.ObjectKey) {
+			src.Requeue(o.GVK.GroupKind(), o.Namespace, o.Name)
+		}))
+	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/findings"
+	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/waf"
 )
@@ -62,6 +63,9 @@ type Deps struct {
 	// Draining is closed once Portal has been asked to stop and serves
 	// Config.ShutdownDrain more before it does.
 	Draining <-chan struct{}
+	// Lookups re-evaluates what read an object when it changes; the audit
+	// layer gives it its re-queue hook.
+	Lookups *lookup.Watcher
 }
 
 // enabledLayers returns the layers cfg switches on, in the order they are

@@ -86,6 +86,8 @@ type Config struct {
 	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
 	Audit     AuditConfig
+	// Lookup configures cluster.* lookups in rules (admission and audit).
+	Lookup LookupConfig
 	// Actions runs the response actions.
 	Actions ActionsConfig
 	// Network runs the L6 NetworkPolicy analyser.
@@ -130,6 +132,7 @@ func Defaults() Config {
 		Audit:             defaultAudit(),
 		Actions:           defaultActions(),
 		Network:           defaultNetwork(),
+		Lookup:            defaultLookup(),
 		Logger:            slog.Default(),
 	}
 }
@@ -221,23 +224,35 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if reg == nil {
 		reg = metrics.Registry
 	}
-	eng := engine.New(exprlang.New(exprlang.WithLimits(cfg.RuleBudget)))
+	// The shared cluster cache: audit reads from it, and it answers the
+	// rules' cluster.* lookups.
+	ccache, err := newClusterCache(mgr, &cfg, reg)
+	if err != nil {
+		return fmt.Errorf("cluster cache: %w", err)
+	}
+	lk, depIndex, err := newLookups(restCfg, ccache, &cfg, log)
+	if err != nil {
+		return err
+	}
+	eng := engine.New(exprlang.New(exprlang.WithLimits(cfg.RuleBudget)), engine.WithBinder(lk.binder))
 	index := rule.NewIndex(eng)
 	// loaded is closed once every rule source has been read, for the
 	// layers that must not answer before.
 	loaded := make(chan struct{})
+	if err := lk.start(mgr, restCfg, ccache, eng, depIndex, &cfg, reg, log); err != nil {
+		return err
+	}
+	index.OnChange(lk.watcher.Notify)
 	deps := Deps{
-		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded,
-		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Draining: draining,
+		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded, Cache: ccache,
+		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Lookups: lk.watcher,
+		Draining: draining,
 	}
 	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
 		return fmt.Errorf("findings pipeline: %w", err)
 	}
 	if deps.Verdicts, err = verdictSink(layers, deps); err != nil {
 		return fmt.Errorf("actions layer: %w", err)
-	}
-	if deps.Cache, err = newClusterCache(mgr, &cfg, reg); err != nil {
-		return fmt.Errorf("cluster cache: %w", err)
 	}
 	if err := setupLayers(layers, deps); err != nil {
 		return err
@@ -251,6 +266,10 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		return err
 	}
 	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	lk.status = rule.NewLookupStatus(mgr.GetClient(), lookupSource{lk.watcher}, loader, log)
+	if err := mgr.Add(lk.status); err != nil {
 		return err
 	}
 	budget := rule.NewBudgetStatus(mgr.GetClient(), loader, rule.BudgetOptions{Logger: log, Registerer: reg})

@@ -262,6 +262,14 @@ type RuleStatus struct {
 	// +optional
 	// +listType=set
 	ActiveOn []Mode `json:"activeOn,omitempty"`
+
+	// Reads lists the resources the rule's cluster.* lookups read, as
+	// group/resource ("policy/poddisruptionbudgets", "/services" for the
+	// core group). Portal watches each of them while the rule is enabled;
+	// the LookupsReady condition says whether it can.
+	// +optional
+	// +listType=set
+	Reads []string `json:"reads,omitempty"`
 }
 
 // Condition types and reasons of a rule's status.
@@ -280,6 +288,26 @@ const (
 	ReasonByteBudget      = "ByteBudgetExceeded"
 	ReasonDepthLimit      = "DepthLimitExceeded"
 	ReasonDeadline        = "DeadlineExceeded"
+
+	// ConditionLookupsReady is set on rules with cluster.* lookups: True
+	// when every resource they read is watched.
+	ConditionLookupsReady = "LookupsReady"
+
+	// Reasons of LookupsReady.
+	ReasonLookupsWatched = "LookupsWatched"
+	// ReasonLookupResourceUnknown: a lookup names a resource the API
+	// server does not serve (a typo, a kind instead of a plural, a CRD not
+	// installed); its lookups fail until it is served.
+	ReasonLookupResourceUnknown = "LookupResourceUnknown"
+	// ReasonLookupWatchForbidden: Portal's ServiceAccount may not list and
+	// watch a resource a lookup reads; grant it (Helm value
+	// watchedGvks).
+	ReasonLookupWatchForbidden = "LookupWatchForbidden"
+	// ReasonLookupOutOfNamespace: a PortalRule reads a cluster-scoped
+	// resource; its lookups are confined to its namespace.
+	ReasonLookupOutOfNamespace = "LookupOutOfNamespace"
+	// ReasonLookupWatchFailed: the watch of a resource did not start.
+	ReasonLookupWatchFailed = "LookupWatchFailed"
 
 	// ConditionActionsReady says whether the rule's response actions can
 	// run (written only on rules with actions).

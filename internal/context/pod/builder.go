@@ -45,6 +45,13 @@ var containerLists = []struct{ field, typ string }{
 // Builder is the pod-shaped core.ContextBuilder.
 type Builder struct{}
 
+// Names lists the names Build binds beyond object, metadata and request,
+// which only pod-shaped kinds have.
+func (Builder) Names() []string { return []string{"container", "spec", "securityContext", "pod"} }
+
+// Describe names the kinds the builder supports, for errors.
+func (Builder) Describe() string { return "pod-shaped kinds" }
+
 // Supports reports whether gvk is a Pod or carries a pod template.
 func (Builder) Supports(gvk schema.GroupVersionKind) bool {
 	_, ok := templatePaths[gvk.GroupKind()]

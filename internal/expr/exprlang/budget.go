@@ -58,7 +58,7 @@ func (budgetPatch) Visit(node *ast.Node) {
 	case *ast.CallNode:
 		if id, ok := n.Callee.(*ast.IdentifierNode); ok {
 			switch id.Value {
-			case "quantity", "parseImage":
+			case "quantity", "parseImage", "selects":
 				wrapArgs(n.Arguments, scanName)
 			case "glob":
 				if len(n.Arguments) == 2 {

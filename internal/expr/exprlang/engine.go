@@ -24,7 +24,7 @@ import (
 
 // names is every top-level name a rule may read. Names not bound for a given
 // object (container on a ConfigMap, say) evaluate to nil.
-var names = []string{"object", "metadata", "request", "container", "spec", "securityContext", "pod"}
+var names = []string{"object", "metadata", "request", "container", "spec", "securityContext", "pod", clusterName}
 
 const (
 	// MaxNodes bounds the size of a compiled expression.
@@ -80,6 +80,9 @@ func New(options ...Option) *Engine {
 		expr.DisableBuiltin("repeat"),
 	}
 	opts = append(opts, functions()...)
+	// The lookup patch runs first: fetchPatch would turn
+	// cluster.<resource> into a field read.
+	opts = append(opts, lookupOption(), expr.Patch(lookupPatch{}))
 	opts = append(opts, fetchOption(), expr.Patch(fetchPatch{}))
 	opts = append(opts, budgetOptions()...)
 	opts = append(opts, expr.Patch(budgetPatch{}))
@@ -105,6 +108,10 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 	if expression == "" {
 		return nil, errors.New("expression is empty")
 	}
+	reads, err := lookups(expression)
+	if err != nil {
+		return nil, err
+	}
 	p, err := expr.Compile(expression, e.options...)
 	if err != nil {
 		ce := &core.CompileError{Offset: -1, Err: err}
@@ -113,7 +120,7 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 		}
 		return nil, ce
 	}
-	return &program{engine: e, prog: p, ids: identifiers(p.Node()), members: members(expression), base: staticCost(p.Node()), metered: readsMeter(p.Node())}, nil
+	return &program{engine: e, prog: p, ids: identifiers(p.Node()), members: members(expression), lookups: reads, base: staticCost(p.Node()), metered: readsMeter(p.Node())}, nil
 }
 
 // readsMeter reports whether the budget patch put a metering helper in the
@@ -139,6 +146,8 @@ type program struct {
 	ids    []string
 	// members are the field chains it reads, for the engine's schema check.
 	members []core.Member
+	// lookups are the cluster.* reads it makes.
+	lookups []core.Lookup
 	// base is what running every node once costs.
 	base int64
 	// metered is false for expressions without loops or costly operators.
@@ -206,6 +215,9 @@ func budgetError(err error, l Limits) error {
 }
 
 func (p *program) Identifiers() []string { return p.ids }
+
+// Lookups lists the cluster.* reads the expression makes.
+func (p *program) Lookups() []core.Lookup { return p.lookups }
 
 // identifiers lists the environment names an expression reads.
 func identifiers(root ast.Node) []string {

@@ -17,6 +17,7 @@ func functions() []expr.Option {
 		expr.Function("quantity", quantity, new(func(any) float64)),
 		expr.Function("parseImage", parseImage, new(func(string) map[string]any)),
 		expr.Function("glob", glob, new(func(string, string) bool)),
+		expr.Function("selects", selects, new(func(any, any) bool)),
 	}
 }
 

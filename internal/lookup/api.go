@@ -1,0 +1,78 @@
+package lookup
+
+import (
+	"context"
+	"fmt"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+)
+
+// DynamicAPI answers cluster.consistent.* at admission from the API server:
+// a quorum read (resourceVersion unset), one round trip, bounded by the
+// admission request's deadline.
+type DynamicAPI struct {
+	Client dynamic.Interface
+}
+
+var _ APIReader = DynamicAPI{}
+
+// Get implements APIReader.
+func (d DynamicAPI) Get(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (map[string]any, error) {
+	u, err := d.Client.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s/%s from the API server: %w", gvr.GroupResource(), namespace, name, err)
+	}
+	return u.Object, nil
+}
+
+// List implements APIReader.
+func (d DynamicAPI) List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, sel labels.Selector) ([]map[string]any, error) {
+	opts := metav1.ListOptions{}
+	if sel != nil && !sel.Empty() {
+		opts.LabelSelector = sel.String()
+	}
+	l, err := d.Client.Resource(gvr).Namespace(namespace).List(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("list %s in %q from the API server: %w", gvr.GroupResource(), namespace, err)
+	}
+	out := make([]map[string]any, len(l.Items))
+	for i := range l.Items {
+		out[i] = l.Items[i].Object
+	}
+	return out, nil
+}
+
+// AccessReview checks Portal's own permissions with
+// SelfSubjectAccessReviews.
+type AccessReview struct {
+	Client authorizationv1client.SelfSubjectAccessReviewInterface
+}
+
+// CanWatch implements AccessChecker: list and watch must both be allowed.
+func (a AccessReview) CanWatch(ctx context.Context, gvr schema.GroupVersionResource, namespace string) (bool, string, error) {
+	for _, verb := range []string{"list", "watch"} {
+		r, err := a.Client.Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: gvr.Group, Resource: gvr.Resource, Namespace: namespace},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, "", fmt.Errorf("review %s of %s: %w", verb, gvr.GroupResource(), err)
+		}
+		if !r.Status.Allowed {
+			why := r.Status.Reason
+			if why == "" {
+				why = verb + " is not allowed"
+			}
+			return false, why, nil
+		}
+	}
+	return true, "", nil
+}

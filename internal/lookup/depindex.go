@@ -1,0 +1,325 @@
+package lookup
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// DefaultMaxDependencies bounds the dependency index.
+const DefaultMaxDependencies = 500_000
+
+// Dependent is a rule's evaluation of one object: what is evaluated again
+// when something it read changes.
+type Dependent struct {
+	Rule   RuleKey
+	Object ObjectKey
+}
+
+// Read is one lookup an evaluation made: an object by name (Name set, even
+// when it did not exist, so that its creation counts), or a list of a
+// namespace ("" for all) through Selector.
+type Read struct {
+	GVR       schema.GroupVersionResource
+	Namespace string
+	Name      string
+	Selector  labels.Selector
+}
+
+// Reads are keyed by group and resource: the version an object was read or
+// watched in does not change what it is.
+type objRead struct {
+	gr        schema.GroupResource
+	namespace string
+	name      string
+}
+
+type scopeRead struct {
+	gr        schema.GroupResource
+	namespace string
+}
+
+// DepIndex is the inverse index from what was read to the evaluations that
+// read it, bounded to a number of (evaluation, read) entries: past it the
+// least recently recorded entries are dropped, and the next event on the
+// dependent object itself, or the periodic resync, brings its finding up to
+// date. It is safe for concurrent use.
+type DepIndex struct {
+	mu     sync.Mutex
+	max    int
+	deps   map[Dependent]*depNode
+	objs   map[objRead]*readers
+	scopes map[scopeRead]*readers
+	// lru is a ring through a sentinel: lru.next is the newest entry.
+	lru     entry
+	n       int
+	evicted uint64
+}
+
+// readers are the entries of one read object or scope. Most objects are read
+// by one evaluation; a map is made only for the second.
+type readers struct {
+	one  *entry
+	many map[*depNode]*entry
+}
+
+func (r *readers) get(n *depNode) *entry {
+	if r == nil {
+		return nil
+	}
+	if r.one != nil && r.one.node == n {
+		return r.one
+	}
+	return r.many[n]
+}
+
+func (r *readers) put(e *entry) {
+	if r.one == nil && r.many == nil {
+		r.one = e
+		return
+	}
+	if r.many == nil {
+		r.many = map[*depNode]*entry{r.one.node: r.one}
+		r.one = nil
+	}
+	r.many[e.node] = e
+}
+
+// del removes n's entry and reports whether none is left.
+func (r *readers) del(n *depNode) bool {
+	if r.one != nil && r.one.node == n {
+		r.one = nil
+	}
+	delete(r.many, n)
+	return r.one == nil && len(r.many) == 0
+}
+
+func (r *readers) each(fn func(*depNode, *entry)) {
+	if r == nil {
+		return
+	}
+	if r.one != nil {
+		fn(r.one.node, r.one)
+	}
+	for n, e := range r.many {
+		fn(n, e)
+	}
+}
+
+type depNode struct {
+	dep     Dependent
+	entries []*entry
+}
+
+// entry is one (evaluation, read). key is the object read, or with isScope
+// the namespace listed (its name empty).
+type entry struct {
+	node       *depNode
+	key        objRead
+	isScope    bool
+	sel        labels.Selector
+	prev, next *entry
+}
+
+func (e *entry) scope() scopeRead { return scopeRead{gr: e.key.gr, namespace: e.key.namespace} }
+
+// NewDepIndex returns an index of at most max entries (DefaultMaxDependencies
+// when max <= 0).
+func NewDepIndex(max int) *DepIndex {
+	if max <= 0 {
+		max = DefaultMaxDependencies
+	}
+	d := &DepIndex{max: max, deps: map[Dependent]*depNode{}, objs: map[objRead]*readers{}, scopes: map[scopeRead]*readers{}}
+	d.lru.next, d.lru.prev = &d.lru, &d.lru
+	return d
+}
+
+// Add records that dep read r.
+func (d *DepIndex) Add(dep Dependent, r Read) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	node := d.deps[dep]
+	if node == nil {
+		node = &depNode{dep: dep}
+		d.deps[dep] = node
+	}
+	if r.Name != "" || r.Selector == nil {
+		k := objRead{gr: r.GVR.GroupResource(), namespace: r.Namespace, name: r.Name}
+		m := d.objs[k]
+		if e := m.get(node); e != nil {
+			d.touch(e)
+			return
+		}
+		if m == nil {
+			m = &readers{}
+			d.objs[k] = m
+		}
+		e := &entry{node: node, key: k}
+		m.put(e)
+		d.insert(e)
+		return
+	}
+	k := scopeRead{gr: r.GVR.GroupResource(), namespace: r.Namespace}
+	m := d.scopes[k]
+	if e := m.get(node); e != nil {
+		// Two lists of one scope with different selectors: any change in
+		// the scope may matter.
+		if e.sel.String() != r.Selector.String() {
+			e.sel = labels.Everything()
+		}
+		d.touch(e)
+		return
+	}
+	if m == nil {
+		m = &readers{}
+		d.scopes[k] = m
+	}
+	e := &entry{node: node, key: objRead{gr: k.gr, namespace: k.namespace}, isScope: true, sel: r.Selector}
+	m.put(e)
+	d.insert(e)
+}
+
+func (d *DepIndex) insert(e *entry) {
+	e.node.entries = append(e.node.entries, e)
+	e.prev, e.next = &d.lru, d.lru.next
+	d.lru.next.prev = e
+	d.lru.next = e
+	d.n++
+	for d.n > d.max {
+		d.remove(d.lru.prev, true)
+		d.evicted++
+	}
+}
+
+func (d *DepIndex) touch(e *entry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = &d.lru, d.lru.next
+	d.lru.next.prev = e
+	d.lru.next = e
+}
+
+// remove unlinks e; unlinkNode also drops it from its node's entries.
+func (d *DepIndex) remove(e *entry, unlinkNode bool) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+	d.n--
+	if e.isScope {
+		if m := d.scopes[e.scope()]; m != nil && m.del(e.node) {
+			delete(d.scopes, e.scope())
+		}
+	} else if m := d.objs[e.key]; m != nil && m.del(e.node) {
+		delete(d.objs, e.key)
+	}
+	if !unlinkNode {
+		return
+	}
+	n := e.node
+	for i, x := range n.entries {
+		if x == e {
+			n.entries = append(n.entries[:i], n.entries[i+1:]...)
+			break
+		}
+	}
+	if len(n.entries) == 0 {
+		delete(d.deps, n.dep)
+	}
+}
+
+// Forget drops everything dep read: it is about to be evaluated again and
+// will record its new reads.
+func (d *DepIndex) Forget(dep Dependent) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	node := d.deps[dep]
+	if node == nil {
+		return
+	}
+	for _, e := range node.entries {
+		d.remove(e, false)
+	}
+	delete(d.deps, dep)
+}
+
+// Affected returns the evaluations that read the object gvr ns/name: by its
+// name, or through a list of its namespace (or of all namespaces) whose
+// selector selects any of the given label sets (its labels before and after
+// the change).
+func (d *DepIndex) Affected(gvr schema.GroupVersionResource, ns, name string, sets ...labels.Labels) []Dependent {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []Dependent
+	seen := map[*depNode]bool{}
+	gr := gvr.GroupResource()
+	d.objs[objRead{gr: gr, namespace: ns, name: name}].each(func(node *depNode, _ *entry) {
+		seen[node] = true
+		out = append(out, node.dep)
+	})
+	scopes := []scopeRead{{gr: gr, namespace: ns}}
+	if ns != "" {
+		scopes = append(scopes, scopeRead{gr: gr})
+	}
+	for _, k := range scopes {
+		d.scopes[k].each(func(node *depNode, e *entry) {
+			if seen[node] || !selectsAny(e.sel, sets) {
+				return
+			}
+			seen[node] = true
+			out = append(out, node.dep)
+		})
+	}
+	return out
+}
+
+func selectsAny(sel labels.Selector, sets []labels.Labels) bool {
+	if sel.Empty() {
+		return true
+	}
+	for _, s := range sets {
+		if s != nil && sel.Matches(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Reading returns the evaluations that read any object of gvr in namespace
+// ("" for every namespace).
+func (d *DepIndex) Reading(gvr schema.GroupVersionResource, namespace string) []Dependent {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	gr := gvr.GroupResource()
+	seen := map[*depNode]bool{}
+	var out []Dependent
+	add := func(node *depNode) {
+		if !seen[node] {
+			seen[node] = true
+			out = append(out, node.dep)
+		}
+	}
+	for k, m := range d.objs {
+		if k.gr == gr && (namespace == "" || k.namespace == namespace) {
+			m.each(func(n *depNode, _ *entry) { add(n) })
+		}
+	}
+	for k, m := range d.scopes {
+		if k.gr == gr && (namespace == "" || k.namespace == namespace || k.namespace == "") {
+			m.each(func(n *depNode, _ *entry) { add(n) })
+		}
+	}
+	return out
+}
+
+// Len returns the number of entries.
+func (d *DepIndex) Len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n
+}
+
+// Evicted returns how many entries the bound has dropped.
+func (d *DepIndex) Evicted() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.evicted
+}

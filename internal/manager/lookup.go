@@ -1,0 +1,93 @@
+package manager
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/lookup"
+	"github.com/vilaca/portal/internal/rule"
+)
+
+// LookupConfig configures cross-resource lookups (cluster.* in rules),
+// which serve admission and audit alike.
+type LookupConfig struct {
+	// MaxDependencies bounds the dependency index: (rule, object, read)
+	// entries kept to re-evaluate an object when what it read changes.
+	MaxDependencies int
+	// CycleLimit re-evaluations of one rule on one object are allowed per
+	// CycleWindow; more are suppressed and counted.
+	CycleLimit  int
+	CycleWindow time.Duration
+}
+
+func defaultLookup() LookupConfig {
+	return LookupConfig{MaxDependencies: lookup.DefaultMaxDependencies, CycleLimit: lookup.DefaultCycleLimit, CycleWindow: lookup.DefaultCycleWindow}
+}
+
+// lookups is the cross-resource lookup machinery: the binder of `cluster`
+// in the engine, and the watcher that keeps the cache warm for the rules'
+// lookups and turns changes into re-evaluations.
+type lookups struct {
+	binder  *lookup.Lookups
+	watcher *lookup.Watcher
+	status  *rule.LookupStatus
+}
+
+// newLookups builds the binder over the shared cluster cache; the index
+// records reads only when audit runs, since only audit re-evaluates.
+func newLookups(restCfg *rest.Config, cache *clustercache.Cache, cfg *Config, log *slog.Logger) (*lookups, *lookup.DepIndex, error) {
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lookups: dynamic client: %w", err)
+	}
+	var index *lookup.DepIndex
+	if cfg.Audit.Enabled {
+		index = lookup.NewDepIndex(cfg.Lookup.MaxDependencies)
+	}
+	shared := lookup.NewSharedCache(cache)
+	b := lookup.New(lookup.Options{Cache: shared, API: lookup.DynamicAPI{Client: dyn}, Resolver: shared, Index: index, Logger: log})
+	return &lookups{binder: b}, index, nil
+}
+
+// start adds the watcher and the rule status writer once the engine exists.
+func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, cache *clustercache.Cache, eng *engine.Engine, index *lookup.DepIndex,
+	cfg *Config, reg prometheus.Registerer, log *slog.Logger) error {
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("lookups: client: %w", err)
+	}
+	shared := lookup.NewSharedCache(cache)
+	l.watcher = lookup.NewWatcher(lookup.WatcherOptions{
+		Engine: eng, Cache: shared, Resolver: shared, Index: index,
+		Access:     lookup.AccessReview{Client: cs.AuthorizationV1().SelfSubjectAccessReviews()},
+		CycleLimit: cfg.Lookup.CycleLimit, CycleWindow: cfg.Lookup.CycleWindow,
+		Metrics: lookup.NewMetrics(reg, index), Logger: log.With("layer", "lookup"),
+		OnStatus: func(k lookup.RuleKey) {
+			if l.status != nil {
+				l.status.Changed(k.Kind, k.Namespace, k.Name)
+			}
+		},
+	})
+	return mgr.Add(l.watcher)
+}
+
+// lookupSource tells the rule status writer what the watcher made of each
+// rule's lookups; the two layers meet here, not through each other.
+type lookupSource struct{ w *lookup.Watcher }
+
+func (s lookupSource) LookupState(kind, namespace, name string) (rule.LookupState, bool) {
+	st, ok := s.w.Status(lookup.RuleKey{Kind: kind, Namespace: namespace, Name: name})
+	if !ok {
+		return rule.LookupState{}, false
+	}
+	return rule.LookupState{Reads: st.Resources, Ready: st.Reason == lookup.ReasonLookupsReady, Reason: st.Reason, Message: st.Message}, true
+}

@@ -1,0 +1,130 @@
+package rule
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+)
+
+// LookupsFieldOwner is the server-side apply field manager of status.reads
+// and the LookupsReady condition.
+const LookupsFieldOwner = "portal-lookups"
+
+// LookupState is what the lookup layer made of one rule's cluster.* reads.
+type LookupState struct {
+	// Reads are the resources read, as group/resource.
+	Reads []string
+	// Ready, Reason and Message make the LookupsReady condition.
+	Ready           bool
+	Reason, Message string
+}
+
+// LookupSource tells the lookup state of a rule; ok is false for a rule
+// without lookups (or gone).
+type LookupSource interface {
+	LookupState(kind, namespace, name string) (st LookupState, ok bool)
+}
+
+// LookupStatus writes status.reads and the LookupsReady condition of the
+// rule custom resources from the lookup layer, on the leader, at a bounded
+// rate. A rule that loses its lookups loses both.
+type LookupStatus struct {
+	client  client.Client
+	source  LookupSource
+	loader  *CRLoader
+	limiter *rate.Limiter
+	log     *slog.Logger
+	queue   workqueue.TypedDelayingInterface[countKey]
+}
+
+// NewLookupStatus returns the writer; call Changed for each rule whose
+// lookup state changed.
+func NewLookupStatus(c client.Client, src LookupSource, l *CRLoader, log *slog.Logger) *LookupStatus {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &LookupStatus{
+		client: c, source: src, loader: l, log: log,
+		limiter: rate.NewLimiter(rate.Limit(DefaultCountQPS), DefaultCountBurst),
+		queue:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[countKey]{Name: "portal-rule-lookups"}),
+	}
+}
+
+// Changed queues the rule's status for writing; rules that are not custom
+// resources are ignored.
+func (s *LookupStatus) Changed(kind, namespace, name string) {
+	if kind != KindCluster && kind != KindNamespaced {
+		return
+	}
+	s.queue.Add(countKey{kind: kind, namespace: namespace, name: name})
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: one
+// replica writes.
+func (s *LookupStatus) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable.
+func (s *LookupStatus) Start(ctx context.Context) error {
+	drain(ctx, s.queue, s.write)
+	return nil
+}
+
+func (s *LookupStatus) write(ctx context.Context, k countKey) {
+	if err := s.limiter.Wait(ctx); err != nil {
+		return
+	}
+	st, ok := s.source.LookupState(k.kind, k.namespace, k.name)
+	status := map[string]any{}
+	if ok {
+		var gen int64
+		if s.loader != nil {
+			if ls, found := s.loader.State(k.kind, k.namespace, k.name); found {
+				gen = ls.ActiveGeneration
+			}
+		}
+		cond := "False"
+		if st.Ready {
+			cond = "True"
+		}
+		msg := st.Message
+		if len(msg) > 1024 {
+			msg = msg[:1024]
+		}
+		status["reads"] = st.Reads
+		status["conditions"] = []any{map[string]any{
+			"type": policyv1alpha1.ConditionLookupsReady, "status": cond,
+			"reason": st.Reason, "message": msg, "observedGeneration": gen,
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+		}}
+	}
+	patch, err := json.Marshal(map[string]any{
+		"apiVersion": policyv1alpha1.GroupVersion.String(),
+		"kind":       k.kind,
+		"metadata":   map[string]any{"name": k.name, "namespace": k.namespace},
+		"status":     status,
+	})
+	if err != nil {
+		return
+	}
+	obj := newRuleObject(k.kind)
+	obj.SetNamespace(k.namespace)
+	obj.SetName(k.name)
+	err = s.client.Status().Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, patch),
+		client.FieldOwner(LookupsFieldOwner), client.ForceOwnership)
+	if err != nil && !apierrors.IsNotFound(err) {
+		s.log.Warn("rule lookup status not written; retrying", "kind", k.kind, "namespace", k.namespace, "name", k.name, "error", err)
+		s.queue.AddAfter(k, lookupRetry)
+	}
+}
+
+// lookupRetry is how soon a failed status write is tried again.
+const lookupRetry = 10 * time.Second
