@@ -78,7 +78,7 @@ func run(root string, check bool) error {
 	if err != nil {
 		return err
 	}
-		netRecipes, err := loadNetwork(root)
+	netRecipes, err := loadNetwork(root)
 	if err != nil {
 		return err
 	}
