@@ -4,9 +4,13 @@
 // same static upstream on 127.0.0.1, driven by wrk. `make bench-waf` runs it
 // after `make bench-tools` has installed nginx, the module and wrk.
 //
-// For each scenario (benign GET, JSON POST, attack GET) it runs wrk against
-// each peer in turn and prints requests per second, p50 and p99 latency,
-// and the waf-proxy/nginx ratios.
+// It measures two CPU layouts (-layouts): per-core, each WAF pinned alone to
+// CPU 1 (nginx worker_processes 1, waf-proxy GOMAXPROCS=1) with wrk, the
+// upstream and this process on CPU 0; and two-core, everything on every CPU.
+// For each scenario (benign GET, GET of a 1 KB text/html page, JSON POST,
+// 10 KB form POST, attack GET) it runs wrk against each peer in turn and
+// prints requests per second, p50 and p99 latency, and the waf-proxy/nginx
+// ratios, one table per layout.
 package main
 
 import (

@@ -202,6 +202,11 @@ func parseWrk(out string) (wrkResult, error) {
 			r.non2xx, _ = strconv.Atoi(f[4])
 		}
 	}
+	if strings.Contains(out, "\n  0 requests in ") {
+		// Nothing completed within the run (a peer slower than the
+		// duration): 0 req/s is the measurement, not a failure.
+		return wrkResult{}, nil
+	}
 	if r.rps == 0 || r.p99 == 0 {
 		return r, fmt.Errorf("unexpected wrk output:\n%s", out)
 	}
