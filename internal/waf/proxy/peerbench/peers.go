@@ -110,7 +110,7 @@ func startWAFProxy(ctx context.Context, o options, l layout, work, cacheURL, ups
 		cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(l.gomaxprocs))
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	p := &peer{name: peerWAFProxy, url: "http://" + addr, version: strings.TrimSpace(string(out)) + ", Coraza v3.8.1", cmd: cmd, log: logFile}
+	p := &peer{name: peerWAFProxy, url: "http://" + addr, version: strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", ", ")), " ") + ", Coraza v3.8.1", cmd: cmd, log: logFile}
 	if err := cmd.Start(); err != nil {
 		return p, err
 	}
