@@ -270,8 +270,10 @@ bench-tools: ## Install nginx, libnginx-mod-http-modsecurity and wrk (apt-get) w
 	fi
 
 # The waf-proxy and nginx + ModSecurity run the same CRS v4.25 files (extracted
-# to bin/bench-waf) in front of the same upstream, under the same wrk runs.
-bench-waf: bench-tools build ## waf-proxy vs nginx+ModSecurity with the CRS, driven by wrk; report in bin/bench-waf.txt
+# to bin/bench-waf) in front of the same upstream, under the same wrk runs: a
+# per-core table (each WAF pinned alone to CPU 1, wrk on CPU 0, via taskset)
+# and a two-core table (everything on every CPU).
+bench-waf: bench-tools build ## waf-proxy vs nginx+ModSecurity with the CRS, per core and on two cores, driven by wrk; report in bin/bench-waf.txt
 	@$(GO) run ./internal/waf/proxy/peerbench -portal $(BIN)/portal -work $(BIN)/bench-waf -out $(BIN)/bench-waf.txt
 
 ## ---- build and run ---------------------------------------------------------

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -191,6 +192,7 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 }
 
 func (o *wafProxyOptions) run(ctx context.Context) error {
+	gcPercent, memLimit := applyWAFProxyGCDefaults(os.Getenv, cgroupMemoryMax)
 	s, err := o.validate()
 	if err != nil {
 		return usageError(err)
@@ -213,7 +215,7 @@ func (o *wafProxyOptions) run(ctx context.Context) error {
 		listeners = append(listeners, mln)
 	}
 	s.log.Info("waf-proxy starting", "listen", ln.Addr().String(), "metrics", metricsAddr, "upstream", o.upstream,
-		"ruleset", o.ruleSet, "gateway", o.gateway, "cache", o.cacheURL, "failure_policy", o.failurePolicy)
+		"ruleset", o.ruleSet, "gateway", o.gateway, "cache", o.cacheURL, "failure_policy", o.failurePolicy, "gogc", gcPercent, "gomemlimit", memLimit)
 	if o.ready != nil {
 		o.ready(ln.Addr().String(), metricsAddr)
 	}

@@ -22,6 +22,22 @@ const benchCRS = "Include @coraza.conf-recommended\nInclude @crs-setup.conf.exam
 // inspect.
 var benchPage = "<!doctype html><html><body>" + strings.Repeat("<p>Lorem ipsum dolor sit amet.</p>", 32) + "</body></html>"
 
+// benchForm is a benign 10 KB urlencoded form of 40 fields, as in
+// `make bench-waf`.
+var benchForm = func() string {
+	var b strings.Builder
+	for i := range 40 {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		fmt.Fprintf(&b, "field%02d=", i)
+		for b.Len() < (i+1)*256 {
+			b.WriteString("lorem+ipsum+dolor+sit+amet+consectetur+adipiscing+elit+")
+		}
+	}
+	return b.String()
+}()
+
 // BenchmarkProxyCRS measures a request through the waf-proxy with the full
 // CRS, in process (client, proxy and upstream share the CPUs): a benign
 // GET, a JSON POST and an attack the CRS blocks. `make bench-waf` compares
@@ -47,6 +63,7 @@ func BenchmarkProxyCRS(b *testing.B) {
 	}{
 		{"benign-get", "GET", "/shop/products?category=books&page=2", "", 200},
 		{"json-post", "POST", "/api/orders", `{"customer":{"name":"Alice"},"items":[{"sku":"BK-1024","qty":2}],"note":"after 5pm"}`, 200},
+		{"form-post", "POST", "/account/profile", benchForm, 200},
 		{"attack-get", "GET", "/search?q=%3Cscript%3Ealert(1)%3C%2Fscript%3E", "", 403},
 	} {
 		b.Run(sc.name, func(b *testing.B) {
@@ -54,8 +71,12 @@ func BenchmarkProxyCRS(b *testing.B) {
 			client.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
+					ct := "application/json"
+					if sc.body == benchForm {
+						ct = "application/x-www-form-urlencoded"
+					}
 					code, _, err := send(client, sc.method, front.URL+sc.path, sc.body,
-						"Content-Type", "application/json", "Accept", "text/html", "User-Agent", "Mozilla/5.0", "Host", "app.example.com")
+						"Content-Type", ct, "Accept", "text/html", "User-Agent", "Mozilla/5.0", "Host", "app.example.com")
 					if err != nil || code != sc.want {
 						b.Fatalf("%d %v, want %d", code, err, sc.want)
 					}

@@ -4,9 +4,13 @@
 // same static upstream on 127.0.0.1, driven by wrk. `make bench-waf` runs it
 // after `make bench-tools` has installed nginx, the module and wrk.
 //
-// For each scenario (benign GET, JSON POST, attack GET) it runs wrk against
-// each peer in turn and prints requests per second, p50 and p99 latency,
-// and the waf-proxy/nginx ratios.
+// It measures two CPU layouts (-layouts): per-core, each WAF pinned alone to
+// CPU 1 (nginx worker_processes 1, waf-proxy GOMAXPROCS=1) with wrk, the
+// upstream and this process on CPU 0; and two-core, everything on every CPU.
+// For each scenario (benign GET, GET of a 1 KB text/html page, JSON POST,
+// 10 KB form POST, attack GET) it runs wrk against each peer in turn and
+// prints requests per second, p50 and p99 latency, and the waf-proxy/nginx
+// ratios, one table per layout.
 package main
 
 import (
@@ -22,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -40,6 +45,8 @@ type options struct {
 	threads     int
 	connections int
 	rounds      int
+	layouts     string
+	only        string
 }
 
 func main() {
@@ -51,6 +58,8 @@ func main() {
 	flag.IntVar(&o.threads, "threads", 2, "wrk threads")
 	flag.IntVar(&o.connections, "connections", 32, "wrk connections")
 	flag.IntVar(&o.rounds, "rounds", 5, "runs per scenario and peer, alternating; the median is reported")
+	flag.StringVar(&o.layouts, "layouts", "per-core,two-core", "comma-separated CPU layouts to measure: per-core (each WAF pinned alone to one core, wrk to another) and two-core (everything on every core)")
+	flag.StringVar(&o.only, "scenarios", "", "comma-separated scenarios to run (default: all)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, o)
@@ -62,7 +71,7 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
-	for _, tool := range []string{"nginx", "wrk"} {
+	for _, tool := range []string{"nginx", "wrk", "taskset"} {
 		if _, err := lookPath(tool); err != nil {
 			return fmt.Errorf("%s not found: run `make bench-tools`", tool)
 		}
@@ -74,25 +83,70 @@ func run(ctx context.Context, o options) error {
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return err
 	}
+	all, err := layouts(o)
+	if err != nil {
+		return err
+	}
+	if o.only != "" {
+		keep := strings.Split(o.only, ",")
+		scenarios = slices.DeleteFunc(scenarios, func(sc scenario) bool { return !slices.Contains(keep, sc.name) })
+	}
 	up, err := startUpstream()
 	if err != nil {
 		return err
 	}
 	defer up.Close()
-	peers, err := startPeers(ctx, o, work, up.Addr().String())
+	var b strings.Builder
+	for name := range strings.SplitSeq(o.layouts, ",") {
+		l, ok := all[strings.TrimSpace(name)]
+		if !ok {
+			return fmt.Errorf("-layouts: unknown or unavailable layout %q (per-core needs 2 CPUs)", name)
+		}
+		results, peers, err := measureLayout(ctx, o, l, work, up.Addr().String())
+		if err != nil {
+			return err
+		}
+		report(&b, o, l, peers, results)
+	}
+	fmt.Print(b.String())
+	if o.out != "" {
+		return os.WriteFile(o.out, []byte(b.String()), 0o644)
+	}
+	return nil
+}
+
+// measureLayout starts both peers on the layout's CPUs, measures every
+// scenario and stops them.
+func measureLayout(ctx context.Context, o options, l layout, work, upstream string) (map[string]map[string]wrkResult, []*peer, error) {
+	if err := l.pinSelf(); err != nil {
+		return nil, nil, err
+	}
+	peers, err := startPeers(ctx, o, l, work, upstream)
 	defer func() {
 		for _, p := range peers {
 			p.stop()
 		}
 	}()
 	if err != nil {
-		return err
+		return nil, peers, err
 	}
-	results, err := measure(ctx, o, work, peers)
+	load := loadAverage()
+	results, err := measure(ctx, o, l, work, peers)
+	fmt.Fprintf(os.Stderr, "%s: load average %s before, %s after\n", l.name, load, loadAverage())
+	return results, peers, err
+}
+
+// loadAverage is the first three fields of /proc/loadavg.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return err
+		return "unknown"
 	}
-	return report(o, peers, results)
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // benchRules is the engine configuration both peers run before the CRS:
@@ -113,11 +167,15 @@ SecResponseBodyLimitAction ProcessPartial
 SecAuditEngine Off
 `
 
-// page is what the static upstream answers: a small HTML page, which both
-// WAFs inspect (text/html is a SecResponseBodyMimeType).
-var page = "<!doctype html><html><head><title>bench</title></head><body>" + strings.Repeat("<p>Lorem ipsum dolor sit amet, consectetur adipiscing elit.</p>", 16) + "</body></html>\n"
+// page is what the static upstream answers under /page/: 1 KB of HTML,
+// which both WAFs inspect (text/html is a SecResponseBodyMimeType).
+var page = "<!doctype html><html><head><title>bench</title></head><body>" + strings.Repeat("<p>Lorem ipsum dolor sit amet, consectetur adipiscing elit.</p>", 15) + "</body></html>\n"
 
-// startUpstream serves page to every request on 127.0.0.1.
+// tiny is what it answers elsewhere: a JSON body neither WAF inspects, so
+// the other scenarios measure the request side.
+const tiny = `{"ok":true}` + "\n"
+
+// startUpstream serves page under /page/ and tiny elsewhere, on 127.0.0.1.
 func startUpstream() (net.Listener, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -125,8 +183,13 @@ func startUpstream() (net.Listener, error) {
 	}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = io.WriteString(w, page)
+		if strings.HasPrefix(r.URL.Path, "/page/") {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			_, _ = io.WriteString(w, page)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, tiny)
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	return ln, nil
@@ -202,14 +265,14 @@ func statusErr(resp *http.Response) error {
 	return fmt.Errorf("status %d", resp.StatusCode)
 }
 
-func report(o options, peers []*peer, results map[string]map[string]wrkResult) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "WAF peer benchmark: wrk -t%d -c%d -d%s, median of %d alternating rounds; CRS v4.25 paranoia level 1, blocking\n",
-		o.threads, o.connections, o.duration, o.rounds)
+func report(b *strings.Builder, o options, l layout, peers []*peer, results map[string]map[string]wrkResult) {
+	fmt.Fprintf(b, "WAF peer benchmark, %s\n", l.title)
+	fmt.Fprintf(b, "wrk -t%d -c%d -d%s, median of %d alternating rounds; CRS v4.25 paranoia level 1, blocking\n",
+		l.threads, l.connections, o.duration, o.rounds)
 	for _, p := range peers {
-		fmt.Fprintf(&b, "  %s: %s\n", p.name, p.version)
+		fmt.Fprintf(b, "  %s: %s\n", p.name, p.version)
 	}
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tpeer\treq/s\tp50\tp99\tnon-2xx per run\t")
 	for _, sc := range scenarios {
 		for _, p := range peers {
@@ -218,14 +281,11 @@ func report(o options, peers []*peer, results map[string]map[string]wrkResult) e
 		}
 	}
 	_ = tw.Flush()
-	b.WriteString("ratios (waf-proxy / nginx+ModSecurity): throughput higher is better, p99 lower is better\n")
+	b.WriteString("ratios (waf-proxy / nginx+ModSecurity): throughput higher is better, p50 and p99 lower are better\n")
 	for _, sc := range scenarios {
 		w, n := results[sc.name][peerWAFProxy], results[sc.name][peerNginx]
-		fmt.Fprintf(&b, "  %-10s throughput x%.2f  p99 x%.2f\n", sc.name, w.rps/n.rps, float64(w.p99)/float64(n.p99))
+		fmt.Fprintf(b, "  %-10s throughput x%.2f  p50 x%.2f  p99 x%.2f\n", sc.name, w.rps/n.rps,
+			float64(w.p50)/float64(n.p50), float64(w.p99)/float64(n.p99))
 	}
-	fmt.Print(b.String())
-	if o.out != "" {
-		return os.WriteFile(o.out, []byte(b.String()), 0o644)
-	}
-	return nil
+	b.WriteString("\n")
 }

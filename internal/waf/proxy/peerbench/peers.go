@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,20 +56,20 @@ func (p *peer) stop() {
 // startPeers starts the waf-proxy (its rule set served by an in-process
 // cache server) and nginx with ModSecurity, both proxying to upstream, and
 // waits until each answers a benign request with 200.
-func startPeers(ctx context.Context, o options, work, upstream string) ([]*peer, error) {
+func startPeers(ctx context.Context, o options, l layout, work, upstream string) ([]*peer, error) {
 	var peers []*peer
 	cacheURL, err := startCache(ctx, work)
 	if err != nil {
 		return nil, err
 	}
-	w, err := startWAFProxy(ctx, o, work, cacheURL, upstream)
+	w, err := startWAFProxy(ctx, o, l, work, cacheURL, upstream)
 	if w != nil {
 		peers = append(peers, w)
 	}
 	if err != nil {
 		return peers, err
 	}
-	n, err := startNginx(ctx, work, upstream)
+	n, err := startNginx(ctx, l, work, upstream)
 	if n != nil {
 		peers = append(peers, n)
 	}
@@ -84,7 +85,7 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-func startWAFProxy(ctx context.Context, o options, work, cacheURL, upstream string) (*peer, error) {
+func startWAFProxy(ctx context.Context, o options, l layout, work, cacheURL, upstream string) (*peer, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -101,11 +102,15 @@ func startWAFProxy(ctx context.Context, o options, work, cacheURL, upstream stri
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "waf-proxy", "--cache-url", cacheURL, "--ruleset", "bench/crs",
+	name, args := l.pin(l.peerCPUs, bin, "waf-proxy", "--cache-url", cacheURL, "--ruleset", "bench/crs",
 		"--ca-file", filepath.Join(work, "ca.crt"), "--token-file", filepath.Join(work, "token"),
 		"--upstream", "http://"+upstream, "--listen", addr, "--metrics-bind-address", "0", "--log-level", "warn")
+	cmd := exec.Command(name, args...)
+	if l.gomaxprocs > 0 {
+		cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(l.gomaxprocs))
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	p := &peer{name: peerWAFProxy, url: "http://" + addr, version: strings.TrimSpace(string(out)) + ", Coraza v3.8.1", cmd: cmd, log: logFile}
+	p := &peer{name: peerWAFProxy, url: "http://" + addr, version: strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", ", ")), " ") + ", Coraza v3.8.1", cmd: cmd, log: logFile}
 	if err := cmd.Start(); err != nil {
 		return p, err
 	}
@@ -154,7 +159,7 @@ func modsecCompat(conf []byte) []byte {
 }
 
 const nginxConf = `%s
-worker_processes auto;
+worker_processes %[6]s;
 pid %[2]s/nginx.pid;
 error_log %[2]s/nginx-error.log warn;
 daemon off;
@@ -181,7 +186,7 @@ http {
 }
 `
 
-func startNginx(ctx context.Context, work, upstream string) (*peer, error) {
+func startNginx(ctx context.Context, l layout, work, upstream string) (*peer, error) {
 	if _, err := os.Stat(nginxModule); err != nil {
 		return nil, fmt.Errorf("the ModSecurity nginx module is missing (%v): run `make bench-tools`", err)
 	}
@@ -208,7 +213,7 @@ func startNginx(ctx context.Context, work, upstream string) (*peer, error) {
 		user = "user root;" // workers write the temp paths under work
 	}
 	conf := filepath.Join(work, "nginx.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, user, work, nginxModule, upstream, addr), 0o644); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, user, work, nginxModule, upstream, addr, l.nginxWorkers), 0o644); err != nil {
 		return nil, err
 	}
 	nginx, err := lookPath("nginx")
@@ -226,7 +231,8 @@ func startNginx(ctx context.Context, work, upstream string) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(nginx, "-p", work, "-c", conf)
+	name, args := l.pin(l.peerCPUs, nginx, "-p", work, "-c", conf)
+	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	p := &peer{name: peerNginx, url: "http://" + addr, version: strings.TrimSpace(string(version)) + ", " + modsecVersion(), cmd: cmd, log: logFile}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"testing"
+)
+
+// restoreGC puts the test binary's GC settings back after a test changed
+// them.
+func restoreGC(t *testing.T) {
+	t.Helper()
+	percent, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
+	debug.SetGCPercent(percent)
+	t.Cleanup(func() {
+		debug.SetGCPercent(percent)
+		debug.SetMemoryLimit(limit)
+	})
+}
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func TestWAFProxyGCDefaults(t *testing.T) {
+	dir := t.TempDir()
+	limited := filepath.Join(dir, "memory.max")
+	if err := os.WriteFile(limited, []byte("536870912\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unlimited := filepath.Join(dir, "memory.max.none")
+	if err := os.WriteFile(unlimited, []byte("max\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("no environment: GOGC 400 and 80% of the cgroup limit", func(t *testing.T) {
+		restoreGC(t)
+		debug.SetGCPercent(100)
+		gc, mem := applyWAFProxyGCDefaults(env(nil), limited)
+		if gc != wafProxyGCPercent || mem != 536870912/5*4 {
+			t.Fatalf("GOGC %d, memory limit %d; want %d and %d", gc, mem, wafProxyGCPercent, 536870912/5*4)
+		}
+	})
+	t.Run("the environment wins", func(t *testing.T) {
+		restoreGC(t)
+		debug.SetGCPercent(150)
+		debug.SetMemoryLimit(1 << 40)
+		gc, mem := applyWAFProxyGCDefaults(env(map[string]string{"GOGC": "150", "GOMEMLIMIT": "1TiB"}), limited)
+		if gc != 150 || mem != 1<<40 {
+			t.Fatalf("GOGC %d, memory limit %d; want the environment's 150 and 1TiB", gc, mem)
+		}
+	})
+	t.Run("no cgroup limit: no memory limit", func(t *testing.T) {
+		restoreGC(t)
+		debug.SetMemoryLimit(1 << 40)
+		for _, file := range []string{unlimited, filepath.Join(dir, "absent")} {
+			if _, mem := applyWAFProxyGCDefaults(env(nil), file); mem != 1<<40 {
+				t.Fatalf("%s: memory limit %d, want it left at 1TiB", file, mem)
+			}
+		}
+	})
+}
