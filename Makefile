@@ -34,6 +34,10 @@ help: ## List the targets
 
 ## ---- tools -----------------------------------------------------------------
 
+# The node of the tests that need pods (internal/devcluster/node): built from the same pin as
+# kube-apiserver. Defined before `tools`, whose prerequisites make expands as it reads them.
+NODE_BINS := $(K8S_BIN)/kubelet $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kube-scheduler $(K8S_BIN)/kube-proxy
+
 tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(NODE_BINS) node-tools $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl bundle-tools ## Build bin/k8s/{kube-apiserver,kubectl,etcd,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}, bin/alertmanager, bin/helm, bin/versitygw and bin/istioctl when missing or when hack/tools pins change; install nginx and the node's packages (apt-get) when missing
 	@:
 
@@ -57,8 +61,6 @@ node-tools: ## Install containerd, runc, containernetworking-plugins, iptables a
 # build does, so /version and `kubectl version` report it instead of v0.0.0-master.
 # go build leaves an up-to-date binary untouched, so touch it: otherwise a go.mod
 # edit that does not change the binary would rebuild on every run.
-# The node of the tests that need pods (internal/devcluster/node): built from the same pin.
-NODE_BINS := $(K8S_BIN)/kubelet $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kube-scheduler $(K8S_BIN)/kube-proxy
 
 $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(NODE_BINS): $(K8S_TOOLS_DEPS)
 	@echo 'tools: building $@ (several minutes when the build cache is cold)'
