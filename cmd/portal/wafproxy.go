@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/vilaca/portal/internal/flagalias"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/proxy"
 )
@@ -86,7 +87,7 @@ per request, as WAFGatewayBindingPolicies attach them.`,
 	f.DurationVar(&o.server.WriteTimeout, "write-timeout", o.server.WriteTimeout, "longest time from the end of the request headers to the end of the answer")
 	f.DurationVar(&o.server.IdleTimeout, "idle-timeout", o.server.IdleTimeout, "longest time a keep-alive connection waits for its next request")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
-	deprecatedAlias(f, "metrics-addr", "metrics-bind-address")
+	flagalias.Deprecated(f, "metrics-addr", "metrics-bind-address")
 	return cmd
 }
 

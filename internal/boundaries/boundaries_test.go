@@ -44,6 +44,7 @@ var foundations = []string{
 	"internal/image",
 	"internal/manifest",
 	"internal/didyoumean",
+	"internal/flagalias",
 }
 
 // imports lists the module's packages (tests excluded) and the module

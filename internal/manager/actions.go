@@ -2,6 +2,11 @@ package manager
 
 import (
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/vilaca/portal/internal/actions"
 	"github.com/vilaca/portal/internal/core"
@@ -118,4 +123,39 @@ func actionsStatus(cfg *Config, d Deps) error {
 	})
 	d.Rules.OnChange(st.Notify)
 	return d.Manager.Add(st)
+}
+
+func (*actionsLayer) fromConfig(cfg *Config) (Layer, error) {
+	if !cfg.Actions.Enabled {
+		return nil, nil
+	}
+	return &actionsLayer{cfg: cfg.Actions, alertsSink: cfg.Audit.Sinks.AlertmanagerURL != "", admission: cfg.Admission.Enabled}, nil
+}
+
+func (*actionsLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
+	ac := &cfg.Actions
+	f.BoolVar(&ac.Enabled, "actions", ac.Enabled, "run the rules' response actions on the leader, from audit findings and admission verdicts")
+	f.StringSliceVar(&ac.Types, "actions-enabled", ac.Types, "action types that may run: alertmanager, label, annotate, evict, patch-networkpolicy, revoke-sa-token (grant the RBAC each needs); others are reported as disabled")
+	f.BoolVar(&ac.DryRun, "actions-dry-run", ac.DryRun, "log what every action would do and change nothing")
+	f.IntVar(&ac.Workers, "actions-workers", ac.Workers, "actions run at once (the actions on one object always run in order)")
+	f.IntVar(&ac.QueueSize, "actions-queue-size", ac.QueueSize, "actions waiting, and admission verdicts waiting; a verdict that finds its queue full is dropped and counted")
+	f.IntVar(&ac.CacheSize, "actions-cache-size", ac.CacheSize, "idempotency keys and rate-limit windows kept (LRU)")
+	f.StringVar(&ac.DefaultRateLimit, "actions-default-rate-limit", ac.DefaultRateLimit, "rate limit per rule, target and action of actions without rateLimit, as COUNT/UNIT (s, min, h)")
+	f.StringSliceVar(&ac.Protected, "actions-protected-namespaces", ac.Protected, "namespaces evict, patch-networkpolicy and revoke-sa-token never act in (Portal's own always)")
+}
+
+func (*actionsLayer) CheckFlags(cfg *Config) error {
+	a := &cfg.Actions
+	for _, t := range a.Types {
+		if !slices.Contains(actions.Types(), t) {
+			return fmt.Errorf("--actions-enabled: %q is not one of %s", t, strings.Join(actions.Types(), ", "))
+		}
+	}
+	if _, err := actions.ParseRateLimit(a.DefaultRateLimit); err != nil {
+		return fmt.Errorf("--actions-default-rate-limit: %w", err)
+	}
+	if a.Workers <= 0 || a.QueueSize <= 0 || a.CacheSize <= 0 {
+		return fmt.Errorf("--actions-workers (%d), --actions-queue-size (%d) and --actions-cache-size (%d) must be positive", a.Workers, a.QueueSize, a.CacheSize)
+	}
+	return nil
 }

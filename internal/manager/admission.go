@@ -1,10 +1,12 @@
 package manager
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 
+	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -163,4 +165,37 @@ func (l *admissionLayer) Setup(d Deps) error {
 	}
 	d.Rules.OnChange(cm.Notify)
 	return mgr.Add(cm)
+}
+
+func (*admissionLayer) fromConfig(cfg *Config) (Layer, error) {
+	if !cfg.Admission.Enabled {
+		return nil, nil
+	}
+	a, err := newAdmission(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (*admissionLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
+	a := &cfg.Admission
+	f.BoolVar(&a.Enabled, "admission", a.Enabled, "run the validating admission webhook (L4)")
+	f.StringVar(&a.Host, "webhook-host", a.Host, "address the webhook server listens on; empty for all")
+	f.IntVar(&a.Port, "webhook-port", a.Port, "port of the webhook server (TLS)")
+	f.StringVar(&a.ServiceName, "webhook-service", a.ServiceName, "Service the API server reaches the webhook by (in Portal's namespace)")
+	f.BoolVar(&a.LocalURL, "webhook-local", a.LocalURL, "point the webhook configuration at https://127.0.0.1:<webhook-port> instead of the Service, for Portal running outside the cluster next to its API server")
+	f.StringVar(&a.ConfigName, "webhook-config-name", a.ConfigName, "name of the ValidatingWebhookConfiguration Portal manages")
+	f.StringVar(&a.CertSource, "cert-source", a.CertSource, "webhook certificate: self (issued and renewed by Portal) or cert-manager (read from --cert-secret)")
+	f.StringVar(&a.CertSecret, "cert-secret", a.CertSecret, "Secret holding the webhook serving certificate")
+	f.BoolVar(&a.FailOpen, "fail-open", a.FailOpen, "failurePolicy Ignore: admit requests when Portal is unreachable (default: fail closed)")
+	f.StringVar(&a.ClientCAFile, "webhook-client-ca-file", a.ClientCAFile, "accept only webhook clients presenting a certificate signed by a CA in this PEM file: the API server, configured with an AdmissionConfiguration kubeConfigFile; empty accepts any client")
+	f.StringSliceVar(&a.ClientAllowedNames, "webhook-client-allowed-names", a.ClientAllowedNames, "with --webhook-client-ca-file, also require the client certificate's common name or a DNS name to be one of these")
+}
+
+func (*admissionLayer) CheckFlags(cfg *Config) error {
+	if len(cfg.Admission.ClientAllowedNames) > 0 && cfg.Admission.ClientCAFile == "" {
+		return errors.New("--webhook-client-allowed-names needs --webhook-client-ca-file: names are only checked on certificates that CA signed")
+	}
+	return nil
 }

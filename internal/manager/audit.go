@@ -2,7 +2,10 @@ package manager
 
 import (
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/vilaca/portal/internal/audit"
 	"github.com/vilaca/portal/internal/lookup"
@@ -71,6 +74,37 @@ func (l *auditLayer) Setup(d Deps) error {
 		d.Lookups.SetRequeuer(lookup.RequeueFunc(func(o lookup.ObjectKey) {
 			src.Requeue(o.GVK.GroupKind(), o.Namespace, o.Name)
 		}))
+	}
+	return nil
+}
+
+func (*auditLayer) fromConfig(cfg *Config) (Layer, error) {
+	if !cfg.Audit.Enabled {
+		return nil, nil
+	}
+	return &auditLayer{cfg: cfg.Audit}, nil
+}
+
+// AddFlags binds audit's flags and those of the findings pipeline's sinks,
+// which came with audit.
+func (*auditLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
+	au := &cfg.Audit
+	f.DurationVar(&au.EvalTimeout, "audit-eval-timeout", au.EvalTimeout, "deadline of one object's evaluation by its audit rules; a rule still running then ends in an error")
+	f.BoolVar(&au.Enabled, "audit", au.Enabled, "run continuous audit of live objects into reports, alerts, metrics and logs (L5)")
+	f.DurationVar(&au.ResyncPeriod, "resync-period", au.ResyncPeriod, "re-evaluate every watched object this often, a safety net behind the watches")
+	f.IntVar(&au.Workers, "audit-workers", au.Workers, "concurrent audit evaluations")
+	f.StringVar(&au.Sinks.ReportFormat, "report-format", au.Sinks.ReportFormat, "reports to write: wgpolicyk8s, openreports, both or none")
+	f.IntVar(&au.Sinks.ReportMaxResults, "report-max-results", au.Sinks.ReportMaxResults, "results per report before a namespace's report is sharded (0: the default, 50)")
+	f.StringVar(&au.Sinks.AlertmanagerURL, "alertmanager-url", au.Sinks.AlertmanagerURL, "send one alert per finding to this Alertmanager (v2 API); empty disables alerts")
+	f.DurationVar(&au.Sinks.AlertResendInterval, "alert-resend-interval", au.Sinks.AlertResendInterval, "re-send open alerts this often (0: the default, 1m)")
+	f.IntVar(&au.Sinks.AlertBufferSize, "alert-buffer-size", au.Sinks.AlertBufferSize, "alert changes kept while Alertmanager is unreachable (0: the default, 10000)")
+	f.BoolVar(&au.Sinks.Prometheus, "audit-metrics", au.Sinks.Prometheus, "export portal_audit_violations")
+	f.BoolVar(&au.Sinks.Stdout, "audit-log-findings", au.Sinks.Stdout, "log one JSON line per finding raised, changed and resolved")
+}
+
+func (*auditLayer) CheckFlags(cfg *Config) error {
+	if cfg.Audit.EvalTimeout <= 0 {
+		return fmt.Errorf("--audit-eval-timeout %s must be positive", cfg.Audit.EvalTimeout)
 	}
 	return nil
 }

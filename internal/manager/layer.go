@@ -7,15 +7,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/vilaca/portal/internal/apigateway"
-	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
-	"github.com/vilaca/portal/internal/waf"
 )
 
 // Layer is one room of Portal that a configuration switches on. Run builds
@@ -72,56 +69,16 @@ type Deps struct {
 // set up.
 func enabledLayers(cfg *Config) ([]Layer, error) {
 	var ls []Layer
-	if cfg.Admission.Enabled {
-		a, err := newAdmission(cfg)
+	for _, r := range registry() {
+		l, err := r.fromConfig(cfg)
 		if err != nil {
 			return nil, err
 		}
-		ls = append(ls, a)
-	}
-	if cfg.Audit.Enabled {
-		ls = append(ls, &auditLayer{cfg: cfg.Audit})
-	}
-	if cfg.Network.Enabled {
-		ls = append(ls, &networkLayer{cfg: cfg.Network})
-	}
-	if cfg.WAF {
-		ls = append(ls, &wafLayer{opts: cfg.WAFOptions})
-	}
-	if cfg.APIGateway {
-		ls = append(ls, &apiGatewayLayer{opts: cfg.APIGatewayOptions})
-	}
-	if cfg.Actions.Enabled {
-		ls = append(ls, &actionsLayer{cfg: cfg.Actions, alertsSink: cfg.Audit.Sinks.AlertmanagerURL != "", admission: cfg.Admission.Enabled})
+		if l != nil {
+			ls = append(ls, l)
+		}
 	}
 	return ls, nil
-}
-
-// wafLayer is the L7 WAF rule pipeline and its rule set cache.
-type wafLayer struct{ opts waf.Options }
-
-func (*wafLayer) Name() string { return "waf" }
-
-func (l *wafLayer) Setup(d Deps) error {
-	o := l.opts
-	o.Logger = d.Logger
-	o.Namespace = d.Namespace
-	o.Registerer = d.Registerer
-	service, secret := o.CacheService, o.CacheCertSecret
-	if service == "" {
-		service = waf.DefaultCacheService
-	}
-	// Never certs' default, which is the webhook's Secret.
-	if secret == "" {
-		secret = waf.DefaultCacheCertSecret
-	}
-	cc, err := certs.Setup(d.Manager, certs.CacheOptions(d.Namespace, service, secret, d.Logger, d.Registerer), "waf-cache-certificate")
-	if err != nil {
-		return fmt.Errorf("cache certificate: %w", err)
-	}
-	o.Certificates = cc
-	_, err = waf.Setup(d.Manager, o)
-	return err
 }
 
 // setupLayers hands the shared dependencies to each layer.
@@ -141,16 +98,4 @@ func layerNames(ls []Layer) []string {
 		names[i] = l.Name()
 	}
 	return names
-}
-
-// apiGatewayLayer is the L7 API exposure layer (APIGateway, APIRule,
-// RateLimit -> Istio configuration).
-type apiGatewayLayer struct{ opts apigateway.Options }
-
-func (*apiGatewayLayer) Name() string { return "apigateway" }
-
-func (l *apiGatewayLayer) Setup(d Deps) error {
-	o := l.opts
-	o.Logger = d.Logger
-	return apigateway.Setup(d.Manager, o)
 }

@@ -2,8 +2,12 @@ package manager
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/vilaca/portal/internal/network"
 )
@@ -51,4 +55,33 @@ func (l *networkLayer) Setup(d Deps) error {
 		ResyncPeriod: resync, Logger: d.Logger, Registerer: d.Registerer,
 	})
 	return err
+}
+
+func (*networkLayer) fromConfig(cfg *Config) (Layer, error) {
+	if !cfg.Network.Enabled {
+		return nil, nil
+	}
+	return &networkLayer{cfg: cfg.Network}, nil
+}
+
+func (*networkLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
+	nw := &cfg.Network
+	f.BoolVar(&nw.Enabled, "network", nw.Enabled, "run the NetworkPolicy analyser: findings on NetworkPolicies and Namespaces into reports, alerts, metrics and logs (L6)")
+	f.StringSliceVar(&nw.Checks.Checks, "network-checks", nw.Checks.Checks, "NetworkPolicy checks to run (default: all): "+strings.Join(network.Checks(), ", "))
+	f.StringSliceVar(&nw.Checks.ExcludeNamespaces, "network-exclude-namespaces", nw.Checks.ExcludeNamespaces, "namespaces (names or shell globs) the NetworkPolicy analyser raises no finding in; Portal's own namespace is always excluded")
+	f.IntVar(&nw.Checks.BroadCIDRIPv4Prefix, "network-broad-cidr-ipv4-prefix", nw.Checks.BroadCIDRIPv4Prefix, "np.broad-cidr flags an IPv4 ipBlock without except whose prefix is this short or shorter and not inside a private range")
+	f.IntVar(&nw.Checks.BroadCIDRIPv6Prefix, "network-broad-cidr-ipv6-prefix", nw.Checks.BroadCIDRIPv6Prefix, "np.broad-cidr flags an IPv6 ipBlock without except whose prefix is this short or shorter and not inside a private range")
+	f.IntVar(&nw.Checks.MaxPodVisits, "network-max-pod-visits", nw.Checks.MaxPodVisits, "pods one namespace's analysis may read while matching selectors; selectors left unchecked raise no finding")
+	f.IntVar(&nw.Workers, "network-workers", nw.Workers, "concurrent namespace analyses")
+	f.DurationVar(&nw.ResyncPeriod, "network-resync-period", nw.ResyncPeriod, "re-analyse every namespace this often, a safety net behind the watch events; 0 disables it")
+}
+
+func (*networkLayer) CheckFlags(cfg *Config) error {
+	if err := cfg.Network.Checks.Validate(); err != nil {
+		return err
+	}
+	if cfg.Network.Workers <= 0 {
+		return fmt.Errorf("--network-workers %d must be positive", cfg.Network.Workers)
+	}
+	return nil
 }

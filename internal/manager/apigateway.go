@@ -1,0 +1,38 @@
+package manager
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/vilaca/portal/internal/apigateway"
+)
+
+// apiGatewayLayer is the L7 API exposure layer (APIGateway, APIRule,
+// RateLimit -> Istio configuration).
+type apiGatewayLayer struct{ opts apigateway.Options }
+
+func (*apiGatewayLayer) Name() string { return "apigateway" }
+
+func (l *apiGatewayLayer) Setup(d Deps) error {
+	o := l.opts
+	o.Logger = d.Logger
+	return apigateway.Setup(d.Manager, o)
+}
+
+func (*apiGatewayLayer) fromConfig(cfg *Config) (Layer, error) {
+	if !cfg.APIGateway {
+		return nil, nil
+	}
+	return &apiGatewayLayer{opts: cfg.APIGatewayOptions}, nil
+}
+
+func (*apiGatewayLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
+	g := &cfg.APIGatewayOptions
+	f.BoolVar(&cfg.APIGateway, "apigateway", cfg.APIGateway, "run the API exposure layer: APIGateway, APIRule and RateLimit generating Istio configuration (L7; needs Istio's CRDs)")
+	f.StringVar(&g.IngressPrincipal, "apigateway-ingress-principal", g.IngressPrincipal, "SPIFFE identity of the Istio ingress gateway, the only caller the AuthorizationPolicies generated for APIRules allow")
+	f.DurationVar(&g.APIRuleResync, "apigateway-apirule-resync", g.APIRuleResync, "reconcile unchanged APIRules this often, repairing hand edits of their Istio objects")
+	f.DurationVar(&g.RateLimitResync, "apigateway-ratelimit-resync", g.RateLimitResync, "reconcile unchanged RateLimits this often")
+	f.DurationVar(&g.GatewayResync, "apigateway-gateway-resync", g.GatewayResync, "reconcile the unchanged APIGateway this often")
+}
+
+// CheckFlags leaves the gateway's settings to apigateway.Setup.
+func (*apiGatewayLayer) CheckFlags(*Config) error { return nil }

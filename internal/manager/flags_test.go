@@ -1,0 +1,53 @@
+package manager
+
+import (
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// TestLayerFlagSwitchesItsLayer: every registered layer binds its flags on
+// a flag set shared with all the others without a clash, and the flag of its
+// name switches on that layer and no other, so a layer added to the registry
+// is reachable from `portal run` and `portal dev`.
+func TestLayerFlagSwitchesItsLayer(t *testing.T) {
+	for _, want := range Layers() {
+		t.Run(want.Name(), func(t *testing.T) {
+			cfg := Defaults()
+			cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+			f := pflag.NewFlagSet("portal", pflag.ContinueOnError)
+			for _, l := range Layers() {
+				l.AddFlags(f, &cfg)
+			}
+			if err := f.Parse([]string{"--" + want.Name()}); err != nil {
+				t.Fatalf("--%s: %v", want.Name(), err)
+			}
+			for _, l := range Layers() {
+				if err := l.CheckFlags(&cfg); err != nil {
+					t.Errorf("%s rejects the defaults: %v", l.Name(), err)
+				}
+			}
+			ls, err := enabledLayers(&cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := layerNames(ls); !slices.Equal(got, []string{want.Name()}) {
+				t.Errorf("--%s enables %v", want.Name(), got)
+			}
+		})
+	}
+}
+
+// TestLayerCheckFlagsNamesTheFlag: a layer's validation reports the flag to
+// fix.
+func TestLayerCheckFlagsNamesTheFlag(t *testing.T) {
+	cfg := Defaults()
+	cfg.Network.Workers = 0
+	err := (&networkLayer{}).CheckFlags(&cfg)
+	if err == nil || err.Error() != "--network-workers 0 must be positive" {
+		t.Errorf("network-workers 0: %v", err)
+	}
+}
