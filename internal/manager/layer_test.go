@@ -35,7 +35,7 @@ func TestLayerSwitches(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Portal's namespace holds the webhook certificate's Secret.
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Defaults().Namespace}}); err != nil {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Defaults().Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 
