@@ -16,7 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/vilaca/portal/internal/certs/pki"
+	"github.com/vilaca/portal/internal/pki"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/proxy"
 	"github.com/vilaca/portal/internal/waf/ruleset"

@@ -25,6 +25,9 @@ var layers = []string{
 	"internal/eval",
 	"internal/migrate",
 	"internal/lookup",
+	"internal/network",
+	"internal/actions",
+	"internal/apigateway",
 }
 
 // foundations is what every package may build on; none of them imports a
@@ -32,9 +35,11 @@ var layers = []string{
 // rule set cache's certificates), so it is one too; so is internal/findings,
 // the pipeline every producer of findings publishes into, and
 // internal/clustercache, the informer cache every layer reads the cluster
-// through.
+// through. internal/pki, the certificate library, is used by the data
+// planes' tests and tools as well as by internal/certs.
 var foundations = []string{
 	"internal/certs",
+	"internal/pki",
 	"internal/clustercache",
 	"internal/findings",
 	"internal/core",

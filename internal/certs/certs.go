@@ -32,7 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/vilaca/portal/internal/certs/pki"
+	"github.com/vilaca/portal/internal/pki"
 )
 
 // Source says where the certificate Secret comes from (flag --cert-source).

@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/vilaca/portal/internal/certs/pki"
+	"github.com/vilaca/portal/internal/pki"
 )
 
 // SetupWithManager registers the loader (every replica), the issuer (leader,

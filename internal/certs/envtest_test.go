@@ -36,7 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/vilaca/portal/internal/certs/pki"
+	"github.com/vilaca/portal/internal/pki"
 	"github.com/vilaca/portal/internal/devcluster"
 )
 

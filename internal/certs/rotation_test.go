@@ -15,7 +15,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/vilaca/portal/internal/certs/pki"
+	"github.com/vilaca/portal/internal/pki"
 )
 
 // TestRotationWithoutFailedRequests serves GetCertificate over real TLS and
