@@ -24,10 +24,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
-	"github.com/vilaca/portal/internal/pki"
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/manifest"
+	"github.com/vilaca/portal/internal/pki"
 	"github.com/vilaca/portal/internal/waf/cache"
 )
 

@@ -36,8 +36,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/vilaca/portal/internal/pki"
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/pki"
 )
 
 // One control plane serves every test of the package; it starts on first
