@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -84,7 +85,67 @@ func BenchmarkChangeToPolicyReport(b *testing.B) {
 	if changeObjects.err != nil {
 		b.Fatal(changeObjects.err)
 	}
+	p := startChangePortal(b, cl, dynamic.NewForConfigOrDie(cfg), total, pairs)
 
+	// Consecutive changes go to different namespaces, as changes spread
+	// over a cluster would; a namespace's turn comes again after 100. Each
+	// change re-evaluates the namespace's 10 Deployments twice (delete,
+	// create); the cycle guard suppresses a pair's re-evaluations past
+	// CycleLimit per CycleWindow (what it suppresses waits for the resync),
+	// so a namespace is changed again only once its window has passed:
+	// what is measured is the path, not the guard.
+	if p.cfg.Lookup.CycleLimit < 2 {
+		b.Fatalf("cycle limit %d: a change re-evaluates a pair twice", p.cfg.Lookup.CycleLimit)
+	}
+	var raise, cleared []time.Duration
+	visited := map[string]time.Time{}
+	paced := time.Duration(0)
+	k := 0
+	for b.Loop() {
+		i := k % pairs
+		k++
+		ns, name := changeNS(i%changeNamespaces), fmt.Sprint("web-", (i/changeNamespaces)%changePairsPerNS)
+		if pause := p.cfg.Lookup.CycleWindow + time.Second - time.Since(visited[ns]); pause > 0 {
+			b.StopTimer()
+			paced += pause
+			time.Sleep(pause) // pacing below the cycle guard's rate, not synchronisation
+			b.StartTimer()
+		}
+		visited[ns] = time.Now()
+		r, c := changePair(ctx, b, cs, p.findings, ns, name)
+		raise, cleared = append(raise, r), append(cleared, c)
+	}
+	b.StopTimer()
+	if n := counter(b, p.reg, "portal_lookup_cycle_suppressed_total"); n != 0 {
+		b.Fatalf("the cycle guard suppressed %v re-evaluations: the pacing is wrong and the figures are not the path's", n)
+	}
+	select {
+	case err := <-p.watchErr:
+		b.Fatalf("PolicyReport watch: %v", err)
+	default:
+	}
+	reportChanges(b, p, raise, cleared)
+	b.Logf("%d pairs; %s paced", pairs, paced.Round(time.Second))
+}
+
+// changePortal is Portal running for the benchmark, settled.
+type changePortal struct {
+	cfg      Config
+	reg      *prometheus.Registry
+	findings *findingWatch
+	watchErr <-chan error
+	// cached and deps are the cache's objects and the dependency index's
+	// entries once settled.
+	cached, deps float64
+}
+
+// startChangePortal runs Portal (audit only, the cookbook rule and the
+// filler rule) until b ends, and waits until it has settled: the leader has
+// published the full state, the cache holds every object, every Deployment
+// has been evaluated (one dependency each) and nothing is queued. Every
+// pair has its PDB then, so no Deployment has a finding.
+func startChangePortal(b *testing.B, cl *devcluster.Cluster, dyn dynamic.Interface, total, pairs int) *changePortal {
+	b.Helper()
 	dir := b.TempDir()
 	root, err := devcluster.RepoRoot()
 	if err != nil {
@@ -99,87 +160,60 @@ func BenchmarkChangeToPolicyReport(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	pcfg, reg, _ := layerConfig(b, "change-bench")
-	pcfg.Audit.Enabled = true
-	pcfg.Audit.ResyncPeriod = time.Hour // every re-evaluation measured is an event
-	pcfg.Audit.Sinks.ReportFormat = "wgpolicyk8s"
-	pcfg.RulesFolder = dir
+	p := &changePortal{findings: newFindingWatch()}
+	p.cfg, p.reg, _ = layerConfig(b, "change-bench")
+	p.cfg.Audit.Enabled = true
+	p.cfg.Audit.ResyncPeriod = time.Hour // every re-evaluation measured is an event
+	p.cfg.Audit.Sinks.ReportFormat = "wgpolicyk8s"
+	p.cfg.RulesFolder = dir
 
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	fw := newFindingWatch()
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	b.Cleanup(stopWatch)
 	watchErr := make(chan error, 1)
-	go func() { watchErr <- fw.run(watchCtx, dynamic.NewForConfigOrDie(cfg)) }()
+	p.watchErr = watchErr
+	go func() { watchErr <- p.findings.run(watchCtx, dyn) }()
 
-	runUntilReady(b, cl, pcfg)
-	// Settled: the leader has published the full state, the cache holds
-	// every object, every Deployment has been evaluated (one dependency
-	// each) and nothing is queued. Every pair has its PDB, so no finding.
-	var cached, deps float64
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 15*time.Minute, true, func(context.Context) (bool, error) {
-		cached, deps = counter(b, reg, "portal_cluster_cache_objects"), counter(b, reg, "portal_lookup_dependencies")
-		return counter(b, reg, "portal_audit_leader") == 1 && cached >= float64(total) && deps >= float64(pairs) &&
-			counter(b, reg, "portal_audit_queue_depth") == 0 && fw.failing() == 0, nil
+	runUntilReady(b, cl, p.cfg)
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 15*time.Minute, true, func(context.Context) (bool, error) {
+		p.cached, p.deps = counter(b, p.reg, "portal_cluster_cache_objects"), counter(b, p.reg, "portal_lookup_dependencies")
+		return counter(b, p.reg, "portal_audit_leader") == 1 && p.cached >= float64(total) && p.deps >= float64(pairs) &&
+			counter(b, p.reg, "portal_audit_queue_depth") == 0 && p.findings.failing() == 0, nil
 	})
 	if err != nil {
-		b.Fatalf("Portal never settled: %v cached objects (want %d), %v dependencies (want %d), %d failing Deployments: %v", cached, total, deps, pairs, fw.failing(), err)
+		b.Fatalf("Portal never settled: %v cached objects (want %d), %v dependencies (want %d), %d failing Deployments: %v",
+			p.cached, total, p.deps, pairs, p.findings.failing(), err)
 	}
-	b.Logf("settled: %v cached objects, %v dependencies (load average %s)", cached, deps, benchstat.LoadAverage())
+	b.Logf("settled: %v cached objects, %v dependencies (load average %s)", p.cached, p.deps, benchstat.LoadAverage())
+	return p
+}
 
-	var raise, cleared []time.Duration
-	// Consecutive changes go to different namespaces, as changes spread
-	// over a cluster would; a namespace's turn comes again after 100. Each
-	// change re-evaluates the namespace's 10 Deployments twice (delete,
-	// create); the cycle guard suppresses a pair's re-evaluations past
-	// CycleLimit per CycleWindow (what it suppresses waits for the resync),
-	// so a namespace is changed again only once its window has passed:
-	// what is measured is the path, not the guard.
-	if pcfg.Lookup.CycleLimit < 2 {
-		b.Fatalf("cycle limit %d: a change re-evaluates a pair twice", pcfg.Lookup.CycleLimit)
+// changePair deletes the pair's PDB and times until its Deployment's
+// finding is in the report, then re-creates it and times until the finding
+// is gone. Both times start when the request is sent.
+func changePair(ctx context.Context, b *testing.B, cs kubernetes.Interface, fw *findingWatch, ns, name string) (raise, gone time.Duration) {
+	key := ns + "/" + name
+	start := time.Now()
+	if err := cs.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		b.Fatal(err)
 	}
-	visited := map[string]time.Time{}
-	paced := time.Duration(0)
-	k := 0
-	for b.Loop() {
-		i := k % pairs
-		k++
-		ns, name := changeNS(i%changeNamespaces), fmt.Sprint("web-", (i/changeNamespaces)%changePairsPerNS)
-		key := ns + "/" + name
-		if wait := pcfg.Lookup.CycleWindow + time.Second - time.Since(visited[ns]); wait > 0 {
-			b.StopTimer()
-			paced += wait
-			time.Sleep(wait) // pacing below the cycle guard's rate, not synchronisation
-			b.StartTimer()
-		}
-		visited[ns] = time.Now()
-		start := time.Now()
-		if err := cs.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		at, err := fw.await(ctx, key, true, start)
-		if err != nil {
-			b.Fatalf("%s: finding never raised after its PDB was deleted: %v", key, err)
-		}
-		raise = append(raise, at.Sub(start))
-		start = time.Now()
-		if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, changePDB(name), metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		at, err = fw.await(ctx, key, false, start)
-		if err != nil {
-			b.Fatalf("%s: finding never cleared after its PDB was re-created: %v", key, err)
-		}
-		cleared = append(cleared, at.Sub(start))
+	at, err := fw.await(ctx, key, true, start)
+	if err != nil {
+		b.Fatalf("%s: finding never raised after its PDB was deleted: %v", key, err)
 	}
-	b.StopTimer()
-	if n := counter(b, reg, "portal_lookup_cycle_suppressed_total"); n != 0 {
-		b.Fatalf("the cycle guard suppressed %v re-evaluations: the pacing is wrong and the figures are not the path's", n)
+	raise = at.Sub(start)
+	start = time.Now()
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, changePDB(name), metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
 	}
-	select {
-	case err := <-watchErr:
-		b.Fatalf("PolicyReport watch: %v", err)
-	default:
+	if at, err = fw.await(ctx, key, false, start); err != nil {
+		b.Fatalf("%s: finding never cleared after its PDB was re-created: %v", key, err)
 	}
+	return raise, at.Sub(start)
+}
+
+// reportChanges reports the latencies as metrics and logs the figures
+// docs/performance.md quotes.
+func reportChanges(b *testing.B, p *changePortal, raise, cleared []time.Duration) {
 	all := benchstat.Summarise(slices.Concat(raise, cleared))
 	r, c := benchstat.Summarise(raise), benchstat.Summarise(cleared)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -187,8 +221,8 @@ func BenchmarkChangeToPolicyReport(b *testing.B) {
 	b.ReportMetric(ms(all.P99), "p99-ms")
 	b.ReportMetric(ms(r.P99), "raise-p99-ms")
 	b.ReportMetric(ms(c.P99), "clear-p99-ms")
-	b.ReportMetric(cached, "cached-objects")
-	b.Logf("%s; load average %s; %d changes over %d pairs, %v cached objects, %v dependencies; %s paced", benchstat.Machine(), benchstat.LoadAverage(), all.N, pairs, cached, deps, paced.Round(time.Second))
+	b.ReportMetric(p.cached, "cached-objects")
+	b.Logf("%s; load average %s; %d changes, %v cached objects, %v dependencies", benchstat.Machine(), benchstat.LoadAverage(), all.N, p.cached, p.deps)
 	for _, x := range []struct {
 		what string
 		l    benchstat.Latencies
@@ -196,8 +230,8 @@ func BenchmarkChangeToPolicyReport(b *testing.B) {
 		b.Logf("%s: n %d, mean %.1f ms, p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms", x.what, x.l.N, ms(x.l.Mean), ms(x.l.P50), ms(x.l.P95), ms(x.l.P99), ms(x.l.Max))
 	}
 	b.Logf("portal_lookup_requeues_total %v, portal_lookup_cycle_suppressed_total %v, portal_audit_rule_errors_total %v, portal_policyreport_writes_total %v",
-		counter(b, reg, "portal_lookup_requeues_total"), counter(b, reg, "portal_lookup_cycle_suppressed_total"),
-		counter(b, reg, "portal_audit_rule_errors_total"), counter(b, reg, "portal_policyreport_writes_total"))
+		counter(b, p.reg, "portal_lookup_requeues_total"), counter(b, p.reg, "portal_lookup_cycle_suppressed_total"),
+		counter(b, p.reg, "portal_audit_rule_errors_total"), counter(b, p.reg, "portal_policyreport_writes_total"))
 }
 
 func changeNS(i int) string { return fmt.Sprintf("change-%03d", i) }
