@@ -74,6 +74,7 @@ func TestWAFProxyFlagErrors(t *testing.T) {
 		{append(base, "--failure-policy", "open"), `--failure-policy "open": use fail or allow`},
 		{append(base, "--ruleset", "guard"), "want namespace/name"},
 		{append(base, "--ruleset", "ns/Guard"), "name"},
+		{append(base, "--gateway", "edge"), "--gateway: "},
 		{append(base, "--upstream", "ftp://x"), "--upstream"},
 		{append(base, "--cache-url", "nope"), "--cache-url"},
 		{append(base, "--cache-url", "http://127.0.0.1:1"), "the rule set cache serves TLS only"},
