@@ -41,6 +41,12 @@ func readStatus(t *testing.T, token, ns, name string) int {
 		t.Fatal(err)
 	}
 	_, err = c.Entry(context.Background(), ns, name)
+	return statusOf(t, err)
+}
+
+// statusOf is the HTTP status a cache client's call ended with.
+func statusOf(t *testing.T, err error) int {
+	t.Helper()
 	switch {
 	case err == nil:
 		return 200
@@ -52,7 +58,7 @@ func readStatus(t *testing.T, token, ns, name string) int {
 			return code
 		}
 	}
-	t.Fatalf("read %s/%s: %v", ns, name, err)
+	t.Fatalf("read the cache: %v", err)
 	return 0
 }
 
