@@ -55,6 +55,9 @@ type Config struct {
 	// /healthz and /readyz; "0" disables a listener.
 	MetricsAddr string
 	HealthAddr  string
+	// PprofAddr is the listen address of net/http/pprof's /debug/pprof/
+	// (heap, goroutine and CPU profiles); empty or "0" serves none.
+	PprofAddr string
 	// MetricsSecure serves /metrics over HTTPS and only to clients whose
 	// bearer token the API server authenticates (TokenReview) and allows
 	// get on the /metrics non-resource URL (SubjectAccessReview), as
@@ -187,6 +190,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		Scheme:                        scheme,
 		Metrics:                       metricsOptions(&cfg),
 		HealthProbeBindAddress:        cfg.HealthAddr,
+		PprofBindAddress:              cfg.PprofAddr,
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              cfg.LeaderElectionID,
 		LeaderElectionNamespace:       cfg.Namespace,
