@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -201,6 +202,10 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		RenewDeadline:           ptrDuration(7 * time.Second),
 		RetryPeriod:             ptrDuration(2 * time.Second),
 		GracefulShutdownTimeout: ptrDuration(10 * time.Second),
+		// No reconciler reads managed fields, often the largest part of a
+		// small object's metadata; writes are server-side applies, and an
+		// update without them keeps the stored ones.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 	}
 	if cfg.Registerer != nil {
 		// controller-runtime refuses a second controller of the same name
