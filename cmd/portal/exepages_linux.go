@@ -87,11 +87,11 @@ func readOnlyMappings(maps io.Reader, file string) ([]addrRange, error) {
 		if !ok {
 			return nil, fmt.Errorf("bad address range %q", fields[0])
 		}
-		start, err := strconv.ParseUint(lo, 16, 64)
+		start, err := strconv.ParseUint(lo, 16, 0)
 		if err != nil {
 			return nil, fmt.Errorf("bad address range %q: %w", fields[0], err)
 		}
-		end, err := strconv.ParseUint(hi, 16, 64)
+		end, err := strconv.ParseUint(hi, 16, 0)
 		if err != nil || end < start {
 			return nil, fmt.Errorf("bad address range %q", fields[0])
 		}

@@ -53,3 +53,25 @@ func TestDropExecutablePages(t *testing.T) {
 		t.Fatalf("root command %q after the drop", cmd.Name())
 	}
 }
+
+// FuzzReadOnlyMappings: whatever the listing, the parser returns ranges of
+// the named file only, never an inverted one, or an error; it never panics.
+func FuzzReadOnlyMappings(f *testing.F) {
+	f.Add("00400000-02860000 r-xp 00000000 fe:00 10010633   /bin/portal\n053cb000-07422000 rw-p 00000000 00:00 0 \n")
+	f.Add("02860000-052da000 r--p 02460000 fe:00 1 /bin/portal (deleted)\n")
+	f.Add("ffffffffffffffff-0 r--p 0 0 0 /bin/portal\n")
+	f.Fuzz(func(t *testing.T, maps string) {
+		got, err := readOnlyMappings(strings.NewReader(maps), "/bin/portal")
+		if err != nil {
+			return
+		}
+		if n := strings.Count(maps, "/bin/portal"); len(got) > n {
+			t.Fatalf("%d ranges from %d lines naming the file", len(got), n)
+		}
+		for _, r := range got {
+			if r.end < r.start {
+				t.Fatalf("inverted range %#x-%#x", r.start, r.end)
+			}
+		}
+	})
+}
