@@ -155,9 +155,8 @@ func BenchmarkPortalRSS(b *testing.B) {
 	if len(errs) > 0 {
 		b.Fatal(errors.Join(append(errs[:min(len(errs), 3)], p.LogTail())...))
 	}
-	// Settled: the figure a scrape gives between bursts, after the
-	// collector has run (the runtime forces one every two minutes at the
-	// latest; a few seconds of quiet let the scavenger return what it can).
+	// Settled: resident memory flat for ten seconds, the figure a scrape
+	// gives between bursts of admissions.
 	settled, err := settle(ctx, p.Pid())
 	if err != nil {
 		b.Fatal(err)
