@@ -119,7 +119,7 @@ func BenchmarkPortalRSS(b *testing.B) {
 	if err := p.WaitReady(ctx, cl, nRules, webhookReady(cl)); err != nil {
 		b.Fatal(err)
 	}
-	fmt.Printf("bench-rss: portal pid %d ready with %d rules; load %s\n", p.Pid(), nRules, benchstat.LoadAverage())
+	b.Logf("portal pid %d ready with %d rules; load %s", p.Pid(), nRules, benchstat.LoadAverage())
 	ready, err := benchstat.ProcStatus(p.Pid())
 	if err != nil {
 		b.Fatal(err)
@@ -167,13 +167,13 @@ func BenchmarkPortalRSS(b *testing.B) {
 		}
 	}
 	if m, err := sections(p.Pid(), bin); err == nil {
-		fmt.Printf("bench-rss: the executable's sections:\n%s\n", m)
+		b.Logf("resident of the executable: %s", m)
 	} else {
 		b.Error(err)
 	}
-	fmt.Printf("bench-rss: ready %s\nbench-rss: after %d pods %s\nbench-rss: load %s\n", describe(ready), pods, describe(settled), benchstat.LoadAverage())
+	b.Logf("ready: %s; after %d pods: %s; load %s", describe(ready), pods, describe(settled), benchstat.LoadAverage())
 	mib := func(kB int64) float64 { return float64(kB) / 1024 }
-	fmt.Printf("bench-rss: peak from ready on: VmRSS %.1f MiB, RssAnon %.1f MiB\n", mib(rssPeak.Load()), mib(anonPeak.Load()))
+	b.Logf("peak from ready on: VmRSS %.1f MiB, RssAnon %.1f MiB", mib(rssPeak.Load()), mib(anonPeak.Load()))
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(mib(ready["VmRSS"]), "rss-ready-MiB")
 	b.ReportMetric(mib(settled["VmRSS"]), "rss-MiB")
@@ -432,10 +432,12 @@ func sections(pid int, bin string) (string, error) {
 			}
 		}
 		total, size = total+resident, size+s.Size
-		out = append(out, fmt.Sprintf("  %-12s %6.1f of %6.1f MiB resident", s.Name, mib(resident), mib(s.Size)))
+		if s.Size >= 1<<20 {
+			out = append(out, fmt.Sprintf("%s %.1f of %.1f MiB", s.Name, mib(resident), mib(s.Size)))
+		}
 	}
-	out = append(out, fmt.Sprintf("  %-12s %6.1f of %6.1f MiB resident", "(all)", mib(total), mib(size)))
-	return strings.Join(out, "\n"), nil
+	out = append(out, fmt.Sprintf("all %.1f of %.1f MiB", mib(total), mib(size)))
+	return strings.Join(out, ", "), nil
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
