@@ -214,7 +214,7 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 }
 
 func (o *wafProxyOptions) run(ctx context.Context) error {
-	gcPercent, memLimit := applyWAFProxyGCDefaults(os.Getenv, cgroupMemoryMax)
+	gcPercent, memLimit := applyGCDefaults(os.Getenv, cgroupMemoryMax, wafProxyGCPercent)
 	s, err := o.validate()
 	if err != nil {
 		return usageError(err)
