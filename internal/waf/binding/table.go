@@ -179,11 +179,7 @@ func buildTable(g *gatewayv1.Gateway, gk objKey, routes map[objKey]*route, winne
 		if st, _ := effective(r.key, gk, winners); st != nil {
 			pol = tp.add(st, overrides[r.key])
 		}
-		hosts := r.hostnames
-		if len(hosts) == 0 {
-			hosts = []string{""}
-		}
-		for _, h := range hosts {
+		for _, h := range r.hosts[gk] {
 			for i, row := range r.rows {
 				row.Policy = pol
 				if h != "" {
