@@ -147,7 +147,7 @@ func (tp *tablePolicies) add(st *policyState, ex *cache.Exclusions) int {
 			sl.Path = l.Destination.File.Path
 		}
 		if l.Destination.Syslog != nil {
-			sl.Server = l.Destination.Syslog.Server
+			sl.Server, sl.Protocol = l.Destination.Syslog.Server, string(l.Destination.Syslog.Protocol)
 		}
 		p.SecurityLogs = append(p.SecurityLogs, sl)
 	}
