@@ -62,6 +62,10 @@ type BundleFetcher interface {
 	// why there is none (FetchError, IntegrityError, ...: a cold miss).
 	// It must not block: a fetch runs in the background.
 	Bundle(policy types.NamespacedName, location, sha256 string) (rs cache.TableRuleSet, ok bool, reason, message string)
+	// Retain is told, after every table computation, the spec.bundle of
+	// every policy that has one: a bundle no policy uses any more is
+	// deleted (rule set cache, memory, persisted last good store).
+	Retain(policies map[types.NamespacedName]wafv1alpha1.BundleReference)
 }
 
 // objKey names an object of a kind: Kind/namespace/name.

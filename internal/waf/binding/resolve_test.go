@@ -146,6 +146,8 @@ func (f fakeBundles) Bundle(p types.NamespacedName, location, _ string) (cache.T
 	return cache.TableRuleSet{Namespace: p.Namespace, Name: "bundle-x", UUID: "u"}, true, o.reason, o.detail
 }
 
+func (fakeBundles) Retain(map[types.NamespacedName]wafv1alpha1.BundleReference) {}
+
 // spec.bundle: fresh is Programmed; stale stays enforced with
 // Programmed=False/StaleBundle; a cold miss fails closed; without storage
 // the policy says bundle storage is not configured.
