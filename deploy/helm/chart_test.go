@@ -210,6 +210,9 @@ func TestTemplateRefusesUnsafeValues(t *testing.T) {
 		{"bad duration", []string{"audit.resyncPeriod=10 minutes"}, "/audit/resyncPeriod"},
 		{"watched kind without resources", []string{"watchedGvks[0].apiGroup=apps"}, "/watchedGvks/0"},
 		{"digest that is not one", []string{"image.digest=latest"}, "/image/digest"},
+		{"client CA from a ConfigMap and a Secret", []string{"admission.clientCA.configMap=ca", "admission.clientCA.secret=ca"}, "admission.clientCA: set configMap or secret, not both"},
+		{"allowed client names without a CA", []string{"admission.clientCA.allowedNames={kube-apiserver}"}, "admission.clientCA.allowedNames needs admission.clientCA.configMap or admission.clientCA.secret"},
+		{"client CA key with a slash", []string{"admission.clientCA.secret=ca", "admission.clientCA.key=../ca.crt"}, "/admission/clientCA/key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, "", tc.set...)

@@ -88,6 +88,14 @@ items:
 {{- if not (or .Values.admission.enabled .Values.audit.enabled .Values.network.enabled .Values.waf.enabled .Values.apigateway.enabled) }}
 {{- fail "enable at least one of admission.enabled, audit.enabled, network.enabled, waf.enabled and apigateway.enabled" }}
 {{- end }}
+{{- with .Values.admission.clientCA }}
+{{- if and .configMap .secret }}
+{{- fail "admission.clientCA: set configMap or secret, not both" }}
+{{- end }}
+{{- if and .allowedNames (not (or .configMap .secret)) }}
+{{- fail "admission.clientCA.allowedNames needs admission.clientCA.configMap or admission.clientCA.secret: names are checked on certificates signed by that CA" }}
+{{- end }}
+{{- end }}
 {{- if and .Values.global.failClosed .Values.admission.enabled (not .Values.podDisruptionBudget.enabled) }}
 {{- fail "global.failClosed requires podDisruptionBudget.enabled: without it a node drain can stop every replica and block admission; set global.failClosed=false to run without a PodDisruptionBudget" }}
 {{- end }}
@@ -134,4 +142,9 @@ action types whose actions.<name>.enabled is true.
 {{- if (index $a (index $pair 0)).enabled }}{{ $types = append $types (index $pair 1) }}{{ end }}
 {{- end }}
 {{- join "," $types }}
+{{- end }}
+
+{{/* portal.clientCA is true (non-empty) when the webhook requires client certificates. */}}
+{{- define "portal.clientCA" -}}
+{{- with .Values.admission.clientCA }}{{ if or .configMap .secret }}true{{ end }}{{ end }}
 {{- end }}
