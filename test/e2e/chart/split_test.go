@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -78,6 +80,7 @@ func TestChartSplitMode(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = e.c.Delete(context.Background(), r) })
 		reports := e.reportsClient(t)
+		names := func(o corev1.ObjectReference) bool { return o.Name == cm.Name }
 		eventually(t, 2*time.Minute, "a PolicyReport result of e2e-split-audit on ConfigMap flagged", func(ctx context.Context) (bool, error) {
 			var l reportsv1alpha2.PolicyReportList
 			if err := reports.List(ctx, &l, client.InNamespace(e.workload)); err != nil {
@@ -85,7 +88,22 @@ func TestChartSplitMode(t *testing.T) {
 			}
 			for _, rep := range l.Items {
 				for _, res := range rep.Results {
-					if res.Policy == r.Name && slices.ContainsFunc(res.Resources, func(o corev1.ObjectReference) bool { return o.Name == cm.Name }) {
+					if res.Policy == r.Name && slices.ContainsFunc(res.Resources, names) {
+						return true, nil
+					}
+				}
+			}
+			return false, nil
+		})
+		// audit.reportFormat=both with the chart's openreports.io CRDs.
+		eventually(t, time.Minute, "an openreports.io Report result of e2e-split-audit on ConfigMap flagged", func(ctx context.Context) (bool, error) {
+			var l openreportsv1alpha1.ReportList
+			if err := reports.List(ctx, &l, client.InNamespace(e.workload)); err != nil {
+				return false, err
+			}
+			for _, rep := range l.Items {
+				for _, res := range rep.Results {
+					if res.Policy == r.Name && slices.ContainsFunc(res.Subjects, names) {
 						return true, nil
 					}
 				}
@@ -133,11 +151,20 @@ func TestChartSplitMode(t *testing.T) {
 	t.Run("UninstallLeavesNothing", func(t *testing.T) {
 		e.helm(t, "uninstall", releaseName, "--namespace", releaseNS, "--wait", "--timeout", "4m")
 		e.assertNothingLeft(t)
+		// Kept, as crds/ are: deleting Portal deletes nobody's reports.
+		for _, crd := range []string{"reports.openreports.io", "clusterreports.openreports.io"} {
+			obj := &metav1.PartialObjectMetadata{}
+			obj.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+			if err := e.c.Get(context.Background(), client.ObjectKey{Name: crd}, obj); err != nil {
+				t.Errorf("CRD %s after helm uninstall: %v, want it kept", crd, err)
+			}
+		}
 	})
 }
 
 // installSplit installs the chart in split mode with two replicas per
-// layer Deployment and waits for every one of them to be ready.
+// layer Deployment, both report formats and the openreports.io CRDs, and
+// waits for every one of them to be ready.
 func (e *env) installSplit(t testing.TB) {
 	t.Helper()
 	root, err := devcluster.RepoRoot()
@@ -147,6 +174,7 @@ func (e *env) installSplit(t testing.TB) {
 	args := []string{"install", releaseName, filepath.Join(root, "deploy", "helm", "portal"),
 		"--namespace", releaseNS, "--create-namespace", "--wait", "--timeout", "4m"}
 	set := append(imageValues(), "global.mode=split", "audit.enabled=true", "network.enabled=true", "waf.enabled=true",
+		"audit.reportFormat=both", "audit.installOpenReportsCRDs=true",
 		"admission.replicaCount=2", "audit.replicaCount=2", "network.replicaCount=2", "waf.replicaCount=2",
 		// Eight pods on one node: small requests so they fit.
 		"resources.requests.cpu=20m", "resources.requests.memory=64Mi")
@@ -203,13 +231,16 @@ func (e *env) helmQuiet(args ...string) (string, error) {
 	return string(out), err
 }
 
-// reportsClient is a client that knows the wgpolicyk8s.io report kinds,
-// which Portal's manager scheme leaves to the report sink.
+// reportsClient is a client that knows the wgpolicyk8s.io
+// and openreports.io report kinds, which Portal's manager scheme leaves to
+// the report sink.
 func (e *env) reportsClient(t testing.TB) client.Client {
 	t.Helper()
 	scheme := runtime.NewScheme()
-	if err := reportsv1alpha2.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+	for _, add := range []func(*runtime.Scheme) error{reportsv1alpha2.AddToScheme, openreportsv1alpha1.Install} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c, err := client.New(e.cl.Config, client.Options{Scheme: scheme})
 	if err != nil {
