@@ -73,6 +73,7 @@ items:
     layers: [{{ $l }}]
     replicas: {{ (index $v $l).replicaCount }}
     resources: {{ default $v.resources (index $v $l).resources | toJson }}
+    serviceAccount: {{ include "portal.unitServiceAccount" (dict "root" $ "layer" $l) }}
 {{- end }}
 {{- else }}
   - name: {{ $fullname }}
@@ -80,7 +81,69 @@ items:
     layers: {{ $layers | toJson }}
     replicas: {{ $v.replicaCount }}
     resources: {{ $v.resources | toJson }}
+    serviceAccount: {{ include "portal.serviceAccountName" . }}
 {{- end }}
+{{- end }}
+
+{{/*
+portal.perLayerRBAC is true (non-empty) when each Deployment gets a
+ServiceAccount and RBAC of its own: split mode, with the chart creating the
+ServiceAccounts. A ServiceAccount you bring (serviceAccount.create=false)
+gets the RBAC of every layer.
+*/}}
+{{- define "portal.perLayerRBAC" -}}
+{{- if and (eq .Values.global.mode "split") .Values.serviceAccount.create }}true{{ end }}
+{{- end }}
+
+{{/* portal.unitServiceAccount is the ServiceAccount of the Deployment of (dict root layer). */}}
+{{- define "portal.unitServiceAccount" -}}
+{{- if include "portal.perLayerRBAC" .root }}
+{{- printf "%s-%s" (include "portal.serviceAccountName" .root) .layer | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- include "portal.serviceAccountName" .root }}
+{{- end }}
+{{- end }}
+
+{{/*
+portal.rbacUnits lists who gets which RBAC as YAML {items: [{name,
+serviceAccount, layers, hook}]}: each Deployment with portal.perLayerRBAC,
+else one unit with every enabled layer. hook marks the unit whose
+ServiceAccount runs the uninstall hook: the first Deployment.
+*/}}
+{{- define "portal.rbacUnits" -}}
+{{- $components := (include "portal.components" . | fromYaml).items }}
+items:
+{{- if include "portal.perLayerRBAC" . }}
+{{- range $i, $c := $components }}
+  - name: {{ $c.name }}
+    serviceAccount: {{ $c.serviceAccount }}
+    layers: {{ $c.layers | toJson }}
+    hook: {{ eq $i 0 }}
+{{- end }}
+{{- else }}
+{{- $all := list }}
+{{- range $c := $components }}{{ $all = concat $all $c.layers }}{{ end }}
+  - name: {{ include "portal.fullname" . }}
+    serviceAccount: {{ include "portal.serviceAccountName" . }}
+    layers: {{ $all | toJson }}
+    hook: true
+{{- end }}
+{{- end }}
+
+{{/* portal.hookServiceAccount runs the uninstall hook: the first Deployment's. */}}
+{{- define "portal.hookServiceAccount" -}}
+{{- (first (include "portal.components" . | fromYaml).items).serviceAccount }}
+{{- end }}
+
+{{/*
+portal.runtimeSecrets is the comma-separated list of the certificate
+Secrets Portal issues at run time, which the uninstall hook deletes.
+*/}}
+{{- define "portal.runtimeSecrets" -}}
+{{- $secrets := list }}
+{{- if and .Values.admission.enabled (not .Values.certManager.enabled) }}{{ $secrets = append $secrets (include "portal.certSecret" .) }}{{ end }}
+{{- if .Values.waf.enabled }}{{ $secrets = append $secrets (include "portal.wafCacheCertSecret" .) }}{{ end }}
+{{- join "," $secrets }}
 {{- end }}
 
 {{/* portal.checks fails the render on value combinations that cannot work. */}}
