@@ -91,8 +91,9 @@ func BenchmarkChangeToPolicyReport(b *testing.B) {
 	// over a cluster would; a namespace's turn comes again after 100. Each
 	// change re-evaluates the namespace's 10 Deployments twice (delete,
 	// create); the cycle guard defers a pair's re-evaluations past
-	// CycleLimit per CycleWindow to the end of its window, so a namespace is changed again only once its window has passed:
-	// what is measured is the path, not the guard.
+	// CycleLimit per CycleWindow to the end of its window, so a namespace
+	// is changed again only once its window has passed: what is measured
+	// is the path, not the guard.
 	if p.cfg.Lookup.CycleLimit < 2 {
 		b.Fatalf("cycle limit %d: a change re-evaluates a pair twice", p.cfg.Lookup.CycleLimit)
 	}
