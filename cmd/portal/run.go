@@ -128,8 +128,8 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 
 	// Cross-resource lookups (cluster.* in rules).
 	lk := &cfg.Lookup
-	f.IntVar(&lk.MaxDependencies, "lookup-max-dependencies", lk.MaxDependencies, "entries of the lookup dependency index (what each audited object's rules read); past it the oldest are dropped and the resync covers them")
-	f.IntVar(&lk.CycleLimit, "lookup-cycle-limit", lk.CycleLimit, "re-evaluations of one rule on one object that changes to what it read may trigger per --lookup-cycle-window; more are suppressed (portal_lookup_cycle_suppressed_total)")
+	f.IntVar(&lk.MaxDependencies, "lookup-max-dependencies", lk.MaxDependencies, "entries of the lookup dependency index (what each audited object's rules read); past it the oldest are dropped and the resync covers them. Also bounds the rule/object pairs waiting for a trailing re-evaluation past --lookup-cycle-limit")
+	f.IntVar(&lk.CycleLimit, "lookup-cycle-limit", lk.CycleLimit, "re-evaluations of one rule on one object that changes to what it read may trigger per --lookup-cycle-window; more are suppressed (portal_lookup_cycle_suppressed_total) and coalesced into one trailing re-evaluation when the window allows")
 	f.DurationVar(&lk.CycleWindow, "lookup-cycle-window", lk.CycleWindow, "the sliding window of --lookup-cycle-limit")
 
 	// Names Portal used before it followed controller-runtime's and kubectl's.
