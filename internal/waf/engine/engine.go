@@ -157,7 +157,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&wafv1alpha1.Engine{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexTarget, func(o client.Object) string {
 			return o.(*wafv1alpha1.Engine).Spec.Target.Name
 		}))).
-		Watches(&wafv1alpha1.RuleSet{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexRuleSet, client.Object.GetName)))
+		Watches(&wafv1alpha1.RuleSet{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexRuleSet, client.Object.GetName))).
+		WatchesRawSource(r.caChanges())
 	if _, err := mgr.GetRESTMapper().RESTMapping(GatewayGVK.GroupKind(), GatewayGVK.Version); err == nil {
 		gw := &metav1.PartialObjectMetadata{}
 		gw.SetGroupVersionKind(GatewayGVK)
