@@ -20,6 +20,9 @@ import (
 	"github.com/corazawaf/coraza/v3/debuglog"
 	"github.com/corazawaf/coraza/v3/experimental/plugins"
 	"github.com/corazawaf/coraza/v3/experimental/plugins/plugintypes"
+
+	// @rx on RE2: the data plane's regexes run in linear time.
+	_ "github.com/vilaca/portal/internal/waf/rx"
 )
 
 // refusal starts every error the engine's replacements return, so Compile
