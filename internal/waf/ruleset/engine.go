@@ -21,7 +21,8 @@ import (
 	"github.com/corazawaf/coraza/v3/experimental/plugins"
 	"github.com/corazawaf/coraza/v3/experimental/plugins/plugintypes"
 
-	// @rx on RE2: the data plane's regexes run in linear time.
+	// @rx on RE2 (registered by its init): the data plane's regexes run in
+	// linear time, each within rx.MaxMemory.
 	_ "github.com/vilaca/portal/internal/waf/rx"
 )
 
