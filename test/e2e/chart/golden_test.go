@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -62,14 +63,23 @@ func TestGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Pods reach the host at the node's bridge address. The chart's
-	// NetworkPolicy restricts ingress only, and the dev node's bridge CNI
-	// does not enforce NetworkPolicies anyway.
+	// Pods reach the host at the node's bridge address.
 	am := amtest.StartWith(t, amtest.Options{Host: devcluster.NodeIP})
 	e.install(t, "audit.enabled=true", "audit.alertmanagerURL="+am.URL())
 	t.Cleanup(func() {
 		e.helm(t, "uninstall", releaseName, "--namespace", releaseNS, "--wait", "--timeout", "4m")
 	})
+	// The dev node's bridge CNI enforces no NetworkPolicy: check that the
+	// chart's would let Portal reach Alertmanager in a cluster that does.
+	nps, err := e.cs.NetworkingV1().NetworkPolicies(releaseNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, np := range nps.Items {
+		if slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+			t.Fatalf("the chart's NetworkPolicy %s restricts egress: Portal may not reach Alertmanager (egress %v)", np.Name, np.Spec.Egress)
+		}
+	}
 	g := &golden{e: e, ns: e.workload, dir: filepath.Join("testdata", "golden")}
 
 	for _, d := range g.docs(t, "existing.yaml") {
