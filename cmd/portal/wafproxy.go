@@ -61,10 +61,14 @@ swaps in a new revision without dropping a request; a revision that does not
 compile leaves the last good one in force. Until a rule set has loaded,
 --failure-policy decides: fail answers 503, allow proxies uninspected.
 
-With --gateway (namespace/name) in place of --ruleset, the proxy guards a
-whole Gateway: it polls the Gateway's route table, which says which rule set
-(and which RuleSetOverride exclusions) each route match runs, and picks it
-per request, as WAFGatewayBindingPolicies attach them.`,
+With --gateway (namespace/name), the proxy guards a whole Gateway: it polls
+the Gateway's route table, which says which rule set (and which
+RuleSetOverride exclusions) each route match runs, and picks it per request,
+as WAFGatewayBindingPolicies attach them. Requests no policy covers (a route
+without one, or no route matching) pass uninspected, unless --ruleset is
+given too: then they run that rule set (what an Engine's waf-proxy does).
+Until the route table has loaded, --failure-policy decides for every
+request.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
@@ -72,8 +76,8 @@ per request, as WAFGatewayBindingPolicies attach them.`,
 	f.StringVar(&o.cacheURL, "cache-url", "", "base URL of Portal's rule set cache, e.g. https://portal-waf-cache.portal-system:18080 (required)")
 	f.StringVar(&o.caFile, "ca-file", "", "PEM CA bundle the cache's serving certificate must chain to; re-read before each poll (required)")
 	f.StringVar(&o.tokenFile, "token-file", o.tokenFile, "file holding a ServiceAccount token with audience "+cache.Audience+" (a projected token volume); re-read before each poll")
-	f.StringVar(&o.ruleSet, "ruleset", "", "the RuleSet to enforce, as namespace/name (this or --gateway is required)")
-	f.StringVar(&o.gateway, "gateway", "", "the Gateway whose route table to enforce, as namespace/name: each request runs the rule set its route's WAFGatewayBindingPolicy attaches (instead of --ruleset)")
+	f.StringVar(&o.ruleSet, "ruleset", "", "the RuleSet to enforce, as namespace/name; with --gateway, the rule set of the requests no WAFGatewayBindingPolicy covers (this or --gateway is required)")
+	f.StringVar(&o.gateway, "gateway", "", "the Gateway whose route table to enforce, as namespace/name: each request runs the rule set its route's WAFGatewayBindingPolicy attaches (--ruleset, when given, runs the rest)")
 	f.StringVar(&o.securityLogDir, "security-log-dir", "", "directory for the File security logs of WAFGatewayBindingPolicies (with --gateway); empty refuses File destinations")
 	f.StringVar(&o.upstream, "upstream", "", "URL of the server to proxy to, e.g. http://127.0.0.1:8080 (required)")
 	f.StringVar(&o.listen, "listen", o.listen, "listen address of the proxy")
@@ -110,8 +114,6 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 		return nil, errors.New("--cache-url is required")
 	case o.ruleSet == "" && o.gateway == "":
 		return nil, errors.New("--ruleset is required (or --gateway, to enforce a Gateway's per-route table)")
-	case o.ruleSet != "" && o.gateway != "":
-		return nil, errors.New("--ruleset and --gateway exclude each other: give one")
 	}
 	for _, req := range []struct{ flag, value string }{
 		{"--upstream", o.upstream}, {"--ca-file", o.caFile}, {"--token-file", o.tokenFile},
@@ -120,13 +122,17 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 			return nil, fmt.Errorf("%s is required", req.flag)
 		}
 	}
-	target, flag := o.ruleSet, "--ruleset"
-	if o.gateway != "" {
-		target, flag = o.gateway, "--gateway"
+	var rsNS, rsName, gwNS, gwName string
+	var err error
+	if o.ruleSet != "" {
+		if rsNS, rsName, err = proxy.ParseRuleSet(o.ruleSet); err != nil {
+			return nil, fmt.Errorf("--ruleset: %w", err)
+		}
 	}
-	ns, name, err := proxy.ParseRuleSet(target)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", flag, err)
+	if o.gateway != "" {
+		if gwNS, gwName, err = proxy.ParseRuleSet(o.gateway); err != nil {
+			return nil, fmt.Errorf("--gateway: %w", err)
+		}
 	}
 	if o.pollInterval < proxy.MinPollInterval {
 		return nil, fmt.Errorf("--poll-interval %s is too short: the minimum is %s", o.pollInterval, proxy.MinPollInterval)
@@ -175,25 +181,40 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 		}
 	}
 	s := &wafProxySetup{registry: reg, log: log, failOpen: o.failurePolicy == "allow"}
+	var p *proxy.Proxy
+	var polls []func(context.Context) error
+	if o.ruleSet != "" {
+		p = newProxy(log.With("ruleset", o.ruleSet))
+		poller := &proxy.Poller{Client: client, Namespace: rsNS, Name: rsName, Interval: o.pollInterval, Target: p, Logger: log, Metrics: m}
+		polls = append(polls, poller.Run)
+		s.handler, s.unload = p, p.Close
+		s.current = func() (string, bool) {
+			rev, ok := p.Current()
+			return rev.UUID, ok
+		}
+	}
 	if o.gateway != "" {
 		logs := &proxy.SecurityLogs{Dir: o.securityLogDir, Base: log.Handler()}
-		r := &proxy.Router{NewProxy: newProxy, FailOpen: s.failOpen, Logger: log, SecurityLogs: logs.Open}
-		tp := &proxy.TablePoller{Client: client, Namespace: ns, Gateway: name, Interval: o.pollInterval, Target: r, Logger: log, Metrics: m}
-		s.handler, s.poll, s.current, s.unload = r, tp.Run, r.Current, func() {}
-		return s, nil
+		r := &proxy.Router{NewProxy: newProxy, FailOpen: s.failOpen, Logger: log, SecurityLogs: logs.Open, Default: p}
+		tp := &proxy.TablePoller{Client: client, Namespace: gwNS, Gateway: gwName, Interval: o.pollInterval, Target: r, Logger: log, Metrics: m}
+		polls = append(polls, tp.Run)
+		s.handler, s.current = r, r.Current
+		if p == nil {
+			s.unload = func() {}
+		}
 	}
-	p := newProxy(log)
-	poller := &proxy.Poller{Client: client, Namespace: ns, Name: name, Interval: o.pollInterval, Target: p, Logger: log, Metrics: m}
-	s.handler, s.poll, s.unload = p, poller.Run, p.Close
-	s.current = func() (string, bool) {
-		rev, ok := p.Current()
-		return rev.UUID, ok
+	s.poll = func(ctx context.Context) error {
+		g, gctx := errgroup.WithContext(ctx)
+		for _, run := range polls {
+			g.Go(func() error { return run(gctx) })
+		}
+		return g.Wait()
 	}
 	return s, nil
 }
 
 func (o *wafProxyOptions) run(ctx context.Context) error {
-	gcPercent, memLimit := applyWAFProxyGCDefaults(os.Getenv, cgroupMemoryMax)
+	gcPercent, memLimit := applyGCDefaults(os.Getenv, cgroupMemoryMax, wafProxyGCPercent)
 	s, err := o.validate()
 	if err != nil {
 		return usageError(err)

@@ -74,6 +74,7 @@ func TestWAFProxyFlagErrors(t *testing.T) {
 		{append(base, "--failure-policy", "open"), `--failure-policy "open": use fail or allow`},
 		{append(base, "--ruleset", "guard"), "want namespace/name"},
 		{append(base, "--ruleset", "ns/Guard"), "name"},
+		{append(base, "--gateway", "edge"), "--gateway: "},
 		{append(base, "--upstream", "ftp://x"), "--upstream"},
 		{append(base, "--cache-url", "nope"), "--cache-url"},
 		{append(base, "--cache-url", "http://127.0.0.1:1"), "the rule set cache serves TLS only"},
@@ -159,4 +160,82 @@ func get(t *testing.T, u string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// TestWAFProxyGatewayWithDefaultRuleSet runs the command as an Engine's
+// waf-proxy does, --gateway and --ruleset together, against a real cache
+// server, with the real CRS as the default: the route a policy covers runs
+// the policy's rule set (a word filter CRS would let through), the route no
+// policy covers, and a path no route matches, run CRS.
+func TestWAFProxyGatewayWithDefaultRuleSet(t *testing.T) {
+	tc := startTestCache(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "upstream") }))
+	defer up.Close()
+
+	crs := "Include @coraza.conf-recommended\nInclude @crs-setup.conf.example\nSecRuleEngine On\nInclude @owasp_crs/*.conf\n"
+	strict := "SecRuleEngine On\nSecRule ARGS:q \"@streq forbidden\" \"id:100002,phase:1,deny,status:403\"\n"
+	put := func(name, rules string) string {
+		uuid := ruleset.RevisionUUID(ruleset.Bundle{Rules: rules}.SHA256())
+		tc.cache.Put(cache.Key("shop", name), uuid, rules, nil)
+		return uuid
+	}
+	put("engine-default", crs)
+	strictUUID := put("strict", strict)
+	if _, err := tc.cache.PutTable("shop", "edge", &cache.Table{
+		Gateway:  "shop/edge",
+		Policies: []cache.TablePolicy{{Policy: "shop/strict", RuleSet: &cache.TableRuleSet{Namespace: "shop", Name: "strict", UUID: strictUUID}}},
+		Rows: []cache.TableRow{
+			{Route: "HTTPRoute/shop/checkout", Path: &cache.StringMatch{Type: "PathPrefix", Value: "/checkout"}, Policy: 0},
+			{Route: "HTTPRoute/shop/catalog", Path: &cache.StringMatch{Type: "PathPrefix", Value: "/catalog"}, Policy: -1},
+		},
+		Default: -1,
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	addrs := make(chan [2]string, 1)
+	o := &wafProxyOptions{
+		cacheURL: tc.url, caFile: tc.caFile, tokenFile: tc.tokenFile, maxRequestBody: proxy.DefaultMaxRequestBodyBytes,
+		gateway: "shop/edge", ruleSet: "shop/engine-default", upstream: up.URL, listen: "127.0.0.1:0", metricsAddr: "127.0.0.1:0",
+		failurePolicy: "fail", logLevel: "error", pollInterval: time.Second, server: proxy.DefaultServerOptions(),
+		ready: func(listen, metrics string) { addrs <- [2]string{listen, metrics} },
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- o.run(ctx) }()
+	var a [2]string
+	select {
+	case a = <-addrs:
+	case err := <-done:
+		t.Fatalf("waf-proxy --gateway --ruleset did not start: %v", err)
+	}
+	front, ops := "http://"+a[0], "http://"+a[1]
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		code, _ := get(t, ops+"/readyz")
+		return code == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("table and default rule set not loaded: %v", err)
+	}
+	xss := "?q=%3Cscript%3Ealert(1)%3C%2Fscript%3E"
+	for _, c := range []struct {
+		path string
+		want int
+		why  string
+	}{
+		{"/checkout?q=forbidden", http.StatusForbidden, "the policy's rule set"},
+		{"/checkout" + xss, http.StatusOK, "the policy's rule set, not CRS"},
+		{"/catalog" + xss, http.StatusForbidden, "no policy: the Engine's CRS"},
+		{"/catalog?q=forbidden", http.StatusOK, "no policy: CRS, not the policy's rule set"},
+		{"/elsewhere" + xss, http.StatusForbidden, "no route: the Engine's CRS"},
+		{"/catalog/item?q=shoes", http.StatusOK, "clean request"},
+	} {
+		if code, _ := get(t, front+c.path); code != c.want {
+			t.Errorf("GET %s: %d, want %d (%s)", c.path, code, c.want, c.why)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
 }

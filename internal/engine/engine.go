@@ -121,15 +121,42 @@ type ruleSet struct {
 	byGK map[schema.GroupKind][]*Rule
 }
 
+// A nameDeclarer is an expression engine that must know the top-level names
+// before it compiles (expr-lang checks identifiers against a declared
+// environment). Declare returns one that knows exactly names.
+type nameDeclarer interface {
+	Declare(names []string) core.ExpressionEngine
+}
+
 // New returns an engine with no rules that compiles with expr. The pod
-// context builder is always there; options add builders and binders.
+// context builder is always there; options add builders and binders. An
+// expression engine that needs the top-level names up front is given
+// Names.
 func New(expr core.ExpressionEngine, opts ...Option) *Engine {
 	e := &Engine{expr: expr, builders: []ContextBuilder{pod.Builder{}}}
 	for _, o := range opts {
 		o(e)
 	}
+	if d, ok := expr.(nameDeclarer); ok {
+		e.expr = d.Declare(e.Names())
+	}
 	e.rules.Store(&ruleSet{byGK: map[schema.GroupKind][]*Rule{}})
 	return e
+}
+
+// Names lists the top-level names the engine binds: object, metadata and
+// request for every object, and the names of its context builders and
+// binders.
+func (e *Engine) Names() []string {
+	names := pod.GenericNames()
+	for _, b := range e.builders {
+		names = append(names, b.Names()...)
+	}
+	for _, b := range e.binders {
+		names = append(names, b.Name())
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // Compile prepares r for evaluation. It fails when the expression or the

@@ -117,7 +117,7 @@ message: flagged
 
 // layerConfig is a configuration with every layer off, its own registry,
 // no metrics or health listener, and a free port for the webhook.
-func layerConfig(t *testing.T, name string) (Config, *prometheus.Registry, int) {
+func layerConfig(t testing.TB, name string) (Config, *prometheus.Registry, int) {
 	t.Helper()
 	port, err := freePort()
 	if err != nil {
@@ -140,7 +140,7 @@ func layerConfig(t *testing.T, name string) (Config, *prometheus.Registry, int) 
 
 // runUntilReady runs the manager until the test ends, and waits for it to
 // say it is ready.
-func runUntilReady(t *testing.T, cl *devcluster.Cluster, cfg Config) {
+func runUntilReady(t testing.TB, cl *devcluster.Cluster, cfg Config) {
 	t.Helper()
 	ready := make(chan struct{})
 	cfg.OnReady = func() { close(ready) }

@@ -368,7 +368,7 @@ func waitFinding(t *testing.T, dyn dynamic.Interface, ns, ruleName, object strin
 }
 
 // counter reads a counter (or gauge) from reg; 0 when absent.
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func counter(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

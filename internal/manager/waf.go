@@ -66,7 +66,7 @@ func (*wafLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	we := &w.Engine
 	f.StringVar(&we.WASMImage, "waf-wasm-image", we.WASMImage, "OCI reference (oci://...) of the Coraza WASM plugin for istio-wasm Engines that name none in spec.driver.wasm.image")
 	f.StringVar(&we.ProxyImage, "waf-proxy-image", we.ProxyImage, "image of the portal binary that waf-proxy Engines run when they name none in spec.driver.wafProxy.image")
-	f.StringVar(&we.OperatorName, "operator-name", we.OperatorName, "name of Portal's Deployment; when set, istio-wasm Engines also apply an Istio ServiceEntry and DestinationRule (<name>-waf-cache) for the rule cache in --namespace")
+	f.StringVar(&we.OperatorName, "operator-name", we.OperatorName, "name of Portal's Deployment; when set, istio-wasm Engines also get an Istio ServiceEntry (<name>-waf-cache, in --namespace) for the rule cache, and a DestinationRule with the cache's CA in a Secret, in the Engine's namespace, for TLS to it")
 	f.StringSliceVar(&we.AllowedImages, "waf-engine-allowed-images", we.AllowedImages, "image prefixes an Engine may name in spec.driver.wasm.image or spec.driver.wafProxy.image (e.g. oci://registry.example/waf/); empty: Engines get only --waf-wasm-image and --waf-proxy-image")
 	f.DurationVar(&we.TokenExpiration, "waf-engine-token-expiration", we.TokenExpiration, "lifetime of the cache tokens Portal puts in WasmPlugins (at least 10m); renewed when a fifth of it is left")
 

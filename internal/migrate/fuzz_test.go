@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	exprparser "github.com/expr-lang/expr/parser"
-
-	"github.com/vilaca/portal/internal/expr/exprlang"
 )
 
 // FuzzParse checks that the SpEL parser and the translator never panic, and
@@ -28,7 +26,7 @@ func FuzzParse(f *testing.F) {
 		"metadata":  map[string]any{"labels": map[string]any{"a": "b"}},
 		"spec":      map[string]any{}, "securityContext": map[string]any{}, "object": map[string]any{}, "pod": nil, "request": nil,
 	}
-	eng := exprlang.New()
+	eng := ruleCompiler()
 	f.Fuzz(func(t *testing.T, src string) {
 		n, err := Parse(src)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/expr-lang/expr"
 
+	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 )
 
@@ -95,7 +96,7 @@ func TestTranslate(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("%s:\n got: %s\nwant: %s", tt.spel, got, tt.want)
 		}
-		if _, err := exprlang.New().Compile(got); err != nil {
+		if _, err := ruleCompiler().Compile(got); err != nil {
 			t.Errorf("%s: translation %q does not compile: %v", tt.spel, got, err)
 		}
 	}
@@ -169,4 +170,10 @@ func TestQuoteRoundTrips(t *testing.T) {
 			t.Errorf("Quote(%q) = %s evaluates to %q", s, q, got)
 		}
 	}
+}
+
+// ruleCompiler compiles as rules do: with the names the rule engine
+// declares.
+func ruleCompiler() *exprlang.Engine {
+	return exprlang.New(exprlang.WithNames(engine.New(exprlang.New()).Names()...))
 }

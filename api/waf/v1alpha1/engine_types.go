@@ -137,7 +137,9 @@ type WAFProxyDriverConfig struct {
 type DriverConfig struct {
 	// Type of data plane: istio-wasm (the Coraza WASM plugin in the
 	// Gateway's Envoy, through an Istio WasmPlugin) or waf-proxy (a
-	// `portal waf-proxy` Deployment in front of the Gateway's Service).
+	// `portal waf-proxy` Deployment in front of the Gateway's Service,
+	// which also applies the WAFGatewayBindingPolicies of the Gateway and
+	// its routes, the RuleSet guarding what no policy covers).
 	// +optional
 	// +kubebuilder:default=istio-wasm
 	Type DriverType `json:"type,omitempty"`

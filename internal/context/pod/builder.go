@@ -107,6 +107,9 @@ func (Builder) Build(obj *unstructured.Unstructured, req *core.Request) (*core.E
 	return &core.EvalContext{Env: env, Containers: containers}, nil
 }
 
+// GenericNames lists the names Generic binds.
+func GenericNames() []string { return []string{"object", "metadata", "request"} }
+
 // Generic returns the environment every object gets: object, metadata and
 // request.
 func Generic(obj *unstructured.Unstructured, req *core.Request) core.Env {

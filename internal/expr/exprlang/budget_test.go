@@ -62,7 +62,7 @@ func TestPathologicalRulesEndInBudgetError(t *testing.T) {
 		"split scanning a large string in a loop": {`none(1..100000, {len(split(object.data.big, "zzz")) > 1})`, core.BudgetOperations},
 		"sort in a loop":                          {`all(1..100000, {len(sort(object.items | map(.i))) > 0})`, ""},
 	}
-	e := New()
+	e := testEngine()
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			p, err := e.Compile(tt.expr)
@@ -102,8 +102,8 @@ func FuzzBudget(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	small := New(WithLimits(Limits{Operations: 2000, Bytes: 4096}))
-	large := New()
+	small := testEngine(WithLimits(Limits{Operations: 2000, Bytes: 4096}))
+	large := testEngine()
 	env := func() core.Env {
 		items := make([]any, 20)
 		for i := range items {

@@ -22,10 +22,6 @@ import (
 	"github.com/vilaca/portal/internal/core"
 )
 
-// names is every top-level name a rule may read. Names not bound for a given
-// object (container on a ConfigMap, say) evaluate to nil.
-var names = []string{"object", "metadata", "request", "container", "spec", "securityContext", "pod", clusterName}
-
 const (
 	// MaxNodes bounds the size of a compiled expression.
 	MaxNodes = 10_000
@@ -39,6 +35,11 @@ const (
 type Engine struct {
 	options []expr.Option
 	limits  Limits
+	// names is every top-level name a rule may read: the names declared
+	// (WithNames, Declare) and cluster, whose lookup syntax this package
+	// implements. Names not bound for a given object (container on a
+	// ConfigMap, say) evaluate to nil.
+	names   []string
 	runners sync.Pool
 }
 
@@ -64,10 +65,29 @@ func WithLimits(l Limits) Option {
 	}
 }
 
+// WithNames declares the top-level names rules may read besides cluster:
+// the names the rule engine's context builders and binders bind (see
+// Declare).
+func WithNames(names ...string) Option {
+	return func(e *Engine) { e.names = append(e.names, names...) }
+}
+
 // New returns the expr-lang engine with Portal's helper functions.
 func New(options ...Option) *Engine {
-	shape := make(map[string]any, len(names)+1)
-	for _, n := range names {
+	e := &Engine{
+		limits:  DefaultLimits(),
+		runners: sync.Pool{New: func() any { return &runner{vm: vm.VM{MemoryBudget: MemoryBudget}} }},
+	}
+	for _, o := range options {
+		o(e)
+	}
+	// cluster is always known: without a binder for it a lookup fails
+	// when it runs, with an error that says lookups are not available.
+	e.names = append(e.names, clusterName)
+	slices.Sort(e.names)
+	e.names = slices.Compact(e.names)
+	shape := make(map[string]any, len(e.names)+1)
+	for _, n := range e.names {
 		shape[n] = map[string]any(nil)
 	}
 	shape[meterName] = (*meter)(nil)
@@ -86,16 +106,20 @@ func New(options ...Option) *Engine {
 	opts = append(opts, fetchOption(), expr.Patch(fetchPatch{}))
 	opts = append(opts, budgetOptions()...)
 	opts = append(opts, expr.Patch(budgetPatch{}))
-	e := &Engine{
-		options: opts,
-		limits:  DefaultLimits(),
-		runners: sync.Pool{New: func() any { return &runner{vm: vm.VM{MemoryBudget: MemoryBudget}} }},
-	}
-	for _, o := range options {
-		o(e)
-	}
+	e.options = opts
 	return e
 }
+
+// Declare returns an engine with e's limits that knows exactly names (and
+// cluster) as top-level names. The rule engine calls it with the names its
+// context builders and binders bind, so a new binder is declared in one
+// place: its Name.
+func (e *Engine) Declare(names []string) core.ExpressionEngine {
+	return New(WithLimits(e.limits), WithNames(names...))
+}
+
+// Names lists the top-level names the engine knows, sorted.
+func (e *Engine) Names() []string { return slices.Clone(e.names) }
 
 // Limits returns the budget of every evaluation.
 func (e *Engine) Limits() Limits { return e.limits }
@@ -120,7 +144,7 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 		}
 		return nil, ce
 	}
-	return &program{engine: e, prog: p, ids: identifiers(p.Node()), members: members(expression), lookups: reads, base: staticCost(p.Node()), metered: readsMeter(p.Node())}, nil
+	return &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(expression, e.names), lookups: reads, base: staticCost(p.Node()), metered: readsMeter(p.Node())}, nil
 }
 
 // readsMeter reports whether the budget patch put a metering helper in the
@@ -220,17 +244,17 @@ func (p *program) Identifiers() []string { return p.ids }
 func (p *program) Lookups() []core.Lookup { return p.lookups }
 
 // identifiers lists the environment names an expression reads.
-func identifiers(root ast.Node) []string {
-	v := &idVisitor{}
+func identifiers(root ast.Node, names []string) []string {
+	v := &idVisitor{names: names}
 	ast.Walk(&root, v)
 	slices.Sort(v.ids)
 	return slices.Compact(v.ids)
 }
 
-type idVisitor struct{ ids []string }
+type idVisitor struct{ ids, names []string }
 
 func (v *idVisitor) Visit(node *ast.Node) {
-	if id, ok := (*node).(*ast.IdentifierNode); ok && slices.Contains(names, id.Value) {
+	if id, ok := (*node).(*ast.IdentifierNode); ok && slices.Contains(v.names, id.Value) {
 		v.ids = append(v.ids, id.Value)
 	}
 }

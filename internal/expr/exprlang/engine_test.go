@@ -32,7 +32,7 @@ func TestEval(t *testing.T) {
 		{`parseImage("nginx").name`, "library/nginx"},
 		{`glob("ghcr.*", container.image.registry)`, true},
 	}
-	e := New()
+	e := testEngine()
 	for _, tt := range tests {
 		p, err := e.Compile(tt.expr)
 		if err != nil {
@@ -56,7 +56,7 @@ func TestCompileErrorsNameTheProblem(t *testing.T) {
 		`object.a ==`:                "unexpected token",
 		``:                           "empty",
 	}
-	e := New()
+	e := testEngine()
 	for expr, want := range tests {
 		_, err := e.Compile(expr)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -66,20 +66,20 @@ func TestCompileErrorsNameTheProblem(t *testing.T) {
 }
 
 func TestBoundedCost(t *testing.T) {
-	p, err := New().Compile(`any(1..1000000, {any(1..1000000, {# < 0})})`)
+	p, err := testEngine().Compile(`any(1..1000000, {any(1..1000000, {# < 0})})`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Eval(context.Background(), map[string]any{}); !errors.Is(err, core.ErrBudgetExceeded) {
 		t.Fatalf("want a budget error, got %v", err)
 	}
-	if _, err := New().Compile(strings.Repeat("1 + ", MaxNodes) + "1"); err == nil {
+	if _, err := testEngine().Compile(strings.Repeat("1 + ", MaxNodes) + "1"); err == nil {
 		t.Fatal("expression beyond MaxNodes compiled")
 	}
 }
 
 func TestIdentifiers(t *testing.T) {
-	p, err := New().Compile(`let x = object.spec; container.name == "a" && all(x.items, {.name != metadata.name})`)
+	p, err := testEngine().Compile(`let x = object.spec; container.name == "a" && all(x.items, {.name != metadata.name})`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func FuzzCompile(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	e := New()
+	e := testEngine()
 	env := map[string]any{
 		"object":    map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "a"}}}},
 		"container": map[string]any{"name": "a"},
@@ -114,4 +114,13 @@ func FuzzCompile(f *testing.F) {
 		}
 		_, _ = p.Eval(context.Background(), env)
 	})
+}
+
+// ruleNames are the names the rule engine declares with its default
+// context builder (internal/engine's Names without a binder).
+var ruleNames = []string{"object", "metadata", "request", "container", "spec", "securityContext", "pod"}
+
+// testEngine is New with the names the rule engine declares.
+func testEngine(opts ...Option) *Engine {
+	return New(append([]Option{WithNames(ruleNames...)}, opts...)...)
 }

@@ -78,7 +78,7 @@ func TestLookups(t *testing.T) {
 		{`selects({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]}, {"app": "web"})`, true},
 		{`selects(nil, {"app": "web"})`, false},
 	}
-	e := New()
+	e := testEngine()
 	for _, tt := range tests {
 		p, err := e.Compile(tt.expr)
 		if err != nil {
@@ -98,7 +98,7 @@ func TestLookups(t *testing.T) {
 }
 
 func TestLookupsAreListedAtCompile(t *testing.T) {
-	p, err := New().Compile(`cluster.poddisruptionbudgets.list("a", {}) != nil && cluster.consistent.ingresses.byName("a", "b") == nil && cluster.poddisruptionbudgets.list("b", "") == nil`)
+	p, err := testEngine().Compile(`cluster.poddisruptionbudgets.list("a", {}) != nil && cluster.consistent.ingresses.byName("a", "b") == nil && cluster.poddisruptionbudgets.list("b", "") == nil`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestLookupCompileErrors(t *testing.T) {
 		`len(cluster.services.list("a", {}, "x"))`:  "takes 2 arguments",
 		`cluster.consistent.services.list("a") > 1`: "takes 2 arguments",
 	}
-	e := New()
+	e := testEngine()
 	for expr, want := range tests {
 		_, err := e.Compile(expr)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -130,7 +130,7 @@ func TestLookupCompileErrors(t *testing.T) {
 }
 
 func TestLookupRuntimeErrors(t *testing.T) {
-	e := New()
+	e := testEngine()
 	tests := []struct {
 		expr string
 		env  map[string]any
@@ -160,7 +160,7 @@ func TestListIsChargedPerElement(t *testing.T) {
 	for i := range 5000 {
 		c.objs["services"] = append(c.objs["services"], obj("a", fmt.Sprint("s", i), nil))
 	}
-	e := New()
+	e := testEngine()
 	p, err := e.Compile(`len(cluster.services.list("a", {})) == 5000`)
 	if err != nil {
 		t.Fatal(err)

@@ -13,19 +13,20 @@ import (
 // members lists the chains of constant field reads from the environment's
 // names in an expression, as written (before patches rewrite member access),
 // so the engine can check them against the context builders' schemas.
-func members(expression string) []core.Member {
+func members(expression string, names []string) []core.Member {
 	tree, err := parser.Parse(expression)
 	if err != nil {
 		return nil
 	}
-	v := &memberVisitor{seen: map[string]bool{}}
+	v := &memberVisitor{seen: map[string]bool{}, names: names}
 	ast.Walk(&tree.Node, v)
 	return v.out
 }
 
 type memberVisitor struct {
-	out  []core.Member
-	seen map[string]bool
+	out   []core.Member
+	seen  map[string]bool
+	names []string
 }
 
 func (v *memberVisitor) Visit(node *ast.Node) {
@@ -54,7 +55,7 @@ func (v *memberVisitor) Visit(node *ast.Node) {
 			n = x.Node
 			continue
 		case *ast.IdentifierNode:
-			if len(path) > 0 && slices.Contains(names, x.Value) {
+			if len(path) > 0 && slices.Contains(v.names, x.Value) {
 				path = append(path, x.Value)
 				offs = append(offs, x.Location().From)
 				slices.Reverse(path)

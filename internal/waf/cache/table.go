@@ -36,7 +36,8 @@ type Table struct {
 	// Rows are the route matches, most precedent first.
 	Rows []TableRow `json:"rows,omitempty"`
 	// Default is the index in Policies of the Gateway-level policy, for
-	// requests no row matches; -1 when the Gateway has none.
+	// requests no row matches; -1 when the Gateway has none (the data
+	// plane's default rule set, if any, then runs them).
 	Default int `json:"default"`
 }
 
@@ -79,6 +80,8 @@ type SecurityLog struct {
 	Type   string `json:"type"`
 	Path   string `json:"path,omitempty"`
 	Server string `json:"server,omitempty"`
+	// Protocol is the syslog transport: TCP ("" too) or UDP.
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // TableRow is one match of one route rule.
@@ -94,7 +97,8 @@ type TableRow struct {
 	Headers []StringMatch `json:"headers,omitempty"`
 	Query   []StringMatch `json:"query,omitempty"`
 	// Policy is the index in Table.Policies of the policy the match runs;
-	// -1 runs no WAF (no policy applies to the route).
+	// -1 when no policy applies to the route: the data plane runs its own
+	// default rule set (an Engine's), or no WAF without one.
 	Policy int `json:"policy"`
 }
 

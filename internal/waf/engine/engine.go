@@ -1,9 +1,10 @@
 // Package engine attaches RuleSets to Gateways: the Engine controller
 // deploys a data plane that polls Portal's rule set cache (the Coraza WASM
 // plugin through an Istio WasmPlugin, or `portal waf-proxy` in front of the
-// Gateway's Service), gives it a ServiceAccount token for the cache that
-// reads only the Engine's own RuleSet, and reports what it did in the
-// Engine's status.
+// Gateway's Service, which also applies the Gateway's route table), gives
+// it a ServiceAccount token for the cache that reads only the Engine's own
+// RuleSet (the WASM plugin) or its namespace's rule sets and Gateway tables
+// (the waf-proxy), and reports what it did in the Engine's status.
 package engine
 
 import (
@@ -75,8 +76,9 @@ type Options struct {
 	// ProxyImage are always allowed. Empty: Engines cannot choose images.
 	AllowedImages []string
 	// OperatorName, when set, makes the istio-wasm driver apply a
-	// ServiceEntry and a DestinationRule for the cache in Namespace
-	// (--operator-name).
+	// ServiceEntry for the cache in Namespace and, per Engine, a
+	// DestinationRule and a CA Secret that let the Gateway's Envoy verify
+	// the cache's TLS (--operator-name).
 	OperatorName string
 	// TokenExpiration is the lifetime asked of the cache tokens Portal
 	// mints for WasmPlugins (at least 10 minutes, the API server's floor).
@@ -157,7 +159,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&wafv1alpha1.Engine{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexTarget, func(o client.Object) string {
 			return o.(*wafv1alpha1.Engine).Spec.Target.Name
 		}))).
-		Watches(&wafv1alpha1.RuleSet{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexRuleSet, client.Object.GetName)))
+		Watches(&wafv1alpha1.RuleSet{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexRuleSet, client.Object.GetName))).
+		WatchesRawSource(r.caChanges())
 	if _, err := mgr.GetRESTMapper().RESTMapping(GatewayGVK.GroupKind(), GatewayGVK.Version); err == nil {
 		gw := &metav1.PartialObjectMetadata{}
 		gw.SetGroupVersionKind(GatewayGVK)

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 )
 
@@ -83,7 +87,7 @@ func (r *Reconciler) provisionWASM(ctx context.Context, eng *wafv1alpha1.Engine)
 		return provisioned{}, err
 	}
 	if r.opts.OperatorName != "" {
-		if err := r.applyMeshEntries(ctx); err != nil {
+		if err := r.applyMeshEntries(ctx, eng); err != nil {
 			return provisioned{}, err
 		}
 	}
@@ -127,18 +131,24 @@ func (r *Reconciler) provisionWASM(ctx context.Context, eng *wafv1alpha1.Engine)
 	}, nil
 }
 
-// applyMeshEntries makes the cache known to the mesh: a ServiceEntry for
-// its Service and a DestinationRule that originates TLS to it, since the
-// cache serves TLS itself. Both are shared by every Engine.
-func (r *Reconciler) applyMeshEntries(ctx context.Context) error {
-	name := r.opts.OperatorName + "-waf-cache"
-	host := r.cacheFQDN()
-	md := func() map[string]any {
-		return map[string]any{"name": name, "namespace": r.opts.Namespace, "labels": map[string]any{
-			LabelManagedBy: FieldOwner, "app.kubernetes.io/part-of": r.opts.OperatorName,
-		}}
+// applyMeshEntries makes the cache known to the mesh and lets the
+// Gateway's Envoy trust it. The ServiceEntry for the cache's Service, in
+// Portal's namespace, is shared by every Engine. TLS origination is the
+// Engine's own: Envoy resolves a DestinationRule's credentialName in the
+// namespace of the proxy that uses it, so the cache's CA is published into
+// a Secret in the Engine's namespace (the Gateway's) and a DestinationRule
+// there, selecting the Gateway's pods, verifies the cache against it.
+func (r *Reconciler) applyMeshEntries(ctx context.Context, eng *wafv1alpha1.Engine) error {
+	ca := r.opts.CABundle()
+	if len(ca) == 0 {
+		return errors.New("the cache's CA is not issued yet")
 	}
-	se := newUnstructured(ServiceEntryGVK, md())
+	host := r.cacheFQDN()
+	se := newUnstructured(ServiceEntryGVK, map[string]any{
+		"name": r.opts.OperatorName + "-waf-cache", "namespace": r.opts.Namespace, "labels": map[string]any{
+			LabelManagedBy: FieldOwner, "app.kubernetes.io/part-of": r.opts.OperatorName,
+		},
+	})
 	se.Object["spec"] = map[string]any{
 		"hosts":      []any{host},
 		"location":   "MESH_INTERNAL",
@@ -149,14 +159,48 @@ func (r *Reconciler) applyMeshEntries(ctx context.Context) error {
 	if err := r.applyUnstructured(ctx, se); err != nil {
 		return err
 	}
-	dr := newUnstructured(DestinationRuleGVK, md())
+	// The Secret first: a DestinationRule naming a missing credential
+	// leaves Envoy without the cluster.
+	if err := r.apply(ctx, caSecret(eng, ca)); err != nil {
+		return err
+	}
+	return r.applyUnstructured(ctx, r.destinationRule(eng))
+}
+
+// caSecret holds the cache's CA under the key Istio reads a DestinationRule
+// credential's CA from.
+func caSecret(eng *wafv1alpha1.Engine, ca []byte) *corev1.Secret {
+	return &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: CASecretName(eng.Name), Namespace: eng.Namespace, Labels: labels(eng),
+			OwnerReferences: []metav1.OwnerReference{ownerRef(eng)},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{CASecretKey: ca},
+	}
+}
+
+// destinationRule originates TLS from the Gateway's pods to the cache,
+// verifying its certificate against the CA Secret.
+func (r *Reconciler) destinationRule(eng *wafv1alpha1.Engine) *unstructured.Unstructured {
+	host := r.cacheFQDN()
+	dr := newUnstructured(DestinationRuleGVK, map[string]any{
+		"name": ChildName(eng.Name), "namespace": eng.Namespace, "labels": toAny(labels(eng)),
+		"ownerReferences": []any{map[string]any{
+			"apiVersion": wafv1alpha1.GroupVersion.String(), "kind": "Engine", "name": eng.Name, "uid": string(eng.UID),
+			"controller": true, "blockOwnerDeletion": true,
+		}},
+	})
 	dr.Object["spec"] = map[string]any{
-		"host": host,
+		"host":             host,
+		"exportTo":         []any{"."},
+		"workloadSelector": map[string]any{"matchLabels": map[string]any{wafv1alpha1.GatewayNameLabel: eng.Spec.Target.Name}},
 		"trafficPolicy": map[string]any{
-			"tls": map[string]any{"mode": "SIMPLE", "sni": host},
+			"tls": map[string]any{"mode": "SIMPLE", "credentialName": CASecretName(eng.Name), "sni": host},
 		},
 	}
-	return r.applyUnstructured(ctx, dr)
+	return dr
 }
 
 func toAny(m map[string]string) map[string]any {

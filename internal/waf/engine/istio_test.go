@@ -1,21 +1,29 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/waf"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/engine"
@@ -41,6 +49,12 @@ func readStatus(t *testing.T, token, ns, name string) int {
 		t.Fatal(err)
 	}
 	_, err = c.Entry(context.Background(), ns, name)
+	return statusOf(t, err)
+}
+
+// statusOf is the HTTP status a cache client's call ended with.
+func statusOf(t *testing.T, err error) int {
+	t.Helper()
 	switch {
 	case err == nil:
 		return 200
@@ -52,7 +66,7 @@ func readStatus(t *testing.T, token, ns, name string) int {
 			return code
 		}
 	}
-	t.Fatalf("read %s/%s: %v", ns, name, err)
+	t.Fatalf("read the cache: %v", err)
 	return 0
 }
 
@@ -60,7 +74,7 @@ func readStatus(t *testing.T, token, ns, name string) int {
 // pluginConfig carries exactly the keys the Coraza WASM plugin reads, with
 // a token that reads the Engine's RuleSet from the cache and nothing else;
 // a NetworkPolicy lets only the Gateway's pods reach the cache; the
-// ServiceEntry and DestinationRule make the cache known to the mesh.
+// ServiceEntry and a DestinationRule make the cache known to the mesh.
 func TestWasmPluginConfig(t *testing.T) {
 	cluster(t)
 	ns := namespace(t, "wasm-config")
@@ -164,12 +178,8 @@ func TestWasmPluginConfig(t *testing.T) {
 	if hosts, _, _ := unstructured.NestedStringSlice(se.Object, "spec", "hosts"); !slices.Equal(hosts, []string{host}) {
 		t.Errorf("ServiceEntry hosts %v, want [%s]", hosts, host)
 	}
-	dr, ok := object(t, engine.DestinationRuleGVK, waftest.Namespace, operatorName+"-waf-cache")
-	if !ok {
-		t.Fatal("no DestinationRule for the cache")
-	}
-	if mode, _, _ := unstructured.NestedString(dr.Object, "spec", "trafficPolicy", "tls", "mode"); mode != "SIMPLE" {
-		t.Errorf("DestinationRule TLS mode %q, want SIMPLE (the cache serves TLS)", mode)
+	if _, ok := object(t, engine.DestinationRuleGVK, ns, engine.ChildName(eng.Name)); !ok {
+		t.Fatal("no DestinationRule for the cache (TestMeshTLSTrustsCacheCA checks it)")
 	}
 
 	deleteEngine(t, eng)
@@ -253,5 +263,125 @@ func TestUnsupportedRules(t *testing.T) {
 	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
 	if _, ok := wasmPlugin(t, eng); !ok {
 		t.Error("no WasmPlugin once the RuleSet acknowledges its unsupported rules")
+	}
+}
+
+// TestMeshTLSTrustsCacheCA: with --operator-name, an istio-wasm Engine gets
+// a DestinationRule in its namespace that originates TLS from the Gateway's
+// pods to the cache with a CA Envoy can use: credentialName names a Secret
+// in the same namespace (the gateway's, where Istio resolves it) holding
+// the cache's CA under cacert, sni is the cache's host. Istio's typed
+// client and istioctl validate read it as written. When the cache's CA
+// rotates, the Secret (and a waf-proxy Engine's CA ConfigMap) follows
+// without the Engines changing.
+func TestMeshTLSTrustsCacheCA(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "mesh-tls")
+	ruleSet(t, ns, "guard", guardRules)
+	gateway(t, ns, "edge")
+	eng := newEngine(ns, "edge-waf", "guard", "edge", wafv1alpha1.DriverIstioWASM)
+	create(t, eng)
+	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	// A waf-proxy Engine beside it: nothing else brings it back before the
+	// resync interval (no token to renew), so its CA ConfigMap following
+	// the rotation shows the CA change itself re-applies Engines.
+	gateway(t, ns, "proxied")
+	svc(t, ns, "proxied-istio", "proxied", 80)
+	proxied := newEngine(ns, "proxied-waf", "guard", "proxied", wafv1alpha1.DriverWAFProxy)
+	create(t, proxied)
+	waitFor(t, proxied, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+
+	ic, err := istioclient.NewForConfig(shared.Cluster(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr, err := ic.NetworkingV1().DestinationRules(ns).Get(context.Background(), engine.ChildName(eng.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("read the DestinationRule with Istio's client: %v", err)
+	}
+	host := fmt.Sprintf("%s.%s.svc.cluster.local", waf.DefaultCacheService, waftest.Namespace)
+	tls := dr.Spec.GetTrafficPolicy().GetTls()
+	if dr.Spec.GetHost() != host || tls.GetMode().String() != "SIMPLE" || tls.GetSni() != host ||
+		tls.GetCredentialName() != engine.CASecretName(eng.Name) || tls.GetInsecureSkipVerify().GetValue() {
+		t.Errorf("DestinationRule %s: want host and sni %s, SIMPLE TLS verified with credential %s", dr.Spec.String(), host, engine.CASecretName(eng.Name))
+	}
+	if sel := dr.Spec.GetWorkloadSelector().GetMatchLabels(); !maps.Equal(sel, map[string]string{wafv1alpha1.GatewayNameLabel: "edge"}) {
+		t.Errorf("DestinationRule workloadSelector %v, want the Gateway's pods", sel)
+	}
+	if refs := dr.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != eng.UID {
+		t.Errorf("DestinationRule owner references %+v, want the Engine", refs)
+	}
+	validateWithIstioctl(t, engine.DestinationRuleGVK, ns, dr.Name)
+
+	caOf := func() []byte {
+		var sec corev1.Secret
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: engine.CASecretName(eng.Name)}, &sec); err != nil {
+			t.Fatalf("CA Secret: %v", err)
+		}
+		if refs := sec.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != eng.UID {
+			t.Errorf("CA Secret owner references %+v, want the Engine", refs)
+		}
+		return sec.Data["cacert"]
+	}
+	before := env.Layer.Certs.CABundle()
+	if got := caOf(); !bytes.Equal(got, before) || len(got) == 0 {
+		t.Fatalf("the CA Secret's cacert is not the cache's CA")
+	}
+
+	// A forced rotation: the cache's certificate Secret is reissued under
+	// a new CA, which joins the bundle.
+	cert := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: waftest.Namespace, Name: waf.DefaultCacheCertSecret}}
+	if err := env.Client.Delete(context.Background(), cert); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the cache's CA bundle changed", func() bool { return !bytes.Equal(env.Layer.Certs.CABundle(), before) })
+	eventually(t, "the CA Secret followed the rotation", func() bool {
+		return bytes.Equal(caOf(), env.Layer.Certs.CABundle())
+	})
+	eventually(t, "the waf-proxy's CA ConfigMap followed the rotation", func() bool {
+		var cm corev1.ConfigMap
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: engine.CAConfigMapName(proxied.Name)}, &cm); err != nil {
+			t.Fatalf("CA ConfigMap: %v", err)
+		}
+		return cm.Data["ca.crt"] == string(env.Layer.Certs.CABundle())
+	})
+
+	deleteEngine(t, eng)
+	if _, ok := object(t, engine.DestinationRuleGVK, ns, dr.Name); ok {
+		t.Error("the DestinationRule outlived its Engine")
+	}
+	if _, ok := object(t, corev1.SchemeGroupVersion.WithKind("Secret"), ns, engine.CASecretName(eng.Name)); ok {
+		t.Error("the CA Secret outlived its Engine")
+	}
+}
+
+// validateWithIstioctl runs bin/istioctl validate on the object as stored.
+func validateWithIstioctl(t *testing.T, gvk schema.GroupVersionKind, ns, name string) {
+	t.Helper()
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "bin", "istioctl")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s is missing: run make tools (or make bin/istioctl): %v", bin, err)
+	}
+	u, ok := object(t, gvk, ns, name)
+	if !ok {
+		t.Fatalf("%s %s/%s not found", gvk.Kind, ns, name)
+	}
+	for _, f := range []string{"managedFields", "resourceVersion", "uid", "creationTimestamp", "generation", "ownerReferences"} {
+		unstructured.RemoveNestedField(u.Object, "metadata", f)
+	}
+	data, err := yaml.Marshal(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(t.Context(), bin, "validate", "-f", file).CombinedOutput(); err != nil {
+		t.Errorf("istioctl validate refused %s %s/%s: %v\n%s\n%s", gvk.Kind, ns, name, err, out, data)
 	}
 }

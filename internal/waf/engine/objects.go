@@ -45,7 +45,7 @@ var (
 type objectSet int
 
 const (
-	wasmObjects   objectSet = 1 << iota // the WasmPlugin
+	wasmObjects   objectSet = 1 << iota // the WasmPlugin, its DestinationRule and CA Secret
 	proxyObjects                        // the waf-proxy Deployment, Service, PDB and CA ConfigMap
 	sharedObjects                       // the ServiceAccount and the cache NetworkPolicy
 	allObjects    = wasmObjects | proxyObjects | sharedObjects
@@ -80,6 +80,14 @@ func NetworkPolicyName(namespace, engineName string) string {
 
 // CAConfigMapName is the ConfigMap holding the cache's CA for a waf-proxy.
 func CAConfigMapName(engineName string) string { return ChildName(engineName) + "-ca" }
+
+// CASecretName is the Secret holding the cache's CA for the istio-wasm
+// driver's DestinationRule (credentialName) when --operator-name is set.
+func CASecretName(engineName string) string { return ChildName(engineName) + "-cache-ca" }
+
+// CASecretKey is the key of the CA in that Secret: the one Istio reads a
+// DestinationRule credential's CA certificates from.
+const CASecretKey = "cacert"
 
 func newUnstructured(gvk schema.GroupVersionKind, metadata map[string]any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{"metadata": metadata}}
@@ -145,7 +153,9 @@ func (r *Reconciler) teardown(ctx context.Context, eng *wafv1alpha1.Engine, set 
 	}
 	var ts []target
 	if set&wasmObjects != 0 {
-		ts = append(ts, target{WasmPluginGVK, eng.Namespace, name})
+		ts = append(ts, target{WasmPluginGVK, eng.Namespace, name},
+			target{DestinationRuleGVK, eng.Namespace, name},
+			target{corev1.SchemeGroupVersion.WithKind("Secret"), eng.Namespace, CASecretName(eng.Name)})
 	}
 	if set&proxyObjects != 0 {
 		ts = append(ts,

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/cache"
 )
 
 // Where the waf-proxy pod finds its cache credentials, and its ports.
@@ -29,6 +30,12 @@ const (
 	// proxyTokenSeconds is the projected token's lifetime; the kubelet
 	// renews it at 80% and the proxy re-reads the file before each poll.
 	proxyTokenSeconds = 3600
+	// ProxyTokenAudience is the audience of the waf-proxy's projected
+	// token: the cache's own, not one rule set's (TokenAudience), as the
+	// proxy reads its Gateway's route table and every rule set the table
+	// runs. The token never leaves the pod, and the cache still limits it
+	// to the Engine's namespace (and the rule sets its tables reference).
+	ProxyTokenAudience = cache.Audience
 )
 
 // proxyPodLabels select one Engine's waf-proxy pods.
@@ -162,11 +169,15 @@ func (r *Reconciler) proxyObjects(eng *wafv1alpha1.Engine, cfg wafv1alpha1.WAFPr
 	return []client.Object{cm, dep, svc, pdb}
 }
 
-// ProxyArgs are the arguments of `portal waf-proxy` for an Engine.
+// ProxyArgs are the arguments of `portal waf-proxy` for an Engine: the
+// Gateway's route table decides per request, so the WAFGatewayBindingPolicies
+// and RuleSetOverrides attached to the Gateway and its routes apply, and the
+// Engine's RuleSet guards the requests no policy covers.
 func (r *Reconciler) ProxyArgs(eng *wafv1alpha1.Engine, upstream string) []string {
 	return []string{
 		"waf-proxy",
 		fmt.Sprintf("--cache-url=https://%s.%s.svc:%d", r.opts.CacheService, r.opts.Namespace, r.opts.CachePort),
+		"--gateway=" + eng.Namespace + "/" + eng.Spec.Target.Name,
 		"--ruleset=" + eng.Namespace + "/" + eng.Spec.RuleSet.Name,
 		"--upstream=" + upstream,
 		"--ca-file=" + ProxyCAPath,
@@ -221,7 +232,7 @@ func (r *Reconciler) proxyPod(eng *wafv1alpha1.Engine, name, image, upstream str
 		Volumes: []corev1.Volume{
 			{Name: "waf-cache-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-					Audience: TokenAudience(eng), ExpirationSeconds: &secs, Path: "token",
+					Audience: ProxyTokenAudience, ExpirationSeconds: &secs, Path: "token",
 				}}},
 			}}},
 			{Name: "waf-cache-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{

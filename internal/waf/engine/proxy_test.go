@@ -79,6 +79,7 @@ func TestWAFProxyDriver(t *testing.T) {
 	wantArgs := []string{
 		"waf-proxy",
 		fmt.Sprintf("--cache-url=https://%s.%s.svc:18080", waf.DefaultCacheService, waftest.Namespace),
+		"--gateway=" + ns + "/edge",
 		"--ruleset=" + ns + "/guard",
 		"--upstream=http://edge-istio." + ns + ".svc:8443",
 		"--ca-file=" + engine.ProxyCAPath,
@@ -107,8 +108,8 @@ func TestWAFProxyDriver(t *testing.T) {
 			caMap = v.ConfigMap.Name
 		}
 	}
-	if audience != cache.RuleSetAudience(ns, "guard") {
-		t.Errorf("projected token audience %q, want %q", audience, cache.RuleSetAudience(ns, "guard"))
+	if audience != cache.Audience {
+		t.Errorf("projected token audience %q, want %q", audience, cache.Audience)
 	}
 	var cm corev1.ConfigMap
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: caMap}, &cm); err != nil {
@@ -151,6 +152,23 @@ func TestWAFProxyDriver(t *testing.T) {
 	}
 	if code := readStatus(t, tok, ns, "guard"); code != 200 {
 		t.Errorf("the proxy's token: %d, want 200", code)
+	}
+	// It reads its own Gateway's route table (what --gateway polls), and
+	// is refused another namespace's table and rule set.
+	other := namespace(t, "proxy-other")
+	ruleSet(t, other, "guard", guardRules)
+	gateway(t, other, "edge")
+	otherTok, err := env.Token(context.Background(), other, "reader", cache.Audience)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the other namespace's Gateway table served", func() bool { return readTable(t, otherTok, other, "edge") == 200 })
+	eventually(t, "the proxy's token reads its Gateway's table", func() bool { return readTable(t, tok, ns, "edge") == 200 })
+	if code := readTable(t, tok, other, "edge"); code != 403 {
+		t.Errorf("the proxy's token on another namespace's table: %d, want 403", code)
+	}
+	if code := readStatus(t, tok, other, "guard"); code != 403 {
+		t.Errorf("the proxy's token on another namespace's RuleSet: %d, want 403", code)
 	}
 
 	deleteEngine(t, eng)
@@ -198,4 +216,16 @@ func TestDriverSwitch(t *testing.T) {
 	if _, ok := object(t, appsv1.SchemeGroupVersion.WithKind("Deployment"), ns, engine.ChildName(eng.Name)); !ok {
 		t.Error("no waf-proxy Deployment after the switch")
 	}
+}
+
+// readTable reads a Gateway's route table with this token, as the
+// waf-proxy's --gateway does, and returns the HTTP status.
+func readTable(t *testing.T, token, ns, gw string) int {
+	t.Helper()
+	c, err := env.NewClient(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.TableLatest(context.Background(), ns, gw)
+	return statusOf(t, err)
 }

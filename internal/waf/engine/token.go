@@ -55,8 +55,9 @@ func (s *tokenStore) forget(uid types.UID) {
 	delete(s.m, uid)
 }
 
-// TokenAudience is the audience of the tokens an Engine's data plane shows
-// the cache: the Engine's own RuleSet only, so a token read from a
+// TokenAudience is the audience of the tokens an istio-wasm Engine's data
+// plane shows the cache (the waf-proxy has ProxyTokenAudience): the
+// Engine's own RuleSet only, so a token read from a
 // WasmPlugin reads nothing else, and the ServiceAccount lives in the
 // Engine's namespace, so the cache refuses it for any other namespace.
 func TokenAudience(eng *wafv1alpha1.Engine) string {

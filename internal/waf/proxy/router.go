@@ -30,7 +30,9 @@ const maxMatchRegexBytes = 1024
 // route match in the Gateway's table (Gateway API precedence, the first row
 // that matches) and runs the request through that route's rule set, with
 // the route's RuleSetOverride on top. Requests no row matches run the
-// Gateway-level policy. A route whose policy's rule set is not available is
+// Gateway-level policy; requests no policy covers run Default (a rule set
+// of their own, `--ruleset` beside `--gateway`), or pass uninspected
+// without one. A route whose policy's rule set is not available is
 // answered 503 unless the policy says failOpen.
 //
 // Before the request is matched its path is cleaned (dot segments, double
@@ -49,6 +51,14 @@ type Router struct {
 	// SecurityLogs opens the security log destinations of a policy; nil
 	// means the proxy's own log only.
 	SecurityLogs func([]cache.SecurityLog) (*slog.Logger, error)
+	// Default, when set, runs the requests no policy covers: routes no
+	// policy attaches to, and requests no route matches. A Poller keeps it
+	// loaded; until it has loaded, its own FailOpen decides. It also runs
+	// the requests of a failOpen policy whose rule set is unavailable, and,
+	// with FailOpen, the requests that come before the first table, once
+	// it is loaded: a floor rather than no inspection at all. Nil passes
+	// those requests uninspected.
+	Default *Proxy
 
 	cur         atomic.Pointer[routerState]
 	passthrough *Proxy
@@ -105,13 +115,33 @@ func (r *Router) logger() *slog.Logger {
 }
 
 // Current returns the uuid of the table in force; ok false before one
-// loaded.
+// loaded, or, with a Default, before both it and the table loaded (the
+// uuid is then "table uuid+rule set uuid").
 func (r *Router) Current() (uuid string, ok bool) {
 	st := r.cur.Load()
 	if st == nil {
 		return "", false
 	}
-	return st.uuid, true
+	if r.Default == nil {
+		return st.uuid, true
+	}
+	rev, ok := r.Default.Current()
+	if !ok {
+		return "", false
+	}
+	return st.uuid + "+" + rev.UUID, true
+}
+
+// open serves a request that may go uninspected: through Default once it
+// has loaded, else through the passthrough proxy.
+func (r *Router) open(w http.ResponseWriter, req *http.Request) {
+	if r.Default != nil {
+		if _, ok := r.Default.Current(); ok {
+			r.Default.ServeHTTP(w, req)
+			return
+		}
+	}
+	r.passthrough.ServeHTTP(w, req)
 }
 
 // compileTable checks and compiles a table's rows; proxies are filled in
@@ -274,7 +304,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	st := r.cur.Load()
 	if st == nil {
 		if r.FailOpen {
-			r.passthrough.ServeHTTP(w, req)
+			r.open(w, req)
 			return
 		}
 		writeText(w, http.StatusServiceUnavailable, "No WAF route table is loaded yet.\n")
@@ -299,6 +329,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	idx := st.pick(req, p)
 	if idx < 0 {
+		if r.Default != nil {
+			r.Default.ServeHTTP(w, req)
+			return
+		}
 		r.passthrough.ServeHTTP(w, req)
 		return
 	}
@@ -307,7 +341,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case pol.proxy != nil:
 		pol.proxy.ServeHTTP(w, req)
 	case pol.failOpen:
-		r.passthrough.ServeHTTP(w, req)
+		r.open(w, req)
 	default:
 		r.logger().Warn("request refused: the route's rule set is not available", "policy", pol.policy, "reason", pol.unavailable,
 			"method", req.Method, "uri", req.RequestURI)

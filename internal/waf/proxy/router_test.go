@@ -171,6 +171,54 @@ func TestRouterFailsClosed(t *testing.T) {
 	}
 }
 
+// With a Default rule set (an Engine's --ruleset beside --gateway), the
+// requests no policy covers run it; so do a failOpen policy's while its
+// rule set is unavailable, and, under FailOpen, requests before the first
+// table. A policy whose rule set is unavailable without failOpen still
+// fails closed: the default is no substitute for the policy's rules.
+func TestRouterDefaultRuleSet(t *testing.T) {
+	h := newRouterHarness(t)
+	h.router.FailOpen = true
+	h.router.Default = &Proxy{Upstream: h.upstream.url(t), Logger: discard()}
+	if err := h.router.Default.Load(Revision{UUID: "default", Bundle: bundle(word("deflt", 9))}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.do(t, http.MethodGet, "/ok?q=deflt"); got != http.StatusForbidden {
+		t.Errorf("FailOpen before any table: %d, want 403 from the default rule set", got)
+	}
+	if _, ok := h.router.Current(); ok {
+		t.Error("ready before the table loaded")
+	}
+	base := h.cache.put("shop", "base", word("base", 1), nil)
+	tbl := &cache.Table{Gateway: "shop/gw", Default: -1,
+		Policies: []cache.TablePolicy{
+			{Policy: "shop/denied", Unavailable: "RefNotPermitted: no ReferenceGrant"},
+			{Policy: "shop/lenient", Unavailable: "FetchError: bundle storage not configured", FailOpen: true},
+			{Policy: "shop/ok", RuleSet: ruleSetRef("shop", "base", base)},
+		},
+		Rows: []cache.TableRow{
+			row("HTTPRoute/shop/a", "", prefix("/denied"), 0),
+			row("HTTPRoute/shop/b", "", prefix("/lenient"), 1),
+			row("HTTPRoute/shop/d", "", prefix("/ok"), 2),
+			row("HTTPRoute/shop/e", "", prefix("/open"), -1),
+		},
+	}
+	if err := h.publish(t, tbl); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]int{
+		"/denied?q=x": 503, "/lenient?q=deflt": 403, "/lenient?q=base": 200, "/ok?q=base": 403, "/ok?q=deflt": 200,
+		"/open?q=deflt": 403, "/open?q=base": 200, "/none?q=deflt": 403, "/none": 200,
+	} {
+		if got := h.do(t, http.MethodGet, path); got != want {
+			t.Errorf("GET %s: %d, want %d", path, got, want)
+		}
+	}
+	if uuid, ok := h.router.Current(); !ok || !strings.HasSuffix(uuid, "+default") {
+		t.Errorf("Current %q %v: want the table's and the default's revisions", uuid, ok)
+	}
+}
+
 // An application team's exclusions (rule ids, tags, the anomaly
 // threshold) apply to its route only, on top of the real CRS.
 func TestRouterExclusionsWithCRS(t *testing.T) {

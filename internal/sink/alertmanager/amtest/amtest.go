@@ -23,7 +23,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/testbin"
 )
 
 // Server is a real Alertmanager process on 127.0.0.1, built from the
@@ -39,35 +39,8 @@ type Server struct {
 	exited   chan struct{}
 }
 
-var (
-	buildOnce sync.Once
-	buildErr  error
-)
-
-// alertmanagerBinary returns bin/alertmanager, building it when missing.
-func alertmanagerBinary() (string, error) {
-	root, err := devcluster.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(root, "bin", "alertmanager")
-	buildOnce.Do(func() {
-		if _, err := os.Stat(bin); err == nil {
-			return
-		}
-		// Build beside the target and rename, so test binaries of other
-		// packages building at the same time never run a partial file.
-		tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "github.com/prometheus/alertmanager/cmd/alertmanager")
-		cmd.Dir = filepath.Join(root, "hack", "tools", "alertmanager")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build alertmanager: %v\n%s", err, out)
-			return
-		}
-		buildErr = os.Rename(tmp, bin)
-	})
-	return bin, buildErr
-}
+// alertmanager is bin/alertmanager, which New builds when it is missing.
+var alertmanager = testbin.New("alertmanager", "alertmanager", "github.com/prometheus/alertmanager/cmd/alertmanager")
 
 // Start starts an Alertmanager on a free port, stopped when t ends.
 func Start(t testing.TB) *Server {
@@ -111,7 +84,7 @@ func New(dir string) (*Server, error) { return NewWith(dir, Options{}) }
 // NewWith starts an Alertmanager as o says, keeping its data in dir; the
 // caller stops it.
 func NewWith(dir string, o Options) (*Server, error) {
-	bin, err := alertmanagerBinary()
+	bin, err := alertmanager.Path()
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/testbin"
 )
 
 // Root credentials of the test storage.
@@ -33,35 +33,8 @@ const (
 	SecretKey = "portal-test-secret"
 )
 
-var (
-	buildOnce sync.Once
-	buildErr  error
-)
-
-// binary returns bin/versitygw, building it when missing.
-func binary() (string, error) {
-	root, err := devcluster.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(root, "bin", "versitygw")
-	buildOnce.Do(func() {
-		if _, err := os.Stat(bin); err == nil {
-			return
-		}
-		// Build beside the target and rename, so test binaries of other
-		// packages building at the same time never run a partial file.
-		tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "github.com/versity/versitygw/cmd/versitygw")
-		cmd.Dir = filepath.Join(root, "hack", "tools", "versitygw")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build versitygw: %v\n%s", err, out)
-			return
-		}
-		buildErr = os.Rename(tmp, bin)
-	})
-	return bin, buildErr
-}
+// versitygw is bin/versitygw, which Start builds when it is missing.
+var versitygw = testbin.New("versitygw", "versitygw", "github.com/versity/versitygw/cmd/versitygw")
 
 // freePort returns a port free on 127.0.0.1 now.
 func freePort() (int, error) {
@@ -141,7 +114,7 @@ type Storage struct {
 // Start starts versitygw on a free port, stopped when t ends.
 func Start(t testing.TB) *Storage {
 	t.Helper()
-	bin, err := binary()
+	bin, err := versitygw.Path()
 	if err != nil {
 		t.Fatal(err)
 	}
