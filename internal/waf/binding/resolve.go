@@ -202,8 +202,16 @@ func Resolve(s *Snapshot) *Result {
 	}
 	winners := attach(states, gateways, routes)
 	overrides := resolveOverrides(s.Overrides, routes, winners, states, res)
+	// Index routes by Gateway once: scanning every route for every
+	// Gateway is quadratic in the size of the cluster.
+	attached := map[objKey][]*route{}
+	for _, r := range routes {
+		for _, p := range r.parents {
+			attached[p] = append(attached[p], r)
+		}
+	}
 	for gk, g := range gateways {
-		res.Tables[gk.nn()] = buildTable(g, gk, routes, winners, overrides)
+		res.Tables[gk.nn()] = buildTable(g, gk, attached[gk], winners, overrides)
 	}
 	for _, st := range states {
 		res.Policies[st.key] = outcome(st, routes)

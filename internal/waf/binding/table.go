@@ -157,9 +157,9 @@ func (tp *tablePolicies) add(st *policyState, ex *cache.Exclusions) int {
 }
 
 // buildTable makes the route table of Gateway g: every match of every
-// route attached to it, in Gateway API precedence order, each with the
-// policy it runs.
-func buildTable(g *gatewayv1.Gateway, gk objKey, routes map[objKey]*route, winners map[objKey]*policyState, overrides map[objKey]*cache.Exclusions) *cache.Table {
+// route attached to it (routes), in Gateway API precedence order, each
+// with the policy it runs.
+func buildTable(g *gatewayv1.Gateway, gk objKey, routes []*route, winners map[objKey]*policyState, overrides map[objKey]*cache.Exclusions) *cache.Table {
 	t := &cache.Table{Gateway: cache.Key(g.Namespace, g.Name), Default: -1}
 	tp := &tablePolicies{index: map[string]int{}}
 	if st := winners[gk]; st != nil {
@@ -172,9 +172,6 @@ func buildTable(g *gatewayv1.Gateway, gk objKey, routes map[objKey]*route, winne
 	}
 	var rows []sortable
 	for _, r := range routes {
-		if !slices.Contains(r.parents, gk) {
-			continue
-		}
 		pol := -1
 		if st, _ := effective(r.key, gk, winners); st != nil {
 			pol = tp.add(st, overrides[r.key])

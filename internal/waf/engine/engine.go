@@ -168,6 +168,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	} else {
 		r.opts.Logger.Warn("the Gateway API is not installed: Engines report TargetNotFound until it is and Portal restarts", "error", err)
 	}
+	if r.opts.OperatorName != "" {
+		if err := mgr.Add(r.legacyCleanup()); err != nil {
+			return fmt.Errorf("add the legacy DestinationRule cleanup: %w", err)
+		}
+	}
 	return b.Complete(r)
 }
 

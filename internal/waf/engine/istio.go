@@ -146,7 +146,7 @@ func (r *Reconciler) applyMeshEntries(ctx context.Context, eng *wafv1alpha1.Engi
 	host := r.cacheFQDN()
 	se := newUnstructured(ServiceEntryGVK, map[string]any{
 		"name": r.opts.OperatorName + "-waf-cache", "namespace": r.opts.Namespace, "labels": map[string]any{
-			LabelManagedBy: FieldOwner, "app.kubernetes.io/part-of": r.opts.OperatorName,
+			LabelManagedBy: FieldOwner, LabelPartOf: r.opts.OperatorName,
 		},
 	})
 	se.Object["spec"] = map[string]any{

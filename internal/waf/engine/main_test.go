@@ -44,6 +44,10 @@ const (
 var (
 	env    *waftest.Env
 	shared = devtest.Shared{Setup: func(cl *devcluster.Cluster) (func() error, error) {
+		// What an earlier release left behind, for the start-up cleanup.
+		if err := legacyFixture(cl); err != nil {
+			return nil, err
+		}
 		e, stop, err := waftest.StartWith(cl, slog.New(slog.NewTextHandler(io.Discard, nil)), func(o *waf.Options) {
 			o.Engine.WASMImage = wasmImage
 			o.Engine.ProxyImage = proxyImage

@@ -102,6 +102,9 @@ type Proxy struct {
 
 	loadMu sync.Mutex // serializes Load and Close
 	cur    atomic.Pointer[generation]
+	// txAttrs holds the log attributes of the running transactions, by
+	// transaction id (see trackTx).
+	txAttrs sync.Map
 }
 
 // generation is one compiled revision and the requests using it. refs
@@ -279,10 +282,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer g.release(p.log)
 	tx := g.waf.NewTransactionWithOptions(experimental.Options{Context: r.Context()})
+	defer p.trackTx(r.Context(), tx.ID())()
 	defer func() {
 		tx.ProcessLogging()
 		if err := tx.Close(); err != nil {
-			p.log.Warn("close WAF transaction", "tx", tx.ID(), "error", err)
+			p.reqLog(r.Context()).Warn("close WAF transaction", "tx", tx.ID(), "error", err)
 		}
 	}()
 	if tx.IsRuleEngineOff() {
@@ -295,7 +299,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		p.log.Info("read request body", "tx", tx.ID(), "client", r.RemoteAddr, "error", err)
+		p.reqLog(r.Context()).Info("read request body", "tx", tx.ID(), "client", r.RemoteAddr, "error", err)
 		writeText(sw, http.StatusBadRequest, "The request body could not be read.\n")
 		return
 	}
@@ -321,7 +325,7 @@ func validConnectTarget(target string) bool {
 // interrupt answers a request the WAF interrupted.
 func (p *Proxy) interrupt(w *statusWriter, r *http.Request, it *types.Interruption, txID string) {
 	p.Metrics.block(it.RuleID)
-	p.log.Warn("request blocked", "rule_id", it.RuleID, "action", it.Action, "status", interruptionStatus(it),
+	p.reqLog(r.Context()).Warn("request blocked", "rule_id", it.RuleID, "action", it.Action, "status", interruptionStatus(it),
 		"client", r.RemoteAddr, "method", r.Method, "uri", r.RequestURI, "tx", txID)
 	if it.Action == "drop" {
 		w.dropped = true
@@ -400,7 +404,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		w.WriteHeader(499)
 		return
 	}
-	p.log.Warn("upstream request failed", "upstream", p.Upstream.Redacted(), "method", r.Method,
+	p.reqLog(r.Context()).Warn("upstream request failed", "upstream", p.Upstream.Redacted(), "method", r.Method,
 		"uri", r.RequestURI, "client", r.RemoteAddr, "error", err)
 	writeText(w, http.StatusBadGateway, "The upstream server could not be reached.\n")
 }

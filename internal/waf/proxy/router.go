@@ -78,6 +78,9 @@ type routePolicy struct {
 	unavailable string
 	failOpen    bool
 	policy      string
+	// logAttrs name the policy on the request's log lines: proxies are
+	// shared between policies, so their loggers cannot.
+	logAttrs []slog.Attr
 }
 
 type compiledRow struct {
@@ -339,7 +342,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	pol := st.policies[idx]
 	switch {
 	case pol.proxy != nil:
-		pol.proxy.ServeHTTP(w, req)
+		pol.proxy.ServeHTTP(w, req.WithContext(withLogAttrs(req.Context(), pol.logAttrs)))
 	case pol.failOpen:
 		r.open(w, req)
 	default:

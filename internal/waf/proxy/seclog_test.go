@@ -232,3 +232,74 @@ func TestSecurityLogSyslogRefusals(t *testing.T) {
 		t.Fatalf("past the bound: %v", err)
 	}
 }
+
+// Two policies with the same rule set and security log share one compiled
+// proxy, yet each route's attack is attributed to the policy covering that
+// route, in the security log (what a SIEM sees) and in the proxy's own
+// "request blocked" line.
+func TestSecurityLogNamesThePolicyOfTheRoute(t *testing.T) {
+	udp := startUDPSyslog(t)
+	h := newRouterHarness(t)
+	uuid := h.cache.put("shop", "base", word("attack", 4242), nil)
+	siem := []cache.SecurityLog{{Name: "siem", Type: "Syslog", Server: udp.addr, Protocol: "UDP"}}
+	rs := ruleSetRef("shop", "base", uuid)
+	tbl := &cache.Table{Gateway: "shop/gw", Default: -1,
+		Policies: []cache.TablePolicy{
+			{Policy: "shop/cart", RuleSet: rs, SecurityLogs: siem},
+			{Policy: "shop/admin", RuleSet: rs, SecurityLogs: siem},
+		},
+		Rows: []cache.TableRow{
+			row("HTTPRoute/shop/cart", "", prefix("/cart"), 0),
+			row("HTTPRoute/shop/admin", "", prefix("/admin"), 1),
+		},
+	}
+	if err := h.publish(t, tbl); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.poller.variants); n != 1 {
+		t.Fatalf("%d compiled proxies for two policies with the same rule set and logs, want them to share one", n)
+	}
+	want := map[string]string{"/cart/x?q=attack": "shop/cart", "/admin/x?q=attack": "shop/admin"}
+	for _, path := range []string{"/admin/x?q=attack", "/cart/x?q=attack", "/admin/x?q=attack"} {
+		if got := h.do(t, http.MethodGet, path); got != http.StatusForbidden {
+			t.Fatalf("GET %s: %d, want 403", path, got)
+		}
+	}
+	eventually(t, "three security log messages", func() bool { return len(udp.messages()) >= 3 })
+	for _, m := range udp.messages() {
+		_, _, text, err := parseSyslog(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var line struct {
+			Policy string `json:"policy"`
+			URI    string `json:"uri"`
+		}
+		if err := json.Unmarshal([]byte(text), &line); err != nil {
+			t.Fatalf("MSG is not the JSON line: %q: %v", text, err)
+		}
+		if want[line.URI] == "" || line.Policy != want[line.URI] {
+			t.Errorf("security log: %s attributed to policy %q, want %q", line.URI, line.Policy, want[line.URI])
+		}
+	}
+	blocked := h.logs.lines(t, "request blocked")
+	if len(blocked) != 3 {
+		t.Fatalf("%d request blocked lines, want 3", len(blocked))
+	}
+	for _, l := range blocked {
+		if uri, _ := l["uri"].(string); l["policy"] != want[uri] {
+			t.Errorf("proxy log: %s blocked by policy %v, want %q", uri, l["policy"], want[uri])
+		}
+	}
+	for _, l := range h.logs.lines(t, MatchMessage) {
+		if uri, _ := l["uri"].(string); l["policy"] != want[uri] {
+			t.Errorf("proxy log: %s matched by policy %v, want %q", uri, l["policy"], want[uri])
+		}
+	}
+	for _, px := range h.poller.variants {
+		px.txAttrs.Range(func(k, _ any) bool {
+			t.Errorf("transaction %v still tracked after its request ended", k)
+			return true
+		})
+	}
+}

@@ -98,7 +98,8 @@ func (p *TablePoller) Poll(ctx context.Context) (bool, error) {
 	used := map[string]*Proxy{}
 	var transient []error
 	for i, pol := range t.Policies {
-		rp := routePolicy{failOpen: pol.FailOpen, policy: pol.Policy, unavailable: pol.Unavailable}
+		rp := routePolicy{failOpen: pol.FailOpen, policy: pol.Policy, unavailable: pol.Unavailable,
+			logAttrs: []slog.Attr{slog.String("policy", pol.Policy)}}
 		if pol.RuleSet != nil {
 			px, err := p.variant(ctx, pol, used)
 			var te transientError
@@ -138,7 +139,8 @@ type transientError struct{ error }
 func (e transientError) Unwrap() error { return e.error }
 
 // variant returns the loaded proxy of a policy, reusing one already loaded
-// for the same revision, exclusions and logs.
+// for the same revision, exclusions and logs, whichever policy loaded it:
+// the policy is named per request, not by the proxy.
 func (p *TablePoller) variant(ctx context.Context, pol cache.TablePolicy, used map[string]*Proxy) (*Proxy, error) {
 	key := variantKey(pol)
 	if px := used[key]; px != nil {
@@ -169,12 +171,14 @@ func (p *TablePoller) variant(ctx context.Context, pol cache.TablePolicy, used m
 		p.Metrics.failed(FailureFetch)
 		return nil, transientError{fmt.Errorf("rule set %s: %w", cache.Key(rs.Namespace, rs.Name), err)}
 	}
-	log := p.logger().With("policy", pol.Policy, "ruleset", cache.Key(rs.Namespace, rs.Name))
+	// No policy here: policies with the same key share this proxy, and
+	// the Router names the policy of each request (routePolicy.logAttrs).
+	log := p.logger().With("ruleset", cache.Key(rs.Namespace, rs.Name))
 	if p.Target.SecurityLogs != nil && len(pol.SecurityLogs) > 0 {
 		if l, err := p.Target.SecurityLogs(pol.SecurityLogs); err != nil {
-			log.Warn("security log destinations not opened; matches go to the proxy's log", "error", err)
+			log.Warn("security log destinations not opened; matches go to the proxy's log", "policy", pol.Policy, "error", err)
 		} else {
-			log = l.With("policy", pol.Policy, "ruleset", cache.Key(rs.Namespace, rs.Name))
+			log = l.With("ruleset", cache.Key(rs.Namespace, rs.Name))
 		}
 	}
 	px := p.Target.NewProxy(log)
@@ -194,7 +198,8 @@ func variantKey(pol cache.TablePolicy) string {
 		fmt.Fprintf(&b, "|%v|%v|%d", ex.RuleIDs, ex.Tags, ex.InboundAnomalyThreshold)
 	}
 	for _, l := range pol.SecurityLogs {
-		b.WriteString("|" + l.Type + ":" + l.Path + ":" + l.Server + ":" + l.Protocol)
+		// The name is in the key: the lines carry it (securityLog).
+		b.WriteString("|" + l.Name + ":" + l.Type + ":" + l.Path + ":" + l.Server + ":" + l.Protocol)
 	}
 	return b.String()
 }

@@ -145,8 +145,7 @@ func (p *Proxy) inspectResponse(resp *http.Response) error {
 // recognise.
 func (p *Proxy) logMatch(mr types.MatchedRule) {
 	rule := mr.Rule()
-	// Coraza calls back without the request's context.
-	p.log.LogAttrs(context.Background(), slog.LevelWarn, MatchMessage,
+	attrs := append([]slog.Attr{
 		slog.Group("rule",
 			slog.Int("id", rule.ID()),
 			slog.String("msg", mr.Message()),
@@ -157,5 +156,8 @@ func (p *Proxy) logMatch(mr types.MatchedRule) {
 		slog.String("client", mr.ClientIPAddress()),
 		slog.String("uri", mr.URI()),
 		slog.String("tx", mr.TransactionID()),
-	)
+	}, p.txLogAttrs(mr.TransactionID())...)
+	// Coraza calls back without the request's context; the request's
+	// attributes (its policy) come by transaction id.
+	p.log.LogAttrs(context.Background(), slog.LevelWarn, MatchMessage, attrs...)
 }
