@@ -332,8 +332,9 @@ helm-check: $(BIN)/helm ## helm lint --strict the chart with each test values fi
 	done
 	@$(GO) run ./hack/helmdocs -check
 
-helm-golden: $(BIN)/helm ## Rewrite the chart's golden template outputs and its copy of deploy/crds, then regenerate the values reference
-	@UPDATE_GOLDEN=1 $(GO) test -count=1 -run '^(TestGoldenTemplates|TestChartCRDsMatchDeployCRDs)$$' ./deploy/helm/
+helm-golden: $(BIN)/helm ## Rewrite the chart's golden template outputs its copies of deploy/crds and the openreports.io CRDs, then regenerate the values reference
+	@UPDATE_GOLDEN=1 $(GO) test -count=1 -run '^(TestChartCRDsMatchDeployCRDs|TestChartOpenReportsCRDsMatchModule)$$' ./deploy/helm/
+	@UPDATE_GOLDEN=1 $(GO) test -count=1 -run '^TestGoldenTemplates$$' ./deploy/helm/
 	@$(MAKE) --no-print-directory helm-docs
 
 helm-docs: ## Generate docs/reference/helm-values.md from the comments in the chart's values.yaml

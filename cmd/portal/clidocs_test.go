@@ -52,7 +52,7 @@ func TestCLIPageFlagTablesMatchCommands(t *testing.T) {
 		{cliPage, "### Flags of portal run", "run", "", nil},
 		// "portal dev takes every flag of portal run"; its table lists its own
 		// and the defaults that differ.
-		{cliPage, "### Flags of portal dev", "dev", "### Flags of portal run", []string{"kubeconfig"}},
+		{cliPage, "### Flags of portal dev", "dev", "### Flags of portal run", []string{"kubeconfig", "drop-executable-pages"}},
 		{cliPage, "## portal uninstall", "uninstall", "", nil},
 		{cliPage, "## portal eval", "eval", "", nil},
 		{cliPage, "## portal migrate-rules", "migrate-rules", "", nil},

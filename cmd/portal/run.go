@@ -20,6 +20,7 @@ func newRunCommand() *cobra.Command {
 	cfg := manager.Defaults()
 	logLevel := "info"
 	kubeconfig := ""
+	dropPages := true
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run Portal's controllers against the cluster in the kubeconfig",
@@ -41,13 +42,33 @@ kubeconfig ($KUBECONFIG or --kubeconfig).`,
 			if err != nil {
 				return usageError(err)
 			}
+			gcPercent, memLimit := applyGCDefaults(os.Getenv, cgroupMemoryMax, runGCPercent)
+			log.Info("go runtime", "gcPercent", gcPercent, "memoryLimitBytes", memLimit)
+			if dropPages {
+				// Once after every init, before the manager starts, and
+				// once it serves: what only start-up needed (the inits,
+				// then discovery, certificates, the first rule load) is
+				// not resident any more.
+				dropStartupPages(log, "init")
+				cfg.OnReady = func() { dropStartupPages(log, "ready") }
+			}
 			return manager.Run(cmd.Context(), restCfg, cfg)
 		},
 	}
 	addManagerFlags(cmd.Flags(), &cfg)
 	cmd.Flags().StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
+	cmd.Flags().BoolVar(&dropPages, "drop-executable-pages", dropPages, "on Linux, once started, unmap the pages of the portal executable that start-up touched and drop them from the page cache, so resident memory holds the pages Portal goes on using instead of most of the binary; each page is read again from disk when first used again (docs/performance.md)")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", kubeconfig, "kubeconfig to use outside a cluster (default: $KUBECONFIG, then ~/.kube/config)")
 	return cmd
+}
+
+// dropStartupPages runs dropExecutablePages and logs how it went.
+func dropStartupPages(log *slog.Logger, stage string) {
+	if n, err := dropExecutablePages(); err != nil {
+		log.Warn("could not drop the executable's start-up pages; resident memory stays higher", "stage", stage, "err", err)
+	} else {
+		log.Debug("dropped the executable's start-up pages", "stage", stage, "mappedBytes", n)
+	}
 }
 
 // restConfig reads --kubeconfig when given, else what controller-runtime
@@ -94,6 +115,7 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.BoolVar(&cfg.MetricsSecure, "metrics-secure", cfg.MetricsSecure, "serve /metrics over HTTPS only to bearer tokens allowed get on the /metrics non-resource URL (TokenReview, SubjectAccessReview); false serves plain HTTP to anyone who can connect")
 	f.StringVar(&cfg.MetricsCertDir, "metrics-cert-dir", cfg.MetricsCertDir, "directory with tls.crt and tls.key for the HTTPS metrics server, reloaded on change; empty: a self-signed certificate generated at start")
 	f.StringVar(&cfg.HealthAddr, "health-probe-bind-address", cfg.HealthAddr, "listen address of /healthz and /readyz; 0 disables it")
+	f.StringVar(&cfg.PprofAddr, "pprof-bind-address", cfg.PprofAddr, "listen address of Go's /debug/pprof/ profiles (plain HTTP, no authentication: bind it to 127.0.0.1 or keep it off); empty or 0 disables it")
 	f.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "client-side limit of requests per second to the API server; 0 sets none (API Priority and Fairness governs)")
 	f.IntVar(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "requests allowed above --kube-api-qps in a burst; 0 means twice --kube-api-qps")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", cfg.LeaderElection, "elect one replica to write status, certificates and webhook configuration")
@@ -106,8 +128,8 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 
 	// Cross-resource lookups (cluster.* in rules).
 	lk := &cfg.Lookup
-	f.IntVar(&lk.MaxDependencies, "lookup-max-dependencies", lk.MaxDependencies, "entries of the lookup dependency index (what each audited object's rules read); past it the oldest are dropped and the resync covers them")
-	f.IntVar(&lk.CycleLimit, "lookup-cycle-limit", lk.CycleLimit, "re-evaluations of one rule on one object that changes to what it read may trigger per --lookup-cycle-window; more are suppressed (portal_lookup_cycle_suppressed_total)")
+	f.IntVar(&lk.MaxDependencies, "lookup-max-dependencies", lk.MaxDependencies, "entries of the lookup dependency index (what each audited object's rules read); past it the oldest are dropped and the resync covers them. Also bounds the rule/object pairs waiting for a trailing re-evaluation past --lookup-cycle-limit")
+	f.IntVar(&lk.CycleLimit, "lookup-cycle-limit", lk.CycleLimit, "re-evaluations of one rule on one object that changes to what it read may trigger per --lookup-cycle-window; more are suppressed (portal_lookup_cycle_suppressed_total) and coalesced into one trailing re-evaluation when the window allows")
 	f.DurationVar(&lk.CycleWindow, "lookup-cycle-window", lk.CycleWindow, "the sliding window of --lookup-cycle-limit")
 
 	// Names Portal used before it followed controller-runtime's and kubectl's.

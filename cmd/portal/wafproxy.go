@@ -248,7 +248,7 @@ func (o *wafProxyOptions) build(t wafProxyTargets, client *cache.Client, log *sl
 }
 
 func (o *wafProxyOptions) run(ctx context.Context) error {
-	gcPercent, memLimit := applyWAFProxyGCDefaults(os.Getenv, cgroupMemoryMax)
+	gcPercent, memLimit := applyGCDefaults(os.Getenv, cgroupMemoryMax, wafProxyGCPercent)
 	s, err := o.validate()
 	if err != nil {
 		return usageError(err)

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/vilaca/portal/internal/devcluster"
 )
 
 const (
@@ -159,7 +161,29 @@ func TestChartCRDsMatchDeployCRDs(t *testing.T) {
 	if err != nil || len(src) == 0 {
 		t.Fatalf("no CRDs in deploy/crds (%v)", err)
 	}
-	shipped, _ := filepath.Glob(filepath.Join(chartDir, "crds", "*.yaml"))
+	syncCopies(t, src, filepath.Join(chartDir, "crds"), "deploy/crds")
+}
+
+// The chart's files/openreports are the openreports.io CRDs of the
+// github.com/openreports/reports-api module go.mod pins, the schemas
+// Portal's report sink compiles against.
+func TestChartOpenReportsCRDsMatchModule(t *testing.T) {
+	paths, err := devcluster.ThirdPartyCRDPaths(devcluster.OpenReports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := filepath.Glob(filepath.Join(paths[0], "*.yaml"))
+	if err != nil || len(src) == 0 {
+		t.Fatalf("no CRDs in %s (%v)", paths[0], err)
+	}
+	syncCopies(t, src, filepath.Join(chartDir, "files", "openreports"), "the reports-api module")
+}
+
+// syncCopies checks that dir holds exactly a copy of each file of src (or,
+// with UPDATE_GOLDEN, makes it so); from names the source in messages.
+func syncCopies(t *testing.T, src []string, dir, from string) {
+	t.Helper()
+	shipped, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	names := map[string]bool{}
 	for _, s := range src {
 		names[filepath.Base(s)] = true
@@ -167,7 +191,7 @@ func TestChartCRDsMatchDeployCRDs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dst := filepath.Join(chartDir, "crds", filepath.Base(s))
+		dst := filepath.Join(dir, filepath.Base(s))
 		if update() {
 			if err := os.WriteFile(dst, want, 0o644); err != nil {
 				t.Fatal(err)
@@ -176,7 +200,7 @@ func TestChartCRDsMatchDeployCRDs(t *testing.T) {
 		}
 		got, err := os.ReadFile(dst)
 		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s is not a copy of %s: run make helm-golden", dst, s)
+			t.Errorf("%s is not a copy of %s from %s: run make helm-golden", dst, filepath.Base(s), from)
 		}
 	}
 	for _, s := range shipped {
@@ -189,7 +213,7 @@ func TestChartCRDsMatchDeployCRDs(t *testing.T) {
 			}
 			continue
 		}
-		t.Errorf("%s is not in deploy/crds any more: run make helm-golden", s)
+		t.Errorf("%s is not in %s any more: run make helm-golden", s, from)
 	}
 }
 
@@ -210,6 +234,9 @@ func TestTemplateRefusesUnsafeValues(t *testing.T) {
 		{"bad duration", []string{"audit.resyncPeriod=10 minutes"}, "/audit/resyncPeriod"},
 		{"watched kind without resources", []string{"watchedGvks[0].apiGroup=apps"}, "/watchedGvks/0"},
 		{"digest that is not one", []string{"image.digest=latest"}, "/image/digest"},
+		{"client CA from a ConfigMap and a Secret", []string{"admission.clientCA.configMap=ca", "admission.clientCA.secret=ca"}, "admission.clientCA: set configMap or secret, not both"},
+		{"allowed client names without a CA", []string{"admission.clientCA.allowedNames={kube-apiserver}"}, "admission.clientCA.allowedNames needs admission.clientCA.configMap or admission.clientCA.secret"},
+		{"client CA key with a slash", []string{"admission.clientCA.secret=ca", "admission.clientCA.key=../ca.crt"}, "/admission/clientCA/key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, "", tc.set...)

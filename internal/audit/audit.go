@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -92,6 +93,9 @@ type Options struct {
 	// rules; a rule still running then ends with a budget error. Default
 	// DefaultEvalTimeout.
 	EvalTimeout time.Duration
+	// Gone, when set, hears of each evaluated object found deleted, so the
+	// lookup layer drops what it holds for it.
+	Gone func(gvk schema.GroupVersionKind, namespace, name string)
 	// Logger, default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics. Default: controller-runtime's

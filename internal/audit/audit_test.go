@@ -3,7 +3,9 @@ package audit_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	reportsv1alpha2 "github.com/vilaca/portal/api/reports/v1alpha2"
@@ -39,7 +42,13 @@ match:
 rule: metadata.labels?.owner == nil
 `, ns)
 	create(t, c, pod(ns, "before", false, nil))
-	inst := startInstance(t, instanceOptions{rules: rules, am: am})
+	var goneMu sync.Mutex
+	var gone []string
+	inst := startInstance(t, instanceOptions{rules: rules, am: am, gone: func(gvk schema.GroupVersionKind, namespace, name string) {
+		goneMu.Lock()
+		defer goneMu.Unlock()
+		gone = append(gone, gvk.Kind+" "+namespace+"/"+name)
+	}})
 
 	waitReport(t, c, ns, "pre-existing pod reported", func(st reportState) bool { return st.has("audit-team-label/before/") })
 
@@ -75,6 +84,13 @@ rule: metadata.labels?.owner == nil
 	})
 	waitAlerts(t, am, ns, "deleted pod's alert resolved", func(a map[string]int) bool {
 		return a["audit-privileged/bad/c"] == 0 && a["audit-team-label/before/"] == 1
+	})
+	// The lookup layer hears of the deletion, to drop the pod's pending
+	// re-evaluations.
+	eventually(t, 30*time.Second, "Options.Gone hears of the deleted pod", func() (bool, error) {
+		goneMu.Lock()
+		defer goneMu.Unlock()
+		return slices.Contains(gone, "Pod "+ns+"/bad"), nil
 	})
 
 	// Cluster-scoped: a Namespace without an owner label.

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -76,6 +77,8 @@ type instanceOptions struct {
 	// producer registers a second producer of this name in the pipeline
 	// audit publishes into, as another layer would.
 	producer string
+	// gone is audit.Options.Gone.
+	gone func(gvk schema.GroupVersionKind, namespace, name string)
 }
 
 func startInstance(t *testing.T, o instanceOptions) *instance {
@@ -128,7 +131,7 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 	ao := audit.Options{
 		Sinks: sinks, Logger: log, Registerer: reg, RestConfig: o.restConfig,
 		ResyncPeriod: resync, RetryInterval: time.Second,
-		Workers: o.workers, EvalTimeout: o.evalTimeout,
+		Workers: o.workers, EvalTimeout: o.evalTimeout, Gone: o.gone,
 	}
 	if o.sharedCache {
 		inst.cache, err = clustercache.New(mgr.GetConfig(), mgr.GetRESTMapper(), clustercache.Options{Logger: log, Registerer: reg})

@@ -45,6 +45,7 @@ type Source struct {
 	retry       time.Duration
 	evalTimeout time.Duration
 	rulesLoaded <-chan struct{}
+	gone        func(gvk schema.GroupVersionKind, namespace, name string)
 
 	queue   workqueue.TypedRateLimitingInterface[queueKey]
 	watches watchSet
@@ -69,7 +70,7 @@ func newSource(o *Options, eng *engine.Engine, mapper meta.RESTMapper, cc *clust
 	return &Source{
 		eng: eng, mapper: mapper, cache: cc, store: store, counter: o.RuleCounter,
 		log: o.Logger, metrics: m, resync: o.ResyncPeriod, workers: o.Workers,
-		syncTimeout: o.SyncTimeout, retry: o.RetryInterval, rulesLoaded: o.RulesLoaded, evalTimeout: o.EvalTimeout,
+		syncTimeout: o.SyncTimeout, retry: o.RetryInterval, rulesLoaded: o.RulesLoaded, evalTimeout: o.EvalTimeout, gone: o.Gone,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queueKey](),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "portal-audit"}),
 		watches:      watchSet{m: map[watchKey]*resourceWatch{}},
@@ -460,6 +461,9 @@ func (s *Source) evaluate(k queueKey, observed time.Time) error {
 	cached, exists := k.w.handle.Object(k.namespace, k.name)
 	if !exists {
 		s.store.Delete(k.w.objectKey(k.namespace, k.name), observed)
+		if s.gone != nil {
+			s.gone(k.w.gvk, k.namespace, k.name)
+		}
 		return nil
 	}
 	obj, err := cached.Decode()

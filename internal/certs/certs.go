@@ -6,7 +6,9 @@
 // Three parts run in the controller-runtime manager:
 //
 //   - the loader (every replica) watches the Secret and swaps the certificate
-//     GetCertificate returns, so a renewal needs no restart;
+//     GetCertificate returns, so a renewal needs no restart; a replica that
+//     serves nothing yet creates a missing Secret (self source), so it need
+//     not wait for a leader that may not run its layer;
 //   - the issuer (leader only, self source) creates the CA and the serving
 //     certificate, and renews them (pki.Policy has the CA rotation steps);
 //   - the injectors (leader only) write ca.crt into the caBundle of the named

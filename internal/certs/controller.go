@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,12 +40,13 @@ import (
 // Secret and the metadata of the injection targets, so it needs no scheme
 // entries from the caller and RBAC on Secrets in its own namespace only.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	// Only the groups it reads and writes: a scheme of every built-in
+	// group (client-go's) holds half a megabyte for the process's life.
 	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		return err
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, admissionregistrationv1.AddToScheme, apiextensionsv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return err
+		}
 	}
 	cl, err := client.New(mgr.GetConfig(), client.Options{
 		Scheme: scheme, HTTPClient: mgr.GetHTTPClient(), Mapper: mgr.GetRESTMapper(),
@@ -137,11 +138,14 @@ func (c *Controller) setupLoader(mgr ctrl.Manager) error {
 func (c *Controller) load(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	sec := &corev1.Secret{}
 	if err := c.cache.Get(ctx, c.secretKey(), sec); err != nil {
-		if apierrors.IsNotFound(err) {
-			c.log.Info("certificate Secret not found; serving the last loaded certificate, if any", "loaded", c.current.Load() != nil)
-			return reconcile.Result{}, nil
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
 		}
-		return reconcile.Result{}, err
+		if c.opts.Source == SourceSelf && c.current.Load() == nil {
+			return reconcile.Result{}, c.bootstrap(ctx)
+		}
+		c.log.Info("certificate Secret not found; serving the last loaded certificate, if any", "loaded", c.current.Load() != nil)
+		return reconcile.Result{}, nil
 	}
 	b, err := pki.Parse(sec.Data)
 	if err != nil {
@@ -183,6 +187,34 @@ func (c *Controller) invalid(sec *corev1.Secret, err error) {
 	c.log.Error("certificate Secret is unusable; still serving the last loaded certificate, if any",
 		"error", err.Error(), "loaded", c.current.Load() != nil)
 	c.recorder.Eventf(sec, nil, corev1.EventTypeWarning, ReasonInvalid, "Load", "%s", err.Error())
+}
+
+// bootstrap creates the missing Secret from a replica that serves nothing
+// yet, leader or not (self source). The leader may be a replica that does
+// not run this certificate's layer at all: one started before the layer
+// was turned on by a rolling upgrade, which waits for this replica's
+// readiness before it stops the leader. Waiting for the leader would stall
+// that rollout. Create fails when another replica was first, so exactly
+// one CA wins; renewals and rotations stay with the leader's issuer.
+func (c *Controller) bootstrap(ctx context.Context) error {
+	now := c.clock.Now()
+	b := &pki.Bundle{}
+	data, err := c.policy.Issue(now, b, c.policy.Decide(now, b))
+	if err != nil {
+		return err
+	}
+	written, err := c.createSecret(ctx, data)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// Another replica created it; the watch brings it here.
+		return nil
+	case err != nil:
+		return fmt.Errorf("create certificate Secret %s: %w", c.secretKey(), err)
+	}
+	c.metrics.Renewals.Inc()
+	c.log.Info("certificate Secret created by a replica with no certificate", "reason", ReasonIssued)
+	c.recorder.Eventf(written, nil, corev1.EventTypeNormal, ReasonIssued, "Issue", "%s", "no certificate Secret: issued a new CA and serving certificate")
+	return nil
 }
 
 func (c *Controller) setupIssuer(mgr ctrl.Manager) error {
@@ -227,7 +259,17 @@ func (c *Controller) issue(ctx context.Context, _ reconcile.Request) (reconcile.
 	if sec != nil && pki.SameData(sec.Data, data) {
 		return reconcile.Result{RequeueAfter: c.opts.CheckInterval}, nil
 	}
-	written, err := c.writeSecret(ctx, data)
+	var written *corev1.Secret
+	if sec == nil {
+		// Create, not apply: a replica bootstrapping the Secret may have
+		// been first, and its CA must not be overwritten by a second one.
+		written, err = c.createSecret(ctx, data)
+		if apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{}, nil // the watch brings the winner's Secret
+		}
+	} else {
+		written, err = c.writeSecret(ctx, data)
+	}
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("write certificate Secret %s: %w", c.secretKey(), err)
 	}
@@ -256,6 +298,23 @@ func (c *Controller) writeSecret(ctx context.Context, data map[string][]byte) (*
 		written.UID = *ac.UID
 	}
 	return written, nil
+}
+
+// createSecret creates the Secret with data; it fails with AlreadyExists
+// when the Secret exists, whoever wrote it.
+func (c *Controller) createSecret(ctx context.Context, data map[string][]byte) (*corev1.Secret, error) {
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: c.opts.SecretName, Namespace: c.opts.Namespace,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": FieldOwner},
+		},
+		Type: corev1.SecretTypeTLS,
+		Data: data,
+	}
+	if err := c.client.Create(ctx, sec, client.FieldOwner(FieldOwner)); err != nil {
+		return nil, err
+	}
+	return sec, nil
 }
 
 // replace deletes a Secret of the wrong type (a Secret's type cannot change)

@@ -13,7 +13,7 @@ type Metrics struct {
 	// Expiry is the notAfter of the serving certificate this replica serves.
 	Expiry prometheus.Gauge
 	// Renewals counts Secret writes that issued a certificate or changed the
-	// CA bundle; only the leader writes.
+	// CA bundle; only the leader writes, except a missing Secret's creation.
 	Renewals prometheus.Counter
 }
 

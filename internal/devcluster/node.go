@@ -68,6 +68,7 @@ type node struct {
 	lock   *os.File
 	reaper *reaper
 	procs  []*process
+	dns    *dnsServer
 }
 
 func (n *node) path(elem ...string) string {
@@ -249,8 +250,8 @@ func (n *node) startContainerd(ctx context.Context) error {
 }
 
 // startComponents starts the controllers, the scheduler, the kubelet and
-// kube-proxy against the running API server and waits for the node to be
-// Ready.
+// kube-proxy against the running API server, and the cluster DNS, and
+// waits for the node to be Ready.
 func (n *node) startComponents(ctx context.Context, cfg *rest.Config, kubeconfig []byte) error {
 	kc := n.path("admin.kubeconfig")
 	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
@@ -261,6 +262,13 @@ func (n *node) startComponents(ctx context.Context, cfg *rest.Config, kubeconfig
 			return err
 		}
 	}
+	// The kubelet writes NodeIP into every pod's resolv.conf: answer there
+	// before the first pod starts.
+	dns, err := startDNS(ctx, cfg, net.JoinHostPort(NodeIP, "53"))
+	if err != nil {
+		return err
+	}
+	n.dns = dns
 	bin := func(name string) string { return filepath.Join(n.binDir, name) }
 	steps := []struct {
 		name string
@@ -386,6 +394,10 @@ func (n *node) stopComponents() {
 		<-p.done
 	}
 	n.procs = nil
+	if n.dns != nil {
+		n.dns.stop()
+		n.dns = nil
+	}
 }
 
 // stop kills every component, removes everything the node put on the host

@@ -59,7 +59,8 @@ func cniConfig(n *node) string {
 `, bridgeName, n.path("cni", "ipam"), PodCIDR, NodeIP)
 }
 
-// kubeletConfig: cgroupfs on cgroup v1 without swap checks, webhook
+// kubeletConfig: cgroupfs on cgroup v1 without swap checks, the node's
+// own DNS server (node_dns.go) as every pod's name server, webhook
 // authentication and authorization (the API server presents a client
 // certificate of the node's CA), every directory under the node's, and
 // eviction thresholds low enough that a busy development disk does not
@@ -78,6 +79,7 @@ failSwapOn: false
 containerRuntimeEndpoint: unix://%[2]s
 podCIDR: %[3]q
 clusterDomain: %[4]q
+clusterDNS: [%[1]q]
 podLogsDir: %[5]q
 volumePluginDir: %[6]q
 authentication:

@@ -109,11 +109,52 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 		t.Fatalf("body through the Service: %q, want one of %v", body, want)
 	}
 
+	// A pod finds the Service by name through the node's DNS; a name no
+	// Service has does not resolve.
+	if ok, out := runGet(t, ctx, cs, ns, "get-by-name", "http://hello."+ns+".svc/"); !ok || !want[out] {
+		t.Fatalf("a pod's GET of http://hello.%s.svc/: succeeded %v, output %q, want one of %v", ns, ok, out, want)
+	}
+	if ok, out := runGet(t, ctx, cs, ns, "get-unknown", "http://nothing."+ns+".svc/"); ok || !strings.Contains(out, "no such host") {
+		t.Fatalf("a pod's GET of a Service that does not exist: succeeded %v, output %q, want it to fail with no such host", ok, out)
+	}
+
 	stopped = true
 	if err := c.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	assertHostClean(t)
+}
+
+// runGet runs `hello get url` as a pod in ns and returns whether it
+// succeeded and what it printed.
+func runGet(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name, url string) (bool, string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "get", Image: HelloImage, ImagePullPolicy: corev1.PullNever, Args: []string{"get", url},
+			}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var phase corev1.PodPhase
+	waitNode(t, ctx, "pod "+name+" to finish", func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	out, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("logs of pod %s: %v", name, err)
+	}
+	return phase == corev1.PodSucceeded, string(out)
 }
 
 func waitNode(t *testing.T, ctx context.Context, what string, cond wait.ConditionWithContextFunc) {

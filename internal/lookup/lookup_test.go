@@ -5,10 +5,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
@@ -100,7 +102,8 @@ func TestAdmissionOverlay(t *testing.T) {
 var pdbGVR = schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}
 
 // In audit the reads are recorded, and a change to what was read re-queues
-// the object; cycle protection caps a pair's re-evaluations per window.
+// the object; cycle protection caps a pair's re-evaluations per window and
+// coalesces the rest into one trailing re-evaluation.
 func TestChangesRequeueWhatReadThem(t *testing.T) {
 	mem := memory(t, depA)
 	index := lookup.NewDepIndex(0)
@@ -113,7 +116,11 @@ func TestChangesRequeueWhatReadThem(t *testing.T) {
 	}
 	rq := &requeues{}
 	m := lookup.NewMetrics(nil, nil)
-	w := lookup.NewWatcher(lookup.WatcherOptions{Engine: e, Cache: mem, Resolver: mem.(lookup.Resolver), Index: index, Requeuer: rq, Metrics: m})
+	// Long enough that the five changes below fall in one window however
+	// loaded the machine is.
+	const window = 2 * time.Second
+	w := lookup.NewWatcher(lookup.WatcherOptions{Engine: e, Cache: mem, Resolver: mem.(lookup.Resolver), Index: index, Requeuer: rq, Metrics: m, CycleWindow: window})
+	t.Cleanup(w.Stop)
 	w.Changed(pdbGVR, "b", "p", nil, labels.Set{})
 	if got := rq.list(); len(got) != 0 {
 		t.Fatalf("a PDB of another namespace re-queued %v", got)
@@ -127,6 +134,23 @@ func TestChangesRequeueWhatReadThem(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.CycleSuppressed); n != 2 {
 		t.Errorf("portal_lookup_cycle_suppressed_total = %v, want 2", n)
+	}
+	if n := testutil.ToFloat64(m.CyclePending); n != 1 {
+		t.Errorf("portal_lookup_cycle_pending = %v, want 1: the two suppressed changes coalesce into one trailing re-evaluation", n)
+	}
+	// The suppressed changes are not lost: the pair is evaluated once
+	// more when its window allows, long before any resync.
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*window, true, func(context.Context) (bool, error) {
+		return len(rq.list()) > lookup.DefaultCycleLimit, nil
+	})
+	if err != nil {
+		t.Fatalf("re-queued %d times, want a trailing re-evaluation after the window: %v", len(rq.list()), err)
+	}
+	if got := rq.list(); len(got) != lookup.DefaultCycleLimit+1 || got[lookup.DefaultCycleLimit] != got[0] {
+		t.Errorf("re-queued %v, want deployment a/d %d times", got, lookup.DefaultCycleLimit+1)
+	}
+	if n := testutil.ToFloat64(m.CyclePending); n != 0 {
+		t.Errorf("portal_lookup_cycle_pending = %v after the trailing re-evaluation, want 0", n)
 	}
 }
 

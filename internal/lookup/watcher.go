@@ -73,8 +73,13 @@ type WatcherOptions struct {
 	Access AccessChecker
 	// CycleLimit re-evaluations of a rule on an object are allowed per
 	// CycleWindow; defaults DefaultCycleLimit and DefaultCycleWindow.
+	// Past it a pair gets one trailing re-evaluation when the window
+	// allows; MaxPending bounds how many pairs wait for one (default
+	// DefaultMaxDependencies, the index's bound: a pending pair is one of
+	// its dependents).
 	CycleLimit  int
 	CycleWindow time.Duration
+	MaxPending  int
 	Metrics     *Metrics
 	Logger      *slog.Logger
 	// OnStatus hears of every rule whose lookup status changed.
@@ -99,6 +104,8 @@ type Watcher struct {
 	mu       sync.Mutex
 	watches  map[watchKey]func()
 	statuses map[RuleKey]RuleStatus
+	// dropLogged is when the last "pending set full" warning was logged.
+	dropLogged atomic.Int64
 }
 
 // RequeueFunc adapts a function to Requeuer.
@@ -147,7 +154,9 @@ func NewWatcher(o WatcherOptions) *Watcher {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil, nil)
 	}
-	w := &Watcher{o: o, guard: newCycleGuard(o.CycleLimit, o.CycleWindow), changed: make(chan struct{}, 1), watches: map[watchKey]func(){}, statuses: map[RuleKey]RuleStatus{}}
+	w := &Watcher{o: o, changed: make(chan struct{}, 1), watches: map[watchKey]func(){}, statuses: map[RuleKey]RuleStatus{}}
+	w.guard = newCycleGuard(o.CycleLimit, o.CycleWindow, o.MaxPending, w.trailing)
+	o.Metrics.setPending(w.guard.pendingLen)
 	if o.Requeuer != nil {
 		w.SetRequeuer(o.Requeuer)
 	}
@@ -231,6 +240,19 @@ func (w *Watcher) RulesChanged(ctx context.Context) {
 		w.mu.Unlock()
 	}
 	w.setStatuses(statuses, failed)
+	// A rule disabled, deleted or without lookups any more is not
+	// re-evaluated for what it read.
+	w.guard.forgetRules(func(k RuleKey) bool {
+		_, ok := statuses[k]
+		return ok
+	})
+}
+
+// Forget drops what cycle protection holds for obj, its pending trailing
+// re-evaluations first: the object is gone. Audit calls it when an
+// evaluated object's deletion is processed.
+func (w *Watcher) Forget(obj ObjectKey) {
+	w.guard.forgetObject(obj)
 }
 
 // ruleStatus resolves r's lookups, adds the watches they need to want and
@@ -309,8 +331,10 @@ func (w *Watcher) setStatuses(statuses map[RuleKey]RuleStatus, failed map[schema
 	}
 }
 
-// Stop releases every watch.
+// Stop releases every watch and drops the pending trailing
+// re-evaluations.
 func (w *Watcher) Stop() {
+	w.guard.stop()
 	w.mu.Lock()
 	watches := w.watches
 	w.watches = map[watchKey]func(){}
@@ -339,7 +363,8 @@ func (w *Watcher) Synced(gvr schema.GroupVersionResource, namespace string) {
 }
 
 // Changed re-queues what read the object gvr ns/name, added (old nil),
-// changed, or deleted (new nil); old and new are its labels.
+// changed, or deleted (new nil); old and new are its labels. A pair past
+// the cycle limit is re-queued once more when its window allows.
 func (w *Watcher) Changed(gvr schema.GroupVersionResource, ns, name string, old, new labels.Labels) {
 	rp := w.requeuer.Load()
 	if w.o.Index == nil || rp == nil {
@@ -349,14 +374,9 @@ func (w *Watcher) Changed(gvr schema.GroupVersionResource, ns, name string, old,
 	deps := w.o.Index.Affected(gvr, ns, name, old, new)
 	queued := map[ObjectKey]bool{}
 	for _, dep := range deps {
-		ok, first := w.guard.allow(dep)
-		if !ok {
-			w.o.Metrics.CycleSuppressed.Inc()
-			if first {
-				w.o.Logger.Warn("lookup re-evaluation suppressed: the rule re-evaluated this object too often after changes to what it reads (a cycle?); the periodic resync evaluates it again",
-					"rule", dep.Rule.String(), "object", dep.Object.String(), "limit", w.guard.limit, "window", w.guard.window.String(),
-					"changed", gvr.Resource+" "+ns+"/"+name)
-			}
+		v := w.guard.allow(dep)
+		if v != allowed {
+			w.suppressed(dep, v, gvr.Resource+" "+ns+"/"+name)
 			continue
 		}
 		if queued[dep.Object] {
@@ -365,5 +385,44 @@ func (w *Watcher) Changed(gvr schema.GroupVersionResource, ns, name string, old,
 		queued[dep.Object] = true
 		w.o.Metrics.Requeues.Inc()
 		requeuer.Requeue(dep.Object)
+	}
+}
+
+// suppressed counts and logs a re-evaluation past the cycle limit: once per
+// pair and window when it is deferred, at most once a window when the
+// pending set is full.
+func (w *Watcher) suppressed(dep Dependent, v verdict, changed string) {
+	w.o.Metrics.CycleSuppressed.Inc()
+	switch v {
+	case deferred:
+		w.o.Logger.Warn("lookup re-evaluation suppressed: the rule re-evaluated this object too often after changes to what it reads (a cycle?); it is evaluated once more when the window allows",
+			"rule", dep.Rule.String(), "object", dep.Object.String(), "limit", w.guard.limit, "window", w.guard.window.String(),
+			"changed", changed)
+	case dropped:
+		w.o.Metrics.CycleDropped.Inc()
+		now := time.Now().UnixNano()
+		last := w.dropLogged.Load()
+		if now-last >= int64(w.guard.window) && w.dropLogged.CompareAndSwap(last, now) {
+			w.o.Logger.Warn("lookup re-evaluation dropped: too many rule/object pairs wait for a trailing re-evaluation; the periodic resync evaluates them again",
+				"rule", dep.Rule.String(), "object", dep.Object.String(), "max_pending", w.guard.maxPending, "changed", changed)
+		}
+	}
+}
+
+// trailing re-queues the objects of the pairs whose trailing re-evaluation
+// is due.
+func (w *Watcher) trailing(deps []Dependent) {
+	rp := w.requeuer.Load()
+	if rp == nil {
+		return
+	}
+	queued := map[ObjectKey]bool{}
+	for _, dep := range deps {
+		if queued[dep.Object] {
+			continue
+		}
+		queued[dep.Object] = true
+		w.o.Metrics.Requeues.Inc()
+		(*rp).Requeue(dep.Object)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/vilaca/portal/internal/audit"
 	"github.com/vilaca/portal/internal/lookup"
@@ -54,7 +55,14 @@ func (l *auditLayer) Setup(d Deps) error {
 	if err := d.Manager.Add(counts); err != nil {
 		return err
 	}
+	var gone func(schema.GroupVersionKind, string, string)
+	if d.Lookups != nil {
+		gone = func(gvk schema.GroupVersionKind, ns, name string) {
+			d.Lookups.Forget(lookup.ObjectKey{GVK: gvk, Namespace: ns, Name: name})
+		}
+	}
 	layer, err := audit.Setup(d.Manager, d.Engine, audit.Options{
+		Gone:         gone,
 		RulesLoaded:  d.RulesLoaded,
 		ResyncPeriod: l.cfg.ResyncPeriod,
 		Workers:      l.cfg.Workers,

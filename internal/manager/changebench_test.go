@@ -90,10 +90,10 @@ func BenchmarkChangeToPolicyReport(b *testing.B) {
 	// Consecutive changes go to different namespaces, as changes spread
 	// over a cluster would; a namespace's turn comes again after 100. Each
 	// change re-evaluates the namespace's 10 Deployments twice (delete,
-	// create); the cycle guard suppresses a pair's re-evaluations past
-	// CycleLimit per CycleWindow (what it suppresses waits for the resync),
-	// so a namespace is changed again only once its window has passed:
-	// what is measured is the path, not the guard.
+	// create); the cycle guard defers a pair's re-evaluations past
+	// CycleLimit per CycleWindow to the end of its window, so a namespace
+	// is changed again only once its window has passed: what is measured
+	// is the path, not the guard.
 	if p.cfg.Lookup.CycleLimit < 2 {
 		b.Fatalf("cycle limit %d: a change re-evaluates a pair twice", p.cfg.Lookup.CycleLimit)
 	}

@@ -24,7 +24,8 @@ type LookupConfig struct {
 	// entries kept to re-evaluate an object when what it read changes.
 	MaxDependencies int
 	// CycleLimit re-evaluations of one rule on one object are allowed per
-	// CycleWindow; more are suppressed and counted.
+	// CycleWindow; more are suppressed, counted, and coalesced into one
+	// trailing re-evaluation when the window allows.
 	CycleLimit  int
 	CycleWindow time.Duration
 }
@@ -69,7 +70,7 @@ func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, cache *clusterca
 	l.watcher = lookup.NewWatcher(lookup.WatcherOptions{
 		Engine: eng, Cache: shared, Resolver: shared, Index: index,
 		Access:     lookup.AccessReview{Client: cs.AuthorizationV1().SelfSubjectAccessReviews()},
-		CycleLimit: cfg.Lookup.CycleLimit, CycleWindow: cfg.Lookup.CycleWindow,
+		CycleLimit: cfg.Lookup.CycleLimit, CycleWindow: cfg.Lookup.CycleWindow, MaxPending: cfg.Lookup.MaxDependencies,
 		Metrics: lookup.NewMetrics(reg, index), Logger: log.With("layer", "lookup"),
 		OnStatus: func(k lookup.RuleKey) {
 			if l.status != nil {

@@ -3,6 +3,7 @@ package manager
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -53,6 +54,19 @@ rule: len(cluster["policyreports.wgpolicyk8s.io"].list(object.metadata.namespace
 message: 'reports at {{ join(map(cluster["policyreports.wgpolicyk8s.io"].list(object.metadata.namespace, {}), #.metadata.resourceVersion), ",") }}'
 `
 
+// burstRule fails a Deployment of lookup-burst until its namespace has five
+// PodDisruptionBudgets, and says how many it saw: every PDB created
+// changes its finding.
+const burstRule = `name: lookup-burst
+severity: low
+mode: [audit]
+match:
+  gvk: [{group: apps, version: v1, kind: Deployment}]
+  namespaces: {include: [lookup-burst]}
+rule: len(cluster.poddisruptionbudgets.list(object.metadata.namespace, {})) < 5
+message: 'sees {{ len(cluster.poddisruptionbudgets.list(object.metadata.namespace, {})) }} PDBs'
+`
+
 // TestCrossResourceLookups runs Portal with admission and audit against a
 // real API server and the cookbook's cross-resource rules, with the audit
 // resync an hour away: whatever clears or raises a finding here is an
@@ -65,7 +79,7 @@ func TestCrossResourceLookups(t *testing.T) {
 		t.Fatal(err)
 	}
 	dyn := dynamic.NewForConfigOrDie(cl.Config)
-	for _, ns := range []string{Defaults().Namespace, "lookup-pdb", "lookup-ing-a", "lookup-ing-b", "lookup-cycle", "tenant-a", "tenant-b"} {
+	for _, ns := range []string{Defaults().Namespace, "lookup-pdb", "lookup-ing-a", "lookup-ing-b", "lookup-cycle", "lookup-burst", "tenant-a", "tenant-b"} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
@@ -118,6 +132,50 @@ func TestCrossResourceLookups(t *testing.T) {
 		}
 	})
 
+	// A legitimate burst past the cycle limit: five PDBs in a row are five
+	// re-evaluations of each Deployment, two more than the guard allows in
+	// its window. The last ones must not wait for the resync (an hour
+	// here): the guard re-evaluates the pair once more when its window
+	// allows.
+	t.Run("a burst of changes past the cycle limit still ends correct", func(t *testing.T) {
+		const ns = "lookup-burst"
+		deps := []string{"web", "api"}
+		for _, name := range deps {
+			if err := c.Create(ctx, deployment(ns, name)); err != nil {
+				t.Fatal(err)
+			}
+			waitFindingMessage(t, dyn, ns, "lookup-burst", name, "sees 0 PDBs")
+		}
+		suppressed := counter(t, reg, "portal_lookup_cycle_suppressed_total")
+		pdb := func(i int) *policyv1.PodDisruptionBudget {
+			return &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("pdb-", i), Namespace: ns}, Spec: policyv1.PodDisruptionBudgetSpec{
+				MinAvailable: ptr.To(intstr.FromInt32(1)),
+				Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprint("part-", i)}},
+			}}
+		}
+		// The limit's worth first, seen through before the rest, so the
+		// last two changes are past the limit whatever the workers' pace.
+		for i := range lookup.DefaultCycleLimit {
+			if err := c.Create(ctx, pdb(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, name := range deps {
+			waitFindingMessage(t, dyn, ns, "lookup-burst", name, fmt.Sprintf("sees %d PDBs", lookup.DefaultCycleLimit))
+		}
+		for i := lookup.DefaultCycleLimit; i < 5; i++ {
+			if err := c.Create(ctx, pdb(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, name := range deps {
+			waitFinding(t, dyn, ns, "lookup-burst", name, false)
+		}
+		if got := counter(t, reg, "portal_lookup_cycle_suppressed_total"); got <= suppressed {
+			t.Errorf("portal_lookup_cycle_suppressed_total %v -> %v: the burst did not reach the cycle limit, so this test proves nothing", suppressed, got)
+		}
+	})
+
 	t.Run("a rule that feeds its own re-evaluation is capped", func(t *testing.T) {
 		if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "loop", Namespace: "lookup-cycle"}}); err != nil {
 			t.Fatal(err)
@@ -142,8 +200,8 @@ func TestCrossResourceLookups(t *testing.T) {
 
 }
 
-// lookupRulesDir writes the cookbook's cross-resource rules and the cycle
-// rule into a rules folder.
+// lookupRulesDir writes the cookbook's cross-resource rules, the cycle rule
+// and the burst rule into a rules folder.
 func lookupRulesDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -157,6 +215,9 @@ func lookupRulesDir(t *testing.T) string {
 		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cycle.yaml"), []byte(cycleRule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "burst.yaml"), []byte(burstRule), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -316,6 +377,18 @@ func mustScheme(t *testing.T) *runtime.Scheme {
 	return s
 }
 
+func deployment(ns, name string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To[int32](2),
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "nginx:1.27"}}},
+		},
+	}}
+}
+
 func ingress(ns, name, host string) *networkingv1.Ingress {
 	prefix := networkingv1.PathTypePrefix
 	return &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: networkingv1.IngressSpec{
@@ -388,6 +461,41 @@ func waitFinding(t *testing.T, dyn dynamic.Interface, ns, ruleName, object strin
 	})
 	if err != nil {
 		t.Fatalf("%s on %s/%s: finding present=%v never observed: %v", ruleName, ns, object, want, err)
+	}
+}
+
+// waitFindingMessage polls the namespace's PolicyReports until the rule's
+// failing result on the named object says msg.
+func waitFindingMessage(t *testing.T, dyn dynamic.Interface, ns, ruleName, object, msg string) {
+	t.Helper()
+	var last []string
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := dyn.Resource(policyReportGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = last[:0]
+		for _, r := range l.Items {
+			results, _, _ := unstructured.NestedSlice(r.Object, "results")
+			for _, x := range results {
+				m, _ := x.(map[string]any)
+				res, _ := m["resources"].([]any)
+				if m["policy"] != ruleName || m["result"] != "fail" || len(res) == 0 {
+					continue
+				}
+				if ref, _ := res[0].(map[string]any); ref["name"] == object {
+					got, _ := m["message"].(string)
+					last = append(last, got)
+					if got == msg {
+						return true, nil
+					}
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%s on %s/%s: finding %q never observed (last %q): %v", ruleName, ns, object, msg, last, err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -55,6 +56,9 @@ type Config struct {
 	// /healthz and /readyz; "0" disables a listener.
 	MetricsAddr string
 	HealthAddr  string
+	// PprofAddr is the listen address of net/http/pprof's /debug/pprof/
+	// (heap, goroutine and CPU profiles); empty or "0" serves none.
+	PprofAddr string
 	// MetricsSecure serves /metrics over HTTPS and only to clients whose
 	// bearer token the API server authenticates (TokenReview) and allows
 	// get on the /metrics non-resource URL (SubjectAccessReview), as
@@ -252,6 +256,7 @@ func managerOptions(cfg *Config, scheme *runtime.Scheme) ctrl.Options {
 		Scheme:                        scheme,
 		Metrics:                       metricsOptions(cfg),
 		HealthProbeBindAddress:        cfg.HealthAddr,
+		PprofBindAddress:              cfg.PprofAddr,
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              cfg.LeaderElectionID,
 		LeaderElectionNamespace:       cfg.Namespace,
@@ -262,6 +267,10 @@ func managerOptions(cfg *Config, scheme *runtime.Scheme) ctrl.Options {
 		RenewDeadline:           ptrDuration(7 * time.Second),
 		RetryPeriod:             ptrDuration(2 * time.Second),
 		GracefulShutdownTimeout: ptrDuration(10 * time.Second),
+		// No reconciler reads managed fields, often the largest part of a
+		// small object's metadata; writes are server-side applies, and an
+		// update without them keeps the stored ones.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 	}
 	if cfg.Registerer != nil {
 		// controller-runtime refuses a second controller of the same name

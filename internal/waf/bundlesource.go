@@ -39,6 +39,12 @@ type bundleAdapter struct {
 	mu       sync.Mutex
 	results  map[string]bundleOutcome
 	inflight map[string]bool
+	// installed are the cache keys bundles were put under; wanted is the
+	// set of policy|location|sha256 the last Retain kept (nil before the
+	// first), policies its policies.
+	installed map[string]bool
+	wanted    map[string]bool
+	policies  map[string]bool
 }
 
 type bundleOutcome struct {
@@ -53,14 +59,19 @@ func bundleSource(f *bundle.Fetcher, c *cache.Cache, log *slog.Logger) *bundleAd
 	if f == nil {
 		return nil
 	}
-	return &bundleAdapter{fetcher: f, cache: c, log: log, results: map[string]bundleOutcome{}, inflight: map[string]bool{}}
+	return &bundleAdapter{fetcher: f, cache: c, log: log, results: map[string]bundleOutcome{}, inflight: map[string]bool{},
+		installed: map[string]bool{}}
 }
 
 // Bundle implements binding.BundleFetcher.
 func (a *bundleAdapter) Bundle(policy types.NamespacedName, location, sha string) (cache.TableRuleSet, bool, string, string) {
-	key := policy.String() + "|" + location + "|" + sha
+	key := bundleKey(policy, location, sha)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.wanted != nil {
+		// Asked for, so wanted until a Retain says otherwise.
+		a.wanted[key], a.policies[policy.String()] = true, true
+	}
 	o, have := a.results[key]
 	if (!have || ((!o.ok || o.reason != "") && time.Since(o.at) > bundleRetry)) && !a.inflight[key] {
 		a.inflight[key] = true
@@ -72,26 +83,77 @@ func (a *bundleAdapter) Bundle(policy types.NamespacedName, location, sha string
 	return o.rs, o.ok, o.reason, o.detail
 }
 
+func bundleKey(policy types.NamespacedName, location, sha string) string {
+	return policy.String() + "|" + location + "|" + sha
+}
+
 func (a *bundleAdapter) fetch(key string, policy types.NamespacedName, location, sha string) {
 	ctx, cancel := context.WithTimeout(context.Background(), bundleFetchTimeout)
 	defer cancel()
 	res, err := a.fetcher.Get(ctx, policy.String(), location, sha)
 	o := bundleOutcome{at: time.Now()}
-	if res.State != bundle.StateMissing && len(res.SHA256) >= 20 {
-		name := "bundle-" + res.SHA256[:20]
-		e := bundle.Install(a.cache, cache.Key(policy.Namespace, name), res.Bundle)
-		o.rs, o.ok = cache.TableRuleSet{Namespace: policy.Namespace, Name: name, UUID: e.UUID}, true
-	}
 	if err != nil {
 		_, o.reason, o.detail = bundle.Programmed(res, err)
 		a.log.Warn("WAF bundle not fetched", "policy", policy.String(), "location", location, "reason", o.reason, "error", err)
 	}
 	a.mu.Lock()
-	a.results[key] = o
 	delete(a.inflight, key)
+	if a.wanted != nil && !a.wanted[key] {
+		// The policy dropped this bundle while it was being fetched: do
+		// not install it, and let the fetcher forget it again.
+		keep := a.policies
+		a.mu.Unlock()
+		a.fetcher.Retain(func(k string) bool { return keep[k] })
+		return
+	}
+	if res.State != bundle.StateMissing && len(res.SHA256) >= 20 {
+		name := "bundle-" + res.SHA256[:20]
+		ck := cache.Key(policy.Namespace, name)
+		e := bundle.Install(a.cache, ck, res.Bundle)
+		a.installed[ck] = true
+		o.rs, o.ok = cache.TableRuleSet{Namespace: policy.Namespace, Name: name, UUID: e.UUID}, true
+	}
+	a.results[key] = o
 	trigger := a.trigger
 	a.mu.Unlock()
 	if trigger != nil {
 		trigger()
 	}
+}
+
+// Retain implements binding.BundleFetcher: results of bundles no policy
+// asks for any more are dropped, a bundle no remaining result enforces is
+// deleted from the rule set cache (data planes can no longer fetch it),
+// and the fetcher forgets the policies gone, in memory and on disk.
+func (a *bundleAdapter) Retain(policies map[types.NamespacedName]wafv1alpha1.BundleReference) {
+	wanted, keep := map[string]bool{}, map[string]bool{}
+	for p, b := range policies {
+		wanted[bundleKey(p, b.Location, b.SHA256)] = true
+		keep[p.String()] = true
+	}
+	a.mu.Lock()
+	a.wanted, a.policies = wanted, keep
+	for k := range a.results {
+		if !wanted[k] {
+			delete(a.results, k)
+		}
+	}
+	enforced := map[string]bool{}
+	for _, o := range a.results {
+		if o.ok {
+			enforced[cache.Key(o.rs.Namespace, o.rs.Name)] = true
+		}
+	}
+	var drop []string
+	for k := range a.installed {
+		if !enforced[k] {
+			drop = append(drop, k)
+			delete(a.installed, k)
+		}
+	}
+	a.mu.Unlock()
+	for _, k := range drop {
+		a.cache.Delete(k)
+	}
+	a.fetcher.Retain(func(k string) bool { return keep[k] })
 }

@@ -91,14 +91,32 @@ type SecurityLogFile struct {
 	Path string `json:"path"`
 }
 
-// SecurityLogSyslog is a syslog server reached over TCP.
+// SecurityLogSyslog is a syslog server: each matched rule is one RFC 5424
+// message (facility local0, severity warning, app name portal-waf-proxy)
+// whose text is the JSON line of the match.
 type SecurityLogSyslog struct {
 	// Server is host:port.
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=260
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+:[0-9]{1,5}$`
 	Server string `json:"server"`
+
+	// Protocol is TCP (RFC 6587 octet-counted framing) or UDP (RFC 5426:
+	// one message per datagram).
+	// +kubebuilder:validation:Enum=TCP;UDP
+	// +kubebuilder:default=TCP
+	// +optional
+	Protocol SyslogProtocol `json:"protocol,omitempty"`
 }
+
+// SyslogProtocol is the transport of a Syslog security log.
+type SyslogProtocol string
+
+// Syslog transports.
+const (
+	SyslogTCP SyslogProtocol = "TCP"
+	SyslogUDP SyslogProtocol = "UDP"
+)
 
 // SecurityLog is one security log of the policy: every request a rule of
 // the rule set matches is written there, as the data plane's audit log.

@@ -75,8 +75,8 @@ func setupBench(b *testing.B, ctx context.Context, ns string) {
 		}
 	}
 	mustCreate(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	for _, name := range []string{"base", "strict"} {
-		mustCreate(&wafv1alpha1.RuleSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: wafv1alpha1.RuleSourceSpec{Rules: baseRules}})
+	for name, rules := range map[string]string{"base": baseRules, "strict": strictRules} {
+		mustCreate(&wafv1alpha1.RuleSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: wafv1alpha1.RuleSourceSpec{Rules: rules}})
 		mustCreate(&wafv1alpha1.RuleSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: wafv1alpha1.RuleSetSpec{Sources: []wafv1alpha1.SourceReference{{Name: name}}}})
 	}

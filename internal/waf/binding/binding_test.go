@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -233,6 +234,77 @@ func TestForeignRouteDoesNotAttach(t *testing.T) {
 		_, rs := routePolicy(table(a, "shared-gw"), "HTTPRoute/"+b+"/tenant")
 		return rs == a+"/base"
 	})
+}
+
+// Listeners decide which routes attach: a route whose parentRef names a
+// listener that does not admit its namespace, or whose hostnames do not
+// intersect the listener's, is not in the Gateway's table, so neither the
+// Gateway's policy nor its own runs for it there; labelling the namespace
+// the listener selects attaches it.
+func TestAllowedRoutesRefuseRoute(t *testing.T) {
+	ctx := start(t)
+	a := namespace(t, "listeners-a")
+	b := namespace(t, "listeners-b")
+	ruleSet(t, a, "base", baseRules, nil)
+	ruleSet(t, a, "strict", strictRules, nil)
+	sel := gatewayv1.NamespacesFromSelector
+	create(t, &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: a, Name: "gw"},
+		Spec: gatewayv1.GatewaySpec{GatewayClassName: "example", Listeners: []gatewayv1.Listener{
+			{Name: "web", Port: 80, Protocol: gatewayv1.HTTPProtocolType, Hostname: ptr.To(gatewayv1.Hostname("*.example.com"))},
+			{Name: "partners", Port: 8080, Protocol: gatewayv1.HTTPProtocolType, AllowedRoutes: &gatewayv1.AllowedRoutes{
+				Namespaces: &gatewayv1.RouteNamespaces{From: &sel, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"partner": "true"}}}}},
+		}}})
+	httpRoute(t, a, "shop", a, "gw", "shop.example.com", "/shop")
+	// Listener web takes only *.example.com; partners only labelled
+	// namespaces, and a is not labelled.
+	httpRoute(t, a, "elsewhere", a, "gw", "www.example.org", "/elsewhere")
+	sneaky := httpRoute(t, a, "sneaky", a, "gw", "", "/sneaky")
+	sneaky.Spec.ParentRefs[0].SectionName = ptr.To(gatewayv1.SectionName("partners"))
+	if err := env.Client.Update(ctx, sneaky); err != nil {
+		t.Fatal(err)
+	}
+	httpRoute(t, b, "partner", a, "gw", "", "/partner")
+	policy(t, a, "p", "Gateway", []string{"gw"}, "", "base")
+	policy(t, a, "elsewhere-p", "HTTPRoute", []string{"elsewhere"}, "", "strict")
+	eventually(t, "the admitted route in the table, the refused ones not, and the refused route's policy not Programmed", func() bool {
+		tb := table(a, "gw")
+		if _, rs := routePolicy(tb, "HTTPRoute/"+a+"/shop"); rs != a+"/base" {
+			return false
+		}
+		return !hasReason(ancestorCondition(t, a, "elsewhere-p", "elsewhere", "Programmed"), metav1.ConditionTrue, "Programmed") &&
+			hasReason(ancestorCondition(t, a, "elsewhere-p", "elsewhere", "Programmed"), metav1.ConditionFalse, "Pending")
+	})
+	tb := table(a, "gw")
+	for _, r := range tb.Rows {
+		switch r.Route {
+		case "HTTPRoute/" + a + "/elsewhere", "HTTPRoute/" + a + "/sneaky", "HTTPRoute/" + b + "/partner":
+			t.Errorf("refused route %s is in the table: %+v", r.Route, r)
+		case "HTTPRoute/" + a + "/shop":
+			if len(r.Hostnames) != 1 || r.Hostnames[0] != "shop.example.com" {
+				t.Errorf("shop's hostnames %v", r.Hostnames)
+			}
+		}
+	}
+	for _, p := range tb.Policies {
+		if p.Policy == a+"/elsewhere-p" {
+			t.Errorf("the refused route's policy is in the table: %+v", p)
+		}
+	}
+	var nsObj corev1.Namespace
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: b}, &nsObj); err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels["partner"] = "true"
+	if err := env.Client.Update(ctx, &nsObj); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the partner route attached once its namespace is selected", func() bool {
+		_, rs := routePolicy(table(a, "gw"), "HTTPRoute/"+b+"/partner")
+		return rs == a+"/base"
+	})
+	if _, rs := routePolicy(table(a, "gw"), "HTTPRoute/"+a+"/sneaky"); rs != "" {
+		t.Errorf("the sneaky route attached through a listener that does not select its namespace: %s", rs)
+	}
 }
 
 // The PolicyAffected condition goes on the Gateway by server-side apply

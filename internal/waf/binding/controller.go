@@ -131,6 +131,15 @@ func (c *Controller) reconcileTables(ctx context.Context, _ reconcile.Request) (
 	}
 	res := Resolve(snap)
 	putErrs := c.serveTables(res)
+	if c.opts.Bundles != nil {
+		inUse := map[types.NamespacedName]wafv1alpha1.BundleReference{}
+		for _, p := range snap.Policies {
+			if p.Spec.Bundle != nil {
+				inUse[nn(p.Namespace, p.Name)] = *p.Spec.Bundle
+			}
+		}
+		c.opts.Bundles.Retain(inUse)
+	}
 	c.mu.Lock()
 	c.putErrs = putErrs
 	c.mu.Unlock()

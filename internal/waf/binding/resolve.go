@@ -17,7 +17,6 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -63,6 +62,10 @@ type BundleFetcher interface {
 	// why there is none (FetchError, IntegrityError, ...: a cold miss).
 	// It must not block: a fetch runs in the background.
 	Bundle(policy types.NamespacedName, location, sha256 string) (rs cache.TableRuleSet, ok bool, reason, message string)
+	// Retain is told, after every table computation, the spec.bundle of
+	// every policy that has one: a bundle no policy uses any more is
+	// deleted (rule set cache, memory, persisted last good store).
+	Retain(policies map[types.NamespacedName]wafv1alpha1.BundleReference)
 }
 
 // objKey names an object of a kind: Kind/namespace/name.
@@ -85,6 +88,8 @@ type route struct {
 	hostnames []string
 	rows      []cache.TableRow // without Policy
 	parents   []objKey         // Gateways it is attached to
+	// hosts are the hostnames it serves on each parent ("" alone: any).
+	hosts map[objKey][]string
 }
 
 // resolvedSource is what a policy's rule source resolved to.
@@ -171,12 +176,14 @@ func Resolve(s *Snapshot) *Result {
 	routes := map[objKey]*route{}
 	for _, r := range s.HTTPRoutes {
 		rt := httpRoute(r)
-		rt.parents = attachedParents(r.Namespace, r.Spec.ParentRefs, gateways, s.NamespaceLabels)
+		a := attachRoute(KindHTTPRoute, r.Namespace, rt.hostnames, r.Spec.ParentRefs, gateways, s.NamespaceLabels)
+		rt.parents, rt.hosts = a.parents, a.hosts
 		routes[rt.key] = rt
 	}
 	for _, r := range s.GRPCRoutes {
 		rt := grpcRoute(r)
-		rt.parents = attachedParents(r.Namespace, r.Spec.ParentRefs, gateways, s.NamespaceLabels)
+		a := attachRoute(KindGRPCRoute, r.Namespace, rt.hostnames, r.Spec.ParentRefs, gateways, s.NamespaceLabels)
+		rt.parents, rt.hosts = a.parents, a.hosts
 		routes[rt.key] = rt
 	}
 	ruleSets := map[string]*wafv1alpha1.RuleSet{}
@@ -318,62 +325,6 @@ func attach(states []*policyState, gateways map[objKey]*gatewayv1.Gateway, route
 		}
 	}
 	return winners
-}
-
-// attachedParents returns the Gateways a route attaches to: those of its
-// parentRefs that exist and whose listeners admit routes of its namespace.
-// A route cannot attach to a Gateway of another namespace that does not
-// admit it, so it cannot pick up (or change) that Gateway's protection.
-func attachedParents(ns string, refs []gatewayv1.ParentReference, gateways map[objKey]*gatewayv1.Gateway, nsLabels map[string]map[string]string) []objKey {
-	var out []objKey
-	for _, ref := range refs {
-		if (ref.Group != nil && string(*ref.Group) != gatewayv1.GroupName) || (ref.Kind != nil && string(*ref.Kind) != KindGateway) {
-			continue
-		}
-		gns := ns
-		if ref.Namespace != nil {
-			gns = string(*ref.Namespace)
-		}
-		k := objKey{KindGateway, gns, string(ref.Name)}
-		g, ok := gateways[k]
-		if !ok || slices.Contains(out, k) || !admits(g, ns, nsLabels) {
-			continue
-		}
-		out = append(out, k)
-	}
-	return out
-}
-
-// admits reports whether a listener of g admits routes from namespace ns
-// (Gateway API allowedRoutes; Same when unset).
-func admits(g *gatewayv1.Gateway, ns string, nsLabels map[string]map[string]string) bool {
-	for _, l := range g.Spec.Listeners {
-		from := gatewayv1.NamespacesFromSame
-		var sel *metav1.LabelSelector
-		if l.AllowedRoutes != nil && l.AllowedRoutes.Namespaces != nil {
-			if l.AllowedRoutes.Namespaces.From != nil {
-				from = *l.AllowedRoutes.Namespaces.From
-			}
-			sel = l.AllowedRoutes.Namespaces.Selector
-		}
-		switch from {
-		case gatewayv1.NamespacesFromAll:
-			return true
-		case gatewayv1.NamespacesFromSame:
-			if ns == g.Namespace {
-				return true
-			}
-		case gatewayv1.NamespacesFromSelector:
-			if sel == nil {
-				continue
-			}
-			s, err := metav1.LabelSelectorAsSelector(sel)
-			if err == nil && s.Matches(labels.Set(nsLabels[ns])) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // effective returns the policy a route runs behind Gateway gw: its own

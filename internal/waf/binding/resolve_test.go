@@ -146,6 +146,8 @@ func (f fakeBundles) Bundle(p types.NamespacedName, location, _ string) (cache.T
 	return cache.TableRuleSet{Namespace: p.Namespace, Name: "bundle-x", UUID: "u"}, true, o.reason, o.detail
 }
 
+func (fakeBundles) Retain(map[types.NamespacedName]wafv1alpha1.BundleReference) {}
+
 // spec.bundle: fresh is Programmed; stale stays enforced with
 // Programmed=False/StaleBundle; a cold miss fails closed; without storage
 // the policy says bundle storage is not configured.
@@ -225,5 +227,181 @@ func TestOverrideConflictAndNoRuleSet(t *testing.T) {
 		if r.Route == "HTTPRoute/a/web" && (r.Policy < 0 || tbl.Policies[r.Policy].Exclusions == nil) {
 			t.Errorf("the winning override is not in the table: %+v", tbl.Policies)
 		}
+	}
+}
+
+// A route's hostnames on a listener, by the examples of Gateway API's
+// HTTPRoute hostnames documentation: the intersection, the listener's when
+// the route has none, the route's when the listener has none, and no
+// attachment when both have some and none intersect.
+func TestIntersectHostnames(t *testing.T) {
+	for _, c := range []struct {
+		listener string
+		route    []string
+		want     []string // nil: not attached
+	}{
+		{"", nil, []string{""}},
+		{"", []string{"a.example.com"}, []string{"a.example.com"}},
+		{"test.example.com", nil, []string{"test.example.com"}},
+		{"test.example.com", []string{"test.example.com"}, []string{"test.example.com"}},
+		{"test.example.com", []string{"*.example.com"}, []string{"test.example.com"}},
+		{"test.example.com", []string{"other.example.com"}, nil},
+		{"*.example.com", nil, []string{"*.example.com"}},
+		{"*.example.com", []string{"*.example.com"}, []string{"*.example.com"}},
+		{"*.example.com", []string{"test.example.com"}, []string{"test.example.com"}},
+		{"*.example.com", []string{"foo.test.example.com"}, []string{"foo.test.example.com"}},
+		{"*.example.com", []string{"example.com"}, nil},
+		{"*.example.com", []string{"test.example.net"}, nil},
+		// Route hostnames that do not match the listener are ignored.
+		{"*.example.com", []string{"test.example.com", "test.example.net"}, []string{"test.example.com"}},
+		// Two wildcards: the narrower one.
+		{"*.foo.example.com", []string{"*.example.com"}, []string{"*.foo.example.com"}},
+		{"*.example.com", []string{"*.foo.example.com"}, []string{"*.foo.example.com"}},
+		{"*.example.com", []string{"*.example.net"}, nil},
+	} {
+		var lh *gatewayv1.Hostname
+		if c.listener != "" {
+			lh = ptr.To(gatewayv1.Hostname(c.listener))
+		}
+		got, ok := intersectHostnames(lh, c.route)
+		if ok != (c.want != nil) || !slices.Equal(got, c.want) {
+			t.Errorf("listener %q, route %q: %q attached %v, want %q", c.listener, c.route, got, ok, c.want)
+		}
+	}
+}
+
+// routeHosts returns the hostnames of route's rows in tbl ("" for a row
+// without hostnames), sorted; nil when it has no rows.
+func routeHosts(tbl *cache.Table, route string) []string {
+	var out []string
+	for _, r := range tbl.Rows {
+		if r.Route != route {
+			continue
+		}
+		h := ""
+		if len(r.Hostnames) > 0 {
+			h = r.Hostnames[0]
+		}
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Which listeners of a Gateway take a route: parentRefs' sectionName and
+// port select listeners (all when unset), allowedRoutes.namespaces (Same
+// by default, All, Selector) and allowedRoutes.kinds (by protocol when
+// unset) admit it, and its hostnames intersect each listener's. The route
+// serves the union of what the listeners taking it give it, and a route
+// no listener takes is not in the table.
+func TestListenerAttachment(t *testing.T) {
+	all, sel := gatewayv1.NamespacesFromAll, gatewayv1.NamespacesFromSelector
+	g := gw("a", "gw")
+	g.Spec.Listeners = []gatewayv1.Listener{
+		{Name: "web", Port: 80, Protocol: gatewayv1.HTTPProtocolType, Hostname: ptr.To(gatewayv1.Hostname("*.example.com"))},
+		{Name: "api", Port: 8080, Protocol: gatewayv1.HTTPSProtocolType, Hostname: ptr.To(gatewayv1.Hostname("api.example.com")),
+			AllowedRoutes: &gatewayv1.AllowedRoutes{Namespaces: &gatewayv1.RouteNamespaces{From: &all}}},
+		{Name: "tls", Port: 443, Protocol: gatewayv1.TLSProtocolType,
+			AllowedRoutes: &gatewayv1.AllowedRoutes{Namespaces: &gatewayv1.RouteNamespaces{From: &all}}},
+		{Name: "grpc-only", Port: 9090, Protocol: gatewayv1.HTTPProtocolType,
+			AllowedRoutes: &gatewayv1.AllowedRoutes{Namespaces: &gatewayv1.RouteNamespaces{From: &all},
+				Kinds: []gatewayv1.RouteGroupKind{{Kind: KindGRPCRoute}}}},
+		{Name: "prod", Port: 81, Protocol: gatewayv1.HTTPProtocolType,
+			AllowedRoutes: &gatewayv1.AllowedRoutes{Namespaces: &gatewayv1.RouteNamespaces{From: &sel,
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}}},
+	}
+	ref := func(section string, port gatewayv1.PortNumber) gatewayv1.ParentReference {
+		r := gatewayv1.ParentReference{Name: "gw", Namespace: ptr.To(gatewayv1.Namespace("a"))}
+		if section != "" {
+			r.SectionName = ptr.To(gatewayv1.SectionName(section))
+		}
+		if port != 0 {
+			r.Port = ptr.To(port)
+		}
+		return r
+	}
+	type rc struct {
+		name, ns string
+		hosts    []string
+		ref      gatewayv1.ParentReference
+		want     []string // nil: not attached
+	}
+	cases := []rc{
+		{"all-listeners", "a", nil, ref("", 0), []string{"*.example.com", "api.example.com"}},
+		{"section-web", "a", nil, ref("web", 0), []string{"*.example.com"}},
+		{"section-api", "a", nil, ref("api", 0), []string{"api.example.com"}},
+		{"port-8080", "a", nil, ref("", 8080), []string{"api.example.com"}},
+		{"section-and-wrong-port", "a", nil, ref("web", 8080), nil},
+		{"section-missing", "a", nil, ref("nope", 0), nil},
+		{"section-tls", "a", nil, ref("tls", 0), nil},
+		{"section-grpc-only", "a", nil, ref("grpc-only", 0), nil},
+		{"host-narrowed", "a", []string{"shop.example.com", "shop.example.net"}, ref("", 0), []string{"shop.example.com"}},
+		{"host-no-intersection", "a", []string{"www.example.org"}, ref("", 0), nil},
+		{"other-ns", "b", nil, ref("", 0), []string{"api.example.com"}},
+		{"other-ns-section-web", "b", nil, ref("web", 0), nil},
+		{"selected-ns", "prod", nil, ref("", 0), []string{"", "api.example.com"}},
+		{"selected-ns-section", "prod", nil, ref("prod", 0), []string{""}},
+	}
+	s := &Snapshot{
+		Gateways:        []*gatewayv1.Gateway{g},
+		NamespaceLabels: map[string]map[string]string{"a": {"env": "dev"}, "b": {}, "prod": {"env": "prod"}},
+		Policies: []*wafv1alpha1.WAFGatewayBindingPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p"},
+			Spec: wafv1alpha1.WAFGatewayBindingPolicySpec{RuleSet: &wafv1alpha1.RuleSetReference{Name: "crs"},
+				TargetRefs: []gatewayv1.LocalPolicyTargetReference{{Group: gatewayv1.GroupName, Kind: KindGateway, Name: "gw"}}}}},
+	}
+	for _, c := range cases {
+		r := hr(c.ns, c.name, 0, c.hosts)
+		r.Spec.ParentRefs = []gatewayv1.ParentReference{c.ref}
+		s.HTTPRoutes = append(s.HTTPRoutes, r)
+	}
+	grpc := &gatewayv1.GRPCRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "grpc"},
+		Spec: gatewayv1.GRPCRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{ref("grpc-only", 0)}},
+			Rules: []gatewayv1.GRPCRouteRule{{}}}}
+	s.GRPCRoutes = append(s.GRPCRoutes, grpc)
+	res := Resolve(s)
+	tbl := res.Tables[nn("a", "gw")]
+	for _, c := range cases {
+		key := KindHTTPRoute + "/" + c.ns + "/" + c.name
+		if got := routeHosts(tbl, key); !slices.Equal(got, c.want) {
+			t.Errorf("%s: hostnames %q, want %q", c.name, got, c.want)
+		}
+		_, affected := res.AffectedRoutes[key][nn("a", "gw")]
+		if affected != (c.want != nil) {
+			t.Errorf("%s: PolicyAffected %v, want %v", c.name, affected, c.want != nil)
+		}
+	}
+	if got := routeHosts(tbl, "GRPCRoute/b/grpc"); !slices.Equal(got, []string{""}) {
+		t.Errorf("GRPCRoute on a listener admitting GRPCRoutes: hostnames %q, want any", got)
+	}
+}
+
+// A route-level policy on a route no listener takes has no Gateway for
+// its ancestor: Programmed=False, and no table runs it.
+func TestRefusedRouteHasNoGateway(t *testing.T) {
+	g := gw("a", "gw")
+	g.Spec.Listeners[0].Hostname = ptr.To(gatewayv1.Hostname("shop.example.com"))
+	r := hr("a", "web", 0, []string{"www.example.org"})
+	s := &Snapshot{
+		Revision:   func(string) (string, bool) { return "rev", true },
+		RuleSets:   []*wafv1alpha1.RuleSet{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "crs"}}},
+		Gateways:   []*gatewayv1.Gateway{g},
+		HTTPRoutes: []*gatewayv1.HTTPRoute{r},
+		Policies: []*wafv1alpha1.WAFGatewayBindingPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p"},
+			Spec: wafv1alpha1.WAFGatewayBindingPolicySpec{RuleSet: &wafv1alpha1.RuleSetReference{Name: "crs"},
+				TargetRefs: []gatewayv1.LocalPolicyTargetReference{{Group: gatewayv1.GroupName, Kind: KindHTTPRoute, Name: "web"}}}}},
+	}
+	res := Resolve(s)
+	o := res.Policies[nn("a", "p")]
+	if len(o.Targets) != 1 || len(o.Targets[0].Gateways) != 0 {
+		t.Fatalf("targets %+v, want the route with no Gateway", o.Targets)
+	}
+	st := policyStatus(wafv1alpha1.WAFGatewayBindingPolicyStatus{}, o, nil)
+	if c := meta.FindStatusCondition(st.Ancestors[0].Conditions, "Programmed"); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("Programmed %+v, want False", c)
+	}
+	if tbl := res.Tables[nn("a", "gw")]; len(tbl.Rows) != 0 || len(tbl.Policies) != 0 {
+		t.Errorf("table of the Gateway the route does not attach to: %+v", tbl)
 	}
 }

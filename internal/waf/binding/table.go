@@ -147,7 +147,7 @@ func (tp *tablePolicies) add(st *policyState, ex *cache.Exclusions) int {
 			sl.Path = l.Destination.File.Path
 		}
 		if l.Destination.Syslog != nil {
-			sl.Server = l.Destination.Syslog.Server
+			sl.Server, sl.Protocol = l.Destination.Syslog.Server, string(l.Destination.Syslog.Protocol)
 		}
 		p.SecurityLogs = append(p.SecurityLogs, sl)
 	}
@@ -179,11 +179,7 @@ func buildTable(g *gatewayv1.Gateway, gk objKey, routes map[objKey]*route, winne
 		if st, _ := effective(r.key, gk, winners); st != nil {
 			pol = tp.add(st, overrides[r.key])
 		}
-		hosts := r.hostnames
-		if len(hosts) == 0 {
-			hosts = []string{""}
-		}
-		for _, h := range hosts {
+		for _, h := range r.hosts[gk] {
 			for i, row := range r.rows {
 				row.Policy = pol
 				if h != "" {

@@ -148,6 +148,10 @@ type Fetcher struct {
 	mu    sync.Mutex
 	keys  map[string]record
 	blobs map[string]*blob
+	// persisted is the blob each consumer's record on disk names (the
+	// records of earlier runs included), so that Retain and Forget find
+	// every record without reading the directory again.
+	persisted map[string]string
 	// refused remembers content refusals until they expire, at most
 	// maxRefused of them.
 	refused map[string]refusal
@@ -169,10 +173,14 @@ func NewFetcher(opts Options) (*Fetcher, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("bundle storage URL %q: use http(s)://host[:port]", opts.URL)
 	}
-	f := &Fetcher{opts: opts, clock: clock.RealClock{}, keys: map[string]record{}, blobs: map[string]*blob{}, refused: map[string]refusal{}}
+	f := &Fetcher{opts: opts, clock: clock.RealClock{}, keys: map[string]record{}, blobs: map[string]*blob{}, refused: map[string]refusal{},
+		persisted: map[string]string{}}
 	if opts.Dir != "" {
 		if f.store, err = openStore(opts.Dir, opts.CacheMaxBytes, opts.Metrics); err != nil {
 			return nil, err
+		}
+		for _, r := range f.store.records() {
+			f.persisted[r.Key] = r.SHA256
 		}
 	}
 	return f, nil
@@ -304,16 +312,40 @@ func (f *Fetcher) adopt(key, location, sha string, b ruleset.Bundle) {
 	if had {
 		f.release(old.SHA256)
 	}
+	prev, hadRecord := f.persisted[key]
+	if f.store != nil {
+		f.persisted[key] = sha
+	}
 	f.mu.Unlock()
 	if f.store == nil {
 		return
 	}
-	// fetch persisted the blob; a blob no record names any more is removed
-	// when the directory reaches its budget, or at the next start.
 	if err := f.store.saveRecord(record{Key: key, Location: location, SHA256: sha}); err != nil {
 		f.opts.Metrics.StoreErrors.Inc()
 		f.opts.Logger.Warn("last good bundle not persisted: it is enforced but would not survive a restart",
 			"key", key, "location", location, "sha256", sha, "error", err)
+	}
+	// The bundle this consumer had before is deleted once no consumer
+	// names it.
+	if hadRecord && prev != sha {
+		f.removeUnused(prev)
+	}
+}
+
+// removeUnused removes the persisted blob of sha when no consumer, in
+// memory or on disk, names it any more.
+func (f *Fetcher) removeUnused(sha string) {
+	if f.store == nil {
+		return
+	}
+	f.mu.Lock()
+	used := f.blobs[sha] != nil
+	for _, s := range f.persisted {
+		used = used || s == sha
+	}
+	f.mu.Unlock()
+	if !used {
+		f.store.removeBlob(sha)
 	}
 }
 
@@ -365,7 +397,9 @@ func (f *Fetcher) lastGood(key string) Result {
 	return Result{State: StateStale, Bundle: b, Location: r.Location, SHA256: r.SHA256}
 }
 
-// Forget drops key's last good bundle (its consumer is gone).
+// Forget drops key's last good bundle (its consumer is gone): from memory
+// and from disk, and the bundle itself once no other consumer has it, so a
+// restart does not bring it back.
 func (f *Fetcher) Forget(key string) {
 	f.mu.Lock()
 	r, ok := f.keys[key]
@@ -373,9 +407,39 @@ func (f *Fetcher) Forget(key string) {
 	if ok {
 		f.release(r.SHA256)
 	}
+	sha := f.persisted[key]
+	delete(f.persisted, key)
 	f.mu.Unlock()
-	if f.store != nil {
-		f.store.deleteRecord(key)
+	if f.store == nil {
+		return
+	}
+	f.store.deleteRecord(key)
+	for _, s := range []string{r.SHA256, sha} {
+		if s != "" {
+			f.removeUnused(s)
+		}
+	}
+}
+
+// Retain forgets every consumer keep does not want: the ones known in
+// memory and those persisted by earlier runs (their consumers may have
+// gone while Portal was down).
+func (f *Fetcher) Retain(keep func(key string) bool) {
+	f.mu.Lock()
+	var gone []string
+	for k := range f.keys {
+		if !keep(k) {
+			gone = append(gone, k)
+		}
+	}
+	for k := range f.persisted {
+		if _, inMemory := f.keys[k]; !inMemory && !keep(k) {
+			gone = append(gone, k)
+		}
+	}
+	f.mu.Unlock()
+	for _, k := range gone {
+		f.Forget(k)
 	}
 }
 

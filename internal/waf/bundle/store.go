@@ -196,6 +196,18 @@ func (s *store) readRecord(path string) (record, bool) {
 
 func (s *store) deleteRecord(key string) { _ = os.Remove(s.keyPath(key)) }
 
+// records returns every readable record on disk.
+func (s *store) records() []record {
+	keys, _ := os.ReadDir(s.keyDir())
+	var out []record
+	for _, k := range keys {
+		if r, ok := s.readRecord(filepath.Join(s.keyDir(), k.Name())); ok && r.Key != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // writeAtomic writes dir/name through a temporary file and a rename.
 func writeAtomic(dir, name string, data []byte) (err error) {
 	tmp, err := os.CreateTemp(dir, "."+strings.TrimPrefix(name, ".")+".tmp-*")

@@ -80,6 +80,8 @@ type SecurityLog struct {
 	Type   string `json:"type"`
 	Path   string `json:"path,omitempty"`
 	Server string `json:"server,omitempty"`
+	// Protocol is the syslog transport: TCP ("" too) or UDP.
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // TableRow is one match of one route rule.

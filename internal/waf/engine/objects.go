@@ -153,9 +153,17 @@ func (r *Reconciler) teardown(ctx context.Context, eng *wafv1alpha1.Engine, set 
 	}
 	var ts []target
 	if set&wasmObjects != 0 {
-		ts = append(ts, target{WasmPluginGVK, eng.Namespace, name},
-			target{DestinationRuleGVK, eng.Namespace, name},
-			target{corev1.SchemeGroupVersion.WithKind("Secret"), eng.Namespace, CASecretName(eng.Name)})
+		ts = append(ts, target{WasmPluginGVK, eng.Namespace, name})
+		// Only with --operator-name does Portal write these, and only then
+		// does the chart grant it Secrets and DestinationRules: deleting
+		// them without that is forbidden, and every waf-proxy Engine's
+		// reconcile and finalizer would fail on it. (Left over from an
+		// earlier --operator-name, they are the Engine's: its owner
+		// reference lets the garbage collector take them.)
+		if r.opts.OperatorName != "" {
+			ts = append(ts, target{DestinationRuleGVK, eng.Namespace, name},
+				target{corev1.SchemeGroupVersion.WithKind("Secret"), eng.Namespace, CASecretName(eng.Name)})
+		}
 	}
 	if set&proxyObjects != 0 {
 		ts = append(ts,

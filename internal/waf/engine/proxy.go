@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
@@ -227,6 +228,7 @@ func (r *Reconciler) proxyPod(eng *wafv1alpha1.Engine, name, image, upstream str
 			VolumeMounts: []corev1.VolumeMount{
 				{Name: "waf-cache-token", MountPath: ProxyTokenDir, ReadOnly: true},
 				{Name: "waf-cache-ca", MountPath: ProxyCADir, ReadOnly: true},
+				{Name: "tmp", MountPath: "/tmp"},
 			},
 		}},
 		Volumes: []corev1.Volume{
@@ -237,6 +239,13 @@ func (r *Reconciler) proxyPod(eng *wafv1alpha1.Engine, name, image, upstream str
 			}}},
 			{Name: "waf-cache-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: CAConfigMapName(eng.Name)},
+			}}},
+			// The portal binary writes under $TMPDIR as it starts (the
+			// envtest package `portal dev` links creates a directory in its
+			// init); with a read-only root it panics before parsing flags,
+			// as the chart's own Deployment would without its /tmp.
+			{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+				SizeLimit: ptr.To(resource.MustParse("16Mi")),
 			}}},
 		},
 	}

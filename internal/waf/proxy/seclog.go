@@ -1,12 +1,17 @@
 package proxy
 
 import (
+	"bytes"
+	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,8 +20,9 @@ import (
 
 // SecurityLogs opens the security log destinations of WAFGatewayBindingPolicies
 // for a Router: Stderr, a File inside Dir (an os.Root, so no path leaves
-// it), or a Syslog server over TCP. The matched-rule lines of the policy's
-// routes go to every destination, as JSON, beside the proxy's own log.
+// it), or a Syslog server over TCP or UDP. The matched-rule lines of the
+// policy's routes go to every destination, as JSON, beside the proxy's own
+// log; the proxy's other lines stay in its own log.
 type SecurityLogs struct {
 	// Dir is the directory File destinations live in
 	// (--security-log-dir); empty refuses File destinations.
@@ -46,11 +52,16 @@ func (s *SecurityLogs) Open(logs []cache.SecurityLog) (*slog.Logger, error) {
 			}
 			w = f
 		case "Syslog":
-			w = s.syslog(l.Server)
+			sw, err := s.syslog(l.Server, l.Protocol)
+			if err != nil {
+				return nil, fmt.Errorf("security log %s: %w", l.Name, err)
+			}
+			w = sw
 		default:
 			return nil, fmt.Errorf("security log %s: unknown destination type %q", l.Name, l.Type)
 		}
-		handlers = append(handlers, slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}).WithAttrs([]slog.Attr{slog.String("securityLog", l.Name)}))
+		h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}).WithAttrs([]slog.Attr{slog.String("securityLog", l.Name)})
+		handlers = append(handlers, onlyMatches{h})
 	}
 	return slog.New(slog.NewMultiHandler(handlers...)), nil
 }
@@ -84,16 +95,28 @@ func (s *SecurityLogs) file(rel string) (io.Writer, error) {
 	return w, nil
 }
 
-func (s *SecurityLogs) syslog(server string) io.Writer {
-	if w, ok := s.syslg[server]; ok {
-		return w
+func (s *SecurityLogs) syslog(server, protocol string) (io.Writer, error) {
+	network := "tcp"
+	switch protocol {
+	case "", "TCP":
+	case "UDP":
+		network = "udp"
+	default:
+		return nil, fmt.Errorf("syslog protocol %q: use TCP or UDP", protocol)
+	}
+	key := network + "://" + server
+	if w, ok := s.syslg[key]; ok {
+		return w, nil
+	}
+	if len(s.syslg) >= maxSyslogServers {
+		return nil, fmt.Errorf("more than %d syslog servers", maxSyslogServers)
 	}
 	if s.syslg == nil {
 		s.syslg = map[string]io.Writer{}
 	}
-	w := &syslogWriter{addr: server}
-	s.syslg[server] = w
-	return w
+	w := newSyslogWriter(network, server)
+	s.syslg[key] = w
+	return w, nil
 }
 
 type lockedWriter struct {
@@ -107,39 +130,128 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// syslogWriter sends each line as an RFC 5424 message over TCP
-// (non-transparent framing), reconnecting after a failure. A line that
-// cannot be sent is dropped: the WAF never waits on its log.
-type syslogWriter struct {
-	addr string
-	mu   sync.Mutex
-	conn net.Conn
-	down time.Time
+// MatchMessage is the message of the log line of a matched rule: the only
+// line security log destinations get (the proxy's own lines, upstream
+// errors and the like, stay in its log).
+const MatchMessage = "waf rule matched"
+
+// onlyMatches passes only matched-rule records to h.
+type onlyMatches struct{ slog.Handler }
+
+func (o onlyMatches) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message != MatchMessage {
+		return nil
+	}
+	return o.Handler.Handle(ctx, r)
 }
 
-const syslogRetry = 5 * time.Second
+func (o onlyMatches) WithAttrs(as []slog.Attr) slog.Handler {
+	return onlyMatches{o.Handler.WithAttrs(as)}
+}
+func (o onlyMatches) WithGroup(g string) slog.Handler { return onlyMatches{o.Handler.WithGroup(g)} }
+
+// Bounds of syslog destinations.
+const (
+	// maxSyslogServers bounds the destinations one proxy opens: each has
+	// a connection and a sender.
+	maxSyslogServers = 32
+	// syslogQueue is how many messages wait for a sender; more are
+	// dropped, so the WAF never waits on its log.
+	syslogQueue = 1024
+	// maxSyslogMessage is the most bytes of one message (rsyslog's
+	// default $MaxMessageSize); a longer line is cut.
+	maxSyslogMessage = 8 << 10
+	syslogRetry      = 5 * time.Second
+	syslogTimeout    = time.Second
+)
+
+// syslogWriter sends each line as one RFC 5424 message: over TCP with
+// RFC 6587 octet-counted framing, over UDP one message per datagram
+// (RFC 5426), both of which rsyslog, syslog-ng and Fluent Bit accept.
+// Write only queues: a sender goroutine dials, writes and reconnects after
+// a failure, and a line that cannot be queued is dropped.
+type syslogWriter struct {
+	network, addr, host string
+	queue               chan []byte
+}
+
+func newSyslogWriter(network, addr string) *syslogWriter {
+	host, _ := os.Hostname()
+	w := &syslogWriter{network: network, addr: addr, host: syslogHostname(host), queue: make(chan []byte, syslogQueue)}
+	go w.send()
+	return w
+}
+
+// syslogHostname is h as RFC 5424 HOSTNAME allows it: 1-255 printable
+// US-ASCII characters, "-" when unknown.
+func syslogHostname(h string) string {
+	h = strings.Map(func(r rune) rune {
+		if r < 33 || r > 126 {
+			return -1
+		}
+		return r
+	}, h)
+	if len(h) > 255 {
+		h = h[:255]
+	}
+	return cmp.Or(h, "-")
+}
 
 func (s *syslogWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conn == nil {
-		if time.Since(s.down) < syslogRetry {
-			return len(p), nil
-		}
-		c, err := net.DialTimeout("tcp", s.addr, time.Second)
-		if err != nil {
-			s.down = time.Now()
-			return len(p), nil
-		}
-		s.conn = c
-	}
-	host, _ := os.Hostname()
-	// <132>: facility local0, severity warning.
-	msg := fmt.Sprintf("<132>1 %s %s portal-waf-proxy - - - %s", time.Now().UTC().Format(time.RFC3339Nano), host, p)
-	_ = s.conn.SetWriteDeadline(time.Now().Add(time.Second))
-	if _, err := io.WriteString(s.conn, msg); err != nil {
-		_ = s.conn.Close()
-		s.conn, s.down = nil, time.Now()
+	select {
+	case s.queue <- s.format(time.Now(), p):
+	default:
 	}
 	return len(p), nil
+}
+
+// format makes line one RFC 5424 message: PRI 132 (local0, warning),
+// version 1, a timestamp with microseconds (the most TIME-SECFRAC
+// allows), HOSTNAME, APP-NAME portal-waf-proxy, no PROCID, MSGID or
+// structured data, then the line.
+func (s *syslogWriter) format(now time.Time, line []byte) []byte {
+	line = bytes.TrimRight(line, "\n")
+	msg := fmt.Appendf(nil, "<132>1 %s %s portal-waf-proxy - - - ", now.UTC().Format("2006-01-02T15:04:05.000000Z07:00"), s.host)
+	msg = append(msg, line...)
+	if len(msg) > maxSyslogMessage {
+		msg = msg[:maxSyslogMessage]
+	}
+	return msg
+}
+
+func (s *syslogWriter) send() {
+	var conn net.Conn
+	for msg := range s.queue {
+		if conn == nil {
+			c, err := net.DialTimeout(s.network, s.addr, syslogTimeout)
+			if err != nil {
+				// Drop what waits while the server is away, then try
+				// again.
+				time.Sleep(syslogRetry)
+				s.drain()
+				continue
+			}
+			conn = c
+		}
+		frame := msg
+		if s.network == "tcp" {
+			frame = append(strconv.AppendInt(nil, int64(len(msg)), 10), ' ')
+			frame = append(frame, msg...)
+		}
+		_ = conn.SetWriteDeadline(time.Now().Add(syslogTimeout))
+		if _, err := conn.Write(frame); err != nil {
+			_ = conn.Close()
+			conn = nil
+		}
+	}
+}
+
+func (s *syslogWriter) drain() {
+	for {
+		select {
+		case <-s.queue:
+		default:
+			return
+		}
+	}
 }

@@ -194,7 +194,7 @@ func variantKey(pol cache.TablePolicy) string {
 		fmt.Fprintf(&b, "|%v|%v|%d", ex.RuleIDs, ex.Tags, ex.InboundAnomalyThreshold)
 	}
 	for _, l := range pol.SecurityLogs {
-		b.WriteString("|" + l.Type + ":" + l.Path + ":" + l.Server)
+		b.WriteString("|" + l.Type + ":" + l.Path + ":" + l.Server + ":" + l.Protocol)
 	}
 	return b.String()
 }

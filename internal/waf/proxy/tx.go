@@ -146,7 +146,7 @@ func (p *Proxy) inspectResponse(resp *http.Response) error {
 func (p *Proxy) logMatch(mr types.MatchedRule) {
 	rule := mr.Rule()
 	// Coraza calls back without the request's context.
-	p.log.LogAttrs(context.Background(), slog.LevelWarn, "waf rule matched",
+	p.log.LogAttrs(context.Background(), slog.LevelWarn, MatchMessage,
 		slog.Group("rule",
 			slog.Int("id", rule.ID()),
 			slog.String("msg", mr.Message()),

@@ -9,6 +9,8 @@ import (
 	"github.com/corazawaf/coraza/v3"
 	"github.com/corazawaf/coraza/v3/experimental"
 	"github.com/corazawaf/coraza/v3/types"
+
+	"github.com/vilaca/portal/internal/waf/rx"
 )
 
 // Options tune Compile.
@@ -283,6 +285,8 @@ func locate(ctx context.Context, b Bundle, dir string, opts Options, leaked *orp
 	var fd *forbiddenDirective
 	if strings.Contains(msg, refusal) || errors.As(err, &fd) {
 		p.Kind = KindSandbox
+	} else if strings.Contains(msg, rx.ErrTooLarge.Error()) {
+		p.Kind = KindTooLarge
 	}
 	if fd == nil && !strings.HasPrefix(err.Error(), parseErrorPrefix) && !strings.HasPrefix(err.Error(), auditErrorPrefix) {
 		return p

@@ -237,3 +237,21 @@ func TestCompileStopsAtDeadline(t *testing.T) {
 		t.Fatalf("got %v, want a timeout", err)
 	}
 }
+
+// TestRegexMemoryBound: a pattern of a few bytes whose RE2 program would
+// take tens of MiB (a thousand Unicode letters) fails the compile as
+// TooLarge, on its rule's line, instead of costing every replica and data
+// plane that memory. Without rx.MaxMemory it compiles.
+func TestRegexMemoryBound(t *testing.T) {
+	src := Source{Name: "tenant", Rules: "SecRuleEngine On\nSecRule ARGS \"@rx \\pL{1000}\" \"id:1,deny\"\n"}
+	_, err := Compile(Join([]Source{src}), Options{})
+	e, ok := AsError(err)
+	if !ok || len(e.Problems) != 1 {
+		t.Fatalf("got %v, want one located problem", err)
+	}
+	p := e.Problems[0]
+	if p.Kind != KindTooLarge || p.Source != "tenant" || p.SourceLine != 2 || !strings.Contains(p.Message, "needs more memory") {
+		t.Fatalf("got %+v, want TooLarge on tenant line 2 saying the pattern needs more memory", p)
+	}
+	t.Log(err)
+}

@@ -20,6 +20,10 @@ import (
 	"github.com/corazawaf/coraza/v3/debuglog"
 	"github.com/corazawaf/coraza/v3/experimental/plugins"
 	"github.com/corazawaf/coraza/v3/experimental/plugins/plugintypes"
+
+	// @rx on RE2 (registered by its init): the data plane's regexes run in
+	// linear time, each within rx.MaxMemory.
+	_ "github.com/vilaca/portal/internal/waf/rx"
 )
 
 // refusal starts every error the engine's replacements return, so Compile

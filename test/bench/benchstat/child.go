@@ -75,20 +75,22 @@ func StartChild(dir, logPath string, cluster *devcluster.Cluster, env func(Child
 	if logPath == "" {
 		logPath = filepath.Join(dir, "portal.log")
 	}
-	c := &Child{
-		LogPath:    logPath,
-		MetricsURL: "http://" + setup.MetricsAddr + "/metrics",
-		ReadyzURL:  "http://" + setup.HealthAddr + "/readyz",
-		exited:     make(chan struct{}),
-	}
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	c.Cmd = exec.Command(self)
-	c.Cmd.Env = append(os.Environ(), env(setup)...)
-	c.Cmd.Stdout, c.Cmd.Stderr = logFile, logFile
-	c.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), env(setup)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return StartCommand(cmd, logFile, "http://"+setup.MetricsAddr+"/metrics", "http://"+setup.HealthAddr+"/readyz")
+}
+
+// StartCommand starts cmd, whose output goes to logFile, as a Child that
+// serves /metrics at metricsURL and /readyz at readyzURL; logFile is closed
+// when cmd exits.
+func StartCommand(cmd *exec.Cmd, logFile *os.File, metricsURL, readyzURL string) (*Child, error) {
+	c := &Child{Cmd: cmd, LogPath: logFile.Name(), MetricsURL: metricsURL, ReadyzURL: readyzURL, exited: make(chan struct{})}
 	if err := c.Cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, err

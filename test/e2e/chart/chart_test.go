@@ -108,6 +108,7 @@ func TestChartOnRealNode(t *testing.T) {
 		{"LeaderDeletedLeadershipMoves", testLeaderMoves},
 		{"NoReplicaFailurePolicy", testFailClosed},
 		{"UpgradeRollsWithoutLosingAdmission", testUpgrade},
+		{"RestartSendsNoDuplicateAlert", testRestartNoDuplicateAlert},
 		{"UninstallLeavesNothing", testUninstall},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, e) }) {

@@ -21,10 +21,7 @@ import (
 // (admission, audit, the WAF pipeline): Portal must run them with only the
 // RBAC the chart computes, so no replica logs a forbidden error and the
 // WAF layer issues its cache certificate; helm uninstall then leaves
-// nothing, the WAF certificate included. (Turning the WAF layer on with
-// helm upgrade instead stalls the rollout: the new replicas wait for the
-// WAF certificate, which only the leader issues, and the leader is an old
-// replica without the layer.)
+// nothing, the WAF certificate included.
 func TestChartAllLayersWithItsRBAC(t *testing.T) {
 	e := newEnv(t)
 	e.install(t, "audit.enabled=true", "waf.enabled=true")

@@ -73,6 +73,7 @@ items:
     layers: [{{ $l }}]
     replicas: {{ (index $v $l).replicaCount }}
     resources: {{ default $v.resources (index $v $l).resources | toJson }}
+    serviceAccount: {{ include "portal.unitServiceAccount" (dict "root" $ "layer" $l) }}
 {{- end }}
 {{- else }}
   - name: {{ $fullname }}
@@ -80,13 +81,83 @@ items:
     layers: {{ $layers | toJson }}
     replicas: {{ $v.replicaCount }}
     resources: {{ $v.resources | toJson }}
+    serviceAccount: {{ include "portal.serviceAccountName" . }}
 {{- end }}
+{{- end }}
+
+{{/*
+portal.perLayerRBAC is true (non-empty) when each Deployment gets a
+ServiceAccount and RBAC of its own: split mode, with the chart creating the
+ServiceAccounts. A ServiceAccount you bring (serviceAccount.create=false)
+gets the RBAC of every layer.
+*/}}
+{{- define "portal.perLayerRBAC" -}}
+{{- if and (eq .Values.global.mode "split") .Values.serviceAccount.create }}true{{ end }}
+{{- end }}
+
+{{/* portal.unitServiceAccount is the ServiceAccount of the Deployment of (dict root layer). */}}
+{{- define "portal.unitServiceAccount" -}}
+{{- if include "portal.perLayerRBAC" .root }}
+{{- printf "%s-%s" (include "portal.serviceAccountName" .root) .layer | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- include "portal.serviceAccountName" .root }}
+{{- end }}
+{{- end }}
+
+{{/*
+portal.rbacUnits lists who gets which RBAC as YAML {items: [{name,
+serviceAccount, layers, hook}]}: each Deployment with portal.perLayerRBAC,
+else one unit with every enabled layer. hook marks the unit whose
+ServiceAccount runs the uninstall hook: the first Deployment.
+*/}}
+{{- define "portal.rbacUnits" -}}
+{{- $components := (include "portal.components" . | fromYaml).items }}
+items:
+{{- if include "portal.perLayerRBAC" . }}
+{{- range $i, $c := $components }}
+  - name: {{ $c.name }}
+    serviceAccount: {{ $c.serviceAccount }}
+    layers: {{ $c.layers | toJson }}
+    hook: {{ eq $i 0 }}
+{{- end }}
+{{- else }}
+{{- $all := list }}
+{{- range $c := $components }}{{ $all = concat $all $c.layers }}{{ end }}
+  - name: {{ include "portal.fullname" . }}
+    serviceAccount: {{ include "portal.serviceAccountName" . }}
+    layers: {{ $all | toJson }}
+    hook: true
+{{- end }}
+{{- end }}
+
+{{/* portal.hookServiceAccount runs the uninstall hook: the first Deployment's. */}}
+{{- define "portal.hookServiceAccount" -}}
+{{- (first (include "portal.components" . | fromYaml).items).serviceAccount }}
+{{- end }}
+
+{{/*
+portal.runtimeSecrets is the comma-separated list of the certificate
+Secrets Portal issues at run time, which the uninstall hook deletes.
+*/}}
+{{- define "portal.runtimeSecrets" -}}
+{{- $secrets := list }}
+{{- if and .Values.admission.enabled (not .Values.certManager.enabled) }}{{ $secrets = append $secrets (include "portal.certSecret" .) }}{{ end }}
+{{- if .Values.waf.enabled }}{{ $secrets = append $secrets (include "portal.wafCacheCertSecret" .) }}{{ end }}
+{{- join "," $secrets }}
 {{- end }}
 
 {{/* portal.checks fails the render on value combinations that cannot work. */}}
 {{- define "portal.checks" -}}
 {{- if not (or .Values.admission.enabled .Values.audit.enabled .Values.network.enabled .Values.waf.enabled .Values.apigateway.enabled) }}
 {{- fail "enable at least one of admission.enabled, audit.enabled, network.enabled, waf.enabled and apigateway.enabled" }}
+{{- end }}
+{{- with .Values.admission.clientCA }}
+{{- if and .configMap .secret }}
+{{- fail "admission.clientCA: set configMap or secret, not both" }}
+{{- end }}
+{{- if and .allowedNames (not (or .configMap .secret)) }}
+{{- fail "admission.clientCA.allowedNames needs admission.clientCA.configMap or admission.clientCA.secret: names are checked on certificates signed by that CA" }}
+{{- end }}
 {{- end }}
 {{- if and .Values.global.failClosed .Values.admission.enabled (not .Values.podDisruptionBudget.enabled) }}
 {{- fail "global.failClosed requires podDisruptionBudget.enabled: without it a node drain can stop every replica and block admission; set global.failClosed=false to run without a PodDisruptionBudget" }}
@@ -134,4 +205,9 @@ action types whose actions.<name>.enabled is true.
 {{- if (index $a (index $pair 0)).enabled }}{{ $types = append $types (index $pair 1) }}{{ end }}
 {{- end }}
 {{- join "," $types }}
+{{- end }}
+
+{{/* portal.clientCA is true (non-empty) when the webhook requires client certificates. */}}
+{{- define "portal.clientCA" -}}
+{{- with .Values.admission.clientCA }}{{ if or .configMap .secret }}true{{ end }}{{ end }}
 {{- end }}

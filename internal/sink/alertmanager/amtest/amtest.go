@@ -8,12 +8,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +32,7 @@ import (
 // Stop and Start.
 type Server struct {
 	bin, dir string
+	host     string
 	port     int
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -49,29 +53,77 @@ func Start(t testing.TB) *Server {
 	return am
 }
 
+// Options change where Alertmanager listens and where it sends
+// notifications.
+type Options struct {
+	// Host is the address to listen on; default 127.0.0.1. Pods on the
+	// real node reach the host at devcluster.NodeIP.
+	Host string
+	// WebhookURL, when set, receives every notification (resolved ones
+	// too) as a webhook receiver, grouped by namespace and alertname, one
+	// second after the group changes and never repeated: a second
+	// notification of a firing alert means its group changed.
+	WebhookURL string
+}
+
+// StartWith starts an Alertmanager as o says, stopped when t ends.
+func StartWith(t testing.TB, o Options) *Server {
+	t.Helper()
+	am, err := NewWith(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(am.Stop)
+	return am
+}
+
 // New starts an Alertmanager on a free port keeping its data in dir; the
 // caller stops it.
-func New(dir string) (*Server, error) {
+func New(dir string) (*Server, error) { return NewWith(dir, Options{}) }
+
+// NewWith starts an Alertmanager as o says, keeping its data in dir; the
+// caller stops it.
+func NewWith(dir string, o Options) (*Server, error) {
 	bin, err := alertmanager.Path()
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	host := o.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	cfg := "route:\n  receiver: blackhole\n  group_wait: 1s\n  group_interval: 1s\nreceivers:\n  - name: blackhole\n"
+	if o.WebhookURL != "" {
+		cfg = fmt.Sprintf(`route:
+  receiver: webhook
+  group_by: [namespace, alertname]
+  group_wait: 1s
+  group_interval: 1s
+  repeat_interval: 24h
+receivers:
+  - name: webhook
+    webhook_configs:
+      - url: %q
+        send_resolved: true
+`, o.WebhookURL)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "alertmanager.yml"), []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	am := &Server{bin: bin, dir: dir, port: port}
+	am := &Server{bin: bin, dir: dir, host: host, port: port}
 	return am, am.Start()
 }
 
 // URL is the base URL the sink is given.
-func (am *Server) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", am.port) }
+func (am *Server) URL() string {
+	return "http://" + net.JoinHostPort(am.host, fmt.Sprint(am.port))
+}
 
 // Start (re)starts the process on its port and waits until it is ready.
 func (am *Server) Start() error {
@@ -80,7 +132,7 @@ func (am *Server) Start() error {
 	cmd := exec.Command(am.bin,
 		"--config.file="+filepath.Join(am.dir, "alertmanager.yml"),
 		"--storage.path="+filepath.Join(am.dir, "data"),
-		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", am.port),
+		"--web.listen-address="+net.JoinHostPort(am.host, fmt.Sprint(am.port)),
 		"--cluster.listen-address=",
 		"--log.level=warn",
 	)
@@ -142,6 +194,8 @@ type Alert struct {
 	Annotations map[string]string `json:"annotations"`
 	StartsAt    time.Time         `json:"startsAt"`
 	EndsAt      time.Time         `json:"endsAt"`
+	UpdatedAt   time.Time         `json:"updatedAt"`
+	Fingerprint string            `json:"fingerprint"`
 	Status      struct {
 		State string `json:"state"`
 	} `json:"status"`
@@ -176,4 +230,54 @@ func (am *Server) AlertKeys(namespace string) (map[string]int, error) {
 		out[a.Labels["rule"]+"/"+a.Labels["name"]+"/"+a.Labels["container"]]++
 	}
 	return out, nil
+}
+
+// Notification is the part of a webhook notification tests read.
+type Notification struct {
+	Status string          `json:"status"`
+	Alerts []NotifiedAlert `json:"alerts"`
+}
+
+// NotifiedAlert is one alert of a Notification.
+type NotifiedAlert struct {
+	Status      string            `json:"status"`
+	Labels      map[string]string `json:"labels"`
+	StartsAt    time.Time         `json:"startsAt"`
+	EndsAt      time.Time         `json:"endsAt"`
+	Fingerprint string            `json:"fingerprint"`
+}
+
+// Receiver is a webhook receiver on 127.0.0.1 recording what Alertmanager
+// notifies (Options.WebhookURL).
+type Receiver struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []Notification
+}
+
+// NewReceiver starts a Receiver, stopped when t ends.
+func NewReceiver(t testing.TB) *Receiver {
+	r := &Receiver{}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var n Notification
+		if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&n); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.got = append(r.got, n)
+		r.mu.Unlock()
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// URL is the receiver's URL for Options.WebhookURL.
+func (r *Receiver) URL() string { return r.srv.URL }
+
+// Notifications returns what was received so far, oldest first.
+func (r *Receiver) Notifications() []Notification {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
 }

@@ -23,7 +23,7 @@ func env(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
 }
 
-func TestWAFProxyGCDefaults(t *testing.T) {
+func TestGCDefaults(t *testing.T) {
 	dir := t.TempDir()
 	limited := filepath.Join(dir, "memory.max")
 	if err := os.WriteFile(limited, []byte("536870912\n"), 0o600); err != nil {
@@ -33,10 +33,10 @@ func TestWAFProxyGCDefaults(t *testing.T) {
 	if err := os.WriteFile(unlimited, []byte("max\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Run("no environment: GOGC 400 and 80% of the cgroup limit", func(t *testing.T) {
+	t.Run("no environment: the command's GOGC and 80% of the cgroup limit", func(t *testing.T) {
 		restoreGC(t)
 		debug.SetGCPercent(100)
-		gc, mem := applyWAFProxyGCDefaults(env(nil), limited)
+		gc, mem := applyGCDefaults(env(nil), limited, wafProxyGCPercent)
 		if gc != wafProxyGCPercent || mem != 536870912/5*4 {
 			t.Fatalf("GOGC %d, memory limit %d; want %d and %d", gc, mem, wafProxyGCPercent, 536870912/5*4)
 		}
@@ -45,7 +45,7 @@ func TestWAFProxyGCDefaults(t *testing.T) {
 		restoreGC(t)
 		debug.SetGCPercent(150)
 		debug.SetMemoryLimit(1 << 40)
-		gc, mem := applyWAFProxyGCDefaults(env(map[string]string{"GOGC": "150", "GOMEMLIMIT": "1TiB"}), limited)
+		gc, mem := applyGCDefaults(env(map[string]string{"GOGC": "150", "GOMEMLIMIT": "1TiB"}), limited, wafProxyGCPercent)
 		if gc != 150 || mem != 1<<40 {
 			t.Fatalf("GOGC %d, memory limit %d; want the environment's 150 and 1TiB", gc, mem)
 		}
@@ -54,7 +54,7 @@ func TestWAFProxyGCDefaults(t *testing.T) {
 		restoreGC(t)
 		debug.SetMemoryLimit(1 << 40)
 		for _, file := range []string{unlimited, filepath.Join(dir, "absent")} {
-			if _, mem := applyWAFProxyGCDefaults(env(nil), file); mem != 1<<40 {
+			if _, mem := applyGCDefaults(env(nil), file, wafProxyGCPercent); mem != 1<<40 {
 				t.Fatalf("%s: memory limit %d, want it left at 1TiB", file, mem)
 			}
 		}
