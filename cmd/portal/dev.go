@@ -93,23 +93,9 @@ binary, written next to the kubeconfig.`,
 }
 
 func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag string) bool) error {
-	log, err := newLogger(o.logLevel)
-	if err != nil {
-		return usageError(err)
-	}
-	o.cfg.Logger = log
-	if err := checkManagerFlags(&o.cfg); err != nil {
-		return usageError(err)
-	}
-	assets, err := resolveDevAssets(filepath.Dir(o.kubeconfigOut))
+	assets, err := o.prepare(changed)
 	if err != nil {
 		return err
-	}
-	if !changed("install-rules") {
-		o.rules = mapSlice(o.rules, assets.path)
-	}
-	if !changed("install-manifests") {
-		o.manifests = mapSlice(o.manifests, assets.path)
 	}
 	start := time.Now()
 	if o.node {
@@ -117,6 +103,58 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 	} else {
 		fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
 	}
+	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: o.crdPaths(out, changed, assets), Node: o.node})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "portal dev: stopping")
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "portal dev: stop control plane:", err)
+		}
+	}()
+	if err := o.writeKubeconfig(cluster); err != nil {
+		return err
+	}
+	c, n, err := o.seed(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	o.cfg.OnReady = o.onReady(ctx, out, c, cluster, assets, n, start)
+	err = manager.Run(ctx, cluster.Config, o.cfg)
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// prepare checks the flags and finds the demo's files, so a bad flag fails
+// before any process starts.
+func (o *devOptions) prepare(changed func(flag string) bool) (devAssets, error) {
+	log, err := newLogger(o.logLevel)
+	if err != nil {
+		return devAssets{}, usageError(err)
+	}
+	o.cfg.Logger = log
+	if err := checkManagerFlags(&o.cfg); err != nil {
+		return devAssets{}, usageError(err)
+	}
+	assets, err := resolveDevAssets(filepath.Dir(o.kubeconfigOut))
+	if err != nil {
+		return devAssets{}, err
+	}
+	if !changed("install-rules") {
+		o.rules = mapSlice(o.rules, assets.path)
+	}
+	if !changed("install-manifests") {
+		o.manifests = mapSlice(o.manifests, assets.path)
+	}
+	return assets, nil
+}
+
+// crdPaths lists the CRD directories the control plane installs: Portal's,
+// and the third-party ones when this build can find them.
+func (o *devOptions) crdPaths(out io.Writer, changed func(flag string) bool, assets devAssets) []string {
 	crdPaths := []string{assets.crds}
 	// The Gateway API, Istio and OpenReports CRDs come from the Go modules
 	// go.mod pins: there in a checkout, absent from a lone binary.
@@ -130,42 +168,42 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 			o.cfg.APIGateway = false
 		}
 	}
-	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: crdPaths, Node: o.node})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		fmt.Fprintln(out, "portal dev: stopping")
-		if err := cluster.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "portal dev: stop control plane:", err)
-		}
-	}()
-	if err := o.writeKubeconfig(cluster); err != nil {
-		return err
-	}
+	return crdPaths
+}
+
+// seed creates the namespaces, rules and manifests of the demo before Portal
+// starts, and returns a client of the cluster and the number of rules.
+func (o *devOptions) seed(ctx context.Context, cluster *devcluster.Cluster) (client.Client, int, error) {
 	scheme, err := manager.Scheme()
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	// demo is the namespace of examples/manifests, which the hints apply.
 	for _, ns := range []string{o.cfg.Namespace, "demo"} {
 		if err := ensureNamespace(ctx, c, ns); err != nil {
-			return err
+			return nil, 0, err
 		}
 	}
 	n, err := installRules(ctx, c, o.rules)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	if err := installManifests(ctx, c, o.manifests); err != nil {
-		return err
+		return nil, 0, err
 	}
+	return c, n, nil
+}
+
+// onReady returns what Portal calls once it serves: it waits until each
+// layer is usable from outside, then prints the hints, so that "ready"
+// means the commands shown already work.
+func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client, cluster *devcluster.Cluster, assets devAssets, n int, start time.Time) func() {
 	kubectl := relative(filepath.Join(cluster.BinaryDir(), "kubectl"))
-	o.cfg.OnReady = func() {
+	return func() {
 		if o.cfg.Admission.Enabled {
 			if err := waitForWebhook(ctx, c, o.cfg.Admission.ConfigName, n > 0); err != nil {
 				fmt.Fprintln(os.Stderr, "portal dev:", err)
@@ -174,6 +212,7 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 		}
 		var proxyHint string
 		if o.cfg.WAF {
+			var err error
 			if proxyHint, err = o.prepareWAFProxy(ctx, c, cluster); err != nil {
 				fmt.Fprintln(os.Stderr, "portal dev:", err)
 				return
@@ -191,11 +230,6 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",
 			relative(o.kubeconfigOut), kubectl, kubectl, relative(assets.path(filepath.Join("examples", "manifests", "pods.yaml"))), kubectl, proxyHint)
 	}
-	err = manager.Run(ctx, cluster.Config, o.cfg)
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return nil
-	}
-	return err
 }
 
 // devProxyServiceAccount is the ServiceAccount whose token portal dev

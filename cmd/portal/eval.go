@@ -105,24 +105,51 @@ not pass a CI check; --allow-empty accepts it).`,
 }
 
 func (o *evalOptions) run(cmd *cobra.Command) error {
-	if err := o.checkInputs(); err != nil {
+	mode, err := o.checkFlags()
+	if err != nil {
 		return usageError(err)
 	}
+	manifests := o.readManifests(cmd)
+	eng, opts, err := o.loadEngine(cmd, mode)
+	if err != nil {
+		return usageError(err)
+	}
+	if o.kubeconfig != "" {
+		return o.runLive(cmd, eng, opts)
+	}
+	docs, err := manifests()
+	if err != nil {
+		return usageError(err)
+	}
+	return o.evaluate(cmd, eng, docs, opts)
+}
+
+// checkFlags checks the flags that need no file, and returns the --mode.
+func (o *evalOptions) checkFlags() (core.Mode, error) {
+	if err := o.checkInputs(); err != nil {
+		return "", err
+	}
 	if !slices.Contains(eval.Formats, o.output) {
-		return usageError(fmt.Errorf("--output %q: use one of %s", o.output, strings.Join(eval.Formats, ", ")))
+		return "", fmt.Errorf("--output %q: use one of %s", o.output, strings.Join(eval.Formats, ", "))
 	}
 	if o.jobs < 1 {
-		return usageError(fmt.Errorf("--jobs %d: use 1 or more", o.jobs))
+		return "", fmt.Errorf("--jobs %d: use 1 or more", o.jobs)
 	}
 	if o.budget.Operations <= 0 || o.budget.Bytes <= 0 {
-		return usageError(fmt.Errorf("--rule-max-operations (%d) and --rule-max-bytes (%d) must be positive", o.budget.Operations, o.budget.Bytes))
+		return "", fmt.Errorf("--rule-max-operations (%d) and --rule-max-bytes (%d) must be positive", o.budget.Operations, o.budget.Bytes)
 	}
 	mode := core.Mode(o.mode)
 	if mode != "" && mode != core.ModeAdmission && mode != core.ModeAudit {
-		return usageError(fmt.Errorf("--mode %q: use admission or audit", o.mode))
+		return "", fmt.Errorf("--mode %q: use admission or audit", o.mode)
 	}
-	// Reading the manifests does not depend on the rules: with more than one
-	// job, read them while the rules compile. Rule errors still come first.
+	return mode, nil
+}
+
+// readManifests returns what reads --file. Reading the manifests does not
+// depend on the rules: with more than one job, they are read while the rules
+// compile. Rule errors still come first, as the caller waits for the
+// manifests only after loading the rules.
+func (o *evalOptions) readManifests(cmd *cobra.Command) func() ([]manifest.Document, error) {
 	type read struct {
 		docs []manifest.Document
 		err  error
@@ -135,12 +162,23 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if o.jobs > 1 && o.kubeconfig == "" {
 		go readManifests()
 	}
+	return func() ([]manifest.Document, error) {
+		if o.jobs == 1 {
+			readManifests()
+		}
+		m := <-manifests
+		return m.docs, m.err
+	}
+}
+
+// loadEngine loads --cluster-state and compiles --rules into an engine.
+func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.Engine, eval.Options, error) {
 	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output}
 	var engOpts []engine.Option
 	if len(o.clusterState) > 0 {
 		state, errs := eval.LoadClusterState(o.clusterState, cmd.InOrStdin())
 		if len(errs) > 0 {
-			return usageError(fmt.Errorf("cannot load --cluster-state:\n  %w", joinLines(errs)))
+			return nil, opts, fmt.Errorf("cannot load --cluster-state:\n  %w", joinLines(errs))
 		}
 		opts.Cluster = state
 		// The rules' cluster.* lookups read the manifests.
@@ -150,23 +188,19 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	eng := engine.New(exprlang.New(exprlang.WithLimits(o.budget)), engOpts...)
 	rules, errs := rule.LoadPaths(eng, o.rules)
 	if len(errs) > 0 {
-		return usageError(fmt.Errorf("cannot load rules:\n  %w", joinLines(errs)))
+		return nil, opts, fmt.Errorf("cannot load rules:\n  %w", joinLines(errs))
 	}
 	if len(rules) == 0 && !o.allowEmpty && !o.network {
-		return usageError(fmt.Errorf("no rule found in --rules %s: check the paths (rule files end in .yaml, .yml or .json), or pass --allow-empty", strings.Join(o.rules, ",")))
+		return nil, opts, fmt.Errorf("no rule found in --rules %s: check the paths (rule files end in .yaml, .yml or .json), or pass --allow-empty", strings.Join(o.rules, ","))
 	}
 	eng.SetRules(rules)
-	if o.kubeconfig != "" {
-		return o.runLive(cmd, eng, opts)
-	}
-	if o.jobs == 1 {
-		readManifests()
-	}
-	m := <-manifests
-	if m.err != nil {
-		return usageError(m.err)
-	}
-	report, errs := eval.Evaluate(cmd.Context(), eng, m.docs, opts)
+	return eng, opts, nil
+}
+
+// evaluate runs the rules (and --network) on the manifests, writes the
+// report and turns a denial into the violation exit code.
+func (o *evalOptions) evaluate(cmd *cobra.Command, eng *engine.Engine, docs []manifest.Document, opts eval.Options) error {
+	report, errs := eval.Evaluate(cmd.Context(), eng, docs, opts)
 	if err := cmd.Context().Err(); err != nil {
 		// Interrupted (SIGINT, SIGTERM): an incomplete report must not pass.
 		return usageError(fmt.Errorf("interrupted before every manifest was evaluated: %w", err))

@@ -109,50 +109,82 @@ type wafProxySetup struct {
 
 // validate checks the flags and builds the proxy and its poller.
 func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
+	t, err := o.checkFlags()
+	if err != nil {
+		return nil, err
+	}
+	client, err := o.cacheClient()
+	if err != nil {
+		return nil, err
+	}
+	log, err := newLogger(o.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	return o.build(t, client, log), nil
+}
+
+// wafProxyTargets are what the flags name: the rule set and Gateway (either
+// may be empty) and the upstream.
+type wafProxyTargets struct {
+	rsNS, rsName, gwNS, gwName string
+	upstream                   *url.URL
+}
+
+// checkFlags checks the flags that need no file or network, so a typo fails
+// before anything is read.
+func (o *wafProxyOptions) checkFlags() (wafProxyTargets, error) {
+	var t wafProxyTargets
 	switch {
 	case o.cacheURL == "":
-		return nil, errors.New("--cache-url is required")
+		return t, errors.New("--cache-url is required")
 	case o.ruleSet == "" && o.gateway == "":
-		return nil, errors.New("--ruleset is required (or --gateway, to enforce a Gateway's per-route table)")
+		return t, errors.New("--ruleset is required (or --gateway, to enforce a Gateway's per-route table)")
 	}
 	for _, req := range []struct{ flag, value string }{
 		{"--upstream", o.upstream}, {"--ca-file", o.caFile}, {"--token-file", o.tokenFile},
 	} {
 		if req.value == "" {
-			return nil, fmt.Errorf("%s is required", req.flag)
+			return t, fmt.Errorf("%s is required", req.flag)
 		}
 	}
-	var rsNS, rsName, gwNS, gwName string
 	var err error
 	if o.ruleSet != "" {
-		if rsNS, rsName, err = proxy.ParseRuleSet(o.ruleSet); err != nil {
-			return nil, fmt.Errorf("--ruleset: %w", err)
+		if t.rsNS, t.rsName, err = proxy.ParseRuleSet(o.ruleSet); err != nil {
+			return t, fmt.Errorf("--ruleset: %w", err)
 		}
 	}
 	if o.gateway != "" {
-		if gwNS, gwName, err = proxy.ParseRuleSet(o.gateway); err != nil {
-			return nil, fmt.Errorf("--gateway: %w", err)
+		if t.gwNS, t.gwName, err = proxy.ParseRuleSet(o.gateway); err != nil {
+			return t, fmt.Errorf("--gateway: %w", err)
 		}
 	}
 	if o.pollInterval < proxy.MinPollInterval {
-		return nil, fmt.Errorf("--poll-interval %s is too short: the minimum is %s", o.pollInterval, proxy.MinPollInterval)
+		return t, fmt.Errorf("--poll-interval %s is too short: the minimum is %s", o.pollInterval, proxy.MinPollInterval)
 	}
 	if o.failurePolicy != "fail" && o.failurePolicy != "allow" {
-		return nil, fmt.Errorf("--failure-policy %q: use fail or allow", o.failurePolicy)
+		return t, fmt.Errorf("--failure-policy %q: use fail or allow", o.failurePolicy)
 	}
 	if o.requestBodyLimit < 0 || o.responseBodyLimit < 0 {
-		return nil, errors.New("--request-body-limit and --response-body-limit must not be negative")
+		return t, errors.New("--request-body-limit and --response-body-limit must not be negative")
 	}
 	if o.maxRequestBody <= 0 {
-		return nil, errors.New("--max-request-body-bytes must be positive")
+		return t, errors.New("--max-request-body-bytes must be positive")
 	}
 	up, err := url.Parse(o.upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
-		return nil, fmt.Errorf("--upstream %q: want http(s)://host[:port][/prefix]", o.upstream)
+		return t, fmt.Errorf("--upstream %q: want http(s)://host[:port][/prefix]", o.upstream)
 	}
+	t.upstream = up
 	if cu, err := url.Parse(o.cacheURL); err != nil || cu.Scheme != "https" {
-		return nil, fmt.Errorf("--cache-url %q: the rule set cache serves TLS only: want https://host:port", o.cacheURL)
+		return t, fmt.Errorf("--cache-url %q: the rule set cache serves TLS only: want https://host:port", o.cacheURL)
 	}
+	return t, nil
+}
+
+// cacheClient builds the client of the rule set cache, reading the CA and
+// the token once so that a missing file fails at start, not at the first poll.
+func (o *wafProxyOptions) cacheClient() (*cache.Client, error) {
 	transport, err := cache.NewCATransport(o.caFile)
 	if err != nil {
 		return nil, fmt.Errorf("--ca-file: %w", err)
@@ -166,16 +198,18 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 		return nil, fmt.Errorf("--cache-url: %w", err)
 	}
 	client.Token = token
-	log, err := newLogger(o.logLevel)
-	if err != nil {
-		return nil, err
-	}
+	return client, nil
+}
+
+// build wires the proxy (--ruleset) and the router (--gateway) to their
+// pollers; with both, the router's default is the --ruleset proxy.
+func (o *wafProxyOptions) build(t wafProxyTargets, client *cache.Client, log *slog.Logger) *wafProxySetup {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := proxy.NewMetrics(reg)
 	newProxy := func(l *slog.Logger) *proxy.Proxy {
 		return &proxy.Proxy{
-			Upstream: up, FailOpen: o.failurePolicy == "allow", Logger: l, Metrics: m,
+			Upstream: t.upstream, FailOpen: o.failurePolicy == "allow", Logger: l, Metrics: m,
 			RequestBodyLimit: o.requestBodyLimit, ResponseBodyLimit: o.responseBodyLimit,
 			MaxRequestBodyBytes: o.maxRequestBody,
 		}
@@ -185,7 +219,7 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 	var polls []func(context.Context) error
 	if o.ruleSet != "" {
 		p = newProxy(log.With("ruleset", o.ruleSet))
-		poller := &proxy.Poller{Client: client, Namespace: rsNS, Name: rsName, Interval: o.pollInterval, Target: p, Logger: log, Metrics: m}
+		poller := &proxy.Poller{Client: client, Namespace: t.rsNS, Name: t.rsName, Interval: o.pollInterval, Target: p, Logger: log, Metrics: m}
 		polls = append(polls, poller.Run)
 		s.handler, s.unload = p, p.Close
 		s.current = func() (string, bool) {
@@ -196,7 +230,7 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 	if o.gateway != "" {
 		logs := &proxy.SecurityLogs{Dir: o.securityLogDir, Base: log.Handler()}
 		r := &proxy.Router{NewProxy: newProxy, FailOpen: s.failOpen, Logger: log, SecurityLogs: logs.Open, Default: p}
-		tp := &proxy.TablePoller{Client: client, Namespace: gwNS, Gateway: gwName, Interval: o.pollInterval, Target: r, Logger: log, Metrics: m}
+		tp := &proxy.TablePoller{Client: client, Namespace: t.gwNS, Gateway: t.gwName, Interval: o.pollInterval, Target: r, Logger: log, Metrics: m}
 		polls = append(polls, tp.Run)
 		s.handler, s.current = r, r.Current
 		if p == nil {
@@ -210,7 +244,7 @@ func (o *wafProxyOptions) validate() (*wafProxySetup, error) {
 		}
 		return g.Wait()
 	}
-	return s, nil
+	return s
 }
 
 func (o *wafProxyOptions) run(ctx context.Context) error {

@@ -130,6 +130,49 @@ func run(root string, check bool) error {
 }
 
 func load(root, file string) (recipe, error) {
+	r, err := parseRecipe(root, file)
+	if err != nil {
+		return recipe{}, err
+	}
+	fixtures := filepath.Join(root, bundleDir, "testdata", r.Name)
+	bad, err := os.ReadFile(filepath.Join(fixtures, "bad.yaml"))
+	if err != nil {
+		return recipe{}, err
+	}
+	good, err := os.ReadFile(filepath.Join(fixtures, "good.yaml"))
+	if err != nil {
+		return recipe{}, err
+	}
+	r.Bad, r.Good = string(bad), string(good)
+	eng := engine.New(exprlang.New())
+	rules, errs := rule.LoadPaths(eng, []string{file})
+	if err := errors.Join(errs...); err != nil {
+		return recipe{}, err
+	}
+	eng.SetRules(rules)
+	path := filepath.Join(fixtures, "bad.yaml")
+	if r.Failures, err = failures(eng, path, bad); err != nil {
+		return recipe{}, err
+	}
+	if len(r.Failures) == 0 {
+		return recipe{}, fmt.Errorf("%s: nothing in the bad fixture fails %s", path, r.Name)
+	}
+	var denied bool
+	if r.BadEval, denied, err = evalTable(eng, path, bad); err != nil {
+		return recipe{}, err
+	}
+	if denied {
+		r.BadStatus = 1
+	}
+	if r.GoodEval, _, err = evalTable(eng, filepath.Join(fixtures, "good.yaml"), good); err != nil {
+		return recipe{}, err
+	}
+	return r, nil
+}
+
+// parseRecipe reads what the page shows of a rule file: its fields and the
+// leading comment that says why the rule exists.
+func parseRecipe(root, file string) (recipe, error) {
 	src, err := os.ReadFile(file)
 	if err != nil {
 		return recipe{}, err
@@ -167,54 +210,31 @@ func load(root, file string) (recipe, error) {
 	if r.Name == "" || r.Why == "" {
 		return recipe{}, fmt.Errorf("%s: a cookbook rule needs a name and a leading comment saying why it exists", file)
 	}
-	fixtures := filepath.Join(root, bundleDir, "testdata", r.Name)
-	bad, err := os.ReadFile(filepath.Join(fixtures, "bad.yaml"))
-	if err != nil {
-		return recipe{}, err
-	}
-	good, err := os.ReadFile(filepath.Join(fixtures, "good.yaml"))
-	if err != nil {
-		return recipe{}, err
-	}
-	r.Bad, r.Good = string(bad), string(good)
-	eng := engine.New(exprlang.New())
-	rules, errs := rule.LoadPaths(eng, []string{file})
-	if err := errors.Join(errs...); err != nil {
-		return recipe{}, err
-	}
-	eng.SetRules(rules)
-	path := filepath.Join(fixtures, "bad.yaml")
-	for _, d := range manifest.Split(path, bad) {
+	return r, nil
+}
+
+// failures evaluates every object of the manifest file data (read from
+// path) and returns the results that did not pass.
+func failures(eng *engine.Engine, path string, data []byte) ([]core.Result, error) {
+	var failed []core.Result
+	for _, d := range manifest.Split(path, data) {
 		objs, err := d.Objects()
 		if err != nil {
-			return recipe{}, err
+			return nil, err
 		}
 		for _, obj := range objs {
 			res, err := eng.Evaluate(context.Background(), obj, engine.Options{})
 			if err != nil {
-				return recipe{}, fmt.Errorf("%s: %w", path, err)
+				return nil, fmt.Errorf("%s: %w", path, err)
 			}
 			for _, x := range res {
 				if x.Outcome != core.OutcomePass {
-					r.Failures = append(r.Failures, x)
+					failed = append(failed, x)
 				}
 			}
 		}
 	}
-	if len(r.Failures) == 0 {
-		return recipe{}, fmt.Errorf("%s: nothing in the bad fixture fails %s", path, r.Name)
-	}
-	var denied bool
-	if r.BadEval, denied, err = evalTable(eng, path, bad); err != nil {
-		return recipe{}, err
-	}
-	if denied {
-		r.BadStatus = 1
-	}
-	if r.GoodEval, _, err = evalTable(eng, filepath.Join(fixtures, "good.yaml"), good); err != nil {
-		return recipe{}, err
-	}
-	return r, nil
+	return failed, nil
 }
 
 // evalTable is what `portal eval` prints for one manifest file, and whether

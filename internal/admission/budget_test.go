@@ -59,93 +59,19 @@ func TestHostileRuleIsBoundedAndOthersUnaffected(t *testing.T) {
 	env.engine.ReportBudget(budget)
 	t.Cleanup(func() { env.engine.ReportBudget(nil) })
 
-	rules := map[string]policyv1alpha1.RuleSpec{
-		"looping":     simpleRule("budget-looping", hostile, configMapGVK, loopingRule, "never", "deny"),
-		"growing":     simpleRule("budget-growing", hostile, configMapGVK, growingRule, "never", "deny"),
-		"tenant-rule": simpleRule("budget-tenant-rule", tenant, configMapGVK, `object.metadata.name == "forbidden"`, "that name is taken", "deny"),
-	}
-	for name, spec := range rules {
-		ns := hostile
-		if name == "tenant-rule" {
-			ns = tenant
-		}
-		pr := &policyv1alpha1.PortalRule{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
-		if err := env.client.Create(ctx, pr); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.client.Delete(context.Background(), pr) })
-	}
-	eventually(t, "the three rules loaded", func() bool {
-		n := 0
-		for _, r := range env.engine.Rules() {
-			if strings.HasPrefix(r.Name, "budget-") {
-				n++
-			}
-		}
-		return n == 3
-	})
-	eventually(t, "the namespaced webhook covers configmaps", func() bool {
-		wh := webhookNamed(t, admission.NamespacedWebhookName)
-		return wh != nil && findRule(wh.Rules, "configmaps") != nil
-	})
-	// The API server picks the new webhook configuration up a moment after
-	// it is written: until it calls the webhook for the hostile namespace,
-	// creates there are admitted without Portal seeing them.
-	eventually(t, "the API server sends the hostile namespace's creates to Portal", func() bool {
-		err := env.client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: hostile}}, client.DryRunAll)
-		return err != nil && strings.Contains(err.Error(), "evaluation budget exceeded")
-	})
+	rules := installBudgetRules(ctx, t, hostile, tenant)
+	waitForBudgetRules(ctx, t, hostile)
 
-	var peak atomic.Uint64
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		var ms runtime.MemStats
-		for {
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > peak.Load() {
-				peak.Store(ms.HeapInuse)
-			}
-			select {
-			case <-stopSampling:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
-
-	cm := func(ns, name string) *corev1.ConfigMap {
-		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	}
-	var wg sync.WaitGroup
-	hostileErrs := make(chan error, 8)
-	for i := range 2 {
-		wg.Go(func() {
-			for j := range 4 {
-				hostileErrs <- env.client.Create(ctx, cm(hostile, fmt.Sprintf("h-%d-%d", i, j)), client.DryRunAll)
-			}
-		})
-	}
-	for i := range 20 {
-		if err := env.client.Create(ctx, cm(tenant, fmt.Sprintf("t-%d", i)), client.DryRunAll); err != nil {
-			t.Errorf("tenant configmap %d: %v; want admitted", i, err)
-		}
-	}
-	if err := env.client.Create(ctx, cm(tenant, "forbidden"), client.DryRunAll); err == nil || !strings.Contains(err.Error(), "that name is taken") {
-		t.Errorf("tenant configmap forbidden: %v; want denied by the tenant's rule", err)
-	}
-	wg.Wait()
-	close(hostileErrs)
-	close(stopSampling)
-	<-sampled
-	for err := range hostileErrs {
+	stopSampling := sampleHeapInUse()
+	hostileErrs := createDuringAttack(ctx, t, hostile, tenant)
+	peak := stopSampling()
+	for _, err := range hostileErrs {
 		if err == nil || !strings.Contains(err.Error(), "evaluation budget exceeded") {
 			t.Errorf("hostile configmap: %v; want denied with a budget error", err)
 		}
 	}
-	if p := peak.Load(); p > maxHeap {
-		t.Errorf("heap in use peaked at %d MiB, want under %d MiB", p>>20, maxHeap>>20)
+	if peak > maxHeap {
+		t.Errorf("heap in use peaked at %d MiB, want under %d MiB", peak>>20, maxHeap>>20)
 	}
 
 	for name, reasons := range map[string][]string{
@@ -169,6 +95,117 @@ func TestHostileRuleIsBoundedAndOthersUnaffected(t *testing.T) {
 	if !strings.Contains(logs.String(), `"msg":"rule evaluation stopped by its budget","rule":"budget-growing"`) {
 		t.Errorf("no budget log line for budget-growing in:\n%s", logs.String())
 	}
+}
+
+// installBudgetRules creates the hostile namespace's looping and growing
+// rules and the tenant's ordinary rule, and returns them by PortalRule name.
+func installBudgetRules(ctx context.Context, t *testing.T, hostile, tenant string) map[string]policyv1alpha1.RuleSpec {
+	t.Helper()
+	rules := map[string]policyv1alpha1.RuleSpec{
+		"looping":     simpleRule("budget-looping", hostile, configMapGVK, loopingRule, "never", "deny"),
+		"growing":     simpleRule("budget-growing", hostile, configMapGVK, growingRule, "never", "deny"),
+		"tenant-rule": simpleRule("budget-tenant-rule", tenant, configMapGVK, `object.metadata.name == "forbidden"`, "that name is taken", "deny"),
+	}
+	for name, spec := range rules {
+		ns := hostile
+		if name == "tenant-rule" {
+			ns = tenant
+		}
+		pr := &policyv1alpha1.PortalRule{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+		if err := env.client.Create(ctx, pr); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.client.Delete(context.Background(), pr) })
+	}
+	return rules
+}
+
+// waitForBudgetRules waits until the three rules are loaded and the API
+// server sends the hostile namespace's ConfigMap creates to Portal.
+func waitForBudgetRules(ctx context.Context, t *testing.T, hostile string) {
+	t.Helper()
+	eventually(t, "the three rules loaded", func() bool {
+		n := 0
+		for _, r := range env.engine.Rules() {
+			if strings.HasPrefix(r.Name, "budget-") {
+				n++
+			}
+		}
+		return n == 3
+	})
+	eventually(t, "the namespaced webhook covers configmaps", func() bool {
+		wh := webhookNamed(t, admission.NamespacedWebhookName)
+		return wh != nil && findRule(wh.Rules, "configmaps") != nil
+	})
+	// The API server picks the new webhook configuration up a moment after
+	// it is written: until it calls the webhook for the hostile namespace,
+	// creates there are admitted without Portal seeing them.
+	eventually(t, "the API server sends the hostile namespace's creates to Portal", func() bool {
+		err := env.client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: hostile}}, client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), "evaluation budget exceeded")
+	})
+}
+
+// sampleHeapInUse samples this process's heap in use every 20ms until the
+// returned function is called, which returns the peak.
+func sampleHeapInUse() (stop func() uint64) {
+	var peak atomic.Uint64
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stopSampling)
+		<-sampled
+		return peak.Load()
+	}
+}
+
+// createDuringAttack dry-runs 8 ConfigMap creates in the hostile namespace
+// from two goroutines while the tenant creates 20 it may and one its rule
+// denies, checking the tenant's answers; it returns the hostile answers.
+func createDuringAttack(ctx context.Context, t *testing.T, hostile, tenant string) []error {
+	t.Helper()
+	cm := func(ns, name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	}
+	var wg sync.WaitGroup
+	hostileErrs := make(chan error, 8)
+	for i := range 2 {
+		wg.Go(func() {
+			for j := range 4 {
+				hostileErrs <- env.client.Create(ctx, cm(hostile, fmt.Sprintf("h-%d-%d", i, j)), client.DryRunAll)
+			}
+		})
+	}
+	for i := range 20 {
+		if err := env.client.Create(ctx, cm(tenant, fmt.Sprintf("t-%d", i)), client.DryRunAll); err != nil {
+			t.Errorf("tenant configmap %d: %v; want admitted", i, err)
+		}
+	}
+	if err := env.client.Create(ctx, cm(tenant, "forbidden"), client.DryRunAll); err == nil || !strings.Contains(err.Error(), "that name is taken") {
+		t.Errorf("tenant configmap forbidden: %v; want denied by the tenant's rule", err)
+	}
+	wg.Wait()
+	close(hostileErrs)
+	var errs []error
+	for err := range hostileErrs {
+		errs = append(errs, err)
+	}
+	return errs
 }
 
 // TestEvaluationStopsAtTheWebhookDeadline: a rule whose budget cannot stop

@@ -74,41 +74,8 @@ func TestWebhookAcceptsOnlyTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiCert, certPEM, keyPEM, err := ca.issueClient(apiServerClientName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := devcluster.Start(ctx, devcluster.Options{
-		CRDDirectoryPaths: []string{},
-		APIServerFlags:    map[string]string{"admission-control-config-file": webhookClientConfig(t, certPEM, keyPEM)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cl.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-
-	eng := engine.New(exprlang.New())
-	r, err := eng.Compile(&core.Rule{Name: "no-privileged", Enabled: true, Modes: []core.Mode{core.ModeAdmission},
-		EnforcementAction: core.ActionDeny, OnError: core.OnErrorDeny, Match: core.Match{GVKs: []core.GVK{{Version: "v1", Kind: "Pod"}}},
-		Expression: "container.securityContext.privileged == true", Message: "privileged"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetRules([]*engine.Rule{r})
-	clientAuth, err := admission.ClientAuth(ca.pem, []string{apiServerClientName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := startPortal(portalOptions{name: "portal-client-auth", logs: &syncWriter{}, evaluator: eng, rules: eng,
-		cfg: cl.Config, tls: []func(*tls.Config){clientAuth}, clientCert: &apiCert})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.stop() })
+	cl, apiCert := startClientCertCluster(ctx, t, ca)
+	p := startClientAuthPortal(t, cl, ca, &apiCert)
 
 	c, err := client.New(cl.Config, client.Options{Scheme: env.scheme})
 	if err != nil {
@@ -126,8 +93,90 @@ func TestWebhookAcceptsOnlyTheAPIServer(t *testing.T) {
 	if err := c.Create(ctx, pod(ns, "plain", false), client.DryRunAll); err != nil {
 		t.Fatalf("a plain pod: %v", err)
 	}
-	decided := handled(p)
 
+	post := func(cert *tls.Certificate) (int, error) {
+		return postReview(p, cert, review("direct", "CREATE", ns, true))
+	}
+	checkRefusedClients(t, p, ca, post)
+	// The same request with the API server's certificate is decided: the
+	// refusals above are about the certificate, not the request.
+	if code, err := post(&apiCert); err != nil || code != http.StatusOK {
+		t.Fatalf("with the API server's certificate: %d %v", code, err)
+	}
+}
+
+// startClientCertCluster starts a control plane whose API server presents a
+// client certificate from ca, with the name Portal allows, to webhooks; it
+// returns the control plane and that certificate.
+func startClientCertCluster(ctx context.Context, t *testing.T, ca *testCA) (*devcluster.Cluster, tls.Certificate) {
+	t.Helper()
+	apiCert, certPEM, keyPEM, err := ca.issueClient(apiServerClientName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		CRDDirectoryPaths: []string{},
+		APIServerFlags:    map[string]string{"admission-control-config-file": webhookClientConfig(t, certPEM, keyPEM)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cl.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return cl, apiCert
+}
+
+// startClientAuthPortal starts a Portal with a rule against privileged pods
+// that requires a client certificate from ca with the API server's name.
+func startClientAuthPortal(t *testing.T, cl *devcluster.Cluster, ca *testCA, apiCert *tls.Certificate) *portal {
+	t.Helper()
+	eng := engine.New(exprlang.New())
+	r, err := eng.Compile(&core.Rule{Name: "no-privileged", Enabled: true, Modes: []core.Mode{core.ModeAdmission},
+		EnforcementAction: core.ActionDeny, OnError: core.OnErrorDeny, Match: core.Match{GVKs: []core.GVK{{Version: "v1", Kind: "Pod"}}},
+		Expression: "container.securityContext.privileged == true", Message: "privileged"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetRules([]*engine.Rule{r})
+	clientAuth, err := admission.ClientAuth(ca.pem, []string{apiServerClientName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := startPortal(portalOptions{name: "portal-client-auth", logs: &syncWriter{}, evaluator: eng, rules: eng,
+		cfg: cl.Config, tls: []func(*tls.Config){clientAuth}, clientCert: apiCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.stop() })
+	return p
+}
+
+// postReview posts body to p's webhook over TLS, with cert as the client
+// certificate when it is not nil.
+func postReview(p *portal, cert *tls.Certificate, body string) (int, error) {
+	tc := &tls.Config{RootCAs: env.cert.pool}
+	if cert != nil {
+		// Sent whatever CAs the server asks for, as an attacker would.
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	resp, err := hc.Post(admission.LocalURL(p.port), "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// checkRefusedClients checks that a client without a certificate, with one
+// from another CA, or with another name from ca cannot complete a request,
+// and that none reached the handler.
+func checkRefusedClients(t *testing.T, p *portal, ca *testCA, post func(*tls.Certificate) (int, error)) {
+	t.Helper()
+	decided := handled(p)
 	other, err := newTestCA("someone-else")
 	if err != nil {
 		t.Fatal(err)
@@ -139,21 +188,6 @@ func TestWebhookAcceptsOnlyTheAPIServer(t *testing.T) {
 	mallory, _, _, err := ca.issueClient("mallory")
 	if err != nil {
 		t.Fatal(err)
-	}
-	body := review("direct", "CREATE", ns, true)
-	post := func(cert *tls.Certificate) (int, error) {
-		tc := &tls.Config{RootCAs: env.cert.pool}
-		if cert != nil {
-			// Sent whatever CAs the server asks for, as an attacker would.
-			tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
-		}
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
-		resp, err := hc.Post(admission.LocalURL(p.port), "application/json", strings.NewReader(body))
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode, nil
 	}
 	for _, tc := range []struct {
 		name string
@@ -171,11 +205,6 @@ func TestWebhookAcceptsOnlyTheAPIServer(t *testing.T) {
 	}
 	if got := handled(p); got != decided {
 		t.Errorf("refused clients reached the handler: %v decisions, was %v", got, decided)
-	}
-	// The same request with the API server's certificate is decided: the
-	// refusals above are about the certificate, not the request.
-	if code, err := post(&apiCert); err != nil || code != http.StatusOK {
-		t.Fatalf("with the API server's certificate: %d %v", code, err)
 	}
 }
 

@@ -42,6 +42,38 @@ func TestStartCreateStop(t *testing.T) {
 		}
 	}
 
+	ns := createThroughConfig(ctx, t, c)
+	readBackThroughKubeconfig(ctx, t, c, ns)
+	checkCRDsInstalled(ctx, t, c)
+
+	apiAddr := hostPort(t, c.Config.Host)
+	etcdAddr := c.env.ControlPlane.Etcd.URL.Host
+	for name, addr := range map[string]string{"kube-apiserver": apiAddr, "etcd": etcdAddr} {
+		if !accepts(addr) {
+			t.Fatalf("%s at %s does not accept connections while running", name, addr)
+		}
+	}
+
+	stopped = true
+	if err := c.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+
+	// Stop waits for both processes to exit, so their ports close; poll with a deadline
+	// rather than assume it.
+	for name, addr := range map[string]string{"kube-apiserver": apiAddr, "etcd": etcdAddr} {
+		if err := waitClosed(addr, 30*time.Second); err != nil {
+			t.Errorf("%s after Stop: %v", name, err)
+		}
+	}
+}
+
+// createThroughConfig creates a labelled namespace through c.Config.
+func createThroughConfig(ctx context.Context, t *testing.T, c *Cluster) *corev1.Namespace {
+	t.Helper()
 	// Through Config.
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
@@ -54,7 +86,13 @@ func TestStartCreateStop(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
+	return ns
+}
 
+// readBackThroughKubeconfig reads ns back through c's kubeconfig file, as
+// kubectl or portal would.
+func readBackThroughKubeconfig(ctx context.Context, t *testing.T, c *Cluster, ns *corev1.Namespace) {
+	t.Helper()
 	// Read it back through the kubeconfig file, as kubectl or `portal` would.
 	kubeconfig, err := c.Kubeconfig()
 	if err != nil {
@@ -82,7 +120,12 @@ func TestStartCreateStop(t *testing.T) {
 	if got.Labels["portal.test/owner"] != "devcluster" || got.UID == "" {
 		t.Errorf("namespace read back = %+v", got.ObjectMeta)
 	}
+}
 
+// checkCRDsInstalled checks that the CRDs of <repo>/deploy/crds (the
+// default) are installed.
+func checkCRDsInstalled(ctx context.Context, t *testing.T, c *Cluster) {
+	t.Helper()
 	// The CRDs of <repo>/deploy/crds (the default) are installed and established.
 	root, err := RepoRoot()
 	if err != nil {
@@ -99,30 +142,6 @@ func TestStartCreateStop(t *testing.T) {
 	for _, crd := range c.env.CRDs {
 		if _, err := xcs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{}); err != nil {
 			t.Errorf("CRD %s: %v", crd.Name, err)
-		}
-	}
-
-	apiAddr := hostPort(t, c.Config.Host)
-	etcdAddr := c.env.ControlPlane.Etcd.URL.Host
-	for name, addr := range map[string]string{"kube-apiserver": apiAddr, "etcd": etcdAddr} {
-		if !accepts(addr) {
-			t.Fatalf("%s at %s does not accept connections while running", name, addr)
-		}
-	}
-
-	stopped = true
-	if err := c.Stop(); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if err := c.Stop(); err != nil {
-		t.Errorf("second Stop: %v", err)
-	}
-
-	// Stop waits for both processes to exit, so their ports close; poll with a deadline
-	// rather than assume it.
-	for name, addr := range map[string]string{"kube-apiserver": apiAddr, "etcd": etcdAddr} {
-		if err := waitClosed(addr, 30*time.Second); err != nil {
-			t.Errorf("%s after Stop: %v", name, err)
 		}
 	}
 }

@@ -84,35 +84,8 @@ func TestCrossResourceLookups(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dir := t.TempDir()
-	for _, f := range []string{"require-pdb-per-deployment.yaml", "unique-ingress-host.yaml"} {
-		data, err := os.ReadFile(filepath.Join("..", "..", "examples", "rules", "cross-resource", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cycle.yaml"), []byte(cycleRule), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "burst.yaml"), []byte(burstRule), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// A tenant's rule that tries to read another tenant's ConfigMap.
-	peek := &policyv1alpha1.PortalRule{ObjectMeta: metav1.ObjectMeta{Name: "peek", Namespace: "tenant-a"}, Spec: policyv1alpha1.RuleSpec{
-		Mode: []policyv1alpha1.Mode{"admission"}, EnforcementAction: "deny", OnError: "deny",
-		Match:   policyv1alpha1.Match{GVK: []policyv1alpha1.GroupVersionKind{{Version: "v1", Kind: "ConfigMap"}}},
-		Rule:    `cluster.configmaps.byName("tenant-b", "db")?.data?.password == "hunter2"`,
-		Message: `tenant-b's password is {{ cluster.configmaps.byName("tenant-b", "db")?.data?.password }}`,
-	}}
-	if err := c.Create(ctx, peek); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "tenant-b"}, Data: map[string]string{"password": "hunter2"}}); err != nil {
-		t.Fatal(err)
-	}
+	dir := lookupRulesDir(t)
+	peek := createPeekRule(ctx, t, c)
 
 	cfg, reg, _ := layerConfig(t, "lookups")
 	// The webhook configuration outlives the manager; a later test must
@@ -129,68 +102,9 @@ func TestCrossResourceLookups(t *testing.T) {
 	cfg.RulesFolder = dir
 	runUntilReady(t, cl, cfg)
 
-	t.Run("PDB clears and raises the finding", func(t *testing.T) {
-		const ns = "lookup-pdb"
-		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx:1.27"}}},
-			},
-		}}
-		if err := c.Create(ctx, dep); err != nil {
-			t.Fatal(err)
-		}
-		waitFinding(t, dyn, ns, "require-pdb-per-deployment", "web", true)
-		requeues := counter(t, reg, "portal_lookup_requeues_total")
-		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: ptr.To(intstr.FromInt32(1)),
-			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-		}}
-		if err := c.Create(ctx, pdb); err != nil {
-			t.Fatal(err)
-		}
-		waitFinding(t, dyn, ns, "require-pdb-per-deployment", "web", false)
-		if got := counter(t, reg, "portal_lookup_requeues_total"); got <= requeues {
-			t.Errorf("portal_lookup_requeues_total %v -> %v: the PDB's event did not re-queue the Deployment", requeues, got)
-		}
-		if err := c.Delete(ctx, pdb); err != nil {
-			t.Fatal(err)
-		}
-		waitFinding(t, dyn, ns, "require-pdb-per-deployment", "web", true)
-	})
+	t.Run("PDB clears and raises the finding", func(t *testing.T) { checkPDBFinding(ctx, t, c, dyn, reg) })
 
-	t.Run("a PortalRule cannot read another namespace", func(t *testing.T) {
-		// Until the webhook configuration reaches the API server, creates
-		// are admitted without Portal: retry those until Portal answers.
-		var err error
-		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "tenant-a"}}
-			if err = c.Create(ctx, probe); err == nil {
-				_ = c.Delete(ctx, probe)
-				return false, nil
-			}
-			return true, nil
-		})
-		if err == nil || !strings.Contains(err.Error(), "confined to its own namespace") || strings.Contains(err.Error(), "hunter2") {
-			t.Fatalf("create in tenant-a: %v, want a denial saying the rule's lookups are confined, without tenant-b's data", err)
-		}
-		var pr policyv1alpha1.PortalRule
-		err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			if err := c.Get(ctx, client.ObjectKeyFromObject(peek), &pr); err != nil {
-				return false, err
-			}
-			cond := meta.FindStatusCondition(pr.Status.Conditions, policyv1alpha1.ConditionLookupsReady)
-			return cond != nil && len(pr.Status.Reads) == 1, nil
-		})
-		if err != nil {
-			t.Fatalf("PortalRule status: reads %v, conditions %v: %v", pr.Status.Reads, pr.Status.Conditions, err)
-		}
-		if pr.Status.Reads[0] != "/configmaps" {
-			t.Errorf("status.reads = %v, want [/configmaps]", pr.Status.Reads)
-		}
-	})
+	t.Run("a PortalRule cannot read another namespace", func(t *testing.T) { checkTenantConfined(ctx, t, c, peek) })
 
 	// The PortalRule's denial above shows the webhook configuration
 	// (one object for both rules) is in place.
@@ -223,44 +137,7 @@ func TestCrossResourceLookups(t *testing.T) {
 	// its window. The last ones must not wait for the resync (an hour
 	// here): the guard re-evaluates the pair once more when its window
 	// allows.
-	t.Run("a burst of changes past the cycle limit still ends correct", func(t *testing.T) {
-		const ns = "lookup-burst"
-		deps := []string{"web", "api"}
-		for _, name := range deps {
-			if err := c.Create(ctx, deployment(ns, name)); err != nil {
-				t.Fatal(err)
-			}
-			waitFindingMessage(t, dyn, ns, "lookup-burst", name, "sees 0 PDBs")
-		}
-		suppressed := counter(t, reg, "portal_lookup_cycle_suppressed_total")
-		pdb := func(i int) *policyv1.PodDisruptionBudget {
-			return &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("pdb-", i), Namespace: ns}, Spec: policyv1.PodDisruptionBudgetSpec{
-				MinAvailable: ptr.To(intstr.FromInt32(1)),
-				Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprint("part-", i)}},
-			}}
-		}
-		// The limit's worth first, seen through before the rest, so the
-		// last two changes are past the limit whatever the workers' pace.
-		for i := range lookup.DefaultCycleLimit {
-			if err := c.Create(ctx, pdb(i)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, name := range deps {
-			waitFindingMessage(t, dyn, ns, "lookup-burst", name, fmt.Sprintf("sees %d PDBs", lookup.DefaultCycleLimit))
-		}
-		for i := lookup.DefaultCycleLimit; i < 5; i++ {
-			if err := c.Create(ctx, pdb(i)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, name := range deps {
-			waitFinding(t, dyn, ns, "lookup-burst", name, false)
-		}
-		if got := counter(t, reg, "portal_lookup_cycle_suppressed_total"); got <= suppressed {
-			t.Errorf("portal_lookup_cycle_suppressed_total %v -> %v: the burst did not reach the cycle limit, so this test proves nothing", suppressed, got)
-		}
-	})
+	t.Run("a burst of changes past the cycle limit still ends correct", func(t *testing.T) { checkBurstEndsCorrect(ctx, t, c, dyn, reg) })
 
 	t.Run("a rule that feeds its own re-evaluation is capped", func(t *testing.T) {
 		if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "loop", Namespace: "lookup-cycle"}}); err != nil {
@@ -284,6 +161,157 @@ func TestCrossResourceLookups(t *testing.T) {
 		}
 	})
 
+}
+
+// lookupRulesDir writes the cookbook's cross-resource rules, the cycle rule
+// and the burst rule into a rules folder.
+func lookupRulesDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"require-pdb-per-deployment.yaml", "unique-ingress-host.yaml"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "examples", "rules", "cross-resource", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cycle.yaml"), []byte(cycleRule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "burst.yaml"), []byte(burstRule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// createPeekRule creates tenant-b's ConfigMap with a password and a tenant-a
+// rule that tries to read it.
+func createPeekRule(ctx context.Context, t *testing.T, c client.Client) *policyv1alpha1.PortalRule {
+	t.Helper()
+	// A tenant's rule that tries to read another tenant's ConfigMap.
+	peek := &policyv1alpha1.PortalRule{ObjectMeta: metav1.ObjectMeta{Name: "peek", Namespace: "tenant-a"}, Spec: policyv1alpha1.RuleSpec{
+		Mode: []policyv1alpha1.Mode{"admission"}, EnforcementAction: "deny", OnError: "deny",
+		Match:   policyv1alpha1.Match{GVK: []policyv1alpha1.GroupVersionKind{{Version: "v1", Kind: "ConfigMap"}}},
+		Rule:    `cluster.configmaps.byName("tenant-b", "db")?.data?.password == "hunter2"`,
+		Message: `tenant-b's password is {{ cluster.configmaps.byName("tenant-b", "db")?.data?.password }}`,
+	}}
+	if err := c.Create(ctx, peek); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "tenant-b"}, Data: map[string]string{"password": "hunter2"}}); err != nil {
+		t.Fatal(err)
+	}
+	return peek
+}
+
+// checkPDBFinding: a Deployment without a PDB has a finding, which its PDB
+// clears (through a lookup re-queue) and its deletion raises again.
+func checkPDBFinding(ctx context.Context, t *testing.T, c client.Client, dyn dynamic.Interface, reg *prometheus.Registry) {
+	const ns = "lookup-pdb"
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To[int32](2),
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx:1.27"}}},
+		},
+	}}
+	if err := c.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	waitFinding(t, dyn, ns, "require-pdb-per-deployment", "web", true)
+	requeues := counter(t, reg, "portal_lookup_requeues_total")
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: policyv1.PodDisruptionBudgetSpec{
+		MinAvailable: ptr.To(intstr.FromInt32(1)),
+		Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+	}}
+	if err := c.Create(ctx, pdb); err != nil {
+		t.Fatal(err)
+	}
+	waitFinding(t, dyn, ns, "require-pdb-per-deployment", "web", false)
+	if got := counter(t, reg, "portal_lookup_requeues_total"); got <= requeues {
+		t.Errorf("portal_lookup_requeues_total %v -> %v: the PDB's event did not re-queue the Deployment", requeues, got)
+	}
+	if err := c.Delete(ctx, pdb); err != nil {
+		t.Fatal(err)
+	}
+	waitFinding(t, dyn, ns, "require-pdb-per-deployment", "web", true)
+}
+
+// checkBurstEndsCorrect: PDBs created past the cycle limit still reach
+// both Deployments' findings, through the guard's trailing re-evaluation.
+func checkBurstEndsCorrect(ctx context.Context, t *testing.T, c client.Client, dyn dynamic.Interface, reg *prometheus.Registry) {
+	const ns = "lookup-burst"
+	deps := []string{"web", "api"}
+	for _, name := range deps {
+		if err := c.Create(ctx, deployment(ns, name)); err != nil {
+			t.Fatal(err)
+		}
+		waitFindingMessage(t, dyn, ns, "lookup-burst", name, "sees 0 PDBs")
+	}
+	suppressed := counter(t, reg, "portal_lookup_cycle_suppressed_total")
+	pdb := func(i int) *policyv1.PodDisruptionBudget {
+		return &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("pdb-", i), Namespace: ns}, Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprint("part-", i)}},
+		}}
+	}
+	// The limit's worth first, seen through before the rest, so the
+	// last two changes are past the limit whatever the workers' pace.
+	for i := range lookup.DefaultCycleLimit {
+		if err := c.Create(ctx, pdb(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range deps {
+		waitFindingMessage(t, dyn, ns, "lookup-burst", name, fmt.Sprintf("sees %d PDBs", lookup.DefaultCycleLimit))
+	}
+	for i := lookup.DefaultCycleLimit; i < 5; i++ {
+		if err := c.Create(ctx, pdb(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range deps {
+		waitFinding(t, dyn, ns, "lookup-burst", name, false)
+	}
+	if got := counter(t, reg, "portal_lookup_cycle_suppressed_total"); got <= suppressed {
+		t.Errorf("portal_lookup_cycle_suppressed_total %v -> %v: the burst did not reach the cycle limit, so this test proves nothing", suppressed, got)
+	}
+}
+
+// checkTenantConfined: tenant-a's rule reading tenant-b's ConfigMap denies
+// without revealing it, and its status says what it reads.
+func checkTenantConfined(ctx context.Context, t *testing.T, c client.Client, peek *policyv1alpha1.PortalRule) {
+	// Until the webhook configuration reaches the API server, creates
+	// are admitted without Portal: retry those until Portal answers.
+	var err error
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "tenant-a"}}
+		if err = c.Create(ctx, probe); err == nil {
+			_ = c.Delete(ctx, probe)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "confined to its own namespace") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("create in tenant-a: %v, want a denial saying the rule's lookups are confined, without tenant-b's data", err)
+	}
+	var pr policyv1alpha1.PortalRule
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(peek), &pr); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(pr.Status.Conditions, policyv1alpha1.ConditionLookupsReady)
+		return cond != nil && len(pr.Status.Reads) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("PortalRule status: reads %v, conditions %v: %v", pr.Status.Reads, pr.Status.Conditions, err)
+	}
+	if pr.Status.Reads[0] != "/configmaps" {
+		t.Errorf("status.reads = %v, want [/configmaps]", pr.Status.Reads)
+	}
 }
 
 // TestConsistentReadSeesWhatTheCacheHasNot evaluates the unique-ingress-host

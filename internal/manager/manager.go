@@ -187,42 +187,13 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	opts := ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsOptions(&cfg),
-		HealthProbeBindAddress:        cfg.HealthAddr,
-		PprofBindAddress:              cfg.PprofAddr,
-		LeaderElection:                cfg.LeaderElection,
-		LeaderElectionID:              cfg.LeaderElectionID,
-		LeaderElectionNamespace:       cfg.Namespace,
-		LeaderElectionReleaseOnCancel: true,
-		// Shorter than controller-runtime's 15s/10s so a crashed leader is
-		// replaced within 15 seconds.
-		LeaseDuration:           ptrDuration(10 * time.Second),
-		RenewDeadline:           ptrDuration(7 * time.Second),
-		RetryPeriod:             ptrDuration(2 * time.Second),
-		GracefulShutdownTimeout: ptrDuration(10 * time.Second),
-		// No reconciler reads managed fields, often the largest part of a
-		// small object's metadata; writes are server-side applies, and an
-		// update without them keeps the stored ones.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
-	}
-	if cfg.Registerer != nil {
-		// controller-runtime refuses a second controller of the same name
-		// in a process, because its own metrics would collide; a manager
-		// with its own registry is the second one by design.
-		opts.Controller.SkipNameValidation = ptr.To(true)
-	}
+	opts := managerOptions(&cfg, scheme)
 	layers, err := enabledLayers(&cfg)
 	if err != nil {
 		return err
 	}
-	for _, l := range layers {
-		if c, ok := l.(optionsConfigurer); ok {
-			if err := c.ConfigureOptions(&opts); err != nil {
-				return fmt.Errorf("%s layer: %w", l.Name(), err)
-			}
-		}
+	if err := configureOptions(layers, &opts); err != nil {
+		return err
 	}
 	mgr, err := ctrl.NewManager(restCfg, opts)
 	if err != nil {
@@ -269,6 +240,64 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if err := actionsStatus(&cfg, deps); err != nil {
 		return err
 	}
+	if err := setupRuleLoading(mgr, &cfg, eng, index, lk, loaded, reg, log); err != nil {
+		return err
+	}
+	log.Info("portal starting", "namespace", cfg.Namespace, "layers", layerNames(layers), "rulesFolder", cfg.RulesFolder)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	return nil
+}
+
+// managerOptions are the controller-runtime options every layer starts from.
+func managerOptions(cfg *Config, scheme *runtime.Scheme) ctrl.Options {
+	opts := ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsOptions(cfg),
+		HealthProbeBindAddress:        cfg.HealthAddr,
+		PprofBindAddress:              cfg.PprofAddr,
+		LeaderElection:                cfg.LeaderElection,
+		LeaderElectionID:              cfg.LeaderElectionID,
+		LeaderElectionNamespace:       cfg.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		// Shorter than controller-runtime's 15s/10s so a crashed leader is
+		// replaced within 15 seconds.
+		LeaseDuration:           ptrDuration(10 * time.Second),
+		RenewDeadline:           ptrDuration(7 * time.Second),
+		RetryPeriod:             ptrDuration(2 * time.Second),
+		GracefulShutdownTimeout: ptrDuration(10 * time.Second),
+		// No reconciler reads managed fields, often the largest part of a
+		// small object's metadata; writes are server-side applies, and an
+		// update without them keeps the stored ones.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+	}
+	if cfg.Registerer != nil {
+		// controller-runtime refuses a second controller of the same name
+		// in a process, because its own metrics would collide; a manager
+		// with its own registry is the second one by design.
+		opts.Controller.SkipNameValidation = ptr.To(true)
+	}
+	return opts
+}
+
+// configureOptions lets each layer that needs it adjust the manager's
+// options before the manager exists.
+func configureOptions(layers []Layer, opts *ctrl.Options) error {
+	for _, l := range layers {
+		if c, ok := l.(optionsConfigurer); ok {
+			if err := c.ConfigureOptions(opts); err != nil {
+				return fmt.Errorf("%s layer: %w", l.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// setupRuleLoading adds what loads the rules (the CR loader, the rules
+// folder) and reports on them (rule status, lookup status, budget), and the
+// health and readiness checks: ready only once every source was read.
+func setupRuleLoading(mgr ctrl.Manager, cfg *Config, eng *engine.Engine, index *rule.Index, lk *lookups, loaded chan struct{}, reg prometheus.Registerer, log *slog.Logger) error {
 	ruleMetrics := rule.NewMetrics(reg)
 	loader := rule.NewCRLoader(mgr.GetCache(), eng, index, log, ruleMetrics)
 	if err := loader.SetupWithManager(mgr); err != nil {
@@ -303,10 +332,6 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	}
 	if err := mgr.AddReadyzCheck("rules", ready.check); err != nil {
 		return err
-	}
-	log.Info("portal starting", "namespace", cfg.Namespace, "layers", layerNames(layers), "rulesFolder", cfg.RulesFolder)
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("manager: %w", err)
 	}
 	return nil
 }

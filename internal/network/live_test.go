@@ -90,8 +90,26 @@ func TestChecksAppearAndClear(t *testing.T) {
 	am := amtest.Start(t)
 	start(t, am, network.DefaultConfig())
 	ns := namespace(t, c, "np-steps")
-	nsKey := network.CheckDefaultDenyMissing + " Namespace/" + ns
 
+	stepDefaultDenyMissing(t, c, ns)
+	api, unreachable, untargeted := stepUnreachableSelector(t, c, ns)
+	stepBroadCIDR(t, c, am, ns)
+	stepEgressBlocksDNS(t, c, ns)
+	stepMissingPolicyTypes(t, c, ns)
+	stepCrossNamespacePeer(t, c, ns)
+
+	// A deleted policy's findings go with it.
+	waitReported(t, c, ns, unreachable, true)
+	remove(t, c, api)
+	waitReported(t, c, ns, unreachable, false)
+	waitReported(t, c, ns, untargeted, false)
+}
+
+// stepDefaultDenyMissing: a pod in a namespace without a default-deny
+// policy is reported until one exists.
+func stepDefaultDenyMissing(t *testing.T, c client.Client, ns string) {
+	t.Helper()
+	nsKey := network.CheckDefaultDenyMissing + " Namespace/" + ns
 	// A namespace with no policy and a pod: default-deny-missing.
 	create(t, c, pod(ns, "web", map[string]string{"app": "web"}))
 	waitReported(t, c, ns, nsKey, true)
@@ -101,17 +119,23 @@ func TestChecksAppearAndClear(t *testing.T) {
 	waitReported(t, c, ns, nsKey, false)
 	remove(t, c, deny)
 	waitReported(t, c, ns, nsKey, true)
+}
 
+// stepUnreachableSelector: a policy whose selectors match no pod is
+// reported until one does. It returns the policy, still unreachable, and
+// the keys of its two findings.
+func stepUnreachableSelector(t *testing.T, c client.Client, ns string) (api *networkingv1.NetworkPolicy, unreachable, untargeted string) {
+	t.Helper()
 	// A policy for role=api pods, open to role=api pods, while there is
 	// none: unreachable-selector and policy-without-targets. A pod with
 	// the label clears both.
-	api := np(ns, "api", networkingv1.NetworkPolicySpec{
+	api = np(ns, "api", networkingv1.NetworkPolicySpec{
 		PodSelector: *selector("role", "api"), PolicyTypes: ingress,
 		Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: selector("role", "api")}}}},
 	})
 	create(t, c, api)
-	unreachable := network.CheckUnreachableSelector + " NetworkPolicy/api"
-	untargeted := network.CheckPolicyWithoutTargets + " NetworkPolicy/api"
+	unreachable = network.CheckUnreachableSelector + " NetworkPolicy/api"
+	untargeted = network.CheckPolicyWithoutTargets + " NetworkPolicy/api"
 	waitReported(t, c, ns, unreachable, true)
 	waitReported(t, c, ns, untargeted, true)
 	apiPod := pod(ns, "api", map[string]string{"role": "api"})
@@ -122,7 +146,13 @@ func TestChecksAppearAndClear(t *testing.T) {
 	// that matters.
 	update(t, c, apiPod, func() { apiPod.Labels = map[string]string{"role": "gone"} })
 	waitReported(t, c, ns, unreachable, true)
+	return api, unreachable, untargeted
+}
 
+// stepBroadCIDR: egress to the whole internet is reported and alerted
+// until narrowed.
+func stepBroadCIDR(t *testing.T, c client.Client, am *amtest.Server, ns string) {
+	t.Helper()
 	// Egress to the whole internet: broad-cidr, alerted; an except clears
 	// the finding and resolves the alert.
 	open := np(ns, "open", networkingv1.NetworkPolicySpec{
@@ -142,7 +172,12 @@ func TestChecksAppearAndClear(t *testing.T) {
 		ok, err := activeAlert(am, ns, network.CheckBroadCIDR, "open")
 		return !ok && err == nil, nil
 	})
+}
 
+// stepEgressBlocksDNS: egress isolation that blocks DNS is reported until
+// DNS is allowed.
+func stepEgressBlocksDNS(t *testing.T, c client.Client, ns string) {
+	t.Helper()
 	// Egress isolated with no rule: DNS blocked. A namespace-wide policy
 	// allowing UDP 53 to kube-dns clears it.
 	lock := np(ns, "lockdown", networkingv1.NetworkPolicySpec{PodSelector: *selector("app", "web"), PolicyTypes: egress})
@@ -158,7 +193,12 @@ func TestChecksAppearAndClear(t *testing.T) {
 		}},
 	}))
 	waitReported(t, c, ns, dns, false)
+}
 
+// stepMissingPolicyTypes: egress rules a policy's types ignore are
+// reported until the types list Egress.
+func stepMissingPolicyTypes(t *testing.T, c client.Client, ns string) {
+	t.Helper()
 	// Egress rules under policyTypes [Ingress] are ignored:
 	// missing-policy-types until Egress is listed.
 	half := np(ns, "half", networkingv1.NetworkPolicySpec{
@@ -170,7 +210,12 @@ func TestChecksAppearAndClear(t *testing.T) {
 	waitReported(t, c, ns, types, true)
 	update(t, c, half, func() { half.Spec.PolicyTypes = append(ingress, networkingv1.PolicyTypeEgress) })
 	waitReported(t, c, ns, types, false)
+}
 
+// stepCrossNamespacePeer: a peer in other namespaces is unreachable until
+// another namespace's label and pod match it.
+func stepCrossNamespacePeer(t *testing.T, c client.Client, ns string) {
+	t.Helper()
 	// A peer in other namespaces: unreachable until a namespace with the
 	// label exists and holds a matching pod. The events are another
 	// namespace's, which this namespace's peer depends on.
@@ -188,12 +233,6 @@ func TestChecksAppearAndClear(t *testing.T) {
 	update(t, c, otherNS, func() { otherNS.Labels["team"] = team })
 	create(t, c, pod(other, "db", map[string]string{"app": "db"}))
 	waitReported(t, c, ns, crossKey, false)
-
-	// A deleted policy's findings go with it.
-	waitReported(t, c, ns, unreachable, true)
-	remove(t, c, api)
-	waitReported(t, c, ns, unreachable, false)
-	waitReported(t, c, ns, untargeted, false)
 }
 
 // A pod created in one namespace among many is analysed with its namespace

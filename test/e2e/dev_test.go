@@ -57,6 +57,43 @@ func TestPortalDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bin := buildPortalBesideK8s(t, root)
+	workDir := t.TempDir()
+	kubeconfig := filepath.Join(workDir, ".portal-dev", "kubeconfig")
+	dev := startPortalDev(t, bin, workDir, kubeconfig)
+
+	select {
+	case <-dev.ready:
+	case err := <-dev.exited:
+		t.Fatalf("portal dev exited before ready: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("portal dev not ready within 2 minutes")
+	}
+
+	kubectl := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", "-")
+	kubectl.Stdin = strings.NewReader(privilegedPod)
+	out, err := kubectl.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "[pss-baseline-privileged]") || !strings.Contains(string(out), "privileged=true") {
+		t.Fatalf("privileged pod not denied with the rule's message: %v\n%s", err, out)
+	}
+	checkApplyHint(t, dev.hints, workDir)
+	waitForLegacyFinding(t, root, kubeconfig)
+
+	select {
+	case line := <-dev.proxyLine:
+		runPrintedWAFProxy(t, workDir, bin, line)
+	case <-time.After(10 * time.Second):
+		t.Fatal("portal dev printed no waf-proxy command line")
+	}
+
+	stopPortalDev(t, dev, kubeconfig)
+}
+
+// buildPortalBesideK8s builds portal into a directory whose k8s/ holds the
+// checkout's control-plane binaries, as make tools lays them out, and
+// returns its path.
+func buildPortalBesideK8s(t *testing.T, root string) string {
+	t.Helper()
 	binDir := t.TempDir()
 	if err := os.Symlink(filepath.Join(root, "bin", "k8s"), filepath.Join(binDir, "k8s")); err != nil {
 		t.Fatal(err)
@@ -67,8 +104,23 @@ func TestPortalDev(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	workDir := t.TempDir()
-	kubeconfig := filepath.Join(workDir, ".portal-dev", "kubeconfig")
+	return bin
+}
+
+// portalDev is a running `portal dev` and what its output said.
+type portalDev struct {
+	cmd       *exec.Cmd
+	exited    chan error
+	ready     chan struct{}
+	hints     chan string
+	proxyLine chan string
+}
+
+// startPortalDev starts `portal dev` in workDir on free ports, without
+// KUBEBUILDER_ASSETS (it must find the binaries beside itself), and follows
+// its output.
+func startPortalDev(t *testing.T, bin, workDir, kubeconfig string) *portalDev {
+	t.Helper()
 	dev := exec.Command(bin, "dev", "--kubeconfig-out", kubeconfig,
 		"--webhook-port", fmt.Sprint(freePort(t)),
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
@@ -84,45 +136,32 @@ func TestPortalDev(t *testing.T) {
 	if err := dev.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	ready := make(chan struct{})
-	hints := make(chan string, 100)
-	proxyLine := make(chan string, 1)
+	p := &portalDev{cmd: dev, exited: make(chan error, 1), ready: make(chan struct{}), hints: make(chan string, 100), proxyLine: make(chan string, 1)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			t.Log(sc.Text())
 			select {
-			case hints <- sc.Text():
+			case p.hints <- sc.Text():
 			default:
 			}
 			if strings.HasPrefix(sc.Text(), "portal dev: ready") {
-				close(ready)
+				close(p.ready)
 			}
 			if strings.Contains(sc.Text(), " waf-proxy --cache-url ") {
-				proxyLine <- sc.Text()
+				p.proxyLine <- sc.Text()
 			}
 		}
-		exited <- dev.Wait()
+		p.exited <- dev.Wait()
 	}()
 	t.Cleanup(func() { _ = dev.Process.Kill() })
+	return p
+}
 
-	select {
-	case <-ready:
-	case err := <-exited:
-		t.Fatalf("portal dev exited before ready: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("portal dev not ready within 2 minutes")
-	}
-
-	kubectl := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", "-")
-	kubectl.Stdin = strings.NewReader(privilegedPod)
-	out, err := kubectl.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "[pss-baseline-privileged]") || !strings.Contains(string(out), "privileged=true") {
-		t.Fatalf("privileged pod not denied with the rule's message: %v\n%s", err, out)
-	}
-
-	// The hint's manifest exists where the hint says, from this directory.
+// checkApplyHint checks that the manifest of the printed "apply -f" hint
+// exists where the hint says, from portal dev's working directory.
+func checkApplyHint(t *testing.T, hints chan string, workDir string) {
+	t.Helper()
 	var applyHint string
 	for len(hints) > 0 && applyHint == "" {
 		if _, after, ok := strings.Cut(<-hints, " apply -f "); ok {
@@ -138,10 +177,14 @@ func TestPortalDev(t *testing.T) {
 	if _, err := os.Stat(applyHint); err != nil {
 		t.Fatalf("the hint names a manifest that is not there: %v", err)
 	}
+}
 
-	// Audit found the legacy Deployment of namespace demo.
+// waitForLegacyFinding waits until audit has reported the legacy Deployment
+// of namespace demo, as kubectl get polr -A shows it.
+func waitForLegacyFinding(t *testing.T, root, kubeconfig string) {
+	t.Helper()
 	var reports string
-	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		get := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "get", "polr", "-A", "-o",
 			`jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} fail={.summary.fail} {range .results[*]}{.resources[0].kind}/{.resources[0].name} {end}{"\n"}{end}`)
 		out, err := get.CombinedOutput()
@@ -153,27 +196,25 @@ func TestPortalDev(t *testing.T) {
 		t.Fatalf("kubectl get polr -A shows no audit finding on the legacy Deployment: %v\n%s", err, reports)
 	}
 	t.Logf("kubectl get polr -A: %s", reports)
+}
 
-	select {
-	case line := <-proxyLine:
-		runPrintedWAFProxy(t, workDir, bin, line)
-	case <-time.After(10 * time.Second):
-		t.Fatal("portal dev printed no waf-proxy command line")
-	}
-
+// stopPortalDev sends Ctrl-C and checks that portal dev exits cleanly and
+// leaves no kube-apiserver behind.
+func stopPortalDev(t *testing.T, dev *portalDev, kubeconfig string) {
+	t.Helper()
 	apiserver := serverAddr(t, kubeconfig)
-	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
+	if err := dev.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-exited:
+	case err := <-dev.exited:
 		if err != nil {
 			t.Fatalf("portal dev did not exit cleanly on Ctrl-C: %v", err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("portal dev still running a minute after Ctrl-C")
 	}
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		c, err := net.DialTimeout("tcp", apiserver, time.Second)
 		if err != nil {
 			return true, nil

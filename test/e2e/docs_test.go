@@ -133,6 +133,45 @@ func TestRunnableDocBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	blocks := collectRunnableBlocks(t, root)
+	bin := buildPortalBesideKubectl(t, root)
+	workDir := t.TempDir()
+	kubeconfig := filepath.Join(workDir, ".portal-dev", "kubeconfig")
+	startDocsPortalDev(t, root, bin, kubeconfig)
+
+	r := &docRunner{root: root, workDir: workDir, env: append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "KUBECONFIG=") || strings.HasPrefix(kv, "PATH=")
+	}), "KUBECONFIG="+kubeconfig, "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))}
+	for _, b := range blocks {
+		if b.save != "" {
+			if err := os.WriteFile(filepath.Join(workDir, b.save), []byte(b.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		for _, c := range parseConsole(b.content) {
+			want := normalize(c.want)
+			var got string
+			prevStatus := r.lastStatus
+			if changes(c.cmd) {
+				got = r.run(t, b, c, prevStatus)
+			} else {
+				_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+					got = r.run(t, b, c, prevStatus)
+					return got == want, nil
+				})
+			}
+			if got != want {
+				t.Errorf("%s:%d: $ %s\nthe page shows:\n%s\nPortal printed:\n%s", b.page, b.line, c.cmd, want, got)
+			}
+		}
+	}
+}
+
+// collectRunnableBlocks reads the runnable blocks of every page of
+// runnablePages, in order.
+func collectRunnableBlocks(t *testing.T, root string) []docBlock {
+	t.Helper()
 	var blocks []docBlock
 	for _, p := range runnablePages {
 		pages, err := filepath.Glob(filepath.Join(root, p.glob))
@@ -147,7 +186,14 @@ func TestRunnableDocBlocks(t *testing.T) {
 			}
 		}
 	}
+	return blocks
+}
 
+// buildPortalBesideKubectl builds portal into a directory that also holds
+// kubectl, the directory the pages' commands find first on PATH, and
+// returns the binary's path.
+func buildPortalBesideKubectl(t *testing.T, root string) string {
+	t.Helper()
 	binDir := t.TempDir()
 	bin := filepath.Join(binDir, "portal")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/portal")
@@ -158,8 +204,13 @@ func TestRunnableDocBlocks(t *testing.T) {
 	if err := os.Symlink(filepath.Join(root, "bin", "k8s", "kubectl"), filepath.Join(binDir, "kubectl")); err != nil {
 		t.Fatal(err)
 	}
-	workDir := t.TempDir()
-	kubeconfig := filepath.Join(workDir, ".portal-dev", "kubeconfig")
+	return bin
+}
+
+// startDocsPortalDev starts portal dev in the checkout, waits until it is
+// ready, and stops it (Ctrl-C) at the end of the test.
+func startDocsPortalDev(t *testing.T, root, bin, kubeconfig string) {
+	t.Helper()
 	dev := exec.Command(bin, "dev", "--kubeconfig-out", kubeconfig,
 		"--k8s-bin-dir", filepath.Join(root, "bin", "k8s"),
 		"--webhook-port", fmt.Sprint(freePort(t)),
@@ -201,51 +252,35 @@ func TestRunnableDocBlocks(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("portal dev not ready within 2 minutes")
 	}
+}
 
-	env := append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "KUBECONFIG=") || strings.HasPrefix(kv, "PATH=")
-	}), "KUBECONFIG="+kubeconfig, "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	lastStatus := 0
-	for _, b := range blocks {
-		if b.save != "" {
-			if err := os.WriteFile(filepath.Join(workDir, b.save), []byte(b.content), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		for _, c := range parseConsole(b.content) {
-			want := normalize(c.want)
-			var got string
-			prevStatus := lastStatus
-			run := func() {
-				// $? is the status of the previous command, as in a terminal.
-				sh := exec.Command("sh", "-c", fmt.Sprintf("(exit %d); %s", prevStatus, c.cmd))
-				sh.Dir, sh.Env = workDir, env
-				if b.inRepo {
-					sh.Dir = root
-				}
-				var out bytes.Buffer
-				sh.Stdout, sh.Stderr = &out, &out
-				err := sh.Run()
-				lastStatus = 0
-				if ee, ok := err.(*exec.ExitError); ok {
-					lastStatus = ee.ExitCode()
-				} else if err != nil {
-					t.Fatalf("%s:%d: %s: %v", b.page, b.line, c.cmd, err)
-				}
-				got = normalize(strings.Split(out.String(), "\n"))
-			}
-			if changes(c.cmd) {
-				run()
-			} else {
-				_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-					run()
-					return got == want, nil
-				})
-			}
-			if got != want {
-				t.Errorf("%s:%d: $ %s\nthe page shows:\n%s\nPortal printed:\n%s", b.page, b.line, c.cmd, want, got)
-			}
-		}
+// docRunner runs the pages' commands as a reader's shell would: in the work
+// directory (or the checkout, for blocks that say so), keeping each
+// command's exit status for the next one's $?.
+type docRunner struct {
+	root, workDir string
+	env           []string
+	lastStatus    int
+}
+
+// run runs command c of block b with prevStatus as $? and returns its
+// normalised output.
+func (r *docRunner) run(t *testing.T, b docBlock, c docCommand, prevStatus int) string {
+	t.Helper()
+	// $? is the status of the previous command, as in a terminal.
+	sh := exec.Command("sh", "-c", fmt.Sprintf("(exit %d); %s", prevStatus, c.cmd))
+	sh.Dir, sh.Env = r.workDir, r.env
+	if b.inRepo {
+		sh.Dir = r.root
 	}
+	var out bytes.Buffer
+	sh.Stdout, sh.Stderr = &out, &out
+	err := sh.Run()
+	r.lastStatus = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.lastStatus = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s:%d: %s: %v", b.page, b.line, c.cmd, err)
+	}
+	return normalize(strings.Split(out.String(), "\n"))
 }

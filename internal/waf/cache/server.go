@@ -221,19 +221,12 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
+// serve answers one request. The order of the checks is the defence: cheap
+// refusals before a slot is taken, authentication before the path is
+// trusted, authorization before the lookup.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	tablePath := r.URL.Path == "/tables" || strings.HasPrefix(r.URL.Path, "/tables/")
-	if !tablePath && r.URL.Path != "/rules" && !strings.HasPrefix(r.URL.Path, "/rules/") {
-		http.NotFound(w, r)
-		return
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-		http.Error(w, "request body not accepted", http.StatusRequestEntityTooLarge)
+	tablePath, ok := checkRequest(w, r)
+	if !ok {
 		return
 	}
 	select {
@@ -248,9 +241,47 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.deny(w, r, DenyNoToken, "")
 		return
 	}
+	ns, name, latest, ok := parseRequestPath(w, r, tablePath)
+	if !ok {
+		return
+	}
+	if !s.allowed(w, r, token, ns, name, tablePath) {
+		return
+	}
+	data, ok := s.entry(w, ns, name, latest, tablePath)
+	if !ok {
+		return
+	}
+	writeEntry(w, r, data)
+}
+
+// checkRequest refuses, without taking a slot, a request the cache never
+// serves: another path, another method, or a body. It reports whether the
+// path is a route table's.
+func checkRequest(w http.ResponseWriter, r *http.Request) (tablePath, ok bool) {
+	tablePath = r.URL.Path == "/tables" || strings.HasPrefix(r.URL.Path, "/tables/")
+	if !tablePath && r.URL.Path != "/rules" && !strings.HasPrefix(r.URL.Path, "/rules/") {
+		http.NotFound(w, r)
+		return false, false
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return false, false
+	}
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+		http.Error(w, "request body not accepted", http.StatusRequestEntityTooLarge)
+		return false, false
+	}
+	return tablePath, true
+}
+
+// parseRequestPath reads the namespace and name of a rule set (or Gateway)
+// from the path, answering 400 when it is malformed.
+func parseRequestPath(w http.ResponseWriter, r *http.Request, tablePath bool) (ns, name string, latest, ok bool) {
 	if r.URL.RawPath != "" {
 		http.Error(w, "malformed path: escaped characters", http.StatusBadRequest)
-		return
+		return "", "", false, false
 	}
 	parse := ParsePath
 	if tablePath {
@@ -259,15 +290,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	ns, name, latest, err := parse(r.URL.Path)
 	if err != nil {
 		http.Error(w, "malformed path: "+err.Error(), http.StatusBadRequest)
-		return
+		return "", "", false, false
 	}
-	// Authorization comes before the lookup, so a refused caller cannot
-	// tell which rule sets or tables exist.
+	return ns, name, latest, true
+}
+
+// allowed checks the caller's token for ns/name, answering the refusal
+// itself. Authorization comes before the lookup, so a refused caller cannot
+// tell which rule sets or tables exist.
+func (s *Server) allowed(w http.ResponseWriter, r *http.Request, token, ns, name string, tablePath bool) bool {
 	d, err := s.authorize(r.Context(), token, ns, name)
 	if err != nil {
 		s.opts.Logger.Warn("rule set cache: authorization failed", "error", err, "key", Key(ns, name), "client", r.RemoteAddr)
 		s.deny(w, r, DenyReviewFailed, "")
-		return
+		return false
 	}
 	if !d.Allowed && d.Reason == DenyForbidden && !tablePath {
 		// A Gateway's data plane reads the rule sets its table runs, also
@@ -280,30 +316,38 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if !d.Allowed {
 		s.deny(w, r, d.Reason, d.User)
-		return
+		return false
 	}
-	var data []byte
+	return true
+}
+
+// entry returns the body of the rule set or route table ns/name (its latest
+// revision only, when latest), answering 404 when there is none.
+func (s *Server) entry(w http.ResponseWriter, ns, name string, latest, tablePath bool) ([]byte, bool) {
 	if tablePath {
 		t := s.cache.table(Key(ns, name))
 		if t == nil {
 			http.Error(w, "route table not found", http.StatusNotFound)
-			return
+			return nil, false
 		}
-		data = t.body
 		if latest {
-			data = t.latest
+			return t.latest, true
 		}
-	} else {
-		rev := s.cache.latest(Key(ns, name))
-		if rev == nil {
-			http.Error(w, "rule set not found", http.StatusNotFound)
-			return
-		}
-		data = rev.body
-		if latest {
-			data = rev.latest
-		}
+		return t.body, true
 	}
+	rev := s.cache.latest(Key(ns, name))
+	if rev == nil {
+		http.Error(w, "rule set not found", http.StatusNotFound)
+		return nil, false
+	}
+	if latest {
+		return rev.latest, true
+	}
+	return rev.body, true
+}
+
+// writeEntry answers 200 with data, which no intermediary may keep.
+func writeEntry(w http.ResponseWriter, r *http.Request, data []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")

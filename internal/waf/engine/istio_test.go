@@ -96,6 +96,36 @@ func TestWasmPluginConfig(t *testing.T) {
 		t.Errorf("ruleSetRevision %q, want the RuleSet's %q", eng.Status.RuleSetRevision, rs.Status.CachedRevision.UUID)
 	}
 
+	pc := checkWasmPlugin(t, eng, ns)
+	// The token does what the plugin needs and no more.
+	token, _ := pc["cache_token"].(string)
+	if code := readStatus(t, token, ns, "guard"); code != 200 {
+		t.Errorf("the Engine's token reading its RuleSet: %d, want 200", code)
+	}
+	if code := readStatus(t, token, other, "guard"); code != 401 && code != 403 {
+		t.Errorf("the Engine's token reading another namespace's RuleSet: %d, want a refusal", code)
+	}
+	if code := readStatus(t, token, ns, "second"); code != 401 && code != 403 {
+		t.Errorf("the Engine's token reading another RuleSet of its namespace: %d, want a refusal", code)
+	}
+
+	npName := checkCacheNetworkPolicy(t, eng, ns)
+	checkCacheKnownToMesh(t, eng, ns)
+
+	deleteEngine(t, eng)
+	if _, ok := wasmPlugin(t, eng); ok {
+		t.Error("the WasmPlugin outlived its Engine")
+	}
+	if _, ok := object(t, networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), waftest.Namespace, npName); ok {
+		t.Error("the cache NetworkPolicy outlived its Engine")
+	}
+}
+
+// checkWasmPlugin checks the Engine's WasmPlugin: exactly the keys the
+// Coraza WASM plugin reads, with their values, as Istio's own types decode
+// them, owned by the Engine. It returns the pluginConfig.
+func checkWasmPlugin(t *testing.T, eng *wafv1alpha1.Engine, ns string) map[string]any {
+	t.Helper()
 	wp, ok := wasmPlugin(t, eng)
 	if !ok {
 		t.Fatal("no WasmPlugin")
@@ -141,19 +171,14 @@ func TestWasmPluginConfig(t *testing.T) {
 	if refs := wp.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != eng.UID {
 		t.Errorf("owner references %+v, want the Engine", refs)
 	}
+	return pc
+}
 
-	// The token does what the plugin needs and no more.
-	token, _ := pc["cache_token"].(string)
-	if code := readStatus(t, token, ns, "guard"); code != 200 {
-		t.Errorf("the Engine's token reading its RuleSet: %d, want 200", code)
-	}
-	if code := readStatus(t, token, other, "guard"); code != 401 && code != 403 {
-		t.Errorf("the Engine's token reading another namespace's RuleSet: %d, want a refusal", code)
-	}
-	if code := readStatus(t, token, ns, "second"); code != 401 && code != 403 {
-		t.Errorf("the Engine's token reading another RuleSet of its namespace: %d, want a refusal", code)
-	}
-
+// checkCacheNetworkPolicy checks that the cache's NetworkPolicy for the
+// Engine lets only the Gateway's pods reach the cache port, and returns its
+// name.
+func checkCacheNetworkPolicy(t *testing.T, eng *wafv1alpha1.Engine, ns string) string {
+	t.Helper()
 	var np networkingv1.NetworkPolicy
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: waftest.Namespace, Name: engine.NetworkPolicyName(ns, eng.Name)}, &np); err != nil {
 		t.Fatalf("cache NetworkPolicy: %v", err)
@@ -169,7 +194,13 @@ func TestWasmPluginConfig(t *testing.T) {
 	if p := np.Spec.Ingress[0].Ports[0].Port; p == nil || p.IntValue() != 18080 {
 		t.Errorf("NetworkPolicy port %v, want 18080", p)
 	}
+	return np.Name
+}
 
+// checkCacheKnownToMesh checks the ServiceEntry and DestinationRule that
+// make the cache known to the mesh.
+func checkCacheKnownToMesh(t *testing.T, eng *wafv1alpha1.Engine, ns string) {
+	t.Helper()
 	se, ok := object(t, engine.ServiceEntryGVK, waftest.Namespace, operatorName+"-waf-cache")
 	if !ok {
 		t.Fatal("no ServiceEntry for the cache (--operator-name is set)")
@@ -180,14 +211,6 @@ func TestWasmPluginConfig(t *testing.T) {
 	}
 	if _, ok := object(t, engine.DestinationRuleGVK, ns, engine.ChildName(eng.Name)); !ok {
 		t.Fatal("no DestinationRule for the cache (TestMeshTLSTrustsCacheCA checks it)")
-	}
-
-	deleteEngine(t, eng)
-	if _, ok := wasmPlugin(t, eng); ok {
-		t.Error("the WasmPlugin outlived its Engine")
-	}
-	if _, ok := object(t, networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), waftest.Namespace, np.Name); ok {
-		t.Error("the cache NetworkPolicy outlived its Engine")
 	}
 }
 

@@ -61,6 +61,19 @@ func TestWAFProxyDriver(t *testing.T) {
 
 	name := engine.ChildName(eng.Name)
 	key := client.ObjectKey{Namespace: ns, Name: name}
+	dep, audience, caMap := checkProxyDeployment(t, ns, name)
+	npName := checkProxyNeighbours(t, eng, key, dep)
+	checkProxyTokenScope(t, ns, name, audience)
+	checkProxyChildrenDeleted(t, eng, ns, name, caMap, npName)
+}
+
+// checkProxyDeployment checks the waf-proxy Deployment of Engine child name:
+// replicas, image, arguments, a ServiceAccount without the API token, and a
+// projected token for the cache with the cache's CA beside it. It returns the
+// Deployment, the token's audience and the CA ConfigMap's name.
+func checkProxyDeployment(t *testing.T, ns, name string) (appsv1.Deployment, string, string) {
+	t.Helper()
+	key := client.ObjectKey{Namespace: ns, Name: name}
 	var dep appsv1.Deployment
 	if err := env.Client.Get(context.Background(), key, &dep); err != nil {
 		t.Fatalf("Deployment: %v", err)
@@ -118,7 +131,15 @@ func TestWAFProxyDriver(t *testing.T) {
 	if cm.Data["ca.crt"] != string(env.Layer.Certs.CABundle()) {
 		t.Error("the CA ConfigMap does not hold the cache's CA")
 	}
+	return dep, audience, caMap
+}
 
+// checkProxyNeighbours checks the Service, PodDisruptionBudget and cache
+// NetworkPolicy that go with the proxy pods, and that no WasmPlugin does. It
+// returns the NetworkPolicy's name.
+func checkProxyNeighbours(t *testing.T, eng *wafv1alpha1.Engine, key client.ObjectKey, dep appsv1.Deployment) string {
+	t.Helper()
+	ns := key.Namespace
 	var s corev1.Service
 	if err := env.Client.Get(context.Background(), key, &s); err != nil {
 		t.Fatalf("Service: %v", err)
@@ -143,7 +164,13 @@ func TestWAFProxyDriver(t *testing.T) {
 	if _, ok := wasmPlugin(t, eng); ok {
 		t.Error("a waf-proxy Engine has a WasmPlugin")
 	}
+	return np.Name
+}
 
+// checkProxyTokenScope checks what the proxy's token reads from the cache:
+// its RuleSet and its Gateway's table, and nothing of another namespace.
+func checkProxyTokenScope(t *testing.T, ns, name, audience string) {
+	t.Helper()
 	// A token for the proxy's audience (what the kubelet projects) reads
 	// the RuleSet.
 	tok, err := env.Token(context.Background(), ns, name, audience)
@@ -170,7 +197,12 @@ func TestWAFProxyDriver(t *testing.T) {
 	if code := readStatus(t, tok, other, "guard"); code != 403 {
 		t.Errorf("the proxy's token on another namespace's RuleSet: %d, want 403", code)
 	}
+}
 
+// checkProxyChildrenDeleted deletes the Engine and checks that every object
+// made for it went with it.
+func checkProxyChildrenDeleted(t *testing.T, eng *wafv1alpha1.Engine, ns, name, caMap, npName string) {
+	t.Helper()
 	deleteEngine(t, eng)
 	for _, o := range []struct {
 		gvk schema.GroupVersionKind
@@ -182,7 +214,7 @@ func TestWAFProxyDriver(t *testing.T) {
 		{policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"), ns, name},
 		{corev1.SchemeGroupVersion.WithKind("ConfigMap"), ns, caMap},
 		{corev1.SchemeGroupVersion.WithKind("ServiceAccount"), ns, name},
-		{networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), waftest.Namespace, np.Name},
+		{networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), waftest.Namespace, npName},
 	} {
 		if _, ok := object(t, o.gvk, o.ns, o.n); ok {
 			t.Errorf("%s %s/%s outlived its Engine", o.gvk.Kind, o.ns, o.n)

@@ -32,6 +32,7 @@ import (
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/manifest"
+	"github.com/vilaca/portal/test/bench/benchstat"
 )
 
 // Settings, each overridable by an environment variable.
@@ -110,11 +111,12 @@ func BenchmarkAdmission(b *testing.B) {
 	b.ReportMetric(float64(r.anonPeakSampled)/1024, "portal-anon-peak-MiB")
 }
 
+func logf(format string, args ...any) { fmt.Printf("bench-admission: "+format+"\n", args...) }
+
 func run(b *testing.B) (*result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	res := &result{latency: map[string]latencies{}, throughput: map[string]float64{}, failures: map[string][]error{}, loadBefore: loadAverage()}
-	logf := func(format string, args ...any) { fmt.Printf("bench-admission: "+format+"\n", args...) }
 
 	logf("starting etcd and kube-apiserver from bin/k8s")
 	cluster, err := devcluster.Start(ctx, devcluster.Options{})
@@ -126,40 +128,11 @@ func run(b *testing.B) (*result, error) {
 			b.Error(err)
 		}
 	}()
-	restCfg := rest.CopyConfig(cluster.Config)
-	restCfg.QPS, restCfg.Burst = -1, 0 // no client-side rate limit
-	// The sanity check's dry runs would log a warning each (Windows pods).
-	restCfg.WarningHandler = rest.NoWarnings{}
-	cs, err := kubernetes.NewForConfig(restCfg)
+	restCfg, cs, cl, err := newClients(cluster)
 	if err != nil {
 		return nil, err
 	}
-	scheme, err := manager.Scheme()
-	if err != nil {
-		return nil, err
-	}
-	cl, err := client.New(restCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, err
-	}
-	if v, err := cs.Discovery().ServerVersion(); err == nil {
-		logf("kube-apiserver %s", v.GitVersion)
-	}
-
-	for _, ns := range []string{portalNamespace, configurations[0].namespace, configurations[1].namespace, configurations[2].namespace} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return nil, err
-		}
-	}
-
-	// (c): the policy and its binding.
-	if err := installPolicy(ctx, cs); err != nil {
-		return nil, err
-	}
-
-	// (b): the rules as PortalClusterRules, as `portal dev` installs them,
-	// then Portal in a child process.
-	nRules, err := installRules(ctx, cl)
+	nRules, err := installConfigurations(ctx, cs, cl)
 	if err != nil {
 		return nil, err
 	}
@@ -172,26 +145,118 @@ func run(b *testing.B) (*result, error) {
 		return nil, err
 	}
 	logf("portal running as pid %d with %d rules", portal.Pid(), nRules)
+	if err := isolateConfigurations(ctx, cs, portal); err != nil {
+		return nil, err
+	}
 
+	workers, err := warmUp(ctx, restCfg, portal)
+	if err != nil {
+		return nil, err
+	}
+	portalBefore, apiBefore, err := scrape(ctx, portal, cs)
+	if err != nil {
+		return nil, err
+	}
+	all, busy, err := measureRoundsAndMemory(ctx, workers, res, portal)
+	if err != nil {
+		return nil, err
+	}
+
+	portalAfter, apiAfter, err := scrape(ctx, portal, cs)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range configurations {
+		res.latency[c.key] = summarise(all[c.key])
+		res.throughput[c.key] = float64(len(all[c.key])) / busy[c.key].Seconds()
+	}
+	if err := handlerFigures(res, all, portalBefore, portalAfter); err != nil {
+		return nil, err
+	}
+	if err := checkNarrowed(ctx, cs, configurations[1].namespace); err != nil {
+		return nil, err
+	}
+	apiserverFigures(res, all, apiBefore, apiAfter)
+
+	if res.direct, err = measureDirect(ctx, restCfg, cs, configurations[1].namespace, podsPerConfig); err != nil {
+		return nil, err
+	}
+
+	report(os.Stdout, res)
+	return res, nil
+}
+
+// newClients returns the clients of the run, without client-side rate limit.
+func newClients(cluster *devcluster.Cluster) (*rest.Config, kubernetes.Interface, client.Client, error) {
+	restCfg := rest.CopyConfig(cluster.Config)
+	restCfg.QPS, restCfg.Burst = -1, 0 // no client-side rate limit
+	// The sanity check's dry runs would log a warning each (Windows pods).
+	restCfg.WarningHandler = rest.NoWarnings{}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	scheme, err := manager.Scheme()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cl, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if v, err := cs.Discovery().ServerVersion(); err == nil {
+		logf("kube-apiserver %s", v.GitVersion)
+	}
+	return restCfg, cs, cl, nil
+}
+
+// installConfigurations creates the namespaces, (c)'s policy and (b)'s
+// rules, and returns the number of rules.
+func installConfigurations(ctx context.Context, cs kubernetes.Interface, cl client.Client) (int, error) {
+	for _, ns := range []string{portalNamespace, configurations[0].namespace, configurations[1].namespace, configurations[2].namespace} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return 0, err
+		}
+	}
+
+	// (c): the policy and its binding.
+	if err := installPolicy(ctx, cs); err != nil {
+		return 0, err
+	}
+
+	// (b): the rules as PortalClusterRules, as `portal dev` installs them,
+	// then (by the caller) Portal in a child process.
+	return installRules(ctx, cl)
+}
+
+// isolateConfigurations makes each configuration enforce exactly what it
+// should, and only where it should, and checks that it does.
+func isolateConfigurations(ctx context.Context, cs kubernetes.Interface, portal *benchstat.Child) error {
 	// Portal's webhook configuration intercepts every namespace but the
 	// system ones and Portal's own. Narrow it to (b)'s namespace, so (a)
 	// and (c) really have no webhook. Portal applies its configuration at
 	// start and when the rules or the CA change, neither of which happens
 	// during the run; the narrowing is checked again at the end.
 	if err := narrowWebhook(ctx, cs, configurations[1].namespace); err != nil {
-		return nil, err
+		return err
 	}
 
 	// Each configuration enforces exactly what it should, and only where it
 	// should: checked with server-side dry runs, until the API server has
 	// caught up with the configuration changes.
 	if err := sanityCheck(ctx, cs); err != nil {
-		return nil, errors.Join(err, portal.LogTail())
+		return errors.Join(err, portal.LogTail())
 	}
 	logf("sanity: %d violations denied by (b) and (c), admitted by (a); the compliant pod admitted by all", len(violations))
+	return nil
+}
 
+// warmUp makes the clients of the rounds and creates the unmeasured pods
+// of each configuration with them.
+func warmUp(ctx context.Context, restCfg *rest.Config, portal *benchstat.Child) ([]kubernetes.Interface, error) {
 	workers := make([]kubernetes.Interface, clients)
 	for i := range workers {
+		var err error
 		if workers[i], err = kubernetes.NewForConfig(restCfg); err != nil {
 			return nil, err
 		}
@@ -201,46 +266,47 @@ func run(b *testing.B) (*result, error) {
 			return nil, fmt.Errorf("warm-up (%s): %w", c.key, errors.Join(append(errs, portal.LogTail())...))
 		}
 	}
+	return workers, nil
+}
 
-	portalBefore, err := portal.Scrape(ctx)
-	if err != nil {
-		return nil, err
+// scrape reads Portal's and the API server's metrics.
+func scrape(ctx context.Context, portal *benchstat.Child, cs kubernetes.Interface) (portalM, apiM benchstat.Metrics, err error) {
+	if portalM, err = portal.Scrape(ctx); err != nil {
+		return nil, nil, err
 	}
-	apiBefore, err := scrapeAPIServer(ctx, cs)
-	if err != nil {
-		return nil, err
+	if apiM, err = scrapeAPIServer(ctx, cs); err != nil {
+		return nil, nil, err
 	}
+	return portalM, apiM, nil
+}
+
+// measureRoundsAndMemory runs the rounds while sampling Portal's memory:
+// idle before, peaks during, and the kernel's high-water mark after.
+func measureRoundsAndMemory(ctx context.Context, workers []kubernetes.Interface, res *result, portal *benchstat.Child) (map[string][]time.Duration, map[string]time.Duration, error) {
 	st, err := procStatus(portal.Pid())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	res.rssIdle, res.anonIdle, res.fileIdle = st["VmRSS"], st["RssAnon"], st["RssFile"]
-	var rssPeak, anonPeak, filePeak atomic.Int64
-	sampleDone := make(chan struct{})
-	sampleStop := make(chan struct{})
-	go func() {
-		defer close(sampleDone)
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			if st, err := procStatus(portal.Pid()); err == nil {
-				for _, m := range []struct {
-					peak *atomic.Int64
-					key  string
-				}{{&rssPeak, "VmRSS"}, {&anonPeak, "RssAnon"}, {&filePeak, "RssFile"}} {
-					if st[m.key] > m.peak.Load() {
-						m.peak.Store(st[m.key])
-					}
-				}
-			}
-			select {
-			case <-sampleStop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	sampler := benchstat.SamplePeaks(portal.Pid(), "VmRSS", "RssAnon", "RssFile")
+	defer sampler.Stop()
+	all, busy, err := measureRounds(ctx, workers, res, portal)
+	if err != nil {
+		return nil, nil, err
+	}
+	peaks := sampler.Stop()
+	res.rssPeakSampled, res.anonPeakSampled, res.filePeakSampled = peaks["VmRSS"], peaks["RssAnon"], peaks["RssFile"]
+	if st, err = procStatus(portal.Pid()); err != nil {
+		return nil, nil, err
+	}
+	res.rssHWM = st["VmHWM"]
+	res.loadAfter = loadAverage()
+	return all, busy, nil
+}
 
+// measureRounds creates the measured pods and returns their latencies and
+// the time each configuration was busy, by configuration key.
+func measureRounds(ctx context.Context, workers []kubernetes.Interface, res *result, portal *benchstat.Child) (map[string][]time.Duration, map[string]time.Duration, error) {
 	// The rounds: each configuration creates roundSize pods in turn, the
 	// order rotating every round so that drifts in machine load and the
 	// growing number of stored pods hit all three alike.
@@ -263,53 +329,37 @@ func run(b *testing.B) (*result, error) {
 			// A failed create is reported, not retried; more than 1% of
 			// failures make the figures meaningless.
 			if len(res.failures[c.key])*100 > podsPerConfig || ctx.Err() != nil {
-				close(sampleStop)
-				<-sampleDone
-				return nil, fmt.Errorf("round %d (%s): too many failed creates: %w", round, c.key, errors.Join(append(errs, portal.LogTail())...))
+				return nil, nil, fmt.Errorf("round %d (%s): too many failed creates: %w", round, c.key, errors.Join(append(errs, portal.LogTail())...))
 			}
 		}
 	}
 	res.elapsed = time.Since(start)
-	close(sampleStop)
-	<-sampleDone
-	res.rssPeakSampled, res.anonPeakSampled, res.filePeakSampled = rssPeak.Load(), anonPeak.Load(), filePeak.Load()
-	if st, err = procStatus(portal.Pid()); err != nil {
-		return nil, err
-	}
-	res.rssHWM = st["VmHWM"]
-	res.loadAfter = loadAverage()
+	return all, busy, nil
+}
 
-	portalAfter, err := portal.Scrape(ctx)
-	if err != nil {
-		return nil, err
-	}
-	apiAfter, err := scrapeAPIServer(ctx, cs)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range configurations {
-		res.latency[c.key] = summarise(all[c.key])
-		res.throughput[c.key] = float64(len(all[c.key])) / busy[c.key].Seconds()
-	}
-
-	// Portal saw exactly the pods of (b), and admitted them all (a create
-	// that failed on a webhook timeout may or may not have been decided).
+// handlerFigures checks that Portal saw exactly the pods of (b), and admitted
+// them all (a create that failed on a webhook timeout may or may not have
+// been decided), and fills in its in-handler decision times.
+func handlerFigures(res *result, all map[string][]time.Duration, portalBefore, portalAfter benchstat.Metrics) error {
 	nb := float64(len(all["b"]))
 	late := float64(len(res.failures["b"]))
 	const hist = "portal_admission_latency_seconds"
 	res.handlerCount = delta(portalBefore, portalAfter, hist+"_count")
 	allowed := delta(portalBefore, portalAfter, "portal_admission_requests_total", `decision="allowed"`)
 	if res.handlerCount < nb || res.handlerCount > nb+late || allowed != res.handlerCount {
-		return nil, fmt.Errorf("portal decided %v requests (%v allowed) during the rounds, want %v: the webhook did not see exactly the pods of (b)", res.handlerCount, allowed, nb)
-	}
-	if err := checkNarrowed(ctx, cs, configurations[1].namespace); err != nil {
-		return nil, err
+		return fmt.Errorf("portal decided %v requests (%v allowed) during the rounds, want %v: the webhook did not see exactly the pods of (b)", res.handlerCount, allowed, nb)
 	}
 	buckets := histogramDelta(portalBefore, portalAfter, hist)
 	res.handlerP50, res.handlerP50Bound = histogramQuantile(0.50, buckets)
 	res.handlerP99, res.handlerP99Bound = histogramQuantile(0.99, buckets)
 	res.handlerMean = delta(portalBefore, portalAfter, hist+"_sum") / res.handlerCount
+	return nil
+}
 
+// apiserverFigures fills in what the API server saw: the mean time of one
+// call to Portal's webhook, and of the ValidatingAdmissionPolicy plugin per
+// pod of (c).
+func apiserverFigures(res *result, all map[string][]time.Duration, apiBefore, apiAfter benchstat.Metrics) {
 	const webhookMetric = "apiserver_admission_webhook_admission_duration_seconds"
 	whName := `name="` + portaladmission.WebhookName + `"`
 	if n := delta(apiBefore, apiAfter, webhookMetric+"_count", whName); n > 0 {
@@ -319,13 +369,6 @@ func run(b *testing.B) (*result, error) {
 	if nc := float64(len(all["c"])); nc > 0 {
 		res.apiserverVAPMean = delta(apiBefore, apiAfter, pluginMetric, `name="ValidatingAdmissionPolicy"`, `operation="CREATE"`) / nc
 	}
-
-	if res.direct, err = measureDirect(ctx, restCfg, cs, configurations[1].namespace, podsPerConfig); err != nil {
-		return nil, err
-	}
-
-	report(os.Stdout, res)
-	return res, nil
 }
 
 // installPolicy creates the ValidatingAdmissionPolicy and its binding. The

@@ -17,10 +17,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -32,6 +30,7 @@ import (
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
+	"github.com/vilaca/portal/test/bench/benchstat"
 )
 
 // Settings, each overridable by an environment variable.
@@ -98,11 +97,12 @@ func BenchmarkAudit(b *testing.B) {
 	b.ReportMetric(r.portalWrites, "portal-api-writes")
 }
 
+func logf(format string, args ...any) { fmt.Printf("bench-audit: "+format+"\n", args...) }
+
 func run(b *testing.B) (*result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	res := &result{loadBefore: loadAverage(), writes: map[string]float64{}}
-	logf := func(format string, args ...any) { fmt.Printf("bench-audit: "+format+"\n", args...) }
 
 	logf("starting etcd and kube-apiserver from bin/k8s")
 	cluster, err := devcluster.Start(ctx, devcluster.Options{})
@@ -114,36 +114,13 @@ func run(b *testing.B) (*result, error) {
 			b.Error(err)
 		}
 	}()
-	restCfg := rest.CopyConfig(cluster.Config)
-	restCfg.QPS, restCfg.Burst = -1, 0
-	restCfg.WarningHandler = rest.NoWarnings{}
-	cs, err := kubernetes.NewForConfig(restCfg)
+	restCfg, cs, dyn, cl, err := newClients(cluster)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(restCfg)
+	nsNames, err := createNamespaces(ctx, cs)
 	if err != nil {
 		return nil, err
-	}
-	scheme, err := manager.Scheme()
-	if err != nil {
-		return nil, err
-	}
-	cl, err := client.New(restCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, err
-	}
-	if v, err := cs.Discovery().ServerVersion(); err == nil {
-		logf("kube-apiserver %s", v.GitVersion)
-	}
-	nsNames := []string{}
-	for i := range namespaces {
-		nsNames = append(nsNames, fmt.Sprintf("bench-audit-%d", i))
-	}
-	for _, ns := range append([]string{portalNamespace}, nsNames...) {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return nil, err
-		}
 	}
 	nRules, err := installRules(ctx, cl)
 	if err != nil {
@@ -167,71 +144,160 @@ func run(b *testing.B) (*result, error) {
 	}
 	logf("portal running as pid %d with %d rules, audit only, sinks: policyreport, alertmanager (%s), prometheus, stdout", portal.Pid(), nRules, am.URL())
 
-	// Observers: a watch on every PolicyReport and a poll of Alertmanager,
-	// each noting when a pod first appears.
-	seenReport := &firstSeen{at: map[string]time.Time{}}
-	seenAlert := &firstSeen{at: map[string]time.Time{}}
-	obsCtx, obsStop := context.WithCancel(ctx)
-	var obs sync.WaitGroup
-	watchErr := make(chan error, 1)
-	obs.Go(func() { watchErr <- watchReports(obsCtx, dyn, seenReport) })
-	obs.Go(func() { pollAlerts(obsCtx, am, seenAlert) })
-	stopObservers := func() { obsStop(); obs.Wait() }
-	defer stopObservers()
+	obs := startObservers(ctx, dyn, am)
+	defer obs.stop()
 
-	portalBefore, err := portal.Scrape(ctx)
+	pods, sc, err := measure(ctx, restCfg, cs, portal, obs, nsNames, res)
 	if err != nil {
 		return nil, err
 	}
-	apiBefore, err := scrapeAPIServer(ctx, cs)
-	if err != nil {
+
+	if err := latencyFigures(res, obs, pods); err != nil {
 		return nil, err
+	}
+	portalFigures(res, sc)
+	writeFigures(res, sc.apiBefore, sc.apiAfter)
+
+	report(os.Stdout, res)
+	return res, nil
+}
+
+// scrapes are Portal's and the API server's metrics before and after the
+// pods.
+type scrapes struct {
+	portalBefore, portalAfter, apiBefore, apiAfter benchstat.Metrics
+}
+
+// measure creates the pods and waits for their findings while sampling
+// Portal's memory, then stops the observers and reads what Portal and the
+// API server counted.
+func measure(ctx context.Context, restCfg *rest.Config, cs kubernetes.Interface, portal *benchstat.Child, obs *observers, nsNames []string, res *result) (*podRun, scrapes, error) {
+	var sc scrapes
+	var err error
+	sc.portalBefore, sc.apiBefore, err = scrape(ctx, portal, cs)
+	if err != nil {
+		return nil, scrapes{}, err
 	}
 	st, err := procStatus(portal.Pid())
 	if err != nil {
-		return nil, err
+		return nil, scrapes{}, err
 	}
 	res.rssIdle = st["VmRSS"]
-	var rssPeak, anonPeak atomic.Int64
-	sampleStop := make(chan struct{})
-	sampleDone := make(chan struct{})
-	go func() {
-		defer close(sampleDone)
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			if st, err := procStatus(portal.Pid()); err == nil {
-				if st["VmRSS"] > rssPeak.Load() {
-					rssPeak.Store(st["VmRSS"])
-				}
-				if st["RssAnon"] > anonPeak.Load() {
-					anonPeak.Store(st["RssAnon"])
-				}
-			}
-			select {
-			case <-sampleStop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	sampler := benchstat.SamplePeaks(portal.Pid(), "VmRSS", "RssAnon")
+	defer sampler.Stop()
 
-	// The pods: every pod i with i%100 < violatingPct violates, the others
-	// comply; pod i goes to namespace i%namespaces.
+	pods, err := createPodsAndCount(ctx, restCfg, nsNames, res)
+	if err != nil {
+		return nil, scrapes{}, err
+	}
+	if err := waitForFindings(ctx, portal, obs, pods, sc.portalBefore, res.pods); err != nil {
+		return nil, scrapes{}, err
+	}
+	res.settleElapsed = time.Since(pods.start)
+	waitSinksQuiet(ctx, portal)
+	peaks := sampler.Stop()
+	obs.stop()
+	if err := heapProfile(ctx, portal); err != nil {
+		return nil, scrapes{}, err
+	}
+	res.rssPeakSampled, res.anonPeakSampled = peaks["VmRSS"], peaks["RssAnon"]
+	if st, err = procStatus(portal.Pid()); err != nil {
+		return nil, scrapes{}, err
+	}
+	res.rssHWM = st["VmHWM"]
+	res.loadAfter = loadAverage()
+	sc.portalAfter, sc.apiAfter, err = scrape(ctx, portal, cs)
+	if err != nil {
+		return nil, scrapes{}, err
+	}
+	return pods, sc, nil
+}
+
+// newClients returns the clients of the run, without client-side rate limit.
+func newClients(cluster *devcluster.Cluster) (*rest.Config, kubernetes.Interface, dynamic.Interface, client.Client, error) {
+	restCfg := rest.CopyConfig(cluster.Config)
+	restCfg.QPS, restCfg.Burst = -1, 0
+	restCfg.WarningHandler = rest.NoWarnings{}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	scheme, err := manager.Scheme()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	cl, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if v, err := cs.Discovery().ServerVersion(); err == nil {
+		logf("kube-apiserver %s", v.GitVersion)
+	}
+	return restCfg, cs, dyn, cl, nil
+}
+
+// createNamespaces creates Portal's namespace and those of the pods, and
+// returns the latter.
+func createNamespaces(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+	nsNames := []string{}
+	for i := range namespaces {
+		nsNames = append(nsNames, fmt.Sprintf("bench-audit-%d", i))
+	}
+	for _, ns := range append([]string{portalNamespace}, nsNames...) {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return nsNames, nil
+}
+
+// scrape reads Portal's and the API server's metrics.
+func scrape(ctx context.Context, portal *benchstat.Child, cs kubernetes.Interface) (portalM, apiM benchstat.Metrics, err error) {
+	if portalM, err = portal.Scrape(ctx); err != nil {
+		return nil, nil, err
+	}
+	if apiM, err = scrapeAPIServer(ctx, cs); err != nil {
+		return nil, nil, err
+	}
+	return portalM, apiM, nil
+}
+
+// podRun is what creating the pods gave: when each create was sent, which
+// failed, and the violating pods that were created.
+type podRun struct {
+	nsNames []string
+	sent    []time.Time
+	failed  []error
+	want    []int
+	start   time.Time
+}
+
+// key is pod i's namespace/name.
+func (p *podRun) key(i int) string { return fmt.Sprintf("%s/pod-%05d", p.nsNames[i%namespaces], i) }
+
+// isViolating says whether pod i violates the rules: every pod i with
+// i%100 < violatingPct does, the others comply.
+func isViolating(i int) bool { return i%100 < violatingPct }
+
+// createPodsAndCount creates the pods, pod i in namespace i%namespaces, and
+// counts in res those created, failed and violating.
+func createPodsAndCount(ctx context.Context, restCfg *rest.Config, nsNames []string, res *result) (*podRun, error) {
 	logf("creating %d pods (%d%% violating) over %d namespaces with %d concurrent clients", totalPods, violatingPct, namespaces, clients)
-	sent := make([]time.Time, totalPods)
-	failed := make([]error, totalPods)
-	key := func(i int) string { return fmt.Sprintf("%s/pod-%05d", nsNames[i%namespaces], i) }
-	isViolating := func(i int) bool { return i%100 < violatingPct }
+	p := &podRun{nsNames: nsNames, sent: make([]time.Time, totalPods), failed: make([]error, totalPods)}
 	workers := make([]kubernetes.Interface, clients)
 	for i := range workers {
+		var err error
 		if workers[i], err = kubernetes.NewForConfig(restCfg); err != nil {
 			return nil, err
 		}
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	start := time.Now()
+	p.start = time.Now()
 	for _, w := range workers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -244,54 +310,57 @@ func run(b *testing.B) (*result, error) {
 				if isViolating(i) {
 					violations[(i/100*violatingPct+i%100)%len(violations)](pod)
 				}
-				sent[i] = time.Now()
+				p.sent[i] = time.Now()
 				if _, err := w.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-					failed[i] = err
+					p.failed[i] = err
 				}
 			}
 		})
 	}
 	wg.Wait()
-	res.createElapsed = time.Since(start)
-	var want []int
+	res.createElapsed = time.Since(p.start)
 	for i := range totalPods {
-		if failed[i] != nil {
+		if p.failed[i] != nil {
 			res.failed++
 			if res.failed <= 5 {
-				logf("create %s: %v", key(i), failed[i])
+				logf("create %s: %v", p.key(i), p.failed[i])
 			}
 			continue
 		}
 		res.pods++
 		if isViolating(i) {
-			want = append(want, i)
+			p.want = append(p.want, i)
 		}
 	}
-	res.violating = len(want)
+	res.violating = len(p.want)
 	if res.failed*100 > totalPods {
 		return nil, fmt.Errorf("%d of %d creates failed", res.failed, totalPods)
 	}
-	logf("created %d pods in %s (%.0f/s); waiting for %d violations in reports and alerts", res.pods, res.createElapsed.Round(time.Millisecond), float64(res.pods)/res.createElapsed.Seconds(), len(want))
+	logf("created %d pods in %s (%.0f/s); waiting for %d violations in reports and alerts", res.pods, res.createElapsed.Round(time.Millisecond), float64(res.pods)/res.createElapsed.Seconds(), len(p.want))
+	return p, nil
+}
 
-	// Wait for every violating pod in both, then for Portal to be idle.
+// waitForFindings waits for every violating pod in both reports and alerts,
+// then for Portal to be idle: its queue empty, each created pod evaluated.
+func waitForFindings(ctx context.Context, portal *benchstat.Child, obs *observers, pods *podRun, portalBefore benchstat.Metrics, created int) error {
 	var last string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
-		case err := <-watchErr:
+		case err := <-obs.watchErr:
 			return false, fmt.Errorf("policyreport watch: %w", err)
 		default:
 		}
 		r, a := 0, 0
-		for _, i := range want {
-			if _, ok := seenReport.get(key(i)); ok {
+		for _, i := range pods.want {
+			if _, ok := obs.report.get(pods.key(i)); ok {
 				r++
 			}
-			if _, ok := seenAlert.get(key(i)); ok {
+			if _, ok := obs.alert.get(pods.key(i)); ok {
 				a++
 			}
 		}
-		last = fmt.Sprintf("%d/%d in reports, %d/%d in alerts", r, len(want), a, len(want))
-		if r < len(want) || a < len(want) {
+		last = fmt.Sprintf("%d/%d in reports, %d/%d in alerts", r, len(pods.want), a, len(pods.want))
+		if r < len(pods.want) || a < len(pods.want) {
 			return false, nil
 		}
 		m, err := portal.Scrape(ctx)
@@ -300,14 +369,18 @@ func run(b *testing.B) (*result, error) {
 		}
 		evals := delta(portalBefore, m, "portal_audit_evaluations_total")
 		last += fmt.Sprintf(", %v evaluations, queue %v", evals, m.Sum("portal_audit_queue_depth"))
-		return m.Sum("portal_audit_queue_depth") == 0 && evals >= float64(res.pods), nil
+		return m.Sum("portal_audit_queue_depth") == 0 && evals >= float64(created), nil
 	})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("waiting for the findings (%s): %w", last, err), portal.LogTail())
+		return errors.Join(fmt.Errorf("waiting for the findings (%s): %w", last, err), portal.LogTail())
 	}
-	res.settleElapsed = time.Since(start)
-	// Count writes only once the sinks have gone quiet: two scrapes a
-	// second apart that agree on the objects published.
+	return nil
+}
+
+// waitSinksQuiet waits (at most 30s) until the sinks have gone quiet, so
+// that writes are counted only then: two scrapes a second apart that agree
+// on the objects published.
+func waitSinksQuiet(ctx context.Context, portal *benchstat.Child) {
 	prevPublished := -1.0
 	_ = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, false, func(ctx context.Context) (bool, error) {
 		m, err := portal.Scrape(ctx)
@@ -319,51 +392,40 @@ func run(b *testing.B) (*result, error) {
 		prevPublished = cur
 		return quiet, nil
 	})
-	close(sampleStop)
-	<-sampleDone
-	stopObservers()
-	if err := heapProfile(ctx, portal); err != nil {
-		return nil, err
-	}
-	res.rssPeakSampled, res.anonPeakSampled = rssPeak.Load(), anonPeak.Load()
-	if st, err = procStatus(portal.Pid()); err != nil {
-		return nil, err
-	}
-	res.rssHWM = st["VmHWM"]
-	res.loadAfter = loadAverage()
-	portalAfter, err := portal.Scrape(ctx)
-	if err != nil {
-		return nil, err
-	}
-	apiAfter, err := scrapeAPIServer(ctx, cs)
-	if err != nil {
-		return nil, err
-	}
+}
 
-	// No compliant pod may show up.
+// latencyFigures checks that no compliant pod showed up, and fills in the
+// times from each violating pod's create to its report and its alert.
+func latencyFigures(res *result, obs *observers, pods *podRun) error {
 	for i := range totalPods {
-		if isViolating(i) || failed[i] != nil {
+		if isViolating(i) || pods.failed[i] != nil {
 			continue
 		}
-		if _, ok := seenReport.get(key(i)); ok {
-			return nil, fmt.Errorf("compliant pod %s appeared in a PolicyReport", key(i))
+		if _, ok := obs.report.get(pods.key(i)); ok {
+			return fmt.Errorf("compliant pod %s appeared in a PolicyReport", pods.key(i))
 		}
-		if _, ok := seenAlert.get(key(i)); ok {
-			return nil, fmt.Errorf("compliant pod %s raised an alert", key(i))
+		if _, ok := obs.alert.get(pods.key(i)); ok {
+			return fmt.Errorf("compliant pod %s raised an alert", pods.key(i))
 		}
 	}
 	var toReport, toAlert []time.Duration
-	for _, i := range want {
-		t, _ := seenReport.get(key(i))
-		toReport = append(toReport, t.Sub(sent[i]))
-		t, _ = seenAlert.get(key(i))
-		toAlert = append(toAlert, t.Sub(sent[i]))
+	for _, i := range pods.want {
+		t, _ := obs.report.get(pods.key(i))
+		toReport = append(toReport, t.Sub(pods.sent[i]))
+		t, _ = obs.alert.get(pods.key(i))
+		toAlert = append(toAlert, t.Sub(pods.sent[i]))
 	}
 	res.toReport, res.toAlert = summarise(toReport), summarise(toAlert)
-	printSlowest(envInt("PORTAL_BENCH_AUDIT_SLOWEST", 0), want, toReport, toAlert, func(i int) string {
-		return fmt.Sprintf("%s sent +%v", key(i), sent[i].Sub(start).Round(time.Millisecond))
+	printSlowest(envInt("PORTAL_BENCH_AUDIT_SLOWEST", 0), pods.want, toReport, toAlert, func(i int) string {
+		return fmt.Sprintf("%s sent +%v", pods.key(i), pods.sent[i].Sub(pods.start).Round(time.Millisecond))
 	})
+	return nil
+}
 
+// portalFigures fills in what Portal measured: event-to-report time by
+// sink, evaluations, report writes and their durations.
+func portalFigures(res *result, sc scrapes) {
+	portalBefore, portalAfter, apiBefore, apiAfter := sc.portalBefore, sc.portalAfter, sc.apiBefore, sc.apiAfter
 	res.histP50, res.histP99, res.histP50Bound, res.histP99Bound, res.histCount = map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
 	const hist = "portal_audit_event_to_report_seconds"
 	for _, s := range []string{"policyreport", "alertmanager"} {
@@ -382,10 +444,12 @@ func run(b *testing.B) (*result, error) {
 	applies := histogramDeltaWith(portalBefore, portalAfter, "portal_policyreport_write_duration_seconds", `op="apply"`)
 	res.applyP50, _ = histogramQuantile(0.50, applies)
 	res.applyP99, _ = histogramQuantile(0.99, applies)
+}
 
-	// API server writes, from apiserver_request_total: every mutating verb,
-	// by resource. The benchmark writes only pods; the API server itself
-	// renews its identity lease; everything else is Portal's.
+// writeFigures counts the API server writes, from apiserver_request_total:
+// every mutating verb, by resource. The benchmark writes only pods; the API
+// server itself renews its identity lease; everything else is Portal's.
+func writeFigures(res *result, apiBefore, apiAfter benchstat.Metrics) {
 	for _, s := range apiAfter["apiserver_request_total"] {
 		verb, resource, sub := label(s.Labels, "verb"), label(s.Labels, "resource"), label(s.Labels, "subresource")
 		if !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}, verb) || resource == "pods" {
@@ -408,9 +472,6 @@ func run(b *testing.B) (*result, error) {
 			}
 		}
 	}
-
-	report(os.Stdout, res)
-	return res, nil
 }
 
 // label returns the value of label name in a Prometheus label text.
@@ -436,109 +497,6 @@ func histogramDeltaWith(before, after metrics, name, with string) []bucket {
 		return out
 	}
 	return histogramDelta(filter(before), filter(after), name)
-}
-
-// firstSeen records when each namespace/name was first observed.
-type firstSeen struct {
-	mu sync.Mutex
-	at map[string]time.Time
-}
-
-func (f *firstSeen) note(key string, t time.Time) {
-	f.mu.Lock()
-	if _, ok := f.at[key]; !ok {
-		f.at[key] = t
-	}
-	f.mu.Unlock()
-}
-
-func (f *firstSeen) get(key string) (time.Time, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	t, ok := f.at[key]
-	return t, ok
-}
-
-// watchReports watches every PolicyReport and notes, for each pod named in
-// a result, when it first appeared. It re-opens the watch when the server
-// closes it.
-func watchReports(ctx context.Context, dyn dynamic.Interface, seen *firstSeen) error {
-	noteReport := func(u *unstructured.Unstructured, now time.Time) {
-		results, _, _ := unstructured.NestedSlice(u.Object, "results")
-		for _, r := range results {
-			rm, ok := r.(map[string]any)
-			if !ok {
-				continue
-			}
-			refs, _, _ := unstructured.NestedSlice(rm, "resources")
-			for _, ref := range refs {
-				m, ok := ref.(map[string]any)
-				if !ok || m["kind"] != "Pod" {
-					continue
-				}
-				ns, _ := m["namespace"].(string)
-				name, _ := m["name"].(string)
-				seen.note(ns+"/"+name, now)
-			}
-		}
-	}
-	list, err := dyn.Resource(policyReports).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	rv := list.GetResourceVersion()
-	now := time.Now()
-	for i := range list.Items {
-		noteReport(&list.Items[i], now)
-	}
-	for ctx.Err() == nil {
-		w, err := dyn.Resource(policyReports).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		for ev := range w.ResultChan() {
-			now := time.Now()
-			if ev.Type == watch.Error {
-				w.Stop()
-				return fmt.Errorf("watch error: %v", ev.Object)
-			}
-			u, ok := ev.Object.(*unstructured.Unstructured)
-			if !ok {
-				continue
-			}
-			rv = u.GetResourceVersion()
-			if ev.Type == watch.Added || ev.Type == watch.Modified {
-				noteReport(u, now)
-			}
-		}
-		w.Stop()
-	}
-	return nil
-}
-
-// pollAlerts polls Alertmanager's GET /api/v2/alerts every 100 ms and notes
-// when each pod first has an alert.
-func pollAlerts(ctx context.Context, am *amtest.Server, seen *firstSeen) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if as, err := am.Alerts(""); err == nil {
-			now := time.Now()
-			for _, a := range as {
-				if a.Labels["kind"] == "Pod" {
-					seen.note(a.Labels["namespace"]+"/"+a.Labels["name"], now)
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // installRules creates one PortalClusterRule per rule of the restricted

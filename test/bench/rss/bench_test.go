@@ -62,17 +62,8 @@ func BenchmarkPortalRSS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bin := os.Getenv("PORTAL_BENCH_RSS_BINARY")
-	if bin == "" {
-		bin = filepath.Join(b.TempDir(), "portal")
-		if err := buildPortal(ctx, root, bin); err != nil {
-			b.Fatal(err)
-		}
-	}
-	// In a node the image was unpacked before the pod started and its
-	// pages written back; a binary written a moment ago still has dirty
-	// pages in the page cache, which the kernel keeps there.
-	if err := syncFile(bin); err != nil {
+	bin, err := portalBinary(ctx, b, root)
+	if err != nil {
 		b.Fatal(err)
 	}
 	args, namespace, err := chartArgs(filepath.Join(root, "deploy", "helm", "testdata", "golden", "default.yaml"))
@@ -88,26 +79,7 @@ func BenchmarkPortalRSS(b *testing.B) {
 			b.Error(err)
 		}
 	}()
-	restCfg := rest.CopyConfig(cluster.Config)
-	restCfg.QPS, restCfg.Burst = -1, 0
-	cs, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	scheme, err := manager.Scheme()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cl, err := client.New(restCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, ns := range []string{namespace, workload} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	nRules, err := installRules(ctx, cl, root)
+	restCfg, cl, nRules, err := prepareCluster(ctx, cluster, root, namespace)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,31 +99,10 @@ func BenchmarkPortalRSS(b *testing.B) {
 
 	// The peaks a scrape of process_resident_memory_bytes could see once
 	// Portal serves; VmHWM also holds the start-up, before main.
-	var rssPeak, anonPeak atomic.Int64
-	rssPeak.Store(ready["VmRSS"])
-	anonPeak.Store(ready["RssAnon"])
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if st, err := benchstat.ProcStatus(p.Pid()); err == nil {
-				if st["VmRSS"] > rssPeak.Load() {
-					rssPeak.Store(st["VmRSS"])
-				}
-				if st["RssAnon"] > anonPeak.Load() {
-					anonPeak.Store(st["RssAnon"])
-				}
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
+	sampler := benchstat.SamplePeaks(p.Pid(), "VmRSS", "RssAnon")
 	errs := createPods(ctx, restCfg, pods)
-	close(stop)
-	<-sampled
+	peaks := sampler.Stop()
+	rssPeak, anonPeak := max(peaks["VmRSS"], ready["VmRSS"]), max(peaks["RssAnon"], ready["RssAnon"])
 	if len(errs) > 0 {
 		b.Fatal(errors.Join(append(errs[:min(len(errs), 3)], p.LogTail())...))
 	}
@@ -171,16 +122,71 @@ func BenchmarkPortalRSS(b *testing.B) {
 	} else {
 		b.Error(err)
 	}
+	reportRSS(b, ready, settled, rssPeak, anonPeak)
+}
+
+// portalBinary returns $PORTAL_BENCH_RSS_BINARY, or a portal built from the
+// checkout, with its pages written back.
+func portalBinary(ctx context.Context, b *testing.B, root string) (string, error) {
+	bin := os.Getenv("PORTAL_BENCH_RSS_BINARY")
+	if bin == "" {
+		bin = filepath.Join(b.TempDir(), "portal")
+		if err := buildPortal(ctx, root, bin); err != nil {
+			return "", err
+		}
+	}
+	// In a node the image was unpacked before the pod started and its
+	// pages written back; a binary written a moment ago still has dirty
+	// pages in the page cache, which the kernel keeps there.
+	if err := syncFile(bin); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// prepareCluster creates Portal's and the workload's namespaces and the
+// rules, and returns the clients (without client-side rate limit) and the
+// number of rules.
+func prepareCluster(ctx context.Context, cluster *devcluster.Cluster, root, namespace string) (*rest.Config, client.Client, int, error) {
+	restCfg := rest.CopyConfig(cluster.Config)
+	restCfg.QPS, restCfg.Burst = -1, 0
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	scheme, err := manager.Scheme()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	cl, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	for _, ns := range []string{namespace, workload} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	nRules, err := installRules(ctx, cl, root)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return restCfg, cl, nRules, nil
+}
+
+// reportRSS logs and reports Portal's memory: when ready, settled after the
+// pods, and the peaks (kB) sampled from ready on.
+func reportRSS(b *testing.B, ready, settled map[string]int64, rssPeak, anonPeak int64) {
 	b.Logf("ready: %s; after %d pods: %s; load %s", describe(ready), pods, describe(settled), benchstat.LoadAverage())
 	mib := func(kB int64) float64 { return float64(kB) / 1024 }
-	b.Logf("peak from ready on: VmRSS %.1f MiB, RssAnon %.1f MiB", mib(rssPeak.Load()), mib(anonPeak.Load()))
+	b.Logf("peak from ready on: VmRSS %.1f MiB, RssAnon %.1f MiB", mib(rssPeak), mib(anonPeak))
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(mib(ready["VmRSS"]), "rss-ready-MiB")
 	b.ReportMetric(mib(settled["VmRSS"]), "rss-MiB")
 	b.ReportMetric(mib(settled["RssAnon"]), "anon-MiB")
 	b.ReportMetric(mib(settled["RssFile"]), "file-MiB")
-	b.ReportMetric(mib(max(rssPeak.Load(), settled["VmRSS"])), "rss-peak-MiB")
-	b.ReportMetric(mib(max(anonPeak.Load(), settled["RssAnon"])), "anon-peak-MiB")
+	b.ReportMetric(mib(max(rssPeak, settled["VmRSS"])), "rss-peak-MiB")
+	b.ReportMetric(mib(max(anonPeak, settled["RssAnon"])), "anon-peak-MiB")
 	b.ReportMetric(mib(settled["VmHWM"]), "rss-hwm-MiB")
 }
 
