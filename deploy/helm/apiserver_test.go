@@ -187,7 +187,7 @@ func TestChartRBACIsEnoughForPortal(t *testing.T) {
 			if err := c.Create(ctx, u); err != nil {
 				t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
 			}
-			if u.GetKind() == "ServiceAccount" {
+			if u.GetKind() == "ServiceAccount" && u.GetLabels()["app.kubernetes.io/component"] != "uninstall" {
 				sa = u.GetName()
 			}
 		}
@@ -305,16 +305,18 @@ func TestChartRBACIsEnoughForPortal(t *testing.T) {
 	}
 
 	stop()
-	runUninstallHook(t, c, cl, sa, manifest)
+	runUninstallHook(t, c, cl, manifest)
 }
 
 // runUninstallHook runs the command of the chart's pre-delete Job, as the
-// chart's ServiceAccount, against the chart's Deployment: the webhook
-// configuration goes and Portal is scaled to zero.
-func runUninstallHook(t *testing.T, c client.Client, cl *devcluster.Cluster, sa string, manifest []byte) {
+// Job's own ServiceAccount (created by the caller with the rest of the
+// render's RBAC), against the chart's Deployment: the webhook configuration
+// goes and Portal is scaled to zero.
+func runUninstallHook(t *testing.T, c client.Client, cl *devcluster.Cluster, manifest []byte) {
 	t.Helper()
 	ctx := t.Context()
 	var hookArgs []string
+	sa := ""
 	for _, u := range objects(t, manifest) {
 		switch u.GetKind() {
 		case "Deployment":
@@ -324,6 +326,7 @@ func runUninstallHook(t *testing.T, c client.Client, cl *devcluster.Cluster, sa 
 		case "Job":
 			containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
 			hookArgs, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+			sa, _, _ = unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
 		}
 	}
 	if len(hookArgs) == 0 {
@@ -351,7 +354,7 @@ func runUninstallHook(t *testing.T, c client.Client, cl *devcluster.Cluster, sa 
 	}
 	out, err := exec.CommandContext(ctx, bin, append(hookArgs, "--kubeconfig="+kcPath)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("portal %s as the chart's ServiceAccount: %v\n%s", strings.Join(hookArgs, " "), err, out)
+		t.Fatalf("portal %s as the hook's ServiceAccount %s: %v\n%s", strings.Join(hookArgs, " "), sa, err, out)
 	}
 	vwc := &unstructured.Unstructured{}
 	vwc.SetGroupVersionKind(schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingWebhookConfiguration"})

@@ -10,18 +10,23 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// In split mode each Deployment runs as its own ServiceAccount with only its
-// layer's permissions, as the real API server's authorizer decides: a
-// compromised admission pod cannot mint ServiceAccount tokens the way the
-// WAF's Engine controller may, nor read what audit watches.
-func TestSplitModeGivesEachLayerOnlyItsRBAC(t *testing.T) {
-	c, cl := adminClient(t)
+// access is one question to the API server's authorizer: may the
+// ServiceAccount of who (a layer's Deployment, or "uninstall" for the hook
+// Job) do verb on group/resource/sub, named name, in namespace ns ("" for
+// cluster-scoped)?
+type access struct {
+	who, verb, group, resource, sub, ns, name string
+	want                                      bool
+}
+
+// applyRBAC creates the render's ServiceAccounts and RBAC, hook objects
+// included, and returns the ServiceAccount of each Deployment by its
+// component label and of the uninstall Job as "uninstall".
+func applyRBAC(t *testing.T, manifest []byte) map[string]string {
+	t.Helper()
+	c, _ := adminClient(t)
 	ctx := t.Context()
-	manifest, err := render(t, "", "global.mode=split", "nameOverride=split", "audit.enabled=true", "waf.enabled=true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deployments := map[string]string{} // layer -> ServiceAccount
+	sas := map[string]string{}
 	for _, u := range objects(t, manifest) {
 		switch u.GetKind() {
 		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
@@ -29,53 +34,121 @@ func TestSplitModeGivesEachLayerOnlyItsRBAC(t *testing.T) {
 				t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
 			}
 			t.Cleanup(func() { _ = c.Delete(ctx, u) })
-		case "Deployment":
+		case "Deployment", "Job":
 			sa, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
-			deployments[u.GetLabels()["app.kubernetes.io/component"]] = sa
+			sas[u.GetLabels()["app.kubernetes.io/component"]] = sa
 		}
 	}
-	if len(deployments) != 3 || deployments["admission"] == deployments["waf"] {
-		t.Fatalf("Deployments and their ServiceAccounts %v: want admission, audit and waf, each with its own", deployments)
-	}
+	return sas
+}
+
+// checkAccess asks the real API server each question with a
+// SubjectAccessReview.
+func checkAccess(t *testing.T, sas map[string]string, questions []access) {
+	t.Helper()
+	_, cl := adminClient(t)
 	cs := kubernetes.NewForConfigOrDie(cl.Config)
-	can := func(layer, verb, group, resource, sub string) bool {
-		t.Helper()
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   "system:serviceaccount:" + releaseNS + ":" + deployments[layer],
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNS},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: "team-a", Verb: verb, Group: group, Resource: resource, Subresource: sub,
-			},
-		}}
-		got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got.Status.Allowed
-	}
-	for _, tc := range []struct {
-		layer, verb, group, resource, sub string
-		want                              bool
-	}{
-		{"waf", "create", "", "serviceaccounts", "token", true},
-		{"admission", "create", "", "serviceaccounts", "token", false},
-		{"audit", "create", "", "serviceaccounts", "token", false},
-		{"waf", "create", "apps", "deployments", "", true},
-		{"admission", "create", "apps", "deployments", "", false},
-		{"audit", "list", "", "pods", "", true},
-		{"admission", "list", "", "pods", "", false},
-		{"waf", "list", "", "pods", "", false},
-		{"admission", "list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", true},
-		{"audit", "list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", false},
-		{"audit", "create", "wgpolicyk8s.io", "policyreports", "", true},
-		{"admission", "create", "wgpolicyk8s.io", "policyreports", "", false},
-		// Every layer loads rules.
-		{"waf", "watch", "portal.io", "portalclusterrules", "", true},
-	} {
-		t.Run(fmt.Sprintf("%s %s %s/%s", tc.layer, tc.verb, tc.resource, tc.sub), func(t *testing.T) {
-			if got := can(tc.layer, tc.verb, tc.group, tc.resource, tc.sub); got != tc.want {
-				t.Errorf("the %s Deployment's ServiceAccount may %s %s %s/%s: %v, want %v", tc.layer, tc.verb, tc.group, tc.resource, tc.sub, got, tc.want)
+	for _, q := range questions {
+		what := fmt.Sprintf("%s %s %s/%s %s in %q", q.who, q.verb, q.resource, q.sub, q.name, q.ns)
+		t.Run(what, func(t *testing.T) {
+			sa := sas[q.who]
+			if sa == "" {
+				t.Fatalf("the render has no %s ServiceAccount: %v", q.who, sas)
+			}
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   "system:serviceaccount:" + releaseNS + ":" + sa,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNS},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: q.ns, Verb: q.verb, Group: q.group, Resource: q.resource, Subresource: q.sub, Name: q.name,
+				},
+			}}
+			got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Allowed != q.want {
+				t.Errorf("%s (ServiceAccount %s): allowed %v, want %v", what, sa, got.Status.Allowed, q.want)
 			}
 		})
 	}
+}
+
+// In split mode each Deployment runs as its own ServiceAccount with only its
+// layer's permissions, as the real API server's authorizer decides: a
+// compromised admission pod cannot mint ServiceAccount tokens the way the
+// WAF's Engine controller may, nor read what audit watches, nor scale
+// Portal's Deployments the way the uninstall hook does.
+func TestSplitModeGivesEachLayerOnlyItsRBAC(t *testing.T) {
+	manifest, err := render(t, "", "global.mode=split", "nameOverride=split", "audit.enabled=true", "waf.enabled=true", "network.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sas := applyRBAC(t, manifest)
+	if len(sas) != 5 || sas["admission"] == sas["waf"] || sas["uninstall"] == sas["admission"] {
+		t.Fatalf("Deployments, the hook and their ServiceAccounts %v: want admission, audit, network, waf and uninstall, each with its own", sas)
+	}
+	const team = "team-a"
+	deployment, lease, cert := "portal-split-admission", "portal-split-admission", "portal-split-webhook-cert"
+	q := []access{
+		{"waf", "create", "", "serviceaccounts", "token", team, "", true},
+		{"admission", "create", "", "serviceaccounts", "token", team, "", false},
+		{"audit", "create", "", "serviceaccounts", "token", team, "", false},
+		{"network", "create", "", "serviceaccounts", "token", team, "", false},
+		{"waf", "create", "apps", "deployments", "", team, "", true},
+		{"admission", "create", "apps", "deployments", "", team, "", false},
+		{"audit", "list", "", "pods", "", team, "", true},
+		{"network", "list", "", "pods", "", team, "", true},
+		{"admission", "list", "", "pods", "", team, "", false},
+		{"waf", "list", "", "pods", "", team, "", false},
+		{"admission", "list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "", true},
+		{"audit", "list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "", false},
+		{"network", "list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "", false},
+		{"audit", "create", "wgpolicyk8s.io", "policyreports", "", team, "", true},
+		{"network", "create", "wgpolicyk8s.io", "policyreports", "", team, "", true},
+		{"admission", "create", "wgpolicyk8s.io", "policyreports", "", team, "", false},
+		{"waf", "create", "wgpolicyk8s.io", "policyreports", "", team, "", false},
+		// Every layer loads rules, writes their status and its Events.
+		{"waf", "watch", "portal.io", "portalclusterrules", "", "", "", true},
+		{"audit", "patch", "portal.io", "portalrules", "status", team, "", true},
+		{"network", "create", "", "events", "", team, "", true},
+		// Namespaces: admission's break-glass annotation, the analyser's
+		// model and the WAF's route attachment; audit reads none.
+		{"admission", "watch", "", "namespaces", "", "", "", true},
+		{"network", "watch", "", "namespaces", "", "", "", true},
+		{"waf", "watch", "", "namespaces", "", "", "", true},
+		{"audit", "watch", "", "namespaces", "", "", "", false},
+		// The uninstall hook's rights are the hook's alone.
+		{"uninstall", "patch", "apps", "deployments", "", releaseNS, deployment, true},
+		{"uninstall", "delete", "coordination.k8s.io", "leases", "", releaseNS, lease, true},
+		{"uninstall", "delete", "", "secrets", "", releaseNS, cert, true},
+		{"uninstall", "delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "portal-split", true},
+		{"uninstall", "patch", "apps", "deployments", "", releaseNS, "other", false},
+		{"admission", "patch", "apps", "deployments", "scale", releaseNS, deployment, false},
+		{"admission", "patch", "apps", "deployments", "", releaseNS, deployment, false},
+		{"admission", "delete", "coordination.k8s.io", "leases", "", releaseNS, lease, false},
+		{"audit", "patch", "apps", "deployments", "scale", releaseNS, "portal-split-audit", false},
+		{"admission", "list", "", "pods", "", releaseNS, "", false},
+	}
+	checkAccess(t, sas, q)
+}
+
+// In single mode too, Portal's ServiceAccount cannot scale Portal's
+// Deployment nor delete its Leases: the uninstall hook runs as its own.
+func TestSingleModeLeavesUninstallRightsToTheHook(t *testing.T) {
+	manifest, err := render(t, "", "nameOverride=single")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sas := applyRBAC(t, manifest)
+	if sas["portal"] == "" || sas["uninstall"] == sas["portal"] {
+		t.Fatalf("the Deployment, the hook and their ServiceAccounts %v: want portal and uninstall, each with its own", sas)
+	}
+	checkAccess(t, sas, []access{
+		{"uninstall", "patch", "apps", "deployments", "", releaseNS, "portal-single", true},
+		{"portal", "patch", "apps", "deployments", "scale", releaseNS, "portal-single", false},
+		{"portal", "patch", "apps", "deployments", "", releaseNS, "portal-single", false},
+		{"portal", "delete", "coordination.k8s.io", "leases", "", releaseNS, "portal-single", false},
+		{"portal", "list", "", "pods", "", releaseNS, "", false},
+		{"portal", "watch", "", "namespaces", "", "", "", true},
+	})
 }

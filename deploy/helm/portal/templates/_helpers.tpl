@@ -106,19 +106,17 @@ gets the RBAC of every layer.
 
 {{/*
 portal.rbacUnits lists who gets which RBAC as YAML {items: [{name,
-serviceAccount, layers, hook}]}: each Deployment with portal.perLayerRBAC,
-else one unit with every enabled layer. hook marks the unit whose
-ServiceAccount runs the uninstall hook: the first Deployment.
+serviceAccount, layers}]}: each Deployment with portal.perLayerRBAC, else
+one unit with every enabled layer.
 */}}
 {{- define "portal.rbacUnits" -}}
 {{- $components := (include "portal.components" . | fromYaml).items }}
 items:
 {{- if include "portal.perLayerRBAC" . }}
-{{- range $i, $c := $components }}
+{{- range $c := $components }}
   - name: {{ $c.name }}
     serviceAccount: {{ $c.serviceAccount }}
     layers: {{ $c.layers | toJson }}
-    hook: {{ eq $i 0 }}
 {{- end }}
 {{- else }}
 {{- $all := list }}
@@ -126,13 +124,25 @@ items:
   - name: {{ include "portal.fullname" . }}
     serviceAccount: {{ include "portal.serviceAccountName" . }}
     layers: {{ $all | toJson }}
-    hook: true
 {{- end }}
 {{- end }}
 
-{{/* portal.hookServiceAccount runs the uninstall hook: the first Deployment's. */}}
-{{- define "portal.hookServiceAccount" -}}
-{{- (first (include "portal.components" . | fromYaml).items).serviceAccount }}
+{{/*
+portal.hookName names the uninstall hook's Job and its own ServiceAccount,
+Role and ClusterRole, which exist only while the hook runs.
+*/}}
+{{- define "portal.hookName" -}}{{ include "portal.fullname" . }}-uninstall{{- end }}
+
+{{- define "portal.hookLabels" -}}
+{{ include "portal.labels" . }}
+app.kubernetes.io/component: uninstall
+{{- end }}
+
+{{/* The hook's RBAC: created before its Job, deleted with it on success. */}}
+{{- define "portal.hookRBACAnnotations" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-weight: "-10"
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}
 
 {{/*
