@@ -310,9 +310,11 @@ VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null ||
 REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 
+# -tags portal_nodev leaves `portal dev` out: its envtest creates a directory
+# under $HOME or $TMPDIR at start, which a read-only root filesystem refuses.
 image: ## Build the OCI image of portal into bin/image (oci/, portal.tar, digest) and its SBOM bin/image/sbom.cdx.json, offline
 	@mkdir -p $(BIN)/image-build
-	@CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -buildvcs=false -trimpath \
+	@CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -buildvcs=false -trimpath -tags portal_nodev \
 		-ldflags '-s -w -buildid= -X main.version=$(VERSION)' -o $(BIN)/image-build/portal ./cmd/portal
 	@$(GO) run ./hack/image -binary $(BIN)/image-build/portal -out $(IMAGE_DIR) -version '$(VERSION)' \
 		-revision '$(REVISION)' -arch $(IMAGE_ARCH) -source-date-epoch '$(SOURCE_DATE_EPOCH)' >/dev/null

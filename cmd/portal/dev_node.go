@@ -1,3 +1,5 @@
+//go:build !portal_nodev
+
 package main
 
 import (

@@ -22,6 +22,12 @@ const (
 	HelloImage = "portal.test/hello:v1"
 )
 
+// ImageBuildTags are the build tags of every image binary, as of `make
+// image`: portal_nodev leaves `portal dev` (and with it envtest, whose init
+// creates a directory under $HOME or $TMPDIR) out, so the images run on a
+// read-only root filesystem.
+const ImageBuildTags = "portal_nodev"
+
 var nodeImages = map[string]string{
 	PauseImage: "./internal/devcluster/images/pause",
 	HelloImage: "./internal/devcluster/images/hello",
@@ -59,7 +65,7 @@ func (n *node) buildImage(ctx context.Context, goPackage, ref string) error {
 	}
 	base := strings.NewReplacer("/", "_", ":", "_").Replace(ref)
 	bin := filepath.Join(dir, base)
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, goPackage)
+	build := exec.CommandContext(ctx, "go", "build", "-tags", ImageBuildTags, "-trimpath", "-ldflags", "-s -w", "-o", bin, goPackage)
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if out, err := build.CombinedOutput(); err != nil {

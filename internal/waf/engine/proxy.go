@@ -240,10 +240,11 @@ func (r *Reconciler) proxyPod(eng *wafv1alpha1.Engine, name, image, upstream str
 			{Name: "waf-cache-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: CAConfigMapName(eng.Name)},
 			}}},
-			// The portal binary writes under $TMPDIR as it starts (the
-			// envtest package `portal dev` links creates a directory in its
-			// init); with a read-only root it panics before parsing flags,
-			// as the chart's own Deployment would without its /tmp.
+			// Defence in depth: the image's portal binary (built with
+			// -tags portal_nodev, without envtest) writes nothing at
+			// start, but a scratch /tmp keeps an image built otherwise,
+			// or a library that wants one later, from failing on the
+			// read-only root.
 			{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 				SizeLimit: ptr.To(resource.MustParse("16Mi")),
 			}}},

@@ -225,7 +225,7 @@ func settle(ctx context.Context, pid int) (map[string]int64, error) {
 
 // buildPortal builds cmd/portal as `make image` does.
 func buildPortal(ctx context.Context, root, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-trimpath", "-ldflags", "-s -w -buildid=", "-o", out, "./cmd/portal")
+	cmd := exec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-trimpath", "-tags", "portal_nodev", "-ldflags", "-s -w -buildid=", "-o", out, "./cmd/portal")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
