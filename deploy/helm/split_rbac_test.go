@@ -76,8 +76,9 @@ func checkAccess(t *testing.T, sas map[string]string, questions []access) {
 // In split mode each Deployment runs as its own ServiceAccount with only its
 // layer's permissions, as the real API server's authorizer decides: a
 // compromised admission pod cannot mint ServiceAccount tokens the way the
-// WAF's Engine controller may, nor read what audit watches, nor scale
-// Portal's Deployments the way the uninstall hook does.
+// WAF's Engine controller may, nor scale Portal's Deployments the way the
+// uninstall hook does. Admission does read watchedGvks, as audit does: its
+// rules' cluster.<kind> lookups list and watch them in the admission pods.
 func TestSplitModeGivesEachLayerOnlyItsRBAC(t *testing.T) {
 	manifest, err := render(t, "", "global.mode=split", "nameOverride=split", "audit.enabled=true", "waf.enabled=true", "network.enabled=true")
 	if err != nil {
@@ -98,8 +99,14 @@ func TestSplitModeGivesEachLayerOnlyItsRBAC(t *testing.T) {
 		{"admission", "create", "apps", "deployments", "", team, "", false},
 		{"audit", "list", "", "pods", "", team, "", true},
 		{"network", "list", "", "pods", "", team, "", true},
-		{"admission", "list", "", "pods", "", team, "", false},
 		{"waf", "list", "", "pods", "", team, "", false},
+		// Admission rules' cluster.<kind> lookups read the kinds of
+		// watchedGvks through informers in the admission pods.
+		{"admission", "list", "", "pods", "", team, "", true},
+		{"admission", "watch", "policy", "poddisruptionbudgets", "", "", "", true},
+		{"admission", "list", "policy", "poddisruptionbudgets", "", team, "", true},
+		{"audit", "watch", "policy", "poddisruptionbudgets", "", "", "", true},
+		{"waf", "watch", "policy", "poddisruptionbudgets", "", "", "", false},
 		{"admission", "list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "", true},
 		{"audit", "list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "", false},
 		{"network", "list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "", false},
@@ -127,13 +134,14 @@ func TestSplitModeGivesEachLayerOnlyItsRBAC(t *testing.T) {
 		{"admission", "patch", "apps", "deployments", "", releaseNS, deployment, false},
 		{"admission", "delete", "coordination.k8s.io", "leases", "", releaseNS, lease, false},
 		{"audit", "patch", "apps", "deployments", "scale", releaseNS, "portal-split-audit", false},
-		{"admission", "list", "", "pods", "", releaseNS, "", false},
+		{"admission", "list", "", "pods", "", releaseNS, "", true},
 	}
 	checkAccess(t, sas, q)
 }
 
 // In single mode too, Portal's ServiceAccount cannot scale Portal's
-// Deployment nor delete its Leases: the uninstall hook runs as its own.
+// Deployment nor delete its Leases: the uninstall hook runs as its own. With
+// admission alone (audit off) it still reads watchedGvks, for lookups.
 func TestSingleModeLeavesUninstallRightsToTheHook(t *testing.T) {
 	manifest, err := render(t, "", "nameOverride=single")
 	if err != nil {
@@ -148,7 +156,8 @@ func TestSingleModeLeavesUninstallRightsToTheHook(t *testing.T) {
 		{"portal", "patch", "apps", "deployments", "scale", releaseNS, "portal-single", false},
 		{"portal", "patch", "apps", "deployments", "", releaseNS, "portal-single", false},
 		{"portal", "delete", "coordination.k8s.io", "leases", "", releaseNS, "portal-single", false},
-		{"portal", "list", "", "pods", "", releaseNS, "", false},
+		{"portal", "list", "", "pods", "", releaseNS, "", true},
+		{"portal", "watch", "policy", "poddisruptionbudgets", "", "", "", true},
 		{"portal", "watch", "", "namespaces", "", "", "", true},
 	})
 }
