@@ -161,10 +161,14 @@ func TLSOptions(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) []
 // send AdmissionReviews; anything else on the network fails the TLS
 // handshake before a byte of its request is read. Append it to TLSOptions.
 func ClientAuth(caPEM []byte, allowedNames []string) (func(*tls.Config), error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, errors.New("admission: the client CA holds no PEM certificate")
+	pool, err := parseCA(caPEM)
+	if err != nil {
+		return nil, err
 	}
+	return clientAuth(pool, allowedNames), nil
+}
+
+func clientAuth(pool *x509.CertPool, allowedNames []string) func(*tls.Config) {
 	allowed := slices.Clone(allowedNames)
 	return func(c *tls.Config) {
 		c.ClientCAs = pool
@@ -183,5 +187,5 @@ func ClientAuth(caPEM []byte, allowedNames []string) (func(*tls.Config), error) 
 			}
 			return fmt.Errorf("admission: client certificate %q (DNS names %v) is not one of the allowed names %v", leaf.Subject.CommonName, leaf.DNSNames, allowed)
 		}
-	}, nil
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -99,13 +98,9 @@ func newAdmission(cfg *Config) (*admissionLayer, error) {
 	}
 	tlsOpts := admission.TLSOptions(cc.GetCertificate)
 	if a.ClientCAFile != "" {
-		caPEM, err := os.ReadFile(a.ClientCAFile)
+		clientAuth, err := admission.ClientAuthFile(a.ClientCAFile, a.ClientAllowedNames, cfg.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("webhook client CA: %w", err)
-		}
-		clientAuth, err := admission.ClientAuth(caPEM, a.ClientAllowedNames)
-		if err != nil {
-			return nil, fmt.Errorf("webhook client CA %s: %w", a.ClientCAFile, err)
 		}
 		tlsOpts = append(tlsOpts, clientAuth)
 	}
@@ -189,7 +184,7 @@ func (*admissionLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.StringVar(&a.CertSource, "cert-source", a.CertSource, "webhook certificate: self (issued and renewed by Portal) or cert-manager (read from --cert-secret)")
 	f.StringVar(&a.CertSecret, "cert-secret", a.CertSecret, "Secret holding the webhook serving certificate")
 	f.BoolVar(&a.FailOpen, "fail-open", a.FailOpen, "failurePolicy Ignore: admit requests when Portal is unreachable (default: fail closed)")
-	f.StringVar(&a.ClientCAFile, "webhook-client-ca-file", a.ClientCAFile, "accept only webhook clients presenting a certificate signed by a CA in this PEM file: the API server, configured with an AdmissionConfiguration kubeConfigFile; empty accepts any client")
+	f.StringVar(&a.ClientCAFile, "webhook-client-ca-file", a.ClientCAFile, "accept only webhook clients presenting a certificate signed by a CA in this PEM file, re-read when it changes: the API server, configured with an AdmissionConfiguration kubeConfigFile; empty accepts any client")
 	f.StringSliceVar(&a.ClientAllowedNames, "webhook-client-allowed-names", a.ClientAllowedNames, "with --webhook-client-ca-file, also require the client certificate's common name or a DNS name to be one of these")
 }
 

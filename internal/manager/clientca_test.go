@@ -20,7 +20,7 @@ func TestWebhookClientCAFileErrors(t *testing.T) {
 		file, want string
 	}{
 		{filepath.Join(dir, "missing.crt"), "webhook client CA: open " + filepath.Join(dir, "missing.crt")},
-		{notPEM, "webhook client CA " + notPEM + ": admission: the client CA holds no PEM certificate"},
+		{notPEM, "webhook client CA: " + notPEM + ": admission: the client CA holds no PEM certificate"},
 	} {
 		cfg := Defaults()
 		cfg.Admission.Enabled = true

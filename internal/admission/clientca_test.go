@@ -1,0 +1,125 @@
+package admission_test
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vilaca/portal/internal/admission"
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/expr/exprlang"
+)
+
+// replaceFile swaps path's content the way the kubelet updates a mounted
+// ConfigMap or Secret: a new file renamed over the old one.
+func replaceFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWebhookClientCAReloads: when the --webhook-client-ca-file changes
+// (the CA rotated in its ConfigMap), the running webhook refuses clients of
+// the old CA and accepts those of the new one, without a restart; a file
+// then broken keeps the last good CA in force and is logged.
+func TestWebhookClientCAReloads(t *testing.T) {
+	cluster(t)
+	ca1, err := newTestCA("client-ca-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca2, err := newTestCA("client-ca-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(ca *testCA, name string) *tls.Certificate {
+		c, _, _, err := ca.issueClient(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	old, cur, mallory := issue(ca1, apiServerClientName), issue(ca2, apiServerClientName), issue(ca2, "mallory")
+
+	file := filepath.Join(t.TempDir(), "client-ca.crt")
+	if err := os.WriteFile(file, ca1.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncWriter{}
+	clientAuth, err := admission.ClientAuthFile(file, []string{apiServerClientName}, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(exprlang.New())
+	r, err := eng.Compile(&core.Rule{Name: "no-privileged", Enabled: true, Modes: []core.Mode{core.ModeAdmission},
+		EnforcementAction: core.ActionDeny, OnError: core.OnErrorDeny, Match: core.Match{GVKs: []core.GVK{{Version: "v1", Kind: "Pod"}}},
+		Expression: "container.securityContext.privileged == true", Message: "privileged"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetRules([]*engine.Rule{r})
+	const name = "portal-client-ca-reload"
+	p, err := startPortal(portalOptions{name: name, logs: &syncWriter{}, evaluator: eng, rules: eng,
+		tls: []func(*tls.Config){clientAuth}, clientCert: old})
+	// Its webhook configuration is on the shared API server, which has no
+	// client certificate: left behind, it would fail the next tests' pods.
+	t.Cleanup(func() {
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := env.client.Delete(context.Background(), vwc); client.IgnoreNotFound(err) != nil {
+			t.Errorf("delete %s: %v", name, err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.stop() })
+
+	accepted := func(cert *tls.Certificate) bool {
+		code, err := postReview(p, cert, review("reload", "CREATE", "team", false))
+		return err == nil && code == http.StatusOK
+	}
+	if !accepted(old) {
+		t.Fatal("a client of the CA in the file at start is refused")
+	}
+	if accepted(cur) {
+		t.Fatal("a client of a CA not yet in the file is accepted")
+	}
+
+	replaceFile(t, file, ca2.pem)
+	eventually(t, "the client of the replaced CA refused", func() bool { return !accepted(old) })
+	if !accepted(cur) {
+		t.Fatal("a client of the new CA is refused")
+	}
+	// The allowed names still apply to the new CA's certificates.
+	if accepted(mallory) {
+		t.Fatal("a client of the new CA with a name not allowed is accepted")
+	}
+
+	// A broken file keeps the last good CA: nobody is locked out, nor let in.
+	replaceFile(t, file, []byte("not a certificate"))
+	// Handshakes are what re-read the file.
+	eventually(t, "the broken file logged", func() bool {
+		accepted(cur)
+		return len(logs.lines("unusable", file)) > 0
+	})
+	if !accepted(cur) {
+		t.Fatal("after the file broke, a client of the last good CA is refused")
+	}
+	if accepted(old) {
+		t.Fatal("after the file broke, a client of the replaced CA is accepted")
+	}
+}
