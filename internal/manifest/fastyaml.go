@@ -221,18 +221,28 @@ func flowScalar(t []byte) (any, bool) {
 	if t[0] == '"' || t[0] == '\'' {
 		return quoted(t)
 	}
-	if indicator(t[0]) {
+	// "- x" is a block sequence entry, never a plain scalar, even in flow.
+	if indicator(t[0]) || isSeqItem(t) {
 		return nil, false
 	}
-	// Flow context ends plain scalars at more characters than block
-	// context does; entries of words, numbers and paths are what manifests
-	// hold there.
-	for _, c := range t {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '/' || c == ' ') {
-			return nil, false
-		}
+	if !flowPlain(t) {
+		return nil, false
 	}
 	return resolvePlain(t)
+}
+
+// flowPlain reports whether t is made only of the bytes the fast path
+// trusts inside a flow collection. Flow context ends plain scalars (and
+// implicit keys) at more characters than block context does; words,
+// numbers and paths are what manifests hold there.
+func flowPlain[T string | []byte](t T) bool {
+	for i := range len(t) {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '/' || c == ' ') {
+			return false
+		}
+	}
+	return true
 }
 
 func inlineValue(t []byte) (any, bool) {
@@ -332,7 +342,7 @@ func flowMap(t []byte) (any, bool) {
 	m := make(map[string]any, len(items))
 	for _, it := range items {
 		k, rest, ok := splitKey(it)
-		if !ok || len(rest) == 0 {
+		if !ok || len(rest) == 0 || !flowPlain(k) {
 			return nil, false
 		}
 		if _, dup := m[k]; dup {
