@@ -60,7 +60,10 @@ func init() {
 	plugins.RegisterOperator("rx", New)
 }
 
-type operator struct{ re *re2.Regexp }
+type operator struct {
+	re  *re2.Regexp
+	pre *prefilter
+}
 
 type binaryOperator struct{ re *binaryregexp.Regexp }
 
@@ -78,11 +81,17 @@ func New(options plugintypes.OperatorOptions) (plugintypes.Operator, error) {
 		}
 		return binaryOperator{re: re.(*binaryregexp.Regexp)}, nil
 	}
-	c, err := memoizeDo(options.Memoizer, "rx-re2:"+data, func() (any, error) { return compile(data) })
+	c, err := memoizeDo(options.Memoizer, "rx-re2:"+data, func() (any, error) {
+		re, err := compile(data)
+		if err != nil {
+			return nil, err
+		}
+		return operator{re: re, pre: newPrefilter(data)}, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return operator{re: c.(*re2.Regexp)}, nil
+	return c.(operator), nil
 }
 
 // compile compiles expr, a pattern as @rx runs it (flags included). Go's
@@ -104,6 +113,9 @@ func compile(expr string) (*re2.Regexp, error) {
 }
 
 func (o operator) Evaluate(tx plugintypes.TransactionState, value string) bool {
+	if !o.pre.mayMatch(value) {
+		return false
+	}
 	subject, back := value, []int(nil)
 	if !utf8.ValidString(value) {
 		subject, back = spellInvalid(value, tx.Capturing())

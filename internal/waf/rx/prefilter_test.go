@@ -1,0 +1,94 @@
+package rx
+
+import (
+	"regexp"
+	"regexp/syntax"
+	"slices"
+	"testing"
+)
+
+func TestRequiredLiterals(t *testing.T) {
+	for _, tc := range []struct {
+		pattern string
+		want    []string // nil: no filter
+	}{
+		{`(?i)union\s+select`, []string{"union"}}, // the first of equals
+		{`(?i)\b(?:ab|cd)(?:ef|gh)\b`, []string{"abef", "abgh", "cdef", "cdgh"}},
+		{`(?i)a(?:pt|wk)`, []string{"apt", "awk"}},
+		{`<script`, []string{"<script"}},
+		{`[Ee]val\(`, []string{"eval("}},
+		// An alternative without a literal, or a match that may be empty,
+		// rules nothing out.
+		{`(?i)select|\w+`, nil},
+		{`a*`, nil},
+		{`(?:abc)?`, nil},
+		// A rune outside ASCII is never required: the filter folds ASCII only.
+		{`(?i)café`, []string{"caf"}},
+		{`é`, nil},
+	} {
+		re, err := syntax.Parse("(?sm)"+tc.pattern, syntax.Perl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := required(re.Simplify())
+		slices.Sort(got)
+		slices.Sort(tc.want)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: required literals %q, want %q", tc.pattern, got, tc.want)
+		}
+	}
+}
+
+// TestPrefilterCaseFolding: (?i)k matches the Kelvin sign and (?i)s the
+// long s, so a subject with them must reach RE2 even though it contains
+// none of the ASCII literals.
+func TestPrefilterCaseFolding(t *testing.T) {
+	for _, tc := range []struct{ pattern, subject string }{
+		{`(?i)kill`, "\u212aill"},
+		{`(?i)select`, "\u017felect"},
+		{`(?i)<script`, "<\u017fcript"},
+	} {
+		if !regexp.MustCompile(tc.pattern).MatchString(tc.subject) {
+			t.Fatalf("Go's regexp does not match %q against %s", tc.subject, tc.pattern)
+		}
+		op := newOp(t, tc.pattern)
+		if !op.Evaluate(&captured{}, tc.subject) {
+			t.Errorf("@rx %s does not match %q", tc.pattern, tc.subject)
+		}
+	}
+}
+
+// TestPrefilterRulesOutBenignText shows the filter working: prose without
+// the literals never reaches RE2, and a subject with them does.
+func TestPrefilterRulesOutBenignText(t *testing.T) {
+	p := newPrefilter(`(?sm)(?i)\b(?:union|select|insert)\b.{0,40}\bfrom\b`)
+	if p == nil {
+		t.Fatal("no prefilter for a pattern of keywords")
+	}
+	if p.mayMatch("Please deliver after five, the side door is open.") {
+		t.Error("prose without a keyword was let through to RE2")
+	}
+	if !p.mayMatch("1 UNION SELECT password FROM users") {
+		t.Error("a subject with the keywords was ruled out")
+	}
+}
+
+// FuzzPrefilter checks the one promise of the filter on random patterns and
+// subjects: whatever Go's regexp matches, the filter lets through.
+func FuzzPrefilter(f *testing.F) {
+	f.Add(`(?i)union\s+select`, "1 UnIoN  SeLeCt 2")
+	f.Add(`(?i)kill`, "\u212aill")
+	f.Add(`a(?:b|c)?d`, "ad")
+	f.Add(`[Ee]val\(`, "EVAL(")
+	f.Add(`\bx{2,3}y`, "xxxy")
+	f.Fuzz(func(t *testing.T, pattern, subject string) {
+		expr := "(?sm)" + pattern
+		re, err := regexp.Compile(expr)
+		if err != nil || len(pattern) > 200 {
+			return
+		}
+		if re.MatchString(subject) && !newPrefilter(expr).mayMatch(subject) {
+			t.Fatalf("%s matches %q, the prefilter ruled it out", pattern, subject)
+		}
+	})
+}
