@@ -3,9 +3,6 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -13,6 +10,7 @@ import (
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/devcluster/devtest"
+	"github.com/vilaca/portal/test/bench/benchstat"
 )
 
 // failingRules is size bytes of regex rules with patterns unique to round,
@@ -31,14 +29,6 @@ func failingRules(round, size int) string {
 	}
 	fmt.Fprintf(&b, "SecRuleEngine Sideways%d\n", round)
 	return b.String()
-}
-
-func liveHeap() int64 {
-	var m runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }
 
 // TestFailingEditsDoNotGrowMemory: a tenant keeps editing a RuleSource into
@@ -68,11 +58,12 @@ func TestFailingEditsDoNotGrowMemory(t *testing.T) {
 	}
 	readyWith(t, rs, metav1.ConditionFalse, wafv1alpha1.ReasonInvalidRuleSet)
 	edit(1)
-	before, rssBefore := liveHeap(), resident(t)
+	before, rssBefore := benchstat.Memory(t)
 	for round := 2; round < rounds+2; round++ {
 		edit(round)
 	}
-	grew, rss := liveHeap()-before, int64(resident(t))-int64(rssBefore)
+	heap, resident := benchstat.Memory(t)
+	grew, rss := heap-before, resident-rssBefore
 	t.Logf("live heap grew by %d KiB, resident memory by %d KiB, over %d failing edits", grew>>10, rss>>10, rounds)
 	if grew > boundMiB<<20 {
 		t.Fatalf("the controller's live heap grew by %d MiB over %d failing edits of %d KiB (bound %d MiB)", grew>>20, rounds, size>>10, boundMiB)
@@ -84,23 +75,6 @@ func TestFailingEditsDoNotGrowMemory(t *testing.T) {
 	if rss > rssBoundMiB<<20 {
 		t.Fatalf("the controller's resident memory grew by %d MiB over %d failing edits of %d KiB (bound %d MiB)", rss>>20, rounds, size>>10, rssBoundMiB)
 	}
-}
-
-// resident is the process's resident set after a collection that returns
-// free memory to the OS: unlike the live heap it includes RE2's memory.
-func resident(t *testing.T) uint64 {
-	t.Helper()
-	runtime.GC()
-	debug.FreeOSMemory()
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var size, pages uint64
-	if _, err := fmt.Sscan(string(b), &size, &pages); err != nil {
-		t.Fatalf("/proc/self/statm: %v", err)
-	}
-	return pages * uint64(os.Getpagesize())
 }
 
 // TestLongTransformationChainTooLarge: a rule whose transformations would

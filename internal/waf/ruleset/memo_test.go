@@ -2,11 +2,11 @@ package ruleset
 
 import (
 	"fmt"
-	"os"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/vilaca/portal/test/bench/benchstat"
 )
 
 // failingBundle is size bytes of regex rules, each pattern unique to round,
@@ -51,7 +51,7 @@ func TestFailedCompilesReleasePatterns(t *testing.T) {
 	if _, err := Compile(failingBundle(-1, size), Options{}); err == nil {
 		t.Fatal("the failing bundle compiled")
 	}
-	before, rssBefore := liveHeap(), resident(t)
+	before, rssBefore := benchstat.Memory(t)
 	for round := range rounds {
 		_, err := Compile(failingBundle(round, size), Options{})
 		e, ok := AsError(err)
@@ -59,17 +59,17 @@ func TestFailedCompilesReleasePatterns(t *testing.T) {
 			t.Fatalf("round %d: want an invalid-rules error on SecRuleEngine, got %v", round, err)
 		}
 	}
-	after, rssAfter := liveHeap(), resident(t)
-	grew := int64(after) - int64(before)
+	after, rssAfter := benchstat.Memory(t)
+	grew := after - before
 	t.Logf("live heap %d KiB before, %d KiB after %d failed compiles (%+d KiB)", before>>10, after>>10, rounds, grew>>10)
-	t.Logf("resident %d KiB before, %d KiB after (%+d KiB)", rssBefore>>10, rssAfter>>10, (int64(rssAfter)-int64(rssBefore))>>10)
+	t.Logf("resident %d KiB before, %d KiB after (%+d KiB)", rssBefore>>10, rssAfter>>10, (rssAfter-rssBefore)>>10)
 	// Leaking, each round keeps several MiB of compiled automata.
 	if limit := int64(8 << 20); grew > limit {
 		t.Fatalf("live heap grew by %d MiB over %d failed compiles (limit %d MiB): the patterns of failed compiles stay cached", grew>>20, rounds, limit>>20)
 	}
 	// RE2's programs live outside Go's heap (go-re2 maps them): leaking, the
 	// resident set grew by 36 MiB here and the live heap by under 4 MiB.
-	if rss, limit := int64(rssAfter)-int64(rssBefore), int64(12<<20); rss > limit {
+	if rss, limit := rssAfter-rssBefore, int64(12<<20); rss > limit {
 		t.Fatalf("resident memory grew by %d MiB over %d failed compiles (limit %d MiB): the RE2 patterns of failed compiles stay cached", rss>>20, rounds, limit>>20)
 	}
 }
@@ -105,22 +105,4 @@ func BenchmarkFailedCompile(b *testing.B) {
 		round++
 	}
 	b.ReportMetric(float64(int64(liveHeap())-int64(before))/float64(round), "retained-heap-B/op")
-}
-
-// resident is the process's resident set after a collection that returns
-// free memory to the OS: unlike the live heap it includes RE2's memory,
-// which go-re2 maps outside Go's heap.
-func resident(t *testing.T) uint64 {
-	t.Helper()
-	runtime.GC()
-	debug.FreeOSMemory()
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var size, pages uint64
-	if _, err := fmt.Sscan(string(b), &size, &pages); err != nil {
-		t.Fatalf("/proc/self/statm: %v", err)
-	}
-	return pages * uint64(os.Getpagesize())
 }
