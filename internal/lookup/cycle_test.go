@@ -22,7 +22,10 @@ import (
 func pdbWatcher(t *testing.T, o lookup.WatcherOptions, docs ...string) (*lookup.Watcher, *engine.Engine) {
 	t.Helper()
 	mem := memory(t, docs...)
-	index := lookup.NewDepIndex(0)
+	index := o.Index
+	if index == nil {
+		index = lookup.NewDepIndex(0)
+	}
 	l := lookup.New(lookup.Options{Cache: mem, Resolver: mem.(lookup.Resolver), Index: index})
 	e := newEngine(t, l, rule("pdb", "", `none(cluster.poddisruptionbudgets.list(object.metadata.namespace, {}), selects(#.spec.selector, object.spec.template.metadata.labels))`, deployGVK))
 	for _, obj := range objs(t, docs...) {
@@ -146,5 +149,35 @@ func TestCyclePendingIsBoundedAndForgotten(t *testing.T) {
 	w.RulesChanged(context.Background())
 	if n := testutil.ToFloat64(m.CyclePending); n != 0 {
 		t.Errorf("portal_lookup_cycle_pending = %v after the rule is gone, want 0", n)
+	}
+}
+
+// The dependency index lets go of what an evaluation read when its object
+// is deleted or its rule goes: without that the entries stay until the LRU
+// takes them, and every change to what they read requeues a gone object.
+func TestIndexForgetsGoneObjectsAndRules(t *testing.T) {
+	index := lookup.NewDepIndex(0)
+	w, e := pdbWatcher(t, lookup.WatcherOptions{Index: index, Requeuer: &requeues{}}, depA)
+	w.RulesChanged(context.Background())
+	if index.Len() == 0 {
+		t.Fatal("the evaluation recorded nothing in the index")
+	}
+	w.Forget(lookup.ObjectKey{GVK: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, Namespace: "a", Name: "d"})
+	if n := index.Len(); n != 0 {
+		t.Errorf("index holds %d entries after the only evaluated object is gone, want 0", n)
+	}
+
+	for _, obj := range objs(t, depA) {
+		if _, err := e.Evaluate(context.Background(), obj, engine.Options{Mode: core.ModeAudit}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if index.Len() == 0 {
+		t.Fatal("the evaluation recorded nothing in the index")
+	}
+	e.SetRules(nil)
+	w.RulesChanged(context.Background())
+	if n := index.Len(); n != 0 {
+		t.Errorf("index holds %d entries after the rule is gone, want 0", n)
 	}
 }

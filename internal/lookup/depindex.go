@@ -231,14 +231,30 @@ func (d *DepIndex) remove(e *entry, unlinkNode bool) {
 func (d *DepIndex) Forget(dep Dependent) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	node := d.deps[dep]
-	if node == nil {
-		return
+	if node := d.deps[dep]; node != nil {
+		d.drop(node)
 	}
+}
+
+// ForgetRules drops everything the evaluations of the rules keep does not
+// keep read: those rules are gone, disabled or read nothing any more, and
+// their entries would only hold memory and requeue objects for nothing
+// until the LRU took them.
+func (d *DepIndex) ForgetRules(keep func(RuleKey) bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for dep, node := range d.deps {
+		if !keep(dep.Rule) {
+			d.drop(node)
+		}
+	}
+}
+
+func (d *DepIndex) drop(node *depNode) {
 	for _, e := range node.entries {
 		d.remove(e, false)
 	}
-	delete(d.deps, dep)
+	delete(d.deps, node.dep)
 }
 
 // Affected returns the evaluations that read the object gvr ns/name: by its

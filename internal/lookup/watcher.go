@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -242,17 +243,30 @@ func (w *Watcher) RulesChanged(ctx context.Context) {
 	w.setStatuses(statuses, failed)
 	// A rule disabled, deleted or without lookups any more is not
 	// re-evaluated for what it read.
-	w.guard.forgetRules(func(k RuleKey) bool {
+	keep := func(k RuleKey) bool {
 		_, ok := statuses[k]
 		return ok
-	})
+	}
+	w.guard.forgetRules(keep)
+	if w.o.Index != nil {
+		w.o.Index.ForgetRules(keep)
+	}
 }
 
-// Forget drops what cycle protection holds for obj, its pending trailing
-// re-evaluations first: the object is gone. Audit calls it when an
-// evaluated object's deletion is processed.
+// Forget drops what cycle protection and the dependency index hold for
+// obj, its pending trailing re-evaluations first: the object is gone.
+// Audit calls it when an evaluated object's deletion is processed.
 func (w *Watcher) Forget(obj ObjectKey) {
 	w.guard.forgetObject(obj)
+	if w.o.Index == nil {
+		return
+	}
+	w.mu.Lock()
+	rules := slices.Collect(maps.Keys(w.statuses))
+	w.mu.Unlock()
+	for _, r := range rules {
+		w.o.Index.Forget(Dependent{Rule: r, Object: obj})
+	}
 }
 
 // ruleStatus resolves r's lookups, adds the watches they need to want and
