@@ -167,19 +167,19 @@ func trAll(nodes []Node) ([]string, error) {
 }
 
 func literal(n *Literal) frag {
+	// Keywords and numbers sit just below primary: expr-lang reads neither
+	// true.h nor 0.A, so a member of one prints as (true).h or (0).A.
 	switch v := n.Value.(type) {
 	case nil:
-		return primary("nil")
+		return frag{s: "nil", prec: precPrimary - 1}
 	case bool:
-		return primary(strconv.FormatBool(v))
+		return frag{s: strconv.FormatBool(v), prec: precPrimary - 1}
 	case string:
 		return primary(Quote(v))
 	}
 	if strings.HasPrefix(n.Text, "-") {
 		return frag{s: n.Text, prec: precNeg}
 	}
-	// Just below primary: 0.A must print as (0).A, not as a malformed
-	// number.
 	return frag{s: n.Text, prec: precPrimary - 1}
 }
 
