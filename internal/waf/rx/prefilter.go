@@ -41,9 +41,25 @@ type prefilter struct {
 	hasSingle bool
 }
 
-// maxPrefilterLiterals bounds the automaton of one pattern. The CRS's
-// largest word lists (Unix commands, SQL functions) stay under it.
-const maxPrefilterLiterals = 4096
+// Bounds on one pattern's filter. maxPrefilterLiterals bounds the analysis.
+// The automaton, which RE2's memory bound does not cover, is built for at
+// most maxWordBytes of words: its DFA takes about 300 bytes per byte of
+// words, and the Core Rule Set's largest word lists (2,523 Unix commands,
+// 13 KB) would cost 2.5 MB each for a few percent of speed. Past the
+// bounds a pattern gets no filter and RE2 runs, as without one.
+const (
+	maxPrefilterLiterals = 4096
+	maxWordBytes         = 1 << 10
+	maxPlain             = 16
+)
+
+func totalLen(set []string) int {
+	n := 0
+	for _, s := range set {
+		n += len(s)
+	}
+	return n
+}
 
 // newPrefilter returns nil when the pattern has no set of required literals
 // worth checking: one of its matches may be empty or contain no literal
@@ -54,6 +70,8 @@ func newPrefilter(expr string) *prefilter {
 		return nil
 	}
 	lits := required(re.Simplify())
+	slices.Sort(lits)
+	lits = slices.Compact(lits)
 	if len(lits) == 0 || len(lits) > maxPrefilterLiterals {
 		return nil
 	}
@@ -70,6 +88,9 @@ func newPrefilter(expr string) *prefilter {
 		default:
 			words = append(words, l)
 		}
+	}
+	if totalLen(words) > maxWordBytes || len(p.plain) > maxPlain {
+		return nil
 	}
 	if len(words) > 0 {
 		b := ahocorasick.NewAhoCorasickBuilder(ahocorasick.Opts{
@@ -182,7 +203,7 @@ func analyse(re *syntax.Regexp) facts {
 				continue
 			}
 			f.exact = unionBounded(f.exact, sf.exact, maxExact)
-			f.req = unionBounded(f.req, sf.req, maxPrefilterLiterals)
+			f.req = appendBounded(f.req, sf.req, maxPrefilterLiterals)
 		}
 		return f
 	}
@@ -276,6 +297,16 @@ func unionBounded(a, b []string, max int) []string {
 		return nil
 	}
 	return union(slices.Clip(a), b)
+}
+
+// appendBounded is append for sets where nil means "unknown": unknown
+// wins, and so does a set past max. Duplicates are removed once, when the
+// filter is built: removing them here made big alternations quadratic.
+func appendBounded(a, b []string, max int) []string {
+	if a == nil || b == nil || len(a)+len(b) > max {
+		return nil
+	}
+	return append(slices.Clip(a), b...)
 }
 
 // better prefers the set benign text is least likely to contain: letters,

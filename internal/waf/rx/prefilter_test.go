@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -91,4 +92,34 @@ func FuzzPrefilter(f *testing.F) {
 			t.Fatalf("%s matches %q, the prefilter ruled it out", pattern, subject)
 		}
 	})
+}
+
+// TestPrefilterBounds: a rule author's pattern of many long alternatives
+// gets no filter (RE2 alone runs it), not an automaton of megabytes that
+// RE2's memory bound does not see; nor does one of many punctuation
+// literals, each a strings.Contains on every evaluation.
+func TestPrefilterBounds(t *testing.T) {
+	var words, plain []string
+	// Words without shared prefixes, which the parser would factor out.
+	x := uint32(1)
+	for range 600 {
+		var w []byte
+		for range 8 {
+			x = x*1664525 + 1013904223
+			w = append(w, 'a'+byte(x>>24)%26)
+		}
+		words = append(words, string(w))
+	}
+	for i := range maxPlain + 1 {
+		plain = append(plain, strings.Repeat("!", i+2))
+	}
+	for name, alts := range map[string][]string{"words": words, "punctuation": plain} {
+		expr := "(?sm)(?:" + strings.Join(alts, "|") + ")"
+		if p := newPrefilter(expr); p != nil {
+			t.Errorf("%s: a filter of %d literals was built", name, len(alts))
+		}
+		if p := newPrefilter("(?sm)(?:" + strings.Join(alts[:3], "|") + ")"); p == nil {
+			t.Errorf("%s: no filter for three literals", name)
+		}
+	}
 }
