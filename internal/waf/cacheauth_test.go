@@ -185,22 +185,34 @@ func TestCacheGrantAcrossNamespaces(t *testing.T) {
 func TestCacheCertificateRotation(t *testing.T) {
 	cluster(t)
 	ns := guarded(t, "rotation")
-	serial := func() string {
+	// The CA bundle and the served certificate are read separately, so a
+	// handshake may briefly fail while either side of a rotation lands (also
+	// right after start, if an earlier test rotated): such a reading is "not
+	// yet", and only a handshake that verifies counts.
+	serial := func() (string, error) {
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(env.layer.Certs.CABundle())
 		conn, err := tls.Dial("tcp", env.layer.Server.Addr(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		defer conn.Close()
-		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
 	}
-	first := serial()
+	var first string
+	eventually(t, "a verified serving certificate", func() bool {
+		s, err := serial()
+		first = s
+		return err == nil
+	})
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: waftest.Namespace, Name: "portal-waf-cache-cert"}}
 	if err := env.client.Delete(context.Background(), sec); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a new serving certificate", func() bool { return serial() != first })
+	eventually(t, "a new verified serving certificate", func() bool {
+		s, err := serial()
+		return err == nil && s != first
+	})
 	if code := readStatus(t, env.cache, ns, "guard"); code != 200 {
 		t.Fatalf("after the rotation: %d, want 200", code)
 	}
