@@ -21,6 +21,9 @@ import (
 	"github.com/corazawaf/coraza/v3/experimental/plugins"
 	"github.com/corazawaf/coraza/v3/experimental/plugins/plugintypes"
 
+	// @pm, @pmFromFile and @pmf on a faster automaton (registered by its
+	// init).
+	_ "github.com/vilaca/portal/internal/waf/pm"
 	// @rx on RE2 (registered by its init): the data plane's regexes run in
 	// linear time, each within rx.MaxMemory.
 	_ "github.com/vilaca/portal/internal/waf/rx"

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	ahocorasick "github.com/petar-dambovaliev/aho-corasick"
+	"github.com/vilaca/portal/internal/waf/wordset"
 )
 
 // A prefilter answers, before RE2 runs, that a subject cannot match: every
@@ -25,9 +25,13 @@ import (
 // one that does.
 //
 // Case folding is where such filters go wrong: (?i)k also matches the
-// Kelvin sign (U+212A) and (?i)s the long s (U+017F). The automaton folds
-// ASCII only, so a subject with any byte outside ASCII skips the filter and
-// goes to RE2, and a literal with a rune outside ASCII is never required.
+// Kelvin sign (U+212A) and (?i)s the long s (U+017F), the only runes
+// outside ASCII whose case folds reach an ASCII letter. The automaton folds
+// ASCII only, so a subject with either of them skips the filter and goes to
+// RE2, and a literal with a rune outside ASCII is never required. Any other
+// subject, ASCII, UTF-8 or not UTF-8 at all (whose invalid bytes Go's
+// regexp reads as U+FFFD), contains a required literal as ASCII bytes
+// wherever it matches.
 type prefilter struct {
 	// single holds the one-byte literals, both cases: a table scan.
 	single [256]bool
@@ -36,20 +40,20 @@ type prefilter struct {
 	plain []string
 	// words are longer literals with letters, found by one pass of an
 	// ASCII case-folding Aho-Corasick automaton; nil if there are none.
-	words *ahocorasick.AhoCorasick
+	words *wordset.Set
 	// hasSingle is whether single holds anything.
 	hasSingle bool
 }
 
 // Bounds on one pattern's filter. maxPrefilterLiterals bounds the analysis.
 // The automaton, which RE2's memory bound does not cover, is built for at
-// most maxWordBytes of words: its DFA takes about 300 bytes per byte of
-// words, and the Core Rule Set's largest word lists (2,523 Unix commands,
-// 13 KB) would cost 2.5 MB each for a few percent of speed. Past the
-// bounds a pattern gets no filter and RE2 runs, as without one.
+// most maxWordBytes of words: wordset keeps it within wordset.DenseBytes
+// plus about 20 bytes per byte of words, so the Core Rule Set's largest
+// word list (2,523 Unix commands, 13 KB) fits. Past the bounds a pattern
+// gets no filter and RE2 runs, as without one.
 const (
 	maxPrefilterLiterals = 4096
-	maxWordBytes         = 1 << 10
+	maxWordBytes         = 16 << 10
 	maxPlain             = 16
 )
 
@@ -93,13 +97,7 @@ func newPrefilter(expr string) *prefilter {
 		return nil
 	}
 	if len(words) > 0 {
-		b := ahocorasick.NewAhoCorasickBuilder(ahocorasick.Opts{
-			AsciiCaseInsensitive: true,
-			MatchKind:            ahocorasick.LeftMostFirstMatch,
-			DFA:                  true,
-		})
-		ac := b.Build(words)
-		p.words = &ac
+		p.words = wordset.New(words)
 	}
 	return p
 }
@@ -109,7 +107,7 @@ func isASCIILetter(r rune) bool { return 'a' <= r && r <= 'z' || 'A' <= r && r <
 // mayMatch reports whether s can match the pattern the filter was built
 // from. A nil filter lets everything through.
 func (p *prefilter) mayMatch(s string) bool {
-	if p == nil || !isASCII(s) {
+	if p == nil || !isASCII(s) && foldsToASCII(s) {
 		return true
 	}
 	if p.hasSingle {
@@ -124,8 +122,14 @@ func (p *prefilter) mayMatch(s string) bool {
 			return true
 		}
 	}
-	// The automaton only reads the haystack; no copy of s is needed.
-	return p.words != nil && p.words.IterByte(unsafe.Slice(unsafe.StringData(s), len(s))).Next() != nil
+	return p.words != nil && p.words.Contains(s)
+}
+
+// foldsToASCII reports whether s holds a rune outside ASCII that (?i)
+// matches to an ASCII letter: TestFoldsToASCII checks the list against
+// Go's Unicode tables.
+func foldsToASCII(s string) bool {
+	return strings.Contains(s, "\u017f") || strings.Contains(s, "\u212a")
 }
 
 // isASCII reads eight bytes at a time: it runs once per rule and argument.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 )
 
 func TestRequiredLiterals(t *testing.T) {
@@ -59,6 +61,42 @@ func TestPrefilterCaseFolding(t *testing.T) {
 	}
 }
 
+// TestFoldsToASCII: every rune outside ASCII whose case folds reach ASCII
+// makes foldsToASCII true; a subject of other runes may use the filter.
+func TestFoldsToASCII(t *testing.T) {
+	n := 0
+	for r := rune(utf8.RuneSelf); r <= unicode.MaxRune; r++ {
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			if f < utf8.RuneSelf {
+				n++
+				if !foldsToASCII("x" + string(r) + "y") {
+					t.Errorf("%U folds to %q and does not skip the filter", r, f)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no rune folds to ASCII: the check checked nothing")
+	}
+	if foldsToASCII("caf\u00e9 \xff\xc5") {
+		t.Error("é and invalid bytes skip the filter")
+	}
+}
+
+// TestPrefilterBeyondASCII: subjects that are not ASCII (UTF-8 or not
+// UTF-8 at all) are filtered too, and still match where the pattern does.
+func TestPrefilterBeyondASCII(t *testing.T) {
+	p := newPrefilter(`(?sm)(?i)\b(?:union|select)\b`)
+	if p.mayMatch("caf\u00e9 cr\u00e8me, \xff\xfe") {
+		t.Error("text without a keyword was let through to RE2")
+	}
+	for _, s := range []string{"\u00e9 UNION \u00e9", "\xffselect\xff", "\u017felect"} {
+		if !p.mayMatch(s) {
+			t.Errorf("%q was ruled out", s)
+		}
+	}
+}
+
 // TestPrefilterRulesOutBenignText shows the filter working: prose without
 // the literals never reaches RE2, and a subject with them does.
 func TestPrefilterRulesOutBenignText(t *testing.T) {
@@ -102,7 +140,7 @@ func TestPrefilterBounds(t *testing.T) {
 	var words, plain []string
 	// Words without shared prefixes, which the parser would factor out.
 	x := uint32(1)
-	for range 600 {
+	for range maxWordBytes/8 + 1 {
 		var w []byte
 		for range 8 {
 			x = x*1664525 + 1013904223

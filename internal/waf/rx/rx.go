@@ -65,7 +65,10 @@ type operator struct {
 	pre *prefilter
 }
 
-type binaryOperator struct{ re *binaryregexp.Regexp }
+type binaryOperator struct {
+	re  *binaryregexp.Regexp
+	pre *prefilter
+}
 
 // New is the operator factory Coraza calls for each @rx.
 func New(options plugintypes.OperatorOptions) (plugintypes.Operator, error) {
@@ -73,13 +76,20 @@ func New(options plugintypes.OperatorOptions) (plugintypes.Operator, error) {
 	// prepends (?sm): the CRS relies on it (942522-7).
 	data := "(?sm)" + options.Arguments
 	if matchesArbitraryBytes(data) {
-		re, err := memoizeDo(options.Memoizer, "rx-binary:"+options.Arguments, func() (any, error) {
-			return binaryregexp.Compile(options.Arguments)
+		op, err := memoizeDo(options.Memoizer, "rx-binary:"+options.Arguments, func() (any, error) {
+			re, err := binaryregexp.Compile(options.Arguments)
+			if err != nil {
+				return nil, err
+			}
+			// Each byte of the subject is a rune to binaryregexp, so no
+			// subject byte folds to an ASCII letter and the filter's
+			// literals, all ASCII, hold as they do for RE2.
+			return binaryOperator{re: re, pre: newPrefilter(options.Arguments)}, nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		return binaryOperator{re: re.(*binaryregexp.Regexp)}, nil
+		return op.(binaryOperator), nil
 	}
 	c, err := memoizeDo(options.Memoizer, "rx-re2:"+data, func() (any, error) {
 		re, err := compile(data)
@@ -183,6 +193,9 @@ func capture(tx plugintypes.TransactionState, value string, m []int) bool {
 }
 
 func (o binaryOperator) Evaluate(tx plugintypes.TransactionState, value string) bool {
+	if !o.pre.mayMatch(value) {
+		return false
+	}
 	if !tx.Capturing() {
 		return o.re.MatchString(value)
 	}
