@@ -162,7 +162,10 @@ func (f *forbiddenDirective) Error() string {
 	return fmt.Sprintf("%s is %sit %s", name, refusal, why)
 }
 
-var nop = debuglog.Noop()
+var (
+	nop      = debuglog.Noop()
+	nopDebug = nop.Debug()
+)
 
 // engineForbidden reports a directive the guard stops: every directive the
 // pre-check forbids, except SecDataDir, which Coraza v3.8.1 stores and never
@@ -181,9 +184,12 @@ func (g *guard) Trace() debuglog.Event { return nop.Trace() }
 func (g *guard) Info() debuglog.Event  { return nop.Info() }
 func (g *guard) Warn() debuglog.Event  { return nop.Warn() }
 func (g *guard) Error() debuglog.Event { return nop.Error() }
+
+// Debug is called several times for every rule a request runs through, so
+// outside a compile it returns the no-op event without a further call.
 func (g *guard) Debug() debuglog.Event {
 	if !g.compiling.Load() {
-		return nop.Debug()
+		return nopDebug
 	}
 	return &guardEvent{g: g}
 }

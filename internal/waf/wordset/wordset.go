@@ -19,6 +19,7 @@ package wordset
 
 import (
 	"slices"
+	"strings"
 )
 
 // DenseBytes bounds the full transition rows of one Set.
@@ -43,6 +44,10 @@ type Set struct {
 	first []uint32
 	edges []edge
 	fail  []uint32
+	// start holds the bytes on which the root moves; starts lists them
+	// when there are one or two.
+	start  [256]bool
+	starts []byte
 	// always: a word is empty, so every string contains one.
 	always bool
 	// none: there are no words.
@@ -202,6 +207,14 @@ func (s *Set) layout(nodes []node, order []uint32, denseBytes int) {
 			row[e.class] = flag(e.to)
 		}
 	}
+	for b := range 256 {
+		if s.start[b] = s.dense[s.class[b]] != 0; s.start[b] && len(s.starts) <= 2 {
+			s.starts = append(s.starts, byte(b))
+		}
+	}
+	if len(s.starts) > 2 {
+		s.starts = nil
+	}
 	sparse := order[ndense:]
 	s.first = make([]uint32, 0, len(sparse)+1)
 	s.fail = make([]uint32, 0, len(sparse))
@@ -223,6 +236,15 @@ func (s *Set) Contains(str string) bool {
 	st := uint32(0)
 	dense, denseLen := s.dense, s.denseLen
 	for i := 0; i < len(str); i++ {
+		if st == 0 {
+			// At the root most bytes start no word: skip them without
+			// the table walk's dependent loads.
+			j := s.nextStart(str[i:])
+			if j < 0 {
+				return false
+			}
+			i += j
+		}
 		c := uint32(s.class[str[i]])
 		if st < denseLen {
 			st = dense[st+c]
@@ -234,6 +256,32 @@ func (s *Set) Contains(str string) bool {
 		}
 	}
 	return false
+}
+
+// nextStart returns the index of the first byte of str that starts a word,
+// or -1. With one or two such bytes (one word, or words that all start
+// with the same letter in either case) it is strings.IndexByte, which the
+// runtime vectorises.
+func (s *Set) nextStart(str string) int {
+	switch len(s.starts) {
+	case 1:
+		return strings.IndexByte(str, s.starts[0])
+	case 2:
+		a := strings.IndexByte(str, s.starts[0])
+		if a >= 0 {
+			str = str[:a]
+		}
+		if b := strings.IndexByte(str, s.starts[1]); b >= 0 {
+			return b
+		}
+		return a
+	}
+	for i := range len(str) {
+		if s.start[str[i]] {
+			return i
+		}
+	}
+	return -1
 }
 
 // sparseStep follows the trie edges and failure links of a deep state until
