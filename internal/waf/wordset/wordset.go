@@ -68,10 +68,9 @@ func fold(b byte) byte {
 
 // node is a trie state while building.
 type node struct {
-	next  []edge // sorted by class, targets without matchBit
-	fail  uint32
-	out   bool
-	depth int
+	next []edge // sorted by class, targets without matchBit
+	fail uint32
+	out  bool
 }
 
 // New builds the automaton for words. Duplicates are fine; an empty word
@@ -114,7 +113,13 @@ func build(words []string, denseBytes int) *Set {
 // trie builds the trie of words over byte classes, with failure links and
 // outputs.
 func trie(words []string, class *[256]uint8) []node {
-	nodes := []node{{}}
+	// A word adds at most one state per byte: sized once, the slice is
+	// never copied while it grows (a 1 MiB data file has a million states).
+	n := 1
+	for _, w := range words {
+		n += len(w)
+	}
+	nodes := make([]node, 1, n)
 	for _, w := range words {
 		cur := uint32(0)
 		for i := range len(w) {
@@ -127,7 +132,7 @@ func trie(words []string, class *[256]uint8) []node {
 			}
 			id := uint32(len(nodes))
 			n.next = slices.Insert(n.next, j, edge{class: c, to: id})
-			nodes = append(nodes, node{depth: nodes[cur].depth + 1})
+			nodes = append(nodes, node{})
 			cur = id
 		}
 		nodes[cur].out = true
