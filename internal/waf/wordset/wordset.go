@@ -74,7 +74,8 @@ type node struct {
 }
 
 // New builds the automaton for words. Duplicates are fine; an empty word
-// makes every string match, as it does for Coraza's @pm.
+// makes every string match (internal/waf/pm does not ask: on such a list
+// the library's answer depends on the order of the words).
 func New(words []string) *Set {
 	return build(words, DenseBytes)
 }
