@@ -10,27 +10,14 @@ import (
 
 	"github.com/corazawaf/coraza/v3/experimental/plugins/plugintypes"
 	ahocorasick "github.com/petar-dambovaliev/aho-corasick"
+
+	"github.com/vilaca/portal/internal/waf/operatortest"
 )
-
-// captured is the part of a transaction @pm uses: pure unit tests only.
-type captured struct {
-	plugintypes.TransactionState
-	capturing bool
-	fields    map[int]string
-}
-
-func (c *captured) Capturing() bool { return c.capturing }
-func (c *captured) CaptureField(i int, v string) {
-	if c.fields == nil {
-		c.fields = map[int]string{}
-	}
-	c.fields[i] = v
-}
 
 // reference is Coraza v3.8.1's pm on the same words (its newPM and
 // pmEvaluate): the Aho-Corasick library, leftmost-longest, ASCII
 // case-insensitive, a length short-cut, up to ten captures.
-func reference(words []string, tx *captured, value string) bool {
+func reference(words []string, tx *operatortest.Tx, value string) bool {
 	b := ahocorasick.NewAhoCorasickBuilder(ahocorasick.Opts{
 		AsciiCaseInsensitive: true,
 		MatchKind:            ahocorasick.LeftMostLongestMatch,
@@ -51,7 +38,7 @@ func reference(words []string, tx *captured, value string) bool {
 		return false
 	}
 	iter := ac.Iter(value)
-	if !tx.capturing {
+	if !tx.Capture {
 		return iter.Next() != nil
 	}
 	n := 0
@@ -67,8 +54,8 @@ func evaluate(t testing.TB, args, value string, capturing bool) (bool, map[int]s
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx := &captured{capturing: capturing}
-	return op.Evaluate(tx, value), tx.fields
+	tx := &operatortest.Tx{Capture: capturing}
+	return op.Evaluate(tx, value), tx.Fields
 }
 
 // check holds @pm to the reference for one argument and subject, with and
@@ -77,11 +64,11 @@ func check(t testing.TB, args, value string) {
 	words := strings.Split(strings.ToLower(args), " ")
 	for _, capturing := range []bool{false, true} {
 		got, gotFields := evaluate(t, args, value, capturing)
-		ref := &captured{capturing: capturing}
+		ref := &operatortest.Tx{Capture: capturing}
 		want := reference(words, ref, value)
-		if got != want || !maps.Equal(gotFields, ref.fields) {
+		if got != want || !maps.Equal(gotFields, ref.Fields) {
 			t.Fatalf("@pm %q on %q (capture %v): %v %v, Coraza's pm %v %v",
-				args, value, capturing, got, gotFields, want, ref.fields)
+				args, value, capturing, got, gotFields, want, ref.Fields)
 		}
 	}
 }
@@ -128,13 +115,13 @@ func TestPMFromFile(t *testing.T) {
 	for value, want := range map[string]bool{
 		"cat /etc/passwd": true, "GET /.HTACCESS": true, "not-a-word": false, "a comment": false, "": false,
 	} {
-		if got := op.Evaluate(&captured{}, value); got != want {
+		if got := op.Evaluate(&operatortest.Tx{}, value); got != want {
 			t.Errorf("@pmFromFile on %q = %v, want %v", value, got, want)
 		}
 	}
-	tx := &captured{capturing: true}
-	if !op.Evaluate(tx, "x /Etc/passwd y") || tx.fields[0] != "/Etc/passwd" {
-		t.Errorf("capture %v, want the match as written", tx.fields)
+	tx := &operatortest.Tx{Capture: true}
+	if !op.Evaluate(tx, "x /Etc/passwd y") || tx.Fields[0] != "/Etc/passwd" {
+		t.Errorf("capture %v, want the match as written", tx.Fields)
 	}
 	if _, err := NewFromFile(plugintypes.OperatorOptions{Arguments: "none.data", Path: []string{"rules"}, Root: root}); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: %v, want not exist", err)
@@ -151,7 +138,7 @@ func BenchmarkPM(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tx := &captured{capturing: true}
+	tx := &operatortest.Tx{Capture: true}
 	b.Run("portal", func(b *testing.B) {
 		for b.Loop() {
 			op.Evaluate(tx, value)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/vilaca/portal/internal/waf/operatortest"
 )
 
 func TestRequiredLiterals(t *testing.T) {
@@ -55,7 +57,7 @@ func TestPrefilterCaseFolding(t *testing.T) {
 			t.Fatalf("Go's regexp does not match %q against %s", tc.subject, tc.pattern)
 		}
 		op := newOp(t, tc.pattern)
-		if !op.Evaluate(&captured{}, tc.subject) {
+		if !op.Evaluate(&operatortest.Tx{}, tc.subject) {
 			t.Errorf("@rx %s does not match %q", tc.pattern, tc.subject)
 		}
 	}

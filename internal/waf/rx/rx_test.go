@@ -12,6 +12,8 @@ import (
 	coreruleset "github.com/corazawaf/coraza-coreruleset/v4"
 	"github.com/corazawaf/coraza/v3/experimental/plugins/plugintypes"
 	"rsc.io/binaryregexp"
+
+	"github.com/vilaca/portal/internal/waf/operatortest"
 )
 
 // crsPatterns are the arguments of every @rx of the embedded Core Rule Set.
@@ -34,21 +36,6 @@ var crsPatterns = sync.OnceValues(func() ([]string, error) {
 	slices.Sort(out)
 	return slices.Compact(out), nil
 })
-
-// captured is the part of a transaction @rx uses: pure unit tests only.
-type captured struct {
-	plugintypes.TransactionState
-	capturing bool
-	fields    map[int]string
-}
-
-func (c *captured) Capturing() bool { return c.capturing }
-func (c *captured) CaptureField(i int, v string) {
-	if c.fields == nil {
-		c.fields = map[int]string{}
-	}
-	c.fields[i] = v
-}
 
 // want is what Coraza v3.8.1's rx, on Go's regexp (or binaryregexp for a
 // pattern of arbitrary bytes), reports for pattern and
@@ -80,16 +67,16 @@ func compare(t *testing.T, pattern string, op plugintypes.Operator, subject stri
 	} else {
 		ok, fields = want(regexp.MustCompile("(?sm)"+pattern), subject)
 	}
-	plain := &captured{}
+	plain := &operatortest.Tx{}
 	if got := op.Evaluate(plain, subject); got != ok {
 		t.Fatalf("@rx %q on %q: RE2 says %v, Go's regexp %v", pattern, subject, got, ok)
 	}
-	capt := &captured{capturing: true}
+	capt := &operatortest.Tx{Capture: true}
 	if got := op.Evaluate(capt, subject); got != ok {
 		t.Fatalf("@rx %q on %q, capturing: RE2 says %v, Go's regexp %v", pattern, subject, got, ok)
 	}
-	if ok && !equalFields(capt.fields, fields) {
-		t.Fatalf("@rx %q on %q: RE2 captures %v, Go's regexp %v", pattern, subject, capt.fields, fields)
+	if ok && !equalFields(capt.Fields, fields) {
+		t.Fatalf("@rx %q on %q: RE2 captures %v, Go's regexp %v", pattern, subject, capt.Fields, fields)
 	}
 }
 
