@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -70,11 +71,50 @@ func processRequest(tx types.Transaction, r *http.Request) (*types.Interruption,
 		if err != nil {
 			return nil, fmt.Errorf("request body: %w", err)
 		}
-		// Beyond the limit (ProcessPartial) the rest streams uninspected.
-		r.Body = readCloser{Reader: io.MultiReader(buffered, r.Body), Closer: r.Body}
+		rest, whole := remainder(r.Body)
+		if whole {
+			// The whole body is in the transaction's buffer, so the
+			// upstream transport can send it again: it retries a request
+			// on a new connection when a kept-alive one turns out broken
+			// before a byte was written, but only if it can replay the
+			// body. Without this a POST got 502 there, where a GET is
+			// retried.
+			r.Body = readCloser{Reader: buffered, Closer: r.Body}
+			r.GetBody = func() (io.ReadCloser, error) {
+				again, err := tx.RequestBodyReader()
+				if err != nil {
+					return nil, err
+				}
+				return io.NopCloser(again), nil
+			}
+		} else {
+			// Beyond the limit (ProcessPartial) the rest streams
+			// uninspected.
+			r.Body = readCloser{Reader: io.MultiReader(buffered, rest), Closer: r.Body}
+		}
 	}
 	return tx.ProcessRequestBody()
 }
+
+// remainder reports whether body is exhausted, and otherwise returns a
+// reader of what is left: the byte read to find out, then the rest of body
+// (or the read's error).
+func remainder(body io.Reader) (io.Reader, bool) {
+	var b [1]byte
+	n, err := io.ReadAtLeast(body, b[:], 1)
+	switch {
+	case n == 1:
+		return io.MultiReader(bytes.NewReader(b[:]), body), false
+	case err == io.EOF:
+		return nil, true
+	default:
+		return errReader{err}, false
+	}
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 func hostOnly(hostport string) string {
 	host, _ := splitHostPort(hostport)
