@@ -17,6 +17,10 @@ import (
 // match and far below what would hurt.
 const maxRegexInsts = 2000
 
+// maxPathLength is the schema's bound on a rule path (MaxLength in
+// api/gateway/v1alpha1), checked again here like its pattern.
+const maxPathLength = 1024
+
 // Problem is why an APIRule cannot be applied: a reason for the Ready
 // condition (gatewayv1alpha1.Reason*) and a message that says what to fix.
 type Problem struct {
@@ -101,18 +105,27 @@ func validateServices(api *gatewayv1alpha1.APIRule) *Problem {
 // CheckRegex compiles an RE2 expression as Envoy would take it and refuses
 // one whose program is larger than the bound.
 func CheckRegex(expr string) error {
-	re, err := syntax.Parse(expr, syntax.Perl)
+	n, err := regexInsts(expr)
 	if err != nil {
-		return fmt.Errorf("not a valid RE2 expression: %w", err)
+		return err
 	}
-	prog, err := syntax.Compile(re.Simplify())
-	if err != nil {
-		return fmt.Errorf("not a valid RE2 expression: %w", err)
-	}
-	if n := len(prog.Inst); n > maxRegexInsts {
+	if n > maxRegexInsts {
 		return fmt.Errorf("too complex (%d instructions compiled, at most %d): simplify it or use exact or prefix", n, maxRegexInsts)
 	}
 	return nil
+}
+
+// regexInsts is the size of expr's compiled program.
+func regexInsts(expr string) (int, error) {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return 0, fmt.Errorf("not a valid RE2 expression: %w", err)
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0, fmt.Errorf("not a valid RE2 expression: %w", err)
+	}
+	return len(prog.Inst), nil
 }
 
 // segments splits a rule path; `/*` is `/{**}`.
@@ -129,6 +142,9 @@ func segments(path string) []string {
 var pathSyntax = regexp.MustCompile(`^((/([A-Za-z0-9-._~!$&'()+,;=:@]|%[0-9a-fA-F]{2})*)|(/\{\*{1,2}\}))+$|^/\*$`)
 
 func validatePath(path string) *Problem {
+	if len(path) > maxPathLength {
+		return invalid("longer than %d characters", maxPathLength)
+	}
 	if !pathSyntax.MatchString(path) {
 		return invalid("a path is /-separated segments of letters, digits, -._~!$&'()+,;=:@ and %%XX escapes, {*} or {**}, or /*")
 	}
@@ -140,6 +156,12 @@ func validatePath(path string) *Problem {
 		case s != "{*}" && s != "{**}" && strings.ContainsAny(s, "{}*"):
 			return invalid("a segment is either {*}, {**} or has none of the characters { } *")
 		}
+	}
+	// The route matches the path with a regular expression, held to the
+	// bound of users' own: within maxPathLength only paths of hundreds of
+	// {*} segments cross it.
+	if n, err := regexInsts(PathRegex(path)); err != nil || n > maxRegexInsts {
+		return invalid("its route's regular expression takes %d instructions, more than %d: use fewer {*} segments", n, maxRegexInsts)
 	}
 	return nil
 }

@@ -59,6 +59,9 @@ func TestValidateSpec(t *testing.T) {
 		{"exact header before a stricter rule", apiWith(header(rule("/orders"), gatewayv1alpha1.StringMatch{Exact: ptr.To("mobile")}), jwtRule("/orders")), "", ""},
 		{"bad header regex", apiWith(header(rule("/a"), gatewayv1alpha1.StringMatch{Regex: ptr.To("(")})), gatewayv1alpha1.ReasonInvalid, "not a valid RE2"},
 		{"huge header regex", apiWith(header(rule("/a"), gatewayv1alpha1.StringMatch{Regex: ptr.To("((a{100}){100}){100}")})), gatewayv1alpha1.ReasonInvalid, ""},
+		{"path past the schema's length", apiWith(rule("/" + strings.Repeat("t", 1024))), gatewayv1alpha1.ReasonInvalid, "longer than 1024"},
+		{"path of 256 wildcard segments", apiWith(rule(strings.Repeat("/{*}", 256))), gatewayv1alpha1.ReasonInvalid, "use fewer {*} segments"},
+		{"path of 1,024 characters", apiWith(rule("/" + strings.Repeat("t", 1023))), "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := ValidateSpec(tc.api)
