@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vilaca/portal/internal/waf/rx"
 )
 
 // Metrics are the waf-proxy's Prometheus metrics, documented in
@@ -60,7 +62,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.ReloadFailures.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.Blocks, m.Revision, m.Reloads, m.ReloadFailures)
+		reg.MustRegister(m.Requests, m.Blocks, m.Revision, m.Reloads, m.ReloadFailures,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "portal_waf_re2_dfa_fallbacks_total",
+				Help: "@rx searches whose RE2 DFA cache filled and that went on in RE2's NFA (same answer, slower); RE2's own log lines about them are rate-limited to one a minute.",
+			}, func() float64 { return float64(rx.DFAFallbacks()) }))
 	}
 	return m
 }

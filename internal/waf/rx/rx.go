@@ -109,6 +109,7 @@ func New(options plugintypes.OperatorOptions) (plugintypes.Operator, error) {
 // refused with the same message, and RE2 never sees syntax Go does not
 // accept (Perl's \C, for one).
 func compile(expr string) (*re2.Regexp, error) {
+	hookRE2Log()
 	if _, err := syntax.Parse(expr, syntax.Perl); err != nil {
 		return nil, err
 	}
