@@ -308,7 +308,8 @@ func (s *Set) sparseStep(st, c uint32) uint32 {
 	return s.dense[st+c]
 }
 
-// Bytes is the memory the automaton holds, for tests and bounds.
+// Bytes is the memory the automaton holds, for tests and bounds: its
+// tables and the byte-indexed class and start arrays.
 func (s *Set) Bytes() int {
-	return 4*(len(s.dense)+len(s.first)+len(s.fail)) + 8*len(s.edges) + 256
+	return 4*(len(s.dense)+len(s.first)+len(s.fail)) + 8*len(s.edges) + len(s.class) + len(s.start) + len(s.starts)
 }
