@@ -98,6 +98,7 @@ type Proxy struct {
 
 	initOnce sync.Once
 	rp       *httputil.ReverseProxy
+	bufs     buffers
 	log      *slog.Logger
 
 	loadMu sync.Mutex // serializes Load and Close
@@ -157,6 +158,7 @@ func (p *Proxy) init() {
 			ModifyResponse: p.inspectResponse,
 			ErrorHandler:   p.proxyError,
 			ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+			BufferPool:     &p.bufs,
 		}
 	})
 }
@@ -293,7 +295,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(sw, r)
 		return
 	}
-	it, err := processRequest(tx, r)
+	it, err := processRequest(tx, r, &p.bufs)
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 		writeText(sw, http.StatusRequestEntityTooLarge, "The request body is too large.\n")
 		return

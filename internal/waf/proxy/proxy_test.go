@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -154,6 +155,55 @@ SecRule RESPONSE_STATUS "@streq 200" "chain,id:100021,phase:3,deny,status:451,lo
 	}
 	if got := counter(t, h.metrics.Blocks.WithLabelValues("100020")); got != 1 {
 		t.Errorf("blocks{rule_id=100020} = %v, want 1", got)
+	}
+}
+
+// TestResponseBodyPastLimit reads response bodies through the proxy's
+// 32 KiB copy buffer: what is within SecResponseBodyLimit is inspected,
+// under ProcessPartial the rest reaches the client uninspected and byte for
+// byte, under Reject the response is refused.
+func TestResponseBodyPastLimit(t *testing.T) {
+	const limit = 50000 // more than one copy buffer, less than two
+	rules := `SecRuleEngine On
+SecResponseBodyAccess On
+SecResponseBodyMimeType text/plain
+SecResponseBodyLimit 50000
+SecRule RESPONSE_BODY "@contains secret-leak" "id:100030,phase:4,deny,status:502,log,msg:'leak'"
+`
+	h := newHarness(t, nil)
+	h.load(t, rules+"SecResponseBodyLimitAction ProcessPartial\n")
+	var reply atomic.Pointer[string]
+	answer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, *reply.Load())
+	})
+	h.upstream.override.Store(&answer)
+	get := func(body string) (int, string) {
+		reply.Store(&body)
+		return h.do(t, "GET", "/", "")
+	}
+
+	past := strings.Repeat("x", 3*limit) + "secret-leak" + strings.Repeat("y", 1000)
+	if code, got := get(past); code != 200 || got != past {
+		t.Fatalf("leak past the limit: %d, %d bytes of %d back unchanged: %v", code, len(got), len(past), got == past)
+	}
+	// The limit falls inside the word: its first half is inspected, the
+	// whole of it reaches the client.
+	straddle := strings.Repeat("x", limit-6) + "secret-leak" + strings.Repeat("y", 40000)
+	if code, got := get(straddle); code != 200 || got != straddle {
+		t.Fatalf("leak across the limit: %d, %d bytes of %d back unchanged: %v", code, len(got), len(straddle), got == straddle)
+	}
+	within := strings.Repeat("x", 40000) + "secret-leak" + strings.Repeat("y", 3*limit)
+	if code, got := get(within); code != 502 || strings.Contains(got, "secret-leak") {
+		t.Fatalf("leak within the limit, in the second copy buffer: %d, want 502 without the leak", code)
+	}
+
+	h.load(t, rules+"SecResponseBodyLimitAction Reject\n")
+	if code, _ := get(strings.Repeat("z", 2*limit)); code != http.StatusInternalServerError {
+		t.Fatalf("Reject past the limit: %d, want 500", code)
+	}
+	if code, got := get(strings.Repeat("z", limit-1)); code != 200 || len(got) != limit-1 {
+		t.Fatalf("Reject under the limit: %d, %d bytes", code, len(got))
 	}
 }
 

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -27,7 +26,7 @@ type txKey struct{}
 // processRequest runs the request phases (1 and 2). It reads the body
 // into the transaction only when the rules ask for it, up to the body
 // limit, and leaves r.Body holding the same bytes for the upstream.
-func processRequest(tx types.Transaction, r *http.Request) (*types.Interruption, error) {
+func processRequest(tx types.Transaction, r *http.Request, bufs *buffers) (*types.Interruption, error) {
 	client, cport := splitHostPort(r.RemoteAddr)
 	server, sport := localAddr(r)
 	tx.ProcessConnection(client, cport, server, sport)
@@ -60,7 +59,7 @@ func processRequest(tx types.Transaction, r *http.Request) (*types.Interruption,
 		return it, nil
 	}
 	if tx.IsRequestBodyAccessible() && r.Body != nil && r.Body != http.NoBody {
-		it, _, err := tx.ReadRequestBodyFrom(r.Body)
+		it, rest, err := bufs.feed(tx.WriteRequestBody, r.Body)
 		if err != nil {
 			return nil, fmt.Errorf("request body: %w", err)
 		}
@@ -71,8 +70,7 @@ func processRequest(tx types.Transaction, r *http.Request) (*types.Interruption,
 		if err != nil {
 			return nil, fmt.Errorf("request body: %w", err)
 		}
-		rest, whole := remainder(r.Body)
-		if whole {
+		if rest == nil {
 			// The whole body is in the transaction's buffer, so the
 			// upstream transport can send it again: it retries a request
 			// on a new connection when a kept-alive one turns out broken
@@ -95,26 +93,6 @@ func processRequest(tx types.Transaction, r *http.Request) (*types.Interruption,
 	}
 	return tx.ProcessRequestBody()
 }
-
-// remainder reports whether body is exhausted, and otherwise returns a
-// reader of what is left: the byte read to find out, then the rest of body
-// (or the read's error).
-func remainder(body io.Reader) (io.Reader, bool) {
-	var b [1]byte
-	n, err := io.ReadAtLeast(body, b[:], 1)
-	switch {
-	case n == 1:
-		return io.MultiReader(bytes.NewReader(b[:]), body), false
-	case err == io.EOF:
-		return nil, true
-	default:
-		return errReader{err}, false
-	}
-}
-
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 func hostOnly(hostport string) string {
 	host, _ := splitHostPort(hostport)
@@ -155,7 +133,7 @@ func (p *Proxy) inspectResponse(resp *http.Response) error {
 		return &interruptedError{it: it, txID: tx.ID()}
 	}
 	if tx.IsResponseBodyAccessible() && tx.IsResponseBodyProcessable() {
-		it, _, err := tx.ReadResponseBodyFrom(resp.Body)
+		it, rest, err := p.bufs.feed(tx.WriteResponseBody, resp.Body)
 		if err != nil {
 			return fmt.Errorf("read upstream response body: %w", err)
 		}
@@ -166,7 +144,10 @@ func (p *Proxy) inspectResponse(resp *http.Response) error {
 		if err != nil {
 			return fmt.Errorf("upstream response body: %w", err)
 		}
-		resp.Body = readCloser{Reader: io.MultiReader(buffered, resp.Body), Closer: resp.Body}
+		if rest == nil {
+			rest = http.NoBody
+		}
+		resp.Body = readCloser{Reader: io.MultiReader(buffered, rest), Closer: resp.Body}
 	}
 	// Phase 4 runs even without a body to inspect (outbound anomaly scoring).
 	it, err := tx.ProcessResponseBody()
