@@ -24,6 +24,7 @@ import (
 	// @pm, @pmFromFile and @pmf on a faster automaton (registered by its
 	// init).
 	_ "github.com/vilaca/portal/internal/waf/pm"
+	_ "github.com/vilaca/portal/internal/waf/transform"
 	// @rx on RE2 (registered by its init): the data plane's regexes run in
 	// linear time, each within rx.MaxMemory.
 	_ "github.com/vilaca/portal/internal/waf/rx"
