@@ -38,8 +38,9 @@ type prefilter struct {
 	// plain are longer literals without letters: strings.Contains, which
 	// the runtime vectorises.
 	plain []string
-	// words are longer literals with letters, found by one pass of an
-	// ASCII case-folding Aho-Corasick automaton; nil if there are none.
+	// words are longer literals with letters, and plain literals when
+	// there are more than maxPlain, found by one pass of an ASCII
+	// case-folding Aho-Corasick automaton; nil if there are none.
 	words *wordset.Set
 	// hasSingle is whether single holds anything.
 	hasSingle bool
@@ -93,7 +94,12 @@ func newPrefilter(expr string) *prefilter {
 			words = append(words, l)
 		}
 	}
-	if totalLen(words) > maxWordBytes || len(p.plain) > maxPlain {
+	if len(p.plain) > maxPlain {
+		// Past a few, one pass of the automaton beats a strings.Contains
+		// each ("(?:^|[/;\\])\.{2,3}[/;\\]" requires one of 24).
+		words, p.plain = append(words, p.plain...), nil
+	}
+	if totalLen(words) > maxWordBytes {
 		return nil
 	}
 	if len(words) > 0 {

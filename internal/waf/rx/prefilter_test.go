@@ -136,8 +136,8 @@ func FuzzPrefilter(f *testing.F) {
 
 // TestPrefilterBounds: a rule author's pattern of many long alternatives
 // gets no filter (RE2 alone runs it), not an automaton of megabytes that
-// RE2's memory bound does not see; nor does one of many punctuation
-// literals, each a strings.Contains on every evaluation.
+// RE2's memory bound does not see. Many punctuation literals go to the
+// automaton rather than a strings.Contains each.
 func TestPrefilterBounds(t *testing.T) {
 	var words, plain []string
 	// Words without shared prefixes, which the parser would factor out.
@@ -150,16 +150,26 @@ func TestPrefilterBounds(t *testing.T) {
 		}
 		words = append(words, string(w))
 	}
-	for i := range maxPlain + 1 {
-		plain = append(plain, strings.Repeat("!", i+2))
+	if p := newPrefilter("(?sm)(?:" + strings.Join(words, "|") + ")"); p != nil {
+		t.Errorf("a filter of %d words was built", len(words))
 	}
-	for name, alts := range map[string][]string{"words": words, "punctuation": plain} {
-		expr := "(?sm)(?:" + strings.Join(alts, "|") + ")"
-		if p := newPrefilter(expr); p != nil {
-			t.Errorf("%s: a filter of %d literals was built", name, len(alts))
-		}
-		if p := newPrefilter("(?sm)(?:" + strings.Join(alts[:3], "|") + ")"); p == nil {
-			t.Errorf("%s: no filter for three literals", name)
-		}
+	if p := newPrefilter("(?sm)(?:" + strings.Join(words[:3], "|") + ")"); p == nil {
+		t.Errorf("no filter for three words")
+	}
+	for i := range maxPlain + 1 {
+		plain = append(plain, strings.Repeat("!", i+1)+"#")
+	}
+	p := newPrefilter("(?sm)(?:" + strings.Join(plain, "|") + ")")
+	switch {
+	case p == nil:
+		t.Fatalf("no filter for %d punctuation literals", len(plain))
+	case len(p.plain) > maxPlain:
+		t.Errorf("%d punctuation literals, each a strings.Contains", len(p.plain))
+	case !p.mayMatch("x!!!#y") || p.mayMatch("x!!!y#"):
+		t.Errorf("the automaton of punctuation literals answers wrong")
+	}
+	// The CRS's path traversal check requires ".." and one of 24 strings.
+	if p := newPrefilter(`(?sm)(?:^|[/;\x5c])\.{2,3}[/;\x5c]`); p == nil || p.mayMatch("app.example.com") || !p.mayMatch("a/../b") {
+		t.Errorf("the path traversal pattern is not filtered")
 	}
 }
