@@ -54,7 +54,10 @@ var layers = []layer{
 		rule.NewMetrics(r)
 		rule.NewBudgetStatus(nil, nil, rule.BudgetOptions{Registerer: r})
 	}},
-	{"Admission", "admission", func(r prometheus.Registerer) { admission.NewMetrics(r) }},
+	{"Admission", "admission", func(r prometheus.Registerer) {
+		admission.NewMetrics(r)
+		r.MustRegister(admission.NewClientCAMetrics().Collectors()...)
+	}},
 	{"Certificates", "certificates", func(r prometheus.Registerer) { certs.NewMetrics(r) }},
 	{"Cluster cache", "cluster-cache", func(r prometheus.Registerer) { clustercache.NewMetrics(r) }},
 	{"Cross-resource lookups", "cross-resource-lookups", func(r prometheus.Registerer) { lookup.NewMetrics(r, lookup.NewDepIndex(1)) }},

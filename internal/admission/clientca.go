@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ClientCARecheck is how often, at most, a handshake re-reads the client CA
@@ -20,16 +23,55 @@ const ClientCARecheck = 2 * time.Second
 
 var errNoPEM = errors.New("admission: the client CA holds no PEM certificate")
 
+// Results are the values of the result label of
+// portal_admission_client_ca_reloads_total.
+const (
+	ClientCAReloaded = "reloaded" // the file changed and its CA is in force
+	ClientCAFailed   = "failed"   // unreadable, or changed to no usable CA: the last good one stays
+)
+
+// ClientCAMetrics are the metrics of the webhook's client CA file,
+// documented in docs/reference/metrics.md: a rotation that did not take
+// effect, and a CA about to expire, would otherwise show only as the API
+// server's calls failing.
+type ClientCAMetrics struct {
+	Reloads *prometheus.CounterVec
+	Expiry  prometheus.Gauge
+}
+
+// NewClientCAMetrics creates the metrics; Collectors lists them for
+// registration.
+func NewClientCAMetrics() *ClientCAMetrics {
+	m := &ClientCAMetrics{
+		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portal_admission_client_ca_reloads_total",
+			Help: "Changes of the webhook client CA file seen by Portal, by result (reloaded; failed: unreadable or no usable certificate, the last good CA stays in force).",
+		}, []string{"result"}),
+		Expiry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "portal_admission_client_ca_expiry_timestamp_seconds",
+			Help: "When the first certificate of the webhook client CA in force expires, in seconds since the epoch.",
+		}),
+	}
+	m.Reloads.WithLabelValues(ClientCAReloaded)
+	m.Reloads.WithLabelValues(ClientCAFailed)
+	return m
+}
+
+// Collectors are the metrics to register.
+func (m *ClientCAMetrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Reloads, m.Expiry}
+}
+
 // ClientAuthFile is ClientAuth with the CA read from path and re-read when
 // its content changes (a mounted ConfigMap or Secret updated in place), so
 // a rotated CA needs no restart. A file that cannot be read or holds no
 // certificate at start is an error; later, the last good CA stays in force
-// and the problem is logged.
-func ClientAuthFile(path string, allowedNames []string, log *slog.Logger) (func(*tls.Config), error) {
+// and the problem is logged and counted in m (which may be nil).
+func ClientAuthFile(path string, allowedNames []string, log *slog.Logger, m *ClientCAMetrics) (func(*tls.Config), error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	ca := &fileCA{path: path, log: log.With("file", path)}
+	ca := &fileCA{path: path, log: log.With("file", path), metrics: m}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -39,6 +81,7 @@ func ClientAuthFile(path string, allowedNames []string, log *slog.Logger) (func(
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	ca.pool.Store(pool)
+	ca.expiry(data)
 	ca.last = data
 	ca.next = time.Now().Add(ClientCARecheck)
 	static := clientAuth(pool, allowedNames)
@@ -69,9 +112,10 @@ type poolConfig struct {
 
 // fileCA is a client CA pool read from a file.
 type fileCA struct {
-	path string
-	log  *slog.Logger
-	pool atomic.Pointer[x509.CertPool]
+	path    string
+	log     *slog.Logger
+	metrics *ClientCAMetrics
+	pool    atomic.Pointer[x509.CertPool]
 
 	mu      sync.Mutex // held by the one handshake re-reading the file
 	next    time.Time  // when the file may be read again
@@ -99,6 +143,7 @@ func (f *fileCA) reload() {
 		if err.Error() != f.lastErr {
 			f.lastErr = err.Error()
 			f.log.Error("cannot re-read the webhook client CA; the last good one stays in force", "error", err)
+			f.count(ClientCAFailed)
 		}
 		return
 	}
@@ -110,10 +155,43 @@ func (f *fileCA) reload() {
 	pool, err := parseCA(data)
 	if err != nil {
 		f.log.Error("the webhook client CA file changed to something unusable; the last good one stays in force", "error", err)
+		f.count(ClientCAFailed)
 		return
 	}
 	f.pool.Store(pool)
+	f.expiry(data)
+	f.count(ClientCAReloaded)
 	f.log.Info("webhook client CA reloaded")
+}
+
+func (f *fileCA) count(result string) {
+	if f.metrics != nil {
+		f.metrics.Reloads.WithLabelValues(result).Inc()
+	}
+}
+
+// expiry sets the expiry gauge from data, a CA parseCA accepted: the
+// earliest NotAfter of its certificates.
+func (f *fileCA) expiry(data []byte) {
+	if f.metrics == nil {
+		return
+	}
+	var first time.Time
+	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			continue
+		}
+		if first.IsZero() || cert.NotAfter.Before(first) {
+			first = cert.NotAfter
+		}
+	}
+	if !first.IsZero() {
+		f.metrics.Expiry.Set(float64(first.Unix()))
+	}
 }
 
 func parseCA(data []byte) (*x509.CertPool, error) {

@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,7 +45,8 @@ func TestWebhookClientCAReloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca2, err := newTestCA("client-ca-2")
+	// A later expiry than ca1's, which the expiry gauge must follow.
+	ca2, err := newTestCAUntil("client-ca-2", time.Now().Add(48*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +64,8 @@ func TestWebhookClientCAReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &syncWriter{}
-	clientAuth, err := admission.ClientAuthFile(file, []string{apiServerClientName}, slog.New(slog.NewTextHandler(logs, nil)))
+	metrics := admission.NewClientCAMetrics()
+	clientAuth, err := admission.ClientAuthFile(file, []string{apiServerClientName}, slog.New(slog.NewTextHandler(logs, nil)), metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +103,11 @@ func TestWebhookClientCAReloads(t *testing.T) {
 	if accepted(cur) {
 		t.Fatal("a client of a CA not yet in the file is accepted")
 	}
+	expiry := func() time.Time { return time.Unix(int64(testutil.ToFloat64(metrics.Expiry)), 0) }
+	reloads := func(result string) float64 { return testutil.ToFloat64(metrics.Reloads.WithLabelValues(result)) }
+	if !expiry().Equal(ca1.cert.NotAfter.Truncate(time.Second)) {
+		t.Errorf("expiry gauge %v, want the first CA's %v", expiry(), ca1.cert.NotAfter)
+	}
 
 	replaceFile(t, file, ca2.pem)
 	eventually(t, "the client of the replaced CA refused", func() bool { return !accepted(old) })
@@ -107,6 +117,12 @@ func TestWebhookClientCAReloads(t *testing.T) {
 	// The allowed names still apply to the new CA's certificates.
 	if accepted(mallory) {
 		t.Fatal("a client of the new CA with a name not allowed is accepted")
+	}
+	if got := reloads(admission.ClientCAReloaded); got != 1 {
+		t.Errorf("reloads{result=reloaded} = %v after one rotation, want 1", got)
+	}
+	if !expiry().Equal(ca2.cert.NotAfter.Truncate(time.Second)) {
+		t.Errorf("expiry gauge %v after the rotation, want the new CA's %v", expiry(), ca2.cert.NotAfter)
 	}
 
 	// A broken file keeps the last good CA: nobody is locked out, nor let in.
@@ -121,5 +137,14 @@ func TestWebhookClientCAReloads(t *testing.T) {
 	}
 	if accepted(old) {
 		t.Fatal("after the file broke, a client of the replaced CA is accepted")
+	}
+	if got := reloads(admission.ClientCAFailed); got != 1 {
+		t.Errorf("reloads{result=failed} = %v after the file broke, want 1", got)
+	}
+	if got := reloads(admission.ClientCAReloaded); got != 1 {
+		t.Errorf("reloads{result=reloaded} = %v after the file broke, want still 1", got)
+	}
+	if !expiry().Equal(ca2.cert.NotAfter.Truncate(time.Second)) {
+		t.Errorf("expiry gauge %v after the file broke, want the CA in force's %v", expiry(), ca2.cert.NotAfter)
 	}
 }

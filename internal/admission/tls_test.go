@@ -85,6 +85,11 @@ type testCA struct {
 }
 
 func newTestCA(cn string) (*testCA, error) {
+	return newTestCAUntil(cn, time.Now().Add(24*time.Hour))
+}
+
+// newTestCAUntil is newTestCA valid until notAfter.
+func newTestCAUntil(cn string, notAfter time.Time) (*testCA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -94,7 +99,7 @@ func newTestCA(cn string) (*testCA, error) {
 		SerialNumber:          big.NewInt(now.UnixNano()),
 		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
+		NotAfter:              notAfter,
 		IsCA:                  true,
 		KeyUsage:              x509.KeyUsageCertSign,
 		BasicConstraintsValid: true,

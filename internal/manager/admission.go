@@ -59,6 +59,8 @@ type admissionLayer struct {
 	namespace string
 	certs     *certs.Controller
 	server    webhook.Server
+	// clientCA are the metrics of --webhook-client-ca-file, nil without it.
+	clientCA *admission.ClientCAMetrics
 }
 
 func (*admissionLayer) Name() string { return "admission" }
@@ -97,8 +99,10 @@ func newAdmission(cfg *Config) (*admissionLayer, error) {
 		return nil, fmt.Errorf("webhook certificates: %w", err)
 	}
 	tlsOpts := admission.TLSOptions(cc.GetCertificate)
+	var clientCA *admission.ClientCAMetrics
 	if a.ClientCAFile != "" {
-		clientAuth, err := admission.ClientAuthFile(a.ClientCAFile, a.ClientAllowedNames, cfg.Logger)
+		clientCA = admission.NewClientCAMetrics()
+		clientAuth, err := admission.ClientAuthFile(a.ClientCAFile, a.ClientAllowedNames, cfg.Logger, clientCA)
 		if err != nil {
 			return nil, fmt.Errorf("webhook client CA: %w", err)
 		}
@@ -109,7 +113,7 @@ func newAdmission(cfg *Config) (*admissionLayer, error) {
 		Port:    a.Port,
 		TLSOpts: tlsOpts,
 	})
-	return &admissionLayer{cfg: a, namespace: cfg.Namespace, certs: cc, server: server}, nil
+	return &admissionLayer{cfg: a, namespace: cfg.Namespace, certs: cc, server: server, clientCA: clientCA}, nil
 }
 
 // Setup registers the webhook, its readiness and the configuration manager,
@@ -118,6 +122,13 @@ func (l *admissionLayer) Setup(d Deps) error {
 	mgr := d.Manager
 	if err := l.certs.SetupWithManager(mgr); err != nil {
 		return err
+	}
+	if l.clientCA != nil && d.Registerer != nil {
+		for _, c := range l.clientCA.Collectors() {
+			if err := d.Registerer.Register(c); err != nil {
+				return fmt.Errorf("webhook client CA metrics: %w", err)
+			}
+		}
 	}
 	if err := mgr.AddReadyzCheck("webhook-certificate", l.certs.Check); err != nil {
 		return err
