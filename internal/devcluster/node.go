@@ -102,9 +102,33 @@ func checkNodePrerequisites(binDir string) error {
 	if _, err := os.Stat("/proc/sys/net/bridge/bridge-nf-call-iptables"); err != nil {
 		errs = append(errs, errors.New("the br_netfilter kernel module is not loaded (modprobe br_netfilter): Services between pods on the bridge need it"))
 	}
-	errs = append(errs, foreignRuntime(NodeRunDir()))
+	errs = append(errs, foreignRuntime(NodeRunDir()), diskHeadroom(os.TempDir()))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("devcluster: cannot run a node on this host: %w", err)
+	}
+	return nil
+}
+
+// nodeDiskHeadroom is the space the node needs above the kubelet's
+// eviction threshold (nodefs.available 1%, node_config.go): its images,
+// the pods' writable layers and logs.
+const nodeDiskHeadroom = 1 << 30
+
+// diskHeadroom refuses a disk the kubelet would soon call full: below 1%
+// free it reports DiskPressure and taints the node, and the scheduler then
+// leaves every pod Pending with only "untolerated taint(s)" to say why.
+func diskHeadroom(dir string) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return nil // the kubelet reports the disk itself
+	}
+	return checkHeadroom(dir, st.Bavail*uint64(st.Bsize), st.Blocks*uint64(st.Bsize))
+}
+
+func checkHeadroom(dir string, free, total uint64) error {
+	if need := total/100 + nodeDiskHeadroom; free < need {
+		return fmt.Errorf("the disk holding %s has %.1f GiB free (%.1f%%): the node's kubelet reports DiskPressure below 1%% and taints itself, so pods would not be scheduled; free at least %.1f GiB more",
+			dir, float64(free)/(1<<30), 100*float64(free)/float64(total), float64(need-free)/(1<<30))
 	}
 	return nil
 }

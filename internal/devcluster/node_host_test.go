@@ -36,3 +36,17 @@ func FuzzUnescapeMountPath(f *testing.F) {
 		}
 	})
 }
+
+// TestDiskHeadroom: a disk the kubelet is about to call full (under 1% plus
+// what the node needs) is refused up front, saying so, rather than leaving
+// every pod Pending behind a DiskPressure taint.
+func TestDiskHeadroom(t *testing.T) {
+	const gib = 1 << 30
+	err := checkHeadroom("/tmp", 2*gib+gib/2, 252*gib)
+	if err == nil || !strings.Contains(err.Error(), "DiskPressure") || !strings.Contains(err.Error(), "/tmp") {
+		t.Fatalf("2.5 GiB free of 252 GiB: %v, want a refusal naming the disk and DiskPressure", err)
+	}
+	if err := checkHeadroom("/tmp", 25*gib, 252*gib); err != nil {
+		t.Fatalf("25 GiB free of 252 GiB: %v", err)
+	}
+}

@@ -179,4 +179,17 @@ func (e *env) dump(t testing.TB) {
 	for _, ev := range evs.Items {
 		t.Logf("event %s %s: %s", ev.InvolvedObject.Name, ev.Reason, ev.Message)
 	}
+	// A pod the scheduler cannot place says only "untolerated taint(s)":
+	// the node's taints and conditions say which (DiskPressure when the
+	// machine's disk is nearly full).
+	nodes, _ := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	for _, n := range nodes.Items {
+		var conds []string
+		for _, c := range n.Status.Conditions {
+			if c.Status == corev1.ConditionTrue {
+				conds = append(conds, string(c.Type)+": "+c.Message)
+			}
+		}
+		t.Logf("node %s: taints %v; conditions true: %s", n.Name, n.Spec.Taints, strings.Join(conds, "; "))
+	}
 }
