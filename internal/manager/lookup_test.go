@@ -74,10 +74,11 @@ message: 'sees {{ len(cluster.poddisruptionbudgets.list(object.metadata.namespac
 func TestCrossResourceLookups(t *testing.T) {
 	ctx := context.Background()
 	cl := shared.Cluster(t)
-	c, err := client.New(cl.Config, client.Options{Scheme: mustScheme(t)})
+	direct, err := client.New(cl.Config, client.Options{Scheme: mustScheme(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cleaningClient{Client: direct, t: t}
 	dyn := dynamic.NewForConfigOrDie(cl.Config)
 	for _, ns := range []string{Defaults().Namespace, "lookup-pdb", "lookup-ing-a", "lookup-ing-b", "lookup-cycle", "lookup-burst", "tenant-a", "tenant-b"} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -161,6 +162,32 @@ func TestCrossResourceLookups(t *testing.T) {
 		}
 	})
 
+}
+
+// cleaningClient deletes every object it created, except namespaces, when
+// the test ends, so that the test runs again on the same API server (go
+// test -count=2): envtest has no namespace controller, so namespaces stay,
+// and what is left in them would change the next run's findings.
+type cleaningClient struct {
+	client.Client
+	t *testing.T
+}
+
+func (c cleaningClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if err := c.Client.Create(ctx, obj, opts...); err != nil {
+		return err
+	}
+	if _, ok := obj.(*corev1.Namespace); ok {
+		return nil
+	}
+	created := obj.DeepCopyObject().(client.Object)
+	c.t.Cleanup(func() {
+		err := c.Client.Delete(context.Background(), created, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		if client.IgnoreNotFound(err) != nil {
+			c.t.Errorf("delete %T %s: %v", created, client.ObjectKeyFromObject(created), err)
+		}
+	})
+	return nil
 }
 
 // lookupRulesDir writes the cookbook's cross-resource rules, the cycle rule
