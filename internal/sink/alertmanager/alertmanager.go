@@ -116,9 +116,19 @@ type Sink struct {
 	metrics *Metrics
 	tracker *track.Tracker
 
-	mu        sync.Mutex
-	active    map[string]alert
-	pending   map[string]*pending
+	mu      sync.Mutex
+	active  map[string]alert
+	pending map[string]*pending
+	// started holds the startsAt of the alerts Alertmanager had active
+	// when this sink started, sent by the replica that led before: each
+	// replica sees a finding first at its own moment, and Alertmanager
+	// takes the earlier startsAt of two, so without it an alert could
+	// start again at a new leader.
+	started map[string]time.Time
+	// carried are the alerts open in this sink's first full batch, those
+	// started applies to until they resolve: a finding that fires later
+	// is a new alert, whatever Alertmanager still remembers of an old one.
+	carried   map[string]bool
 	seq       uint64
 	resendDue bool
 	wake      chan struct{}
@@ -154,7 +164,7 @@ func New(o Options) (*Sink, error) {
 	}
 	return &Sink{
 		o: o, url: u.String(), log: o.Logger, metrics: NewMetrics(o.Registerer), tracker: track.New(),
-		active: map[string]alert{}, pending: map[string]*pending{}, wake: make(chan struct{}, 1),
+		active: map[string]alert{}, pending: map[string]*pending{}, started: map[string]time.Time{}, wake: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -185,6 +195,12 @@ func (s *Sink) Publish(_ context.Context, b core.FindingBatch) error {
 			delete(s.active, fp)
 			a.EndsAt = now
 			s.queueLocked(fp, a, true, d.Observed)
+		}
+	}
+	if b.Full && s.carried == nil {
+		s.carried = make(map[string]bool, len(s.active))
+		for fp := range s.active {
+			s.carried[fp] = true
 		}
 	}
 	s.metrics.Active.Set(float64(len(s.active)))
@@ -267,6 +283,7 @@ func fingerprint(labels map[string]string) string {
 // Run implements core.RunnableSink: it sends queued changes, re-sends open
 // alerts every ResendInterval and retries with backoff until ctx ends.
 func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
+	s.adoptStarts(ctx)
 	resend := time.NewTicker(s.o.ResendInterval)
 	defer resend.Stop()
 	retry := time.NewTimer(time.Hour)
@@ -359,9 +376,16 @@ type flushing struct {
 // everything).
 func (s *Sink) send(ctx context.Context, batch []*pending, f *flushing) error {
 	alerts := make([]alert, len(batch))
+	s.mu.Lock()
 	for i, p := range batch {
 		alerts[i] = p.alert
+		if fp := fingerprint(p.alert.Labels); s.carried[fp] {
+			if t, ok := s.started[fp]; ok {
+				alerts[i].StartsAt = t
+			}
+		}
 	}
+	s.mu.Unlock()
 	err := s.post(ctx, alerts)
 	var refused *refusedError
 	switch {
@@ -395,6 +419,11 @@ func (s *Sink) sent(batch []*pending, delivered func(time.Time)) {
 	s.mu.Lock()
 	for _, p := range batch {
 		fp := fingerprint(p.alert.Labels)
+		if p.resolved {
+			// The next time it fires is a new alert.
+			delete(s.started, fp)
+			delete(s.carried, fp)
+		}
 		if cur := s.pending[fp]; cur != nil && cur.seq == p.seq {
 			if cur.refused {
 				s.metrics.Refused.Dec()

@@ -107,6 +107,73 @@ func TestAlertShapeAndResolution(t *testing.T) {
 	}
 }
 
+// TestNewLeaderKeepsStartsAt: each replica sees a finding first at its own
+// moment. A new leader that saw it earlier than the one before must re-send
+// the alert as it started, not move its start (Alertmanager keeps the
+// earlier of two): the on-call would see it start again. Its own later
+// alerts keep their own start, and an alert that resolved starts anew.
+func TestNewLeaderKeepsStartsAt(t *testing.T) {
+	am := amtest.Start(t)
+	ctx := context.Background()
+	old, _ := start(t, alertmanager.Options{URL: am.URL(), ResendInterval: time.Minute})
+	sent := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := old.Publish(ctx, core.FindingBatch{Full: true, Objects: []core.ObjectFindings{object("leader", "p", true, sent)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitAlerts(t, am, "leader", []string{"no-root/p/app"})
+
+	leader, delivered := start(t, alertmanager.Options{URL: am.URL(), ResendInterval: time.Minute})
+	seen := sent.Add(-10 * time.Minute)
+	mine := time.Now().Add(-time.Minute).Truncate(time.Second)
+	if err := leader.Publish(ctx, core.FindingBatch{Full: true, Objects: []core.ObjectFindings{
+		object("leader", "p", true, seen), object("leader", "q", true, mine),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	startsAt := func(name string) time.Time {
+		t.Helper()
+		var at time.Time
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+			as, err := am.Alerts("leader")
+			if err != nil {
+				return false, err
+			}
+			for _, a := range as {
+				if a.Labels["name"] == name {
+					at = a.StartsAt
+					return delivered.Load() >= 1, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("alert for %s: %v", name, err)
+		}
+		return at
+	}
+	if got := startsAt("q"); !got.Equal(mine) {
+		t.Errorf("the new leader's own alert starts at %v, want %v", got, mine)
+	}
+	if got := startsAt("p"); !got.Equal(sent) {
+		t.Errorf("the alert the old leader sent starts at %v after the new leader re-sent it, want %v", got, sent)
+	}
+
+	// Resolved, then failing again: a new alert, with the new start
+	// (after the resolution's endsAt, or Alertmanager merges the two).
+	if err := leader.Publish(ctx, core.FindingBatch{Objects: []core.ObjectFindings{object("leader", "p", false, time.Now())}}); err != nil {
+		t.Fatal(err)
+	}
+	waitAlerts(t, am, "leader", []string{"no-root/q/app"})
+	again := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	if err := leader.Publish(ctx, core.FindingBatch{Objects: []core.ObjectFindings{object("leader", "p", true, again)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitAlerts(t, am, "leader", []string{"no-root/p/app", "no-root/q/app"})
+	if got := startsAt("p"); !got.Equal(again) {
+		t.Errorf("the alert that fired again starts at %v, want its new start %v", got, again)
+	}
+}
+
 // While Alertmanager is down the changes wait in a bounded buffer, the
 // overflow is counted, and once it is back every open alert is delivered,
 // the dropped ones included.

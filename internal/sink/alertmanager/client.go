@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,4 +114,44 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Sent, m.Failures, m.Dropped, m.Pending, m.Active, m.RefusedTotal, m.Refused)
 	}
 	return m
+}
+
+// maxActiveBytes bounds what adoptStarts reads of Alertmanager's answer.
+const maxActiveBytes = 64 << 20
+
+// adoptStarts reads the startsAt of the alerts Alertmanager has active
+// from Portal (those with a rule label), so that this sink, a new leader,
+// re-sends them as they started. Without an answer it goes on with its
+// own: the alerts Alertmanager has still keep the earlier startsAt.
+func (s *Sink) adoptStarts(ctx context.Context) {
+	q := url.Values{"filter": {`rule=~".+"`}, "silenced": {"true"}, "inhibited": {"true"}, "active": {"true"}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"?"+q.Encode(), nil)
+	if err != nil {
+		return
+	}
+	resp, err := s.o.HTTPClient.Do(req)
+	if err != nil {
+		s.log.Info("alertmanager: cannot read the active alerts; open alerts keep this replica's start times", "error", err)
+		return
+	}
+	defer resp.Body.Close()
+	var active []struct {
+		Labels   map[string]string `json:"labels"`
+		StartsAt time.Time         `json:"startsAt"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		s.log.Info("alertmanager: cannot read the active alerts; open alerts keep this replica's start times", "status", resp.StatusCode)
+		return
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxActiveBytes)).Decode(&active); err != nil {
+		s.log.Info("alertmanager: cannot read the active alerts; open alerts keep this replica's start times", "error", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range active {
+		if a.Labels["rule"] != "" && !a.StartsAt.IsZero() {
+			s.started[fingerprint(a.Labels)] = a.StartsAt
+		}
+	}
 }
