@@ -124,8 +124,14 @@ const maxActiveBytes = 64 << 20
 // re-sends them as they started. Without an answer it goes on with its
 // own: the alerts Alertmanager has still keep the earlier startsAt.
 func (s *Sink) adoptStarts(ctx context.Context) {
-	q := url.Values{"filter": {`rule=~".+"`}, "silenced": {"true"}, "inhibited": {"true"}, "active": {"true"}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"?"+q.Encode(), nil)
+	u, err := url.Parse(s.url)
+	if err != nil {
+		return
+	}
+	q := u.Query()
+	q.Set("filter", `rule=~".+"`)
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return
 	}
