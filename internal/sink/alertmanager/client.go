@@ -157,7 +157,10 @@ func (s *Sink) adoptStarts(ctx context.Context) {
 	defer s.mu.Unlock()
 	for _, a := range active {
 		if a.Labels["rule"] != "" && !a.StartsAt.IsZero() {
-			s.started[fingerprint(a.Labels)] = a.StartsAt
+			// Alertmanager's API answers in milliseconds and keeps the
+			// nanoseconds it was sent; the end of that millisecond is not
+			// before them, so re-sending it leaves the alert's start as is.
+			s.started[fingerprint(a.Labels)] = a.StartsAt.Truncate(time.Millisecond).Add(time.Millisecond - time.Nanosecond)
 		}
 	}
 }
