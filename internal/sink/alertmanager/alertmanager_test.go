@@ -161,24 +161,7 @@ func TestNewLeaderKeepsStartsAt(t *testing.T) {
 	if got := startsAt("p"); !got.Equal(sent.Truncate(time.Millisecond)) {
 		t.Errorf("the alert the old leader sent starts at %v after the new leader re-sent it, want %v", got, sent)
 	}
-	var notified time.Time
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		for _, n := range recv.Notifications() {
-			names := map[string]time.Time{}
-			for _, a := range n.Alerts {
-				names[a.Labels["name"]] = a.StartsAt
-			}
-			if _, ok := names["q"]; ok {
-				notified = names["p"]
-				return !notified.IsZero(), nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no notification with both alerts: %v", err)
-	}
-	if !notified.Equal(sent) {
+	if notified := notifiedStart(t, recv, "p", "q"); !notified.Equal(sent) {
 		t.Errorf("notified with startsAt %v after the new leader re-sent it, want %v", notified, sent)
 	}
 
@@ -196,6 +179,30 @@ func TestNewLeaderKeepsStartsAt(t *testing.T) {
 	if got := startsAt("p"); !got.Equal(again) {
 		t.Errorf("the alert that fired again starts at %v, want its new start %v", got, again)
 	}
+}
+
+// notifiedStart returns the startsAt of the alert on name in the first
+// notification that also holds the alert on with.
+func notifiedStart(t *testing.T, recv *amtest.Receiver, name, with string) time.Time {
+	t.Helper()
+	var at time.Time
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for _, n := range recv.Notifications() {
+			starts := map[string]time.Time{}
+			for _, a := range n.Alerts {
+				starts[a.Labels["name"]] = a.StartsAt
+			}
+			if _, ok := starts[with]; ok {
+				at = starts[name]
+				return !at.IsZero(), nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no notification with the alerts on %s and %s: %v", name, with, err)
+	}
+	return at
 }
 
 // While Alertmanager is down the changes wait in a bounded buffer, the
