@@ -1,13 +1,12 @@
 package rx
 
 import (
-	"encoding/binary"
 	"regexp/syntax"
 	"slices"
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 
+	"github.com/vilaca/portal/internal/waf/ascii"
 	"github.com/vilaca/portal/internal/waf/wordset"
 )
 
@@ -113,7 +112,7 @@ func isASCIILetter(r rune) bool { return 'a' <= r && r <= 'z' || 'A' <= r && r <
 // mayMatch reports whether s can match the pattern the filter was built
 // from. A nil filter lets everything through.
 func (p *prefilter) mayMatch(s string) bool {
-	if p == nil || !isASCII(s) && foldsToASCII(s) {
+	if p == nil || !ascii.Is(s) && foldsToASCII(s) {
 		return true
 	}
 	if p.hasSingle {
@@ -136,22 +135,6 @@ func (p *prefilter) mayMatch(s string) bool {
 // Go's Unicode tables.
 func foldsToASCII(s string) bool {
 	return strings.Contains(s, "\u017f") || strings.Contains(s, "\u212a")
-}
-
-// isASCII reads eight bytes at a time: it runs once per rule and argument.
-func isASCII(s string) bool {
-	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		if binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))&0x8080808080808080 != 0 {
-			return false
-		}
-	}
-	for ; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // required returns literals one of which every match of re contains,

@@ -19,6 +19,8 @@ import (
 
 	"github.com/corazawaf/coraza/v3/experimental/plugins"
 	"github.com/corazawaf/coraza/v3/experimental/plugins/plugintypes"
+
+	"github.com/vilaca/portal/internal/waf/ascii"
 )
 
 // corazaTransformation is Coraza's registry lookup. It is read before
@@ -33,7 +35,7 @@ func corazaTransformation(name string) (plugintypes.Transformation, error)
 var fastPaths = map[string]func(string) bool{
 	"urlDecode":          noByte2('%', '+'),
 	"urlDecodeUni":       noByte2('%', '+'),
-	"utf8toUnicode":      isASCII,
+	"utf8toUnicode":      ascii.Is,
 	"htmlEntityDecode":   noByte('&'),
 	"replaceComments":    func(s string) bool { return !strings.Contains(s, "/*") },
 	"compressWhitespace": compressed,
@@ -60,7 +62,7 @@ func init() {
 	orig := original("removeWhitespace")
 	originals["removeWhitespace"] = orig
 	plugins.RegisterTransformation("removeWhitespace", func(s string) (string, bool, error) {
-		if isASCII(s) {
+		if ascii.Is(s) {
 			return removeASCIISpace(s)
 		}
 		return orig(s)
@@ -83,31 +85,13 @@ func noByte2(a, b byte) func(string) bool {
 	return func(s string) bool { return strings.IndexByte(s, a) < 0 && strings.IndexByte(s, b) < 0 }
 }
 
-// isASCII reads eight bytes at a time.
-func isASCII(s string) bool {
-	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		if w&0x8080808080808080 != 0 {
-			return false
-		}
-	}
-	for ; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
 // asciiSpace is unicode.IsSpace on ASCII.
 var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
 
 // compressed reports an ASCII input without a run of two spaces and
 // without a space other than ' ', which compressWhitespace leaves as it is.
 func compressed(s string) bool {
-	if !isASCII(s) {
+	if !ascii.Is(s) {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
