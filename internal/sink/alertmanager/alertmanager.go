@@ -283,7 +283,9 @@ func fingerprint(labels map[string]string) string {
 // Run implements core.RunnableSink: it sends queued changes, re-sends open
 // alerts every ResendInterval and retries with backoff until ctx ends.
 func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
-	s.adoptStarts(ctx)
+	if err := s.adoptStarts(ctx); err != nil {
+		s.log.Info("alertmanager: cannot read the active alerts; open alerts keep this replica's start times", "error", err)
+	}
 	resend := time.NewTicker(s.o.ResendInterval)
 	defer resend.Stop()
 	retry := time.NewTimer(time.Hour)
@@ -376,12 +378,16 @@ type flushing struct {
 // everything).
 func (s *Sink) send(ctx context.Context, batch []*pending, f *flushing) error {
 	alerts := make([]alert, len(batch))
-	s.mu.Lock()
 	for i, p := range batch {
 		alerts[i] = p.alert
-		if fp := fingerprint(p.alert.Labels); s.carried[fp] {
-			if t, ok := s.started[fp]; ok {
-				alerts[i].StartsAt = t
+	}
+	s.mu.Lock()
+	if len(s.started) > 0 && len(s.carried) > 0 {
+		for i := range alerts {
+			if fp := fingerprint(alerts[i].Labels); s.carried[fp] {
+				if t, ok := s.started[fp]; ok {
+					alerts[i].StartsAt = t
+				}
 			}
 		}
 	}

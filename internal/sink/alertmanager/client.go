@@ -123,35 +123,32 @@ const maxActiveBytes = 64 << 20
 // from Portal (those with a rule label), so that this sink, a new leader,
 // re-sends them as they started. Without an answer it goes on with its
 // own: the alerts Alertmanager has still keep the earlier startsAt.
-func (s *Sink) adoptStarts(ctx context.Context) {
+func (s *Sink) adoptStarts(ctx context.Context) error {
 	u, err := url.Parse(s.url)
 	if err != nil {
-		return
+		return err
 	}
 	q := u.Query()
 	q.Set("filter", `rule=~".+"`)
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return
+		return err
 	}
 	resp, err := s.o.HTTPClient.Do(req)
 	if err != nil {
-		s.log.Info("alertmanager: cannot read the active alerts; open alerts keep this replica's start times", "error", err)
-		return
+		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", s.url, resp.Status)
+	}
 	var active []struct {
 		Labels   map[string]string `json:"labels"`
 		StartsAt time.Time         `json:"startsAt"`
 	}
-	if resp.StatusCode != http.StatusOK {
-		s.log.Info("alertmanager: cannot read the active alerts; open alerts keep this replica's start times", "status", resp.StatusCode)
-		return
-	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxActiveBytes)).Decode(&active); err != nil {
-		s.log.Info("alertmanager: cannot read the active alerts; open alerts keep this replica's start times", "error", err)
-		return
+		return fmt.Errorf("decode active alerts: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -163,4 +160,5 @@ func (s *Sink) adoptStarts(ctx context.Context) {
 			s.started[fingerprint(a.Labels)] = a.StartsAt.Truncate(time.Millisecond).Add(time.Millisecond - time.Nanosecond)
 		}
 	}
+	return nil
 }
