@@ -76,12 +76,12 @@ func ClientAuthFile(path string, allowedNames []string, log *slog.Logger, m *Cli
 	if err != nil {
 		return nil, err
 	}
-	pool, err := parseCA(data)
+	pool, expires, err := parseCA(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	ca.pool.Store(pool)
-	ca.expiry(data)
+	ca.setExpiry(expires)
 	ca.last = data
 	ca.next = time.Now().Add(ClientCARecheck)
 	static := clientAuth(pool, allowedNames)
@@ -152,14 +152,14 @@ func (f *fileCA) reload() {
 		return
 	}
 	f.last = data
-	pool, err := parseCA(data)
+	pool, expires, err := parseCA(data)
 	if err != nil {
 		f.log.Error("the webhook client CA file changed to something unusable; the last good one stays in force", "error", err)
 		f.count(ClientCAFailed)
 		return
 	}
 	f.pool.Store(pool)
-	f.expiry(data)
+	f.setExpiry(expires)
 	f.count(ClientCAReloaded)
 	f.log.Info("webhook client CA reloaded")
 }
@@ -170,34 +170,34 @@ func (f *fileCA) count(result string) {
 	}
 }
 
-// expiry sets the expiry gauge from data, a CA parseCA accepted: the
-// earliest NotAfter of its certificates.
-func (f *fileCA) expiry(data []byte) {
-	if f.metrics == nil {
-		return
+func (f *fileCA) setExpiry(t time.Time) {
+	if f.metrics != nil {
+		f.metrics.Expiry.Set(float64(t.Unix()))
 	}
+}
+
+// parseCA reads the certificates of a PEM file as x509.CertPool's
+// AppendCertsFromPEM does (CERTIFICATE blocks without headers, those that
+// do not parse skipped) and returns them as a pool with the earliest
+// NotAfter among them.
+func parseCA(data []byte) (*x509.CertPool, time.Time, error) {
+	pool := x509.NewCertPool()
 	var first time.Time
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
-		if block.Type != "CERTIFICATE" {
+		if block.Type != "CERTIFICATE" || len(block.Headers) != 0 {
 			continue
 		}
 		cert, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
 			continue
 		}
+		pool.AddCert(cert)
 		if first.IsZero() || cert.NotAfter.Before(first) {
 			first = cert.NotAfter
 		}
 	}
-	if !first.IsZero() {
-		f.metrics.Expiry.Set(float64(first.Unix()))
+	if first.IsZero() {
+		return nil, time.Time{}, errNoPEM
 	}
-}
-
-func parseCA(data []byte) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(data) {
-		return nil, errNoPEM
-	}
-	return pool, nil
+	return pool, first, nil
 }

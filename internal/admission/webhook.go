@@ -161,7 +161,7 @@ func TLSOptions(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) []
 // send AdmissionReviews; anything else on the network fails the TLS
 // handshake before a byte of its request is read. Append it to TLSOptions.
 func ClientAuth(caPEM []byte, allowedNames []string) (func(*tls.Config), error) {
-	pool, err := parseCA(caPEM)
+	pool, _, err := parseCA(caPEM)
 	if err != nil {
 		return nil, err
 	}
