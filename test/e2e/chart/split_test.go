@@ -42,7 +42,7 @@ func TestChartSplitMode(t *testing.T) {
 	if err := e.c.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	e.installSplit(t)
+	e.installSplit(t, splitLayers, 2, "audit.reportFormat=both", "audit.installOpenReportsCRDs=true")
 
 	t.Run("EveryDeploymentReady", func(t *testing.T) {
 		for _, l := range splitLayers {
@@ -162,10 +162,10 @@ func TestChartSplitMode(t *testing.T) {
 	})
 }
 
-// installSplit installs the chart in split mode with two replicas per
-// layer Deployment, both report formats and the openreports.io CRDs, and
-// waits for every one of them to be ready.
-func (e *env) installSplit(t testing.TB) {
+// installSplit installs the chart in split mode with the given layers
+// (admission is on by default), replicas pods for each layer's Deployment
+// and the values of set, and waits for every one of them to be ready.
+func (e *env) installSplit(t testing.TB, layers []string, replicas int, set ...string) {
 	t.Helper()
 	root, err := devcluster.RepoRoot()
 	if err != nil {
@@ -173,11 +173,12 @@ func (e *env) installSplit(t testing.TB) {
 	}
 	args := []string{"install", releaseName, filepath.Join(root, "deploy", "helm", "portal"),
 		"--namespace", releaseNS, "--create-namespace", "--wait", "--timeout", "4m"}
-	set := append(imageValues(), "global.mode=split", "audit.enabled=true", "network.enabled=true", "waf.enabled=true",
-		"audit.reportFormat=both", "audit.installOpenReportsCRDs=true",
-		"admission.replicaCount=2", "audit.replicaCount=2", "network.replicaCount=2", "waf.replicaCount=2",
-		// Eight pods on one node: small requests so they fit.
+	set = append(append(imageValues(), set...), "global.mode=split",
+		// Up to eight pods on one node: small requests so they fit.
 		"resources.requests.cpu=20m", "resources.requests.memory=64Mi")
+	for _, l := range layers {
+		set = append(set, fmt.Sprintf("%s.enabled=true", l), fmt.Sprintf("%s.replicaCount=%d", l, replicas))
+	}
 	for _, v := range set {
 		args = append(args, "--set", v)
 	}
@@ -186,8 +187,8 @@ func (e *env) installSplit(t testing.TB) {
 		_, _ = e.helmQuiet("uninstall", releaseName, "--namespace", releaseNS, "--wait", "--timeout", "4m")
 	})
 	e.helm(t, args...)
-	eventually(t, 2*time.Minute, "2 ready replicas of every layer", func(ctx context.Context) (bool, error) {
-		for _, l := range splitLayers {
+	eventually(t, 2*time.Minute, fmt.Sprintf("%d ready replicas of every layer", replicas), func(ctx context.Context) (bool, error) {
+		for _, l := range layers {
 			pods, err := e.cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{
 				"app.kubernetes.io/instance": releaseName, "app.kubernetes.io/component": l}.String()})
 			if err != nil {
@@ -199,7 +200,7 @@ func (e *env) installSplit(t testing.TB) {
 					ready++
 				}
 			}
-			if ready != 2 || len(pods.Items) != 2 {
+			if ready != replicas || len(pods.Items) != replicas {
 				return false, nil
 			}
 		}
