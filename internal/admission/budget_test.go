@@ -78,9 +78,10 @@ func TestHostileRuleIsBoundedAndOthersUnaffected(t *testing.T) {
 		"looping": {policyv1alpha1.ReasonOperationBudget, policyv1alpha1.ReasonByteBudget},
 		"growing": {policyv1alpha1.ReasonByteBudget},
 	} {
-		ruleName := rules[name].Name
-		if got := testutil.ToFloat64(budget.Exceeded().WithLabelValues(ruleName)); got < 8 {
-			t.Errorf("portal_rule_budget_exceeded_total{rule=%q} = %v, want 8", ruleName, got)
+		// A PortalRule's series is qualified by its namespace.
+		label := hostile + "/" + rules[name].Name
+		if got := testutil.ToFloat64(budget.Exceeded().WithLabelValues(label)); got < 8 {
+			t.Errorf("portal_rule_budget_exceeded_total{rule=%q} = %v, want 8", label, got)
 		}
 		eventually(t, "the BudgetExceeded condition of "+name, func() bool {
 			pr := &policyv1alpha1.PortalRule{}

@@ -118,7 +118,7 @@ func (h *handler) verdict(req *admission.Request, results []core.Result) (admiss
 			continue
 		}
 		if r.Outcome == core.OutcomeError {
-			h.metrics.RuleErrors.WithLabelValues(r.Rule.Name, string(r.Rule.OnError)).Inc()
+			h.metrics.RuleErrors.WithLabelValues(r.Rule.MetricLabel(), string(r.Rule.OnError)).Inc()
 			h.log.Error("admission rule evaluation failed", append(requestAttrs(req),
 				"rule", r.Rule.Name, "onError", string(r.Rule.OnError), "error", r.Message)...)
 		}
@@ -128,7 +128,7 @@ func (h *handler) verdict(req *admission.Request, results []core.Result) (admiss
 		case r.Outcome == core.OutcomeError, r.Rule.EnforcementAction == core.ActionWarn:
 			warnings = append(warnings, warning(describe(r)))
 		case r.Rule.EnforcementAction == core.ActionDryRun:
-			h.metrics.DryRunViolations.WithLabelValues(r.Rule.Name).Inc()
+			h.metrics.DryRunViolations.WithLabelValues(r.Rule.MetricLabel()).Inc()
 			if h.log.Enabled(context.Background(), slog.LevelDebug) {
 				h.log.Debug("admission dryrun violation", append(requestAttrs(req), "rule", r.Rule.Name, "message", r.Message)...)
 			}

@@ -89,6 +89,12 @@ type Webhook struct {
 
 var _ admission.Handler = (*Webhook)(nil)
 
+// RuleSeries returns the webhook's per-rule metric vectors (label "rule"),
+// for rule.Series to prune when rules go.
+func (w *Webhook) RuleSeries() []*prometheus.MetricVec {
+	return []*prometheus.MetricVec{w.handler.metrics.DryRunViolations.MetricVec, w.handler.metrics.RuleErrors.MetricVec}
+}
+
 // Handle implements admission.Handler: it decides one request.
 func (w *Webhook) Handle(ctx context.Context, req admission.Request) admission.Response {
 	return w.handler.Handle(ctx, req)

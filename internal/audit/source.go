@@ -491,7 +491,7 @@ func (s *Source) evaluate(k queueKey, observed time.Time) error {
 		}
 		switch r.Outcome {
 		case core.OutcomeError:
-			s.metrics.RuleErrors.WithLabelValues(r.Rule.Name).Inc()
+			s.metrics.RuleErrors.WithLabelValues(r.Rule.MetricLabel()).Inc()
 		case core.OutcomePass:
 			continue
 		}

@@ -79,6 +79,17 @@ func (r *Rule) HasMode(m Mode) bool {
 	return false
 }
 
+// MetricLabel is the rule's value of the rule label of Portal's per-rule
+// metrics: its name, qualified by its namespace for a PortalRule
+// ("team-a/no-latest"). A tenant picks a PortalRule's name freely, so it
+// must not count into (or hide in) a cluster rule's series of that name.
+func (r *Rule) MetricLabel() string {
+	if r.Namespace != "" {
+		return r.Namespace + "/" + r.Name
+	}
+	return r.Name
+}
+
 // AlertName is the alertname of the rule's alerts: its alert shorthand, or
 // the template of its first alertmanager action; "" when it has neither.
 func (r *Rule) AlertName() string {

@@ -146,6 +146,7 @@ func (l *admissionLayer) Setup(d Deps) error {
 		return err
 	}
 	mgr.GetWebhookServer().Register(admission.Path, drainingHandler(wh, d.Draining))
+	d.RuleSeries.Track(wh.RuleSeries()...)
 	if err := mgr.AddReadyzCheck("admission", wh.ReadyCheck()); err != nil {
 		return err
 	}

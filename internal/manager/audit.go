@@ -77,6 +77,7 @@ func (l *auditLayer) Setup(d Deps) error {
 		return err
 	}
 	d.Rules.OnChange(layer.Source.RulesChanged)
+	d.RuleSeries.Track(layer.Metrics.RuleErrors.MetricVec)
 	if d.Lookups != nil {
 		src := layer.Source
 		d.Lookups.SetRequeuer(lookup.RequeueFunc(func(o lookup.ObjectKey) {

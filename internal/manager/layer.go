@@ -60,6 +60,9 @@ type Deps struct {
 	// Draining is closed once Portal has been asked to stop and serves
 	// Config.ShutdownDrain more before it does.
 	Draining <-chan struct{}
+	// RuleSeries prunes the series of per-rule metrics whose rule is gone;
+	// a layer with such metrics tracks them here.
+	RuleSeries *rule.Series
 	// Lookups re-evaluates what read an object when it changes; the audit
 	// layer gives it its re-queue hook.
 	Lookups *lookup.Watcher

@@ -223,10 +223,12 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		return err
 	}
 	index.OnChange(lk.watcher.Notify)
+	series := rule.NewSeries(eng.Rules)
+	index.OnChange(series.Sweep)
 	deps := Deps{
 		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded, Cache: ccache,
 		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Lookups: lk.watcher,
-		Draining: draining,
+		Draining: draining, RuleSeries: series,
 	}
 	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
 		return fmt.Errorf("findings pipeline: %w", err)
@@ -240,7 +242,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if err := actionsStatus(&cfg, deps); err != nil {
 		return err
 	}
-	if err := setupRuleLoading(mgr, &cfg, eng, index, lk, loaded, reg, log); err != nil {
+	if err := setupRuleLoading(mgr, &cfg, deps, lk, loaded); err != nil {
 		return err
 	}
 	log.Info("portal starting", "namespace", cfg.Namespace, "layers", layerNames(layers), "rulesFolder", cfg.RulesFolder)
@@ -297,7 +299,8 @@ func configureOptions(layers []Layer, opts *ctrl.Options) error {
 // setupRuleLoading adds what loads the rules (the CR loader, the rules
 // folder) and reports on them (rule status, lookup status, budget), and the
 // health and readiness checks: ready only once every source was read.
-func setupRuleLoading(mgr ctrl.Manager, cfg *Config, eng *engine.Engine, index *rule.Index, lk *lookups, loaded chan struct{}, reg prometheus.Registerer, log *slog.Logger) error {
+func setupRuleLoading(mgr ctrl.Manager, cfg *Config, d Deps, lk *lookups, loaded chan struct{}) error {
+	eng, index, reg, log := d.Engine, d.Rules, d.Registerer, d.Logger
 	ruleMetrics := rule.NewMetrics(reg)
 	loader := rule.NewCRLoader(mgr.GetCache(), eng, index, log, ruleMetrics)
 	if err := loader.SetupWithManager(mgr); err != nil {
@@ -315,6 +318,7 @@ func setupRuleLoading(mgr ctrl.Manager, cfg *Config, eng *engine.Engine, index *
 		return err
 	}
 	eng.ReportBudget(budget)
+	d.RuleSeries.Track(budget.Exceeded().MetricVec)
 	rulesLoaded := []<-chan struct{}{}
 	if cfg.RulesFolder != "" {
 		folder := rule.NewFolder(cfg.RulesFolder, eng, index, log, ruleMetrics)

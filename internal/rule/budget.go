@@ -104,7 +104,7 @@ func (b *BudgetStatus) Exceeded() *prometheus.CounterVec { return b.exceeded }
 
 // BudgetExceeded implements engine.BudgetReporter. It never blocks.
 func (b *BudgetStatus) BudgetExceeded(r *core.Rule, ref core.ResourceRef, err error) {
-	b.exceeded.WithLabelValues(r.Name).Inc()
+	b.exceeded.WithLabelValues(r.MetricLabel()).Inc()
 	reason := budgetReason(err)
 	// expr-lang errors carry the expression and a caret on further lines.
 	first, _, _ := strings.Cut(err.Error(), "\n")
