@@ -154,9 +154,15 @@ func (k RuleKey) String() string {
 	return k.Kind + "/" + k.Namespace + "/" + k.Name
 }
 
-// RuleKeyOf returns the key of r.
+// RuleKeyOf returns the key of r: for a custom resource its metadata.name,
+// which the status writer looks it up by and which, unlike spec.name, no
+// other rule object of its namespace shares; for a folder rule its name.
 func RuleKeyOf(r *core.Rule) RuleKey {
-	return RuleKey{Kind: r.Source.Kind, Namespace: r.Namespace, Name: r.Name}
+	name := r.Source.Name
+	if name == "" {
+		name = r.Name
+	}
+	return RuleKey{Kind: r.Source.Kind, Namespace: r.Namespace, Name: name}
 }
 
 // ObjectKey identifies an evaluated object for re-evaluation.

@@ -105,6 +105,8 @@ type Watcher struct {
 	mu       sync.Mutex
 	watches  map[watchKey]func()
 	statuses map[RuleKey]RuleStatus
+	// access holds recent permission checks by watch (accessTTL).
+	access map[watchKey]accessAnswer
 	// dropLogged is when the last "pending set full" warning was logged.
 	dropLogged atomic.Int64
 }
@@ -155,7 +157,7 @@ func NewWatcher(o WatcherOptions) *Watcher {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil, nil)
 	}
-	w := &Watcher{o: o, changed: make(chan struct{}, 1), watches: map[watchKey]func(){}, statuses: map[RuleKey]RuleStatus{}}
+	w := &Watcher{o: o, changed: make(chan struct{}, 1), watches: map[watchKey]func(){}, statuses: map[RuleKey]RuleStatus{}, access: map[watchKey]accessAnswer{}}
 	w.guard = newCycleGuard(o.CycleLimit, o.CycleWindow, o.MaxPending, w.trailing)
 	o.Metrics.setPending(w.guard.pendingLen)
 	if o.Requeuer != nil {
@@ -241,6 +243,9 @@ func (w *Watcher) RulesChanged(ctx context.Context) {
 		w.mu.Unlock()
 	}
 	w.setStatuses(statuses, failed)
+	w.mu.Lock()
+	maps.DeleteFunc(w.access, func(k watchKey, _ accessAnswer) bool { return !want[k] })
+	w.mu.Unlock()
 	// A rule disabled, deleted or without lookups any more is not
 	// re-evaluated for what it read.
 	keep := func(k RuleKey) bool {
@@ -298,7 +303,7 @@ func (w *Watcher) ruleStatus(ctx context.Context, r *engine.Rule, want map[watch
 		}
 		want[k] = true
 		if w.o.Access != nil {
-			ok, why, err := w.o.Access.CanWatch(ctx, res.GVR, k.namespace)
+			ok, why, err := w.canWatch(ctx, k)
 			switch {
 			case err != nil:
 				w.o.Logger.Warn("lookup access check failed", "resource", res.GVR.String(), "error", err)
@@ -439,4 +444,47 @@ func (w *Watcher) trailing(deps []Dependent) {
 		w.o.Metrics.Requeues.Inc()
 		(*rp).Requeue(dep.Object)
 	}
+}
+
+// Every rule change re-resolves the lookups of every rule, and each check
+// is two SubjectAccessReviews: without reuse a tenant creating rules in a
+// loop, each with a few lookups, would have Portal send the API server two
+// reviews per lookup of every rule in the cluster per change, before any
+// namespace's new watch starts. A check is reused for accessTTL, a refusal
+// for less, so a grant shows at the first rule change a few seconds on.
+const (
+	accessTTL        = time.Minute
+	accessRefusedTTL = 5 * time.Second
+)
+
+type accessAnswer struct {
+	ok  bool
+	why string
+	at  time.Time
+}
+
+// canWatch answers Access.CanWatch for k, from a recent answer when there
+// is one. Errors are not kept: the next change asks again.
+func (w *Watcher) canWatch(ctx context.Context, k watchKey) (bool, string, error) {
+	now := time.Now()
+	w.mu.Lock()
+	a, ok := w.access[k]
+	w.mu.Unlock()
+	if ok {
+		ttl := accessTTL
+		if !a.ok {
+			ttl = accessRefusedTTL
+		}
+		if now.Sub(a.at) < ttl {
+			return a.ok, a.why, nil
+		}
+	}
+	allowed, why, err := w.o.Access.CanWatch(ctx, k.gvr, k.namespace)
+	if err != nil {
+		return false, "", err
+	}
+	w.mu.Lock()
+	w.access[k] = accessAnswer{ok: allowed, why: why, at: now}
+	w.mu.Unlock()
+	return allowed, why, nil
 }
