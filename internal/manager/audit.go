@@ -52,6 +52,7 @@ func (l *auditLayer) Setup(d Deps) error {
 		return errors.New("no findings pipeline to publish into")
 	}
 	counts := rule.NewStatusCounts(d.Manager.GetClient(), rule.CountOptions{Logger: d.Logger, Registerer: d.Registerer})
+	d.Rules.OnChange(func() { counts.RulesChanged(d.Engine.Rules()) })
 	if err := d.Manager.Add(counts); err != nil {
 		return err
 	}

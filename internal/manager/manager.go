@@ -319,6 +319,7 @@ func setupRuleLoading(mgr ctrl.Manager, cfg *Config, d Deps, lk *lookups, loaded
 	}
 	eng.ReportBudget(budget)
 	d.RuleSeries.Track(budget.Exceeded().MetricVec)
+	index.OnChange(func() { budget.RulesChanged(eng.Rules()) })
 	rulesLoaded := []<-chan struct{}{}
 	if cfg.RulesFolder != "" {
 		folder := rule.NewFolder(cfg.RulesFolder, eng, index, log, ruleMetrics)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
 )
 
 // BudgetFieldOwner is the server-side apply field manager of the
@@ -101,6 +103,17 @@ func NewBudgetStatus(c client.Client, l *CRLoader, o BudgetOptions) *BudgetStatu
 
 // Exceeded returns the counter, for tests.
 func (b *BudgetStatus) Exceeded() *prometheus.CounterVec { return b.exceeded }
+
+// RulesChanged forgets the budget records of rule objects no longer in
+// rules: a record is otherwise dropped only when a write finds its rule
+// gone, so every rule that ran out of budget once and was deleted after
+// its condition was written would stay. Subscribe it with Index.OnChange.
+func (b *BudgetStatus) RulesChanged(rules []*engine.Rule) {
+	live := liveKeys(rules)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	maps.DeleteFunc(b.rules, func(k countKey, _ *budgetState) bool { return !live[k] })
+}
 
 // BudgetExceeded implements engine.BudgetReporter. It never blocks.
 func (b *BudgetStatus) BudgetExceeded(r *core.Rule, ref core.ResourceRef, err error) {

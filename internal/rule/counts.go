@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
 )
 
 // Defaults of CountOptions.
@@ -114,6 +116,28 @@ func keyOf(r *core.Rule) (countKey, bool) {
 		return countKey{}, false
 	}
 	return countKey{kind: r.Source.Kind, namespace: r.Source.Namespace, name: r.Source.Name}, true
+}
+
+// liveKeys returns the keys of the rule objects among rules.
+func liveKeys(rules []*engine.Rule) map[countKey]bool {
+	live := make(map[countKey]bool, len(rules))
+	for _, r := range rules {
+		if k, ok := keyOf(r.Rule); ok {
+			live[k] = true
+		}
+	}
+	return live
+}
+
+// RulesChanged forgets the counts of rule objects no longer in rules.
+// Only the leader's writes found deleted rules; on the other replicas a
+// tenant creating and deleting rules would otherwise grow the counts by one
+// entry per rule ever evaluated. Subscribe it with Index.OnChange.
+func (s *StatusCounts) RulesChanged(rules []*engine.Rule) {
+	live := liveKeys(rules)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	maps.DeleteFunc(s.rules, func(k countKey, _ *ruleCounts) bool { return !live[k] })
 }
 
 // Evaluated counts one evaluation of r on one object.

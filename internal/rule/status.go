@@ -66,6 +66,13 @@ const notLoadedYet = 100 * time.Millisecond
 func (s *StatusReconciler) reconcile(ctx context.Context, kind string, req ctrl.Request) (ctrl.Result, error) {
 	obj := newRuleObject(kind)
 	if err := s.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone: forget its last event, or a tenant creating and
+			// deleting rules grows the map by one entry per name.
+			s.mu.Lock()
+			delete(s.emitted, crKey(kind, req.Namespace, req.Name))
+			s.mu.Unlock()
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	st, ok := s.loader.State(kind, req.Namespace, req.Name)
