@@ -49,3 +49,9 @@ func (e *BudgetError) Error() string {
 func (e *BudgetError) Is(target error) bool { return target == ErrBudgetExceeded }
 
 func (e *BudgetError) Unwrap() error { return e.Err }
+
+// Account is what the evaluations that share one budget have spent so far
+// (Program.EvalShared). The zero value has spent nothing.
+type Account struct {
+	Operations, Bytes int64
+}

@@ -24,6 +24,12 @@ type ExpressionEngine interface {
 // soon after ctx ends.
 type Program interface {
 	Eval(ctx context.Context, env Env) (any, error)
+	// EvalShared is Eval drawing on acct: it starts from what acct has
+	// spent and adds what it spends, and fails at once when acct has
+	// spent the budget already. The rule engine passes one Account to a
+	// rule's expression and to every hole of its message, so a message
+	// cannot multiply the budget by its number of holes.
+	EvalShared(ctx context.Context, env Env, acct *Account) (any, error)
 	// Identifiers lists the top-level names the expression reads, so callers
 	// can tell container-scoped rules and lookups apart without parsing.
 	Identifiers() []string

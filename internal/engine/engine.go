@@ -445,7 +445,9 @@ func (r *Rule) verdict(ctx context.Context, env core.Env, ref core.ResourceRef, 
 	if c != nil {
 		res.Container, res.ContainerType = c.Name, c.Type
 	}
-	v, err := r.program.Eval(ctx, env)
+	// The expression and every hole of the message draw on one budget.
+	var acct core.Account
+	v, err := r.program.EvalShared(ctx, env, &acct)
 	switch b, isBool := v.(bool); {
 	case err != nil:
 		res.Outcome, res.Message, res.Err = core.OutcomeError, err.Error(), err
@@ -454,7 +456,7 @@ func (r *Rule) verdict(ctx context.Context, env core.Env, ref core.ResourceRef, 
 		// flagged.
 		res.Outcome = core.OutcomePass
 	case isBool:
-		res.Outcome, res.Message = core.OutcomeFail, r.message.render(ctx, env, r.Name)
+		res.Outcome, res.Message = core.OutcomeFail, r.message.render(ctx, env, r.Name, &acct)
 	default:
 		res.Outcome = core.OutcomeError
 		res.Message = fmt.Sprintf("rule must evaluate to a boolean, got %T (%v)", v, v)

@@ -68,10 +68,11 @@ func inField(field string, base int, err error) error {
 	return &core.CompileError{Field: field, Offset: off, Err: ce.Err}
 }
 
-// render fills the holes from env; an empty template renders as fallback. A
-// hole that fails to evaluate renders as <error: ...> so the violation is
-// still reported.
-func (t template) render(ctx context.Context, env core.Env, fallback string) string {
+// render fills the holes from env, drawing on acct, the budget the rule's
+// expression spent from; an empty template renders as fallback. A hole that
+// fails to evaluate renders as <error: ...> so the violation is still
+// reported.
+func (t template) render(ctx context.Context, env core.Env, fallback string, acct *core.Account) string {
 	if len(t) == 0 {
 		return fallback
 	}
@@ -84,7 +85,7 @@ func (t template) render(ctx context.Context, env core.Env, fallback string) str
 			b.WriteString(s.text)
 			continue
 		}
-		v, err := s.prog.Eval(ctx, env)
+		v, err := s.prog.EvalShared(ctx, env, acct)
 		switch {
 		case err != nil:
 			fmt.Fprintf(&b, "<error: %v>", err)

@@ -180,26 +180,35 @@ type program struct {
 
 // Eval implements core.Program. It binds the evaluation's meter in env for
 // the duration of the call, so env must not be shared with a concurrent Eval.
-func (p *program) Eval(ctx context.Context, env core.Env) (out any, err error) {
+func (p *program) Eval(ctx context.Context, env core.Env) (any, error) {
+	var acct core.Account
+	return p.EvalShared(ctx, env, &acct)
+}
+
+// EvalShared implements core.Program: the meter starts from what acct has
+// spent and leaves its own total there.
+func (p *program) EvalShared(ctx context.Context, env core.Env, acct *core.Account) (out any, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &core.BudgetError{Kind: core.BudgetDeadline, Err: context.Cause(ctx)}
 	}
-	if p.base > p.engine.limits.Operations {
-		// Loops over array literals cost this much whatever the input.
-		return nil, &core.BudgetError{Kind: core.BudgetOperations, Limit: p.engine.limits.Operations}
-	}
 	r := p.engine.runners.Get().(*runner)
-	r.meter.reset(ctx, p.engine.limits, p.base)
-	if p.metered {
-		env[meterName] = &r.meter
-	}
-	out, err = r.run(p.prog, env)
-	if p.metered {
-		delete(env, meterName)
-	}
+	r.meter.reset(ctx, p.engine.limits, acct)
+	// Every node once, loops over array literals included, costs base
+	// whatever the input; an account already spent stops here too.
+	err = r.meter.charge(p.base, 0)
 	if err == nil {
-		err = checkResult(&r.meter, out)
+		if p.metered {
+			env[meterName] = &r.meter
+		}
+		out, err = r.run(p.prog, env)
+		if p.metered {
+			delete(env, meterName)
+		}
+		if err == nil {
+			err = checkResult(&r.meter, out)
+		}
 	}
+	r.meter.settle(acct)
 	r.meter.ctx, r.meter.done = nil, nil
 	p.engine.runners.Put(r)
 	if err != nil {

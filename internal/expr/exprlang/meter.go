@@ -57,8 +57,14 @@ type meter struct {
 	done             <-chan struct{}
 }
 
-func (m *meter) reset(ctx context.Context, l Limits, base int64) {
-	*m = meter{ops: base, maxOps: l.Operations, maxBytes: l.Bytes, ctx: ctx, done: ctx.Done()}
+// reset starts an evaluation that draws on acct.
+func (m *meter) reset(ctx context.Context, l Limits, acct *core.Account) {
+	*m = meter{ops: acct.Operations, bytes: acct.Bytes, maxOps: l.Operations, maxBytes: l.Bytes, ctx: ctx, done: ctx.Done()}
+}
+
+// settle leaves what the evaluations drawing on acct have spent in it.
+func (m *meter) settle(acct *core.Account) {
+	acct.Operations, acct.Bytes = m.ops, m.bytes
 }
 
 // charge adds ops and bytes and fails when either budget is spent or the
