@@ -450,7 +450,9 @@ func (r *Rule) verdict(ctx context.Context, env core.Env, ref core.ResourceRef, 
 	v, err := r.program.EvalShared(ctx, env, &acct)
 	switch b, isBool := v.(bool); {
 	case err != nil:
-		res.Outcome, res.Message, res.Err = core.OutcomeError, err.Error(), err
+		// An error can quote the value it failed on (a megabyte string
+		// that does not parse as a number).
+		res.Outcome, res.Message, res.Err = core.OutcomeError, bounded(err.Error()), err
 	case v == nil || (isBool && !b):
 		// A rule that reads a missing field evaluates to nil: nothing is
 		// flagged.
@@ -459,7 +461,9 @@ func (r *Rule) verdict(ctx context.Context, env core.Env, ref core.ResourceRef, 
 		res.Outcome, res.Message = core.OutcomeFail, r.message.render(ctx, env, r.Name, &acct)
 	default:
 		res.Outcome = core.OutcomeError
-		res.Message = fmt.Sprintf("rule must evaluate to a boolean, got %T (%v)", v, v)
+		got := capped{max: MaxHoleBytes}
+		printValue(&got, v)
+		res.Message = fmt.Sprintf("rule must evaluate to a boolean, got %T (%s)", v, got.String())
 	}
 	return res
 }

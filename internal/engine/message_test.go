@@ -2,6 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -73,5 +76,80 @@ func TestMessageHolesShareTheRuleBudget(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// generous lifts the budget, so only the message's own bounds hold.
+var generous = exprlang.Limits{Operations: 1 << 50, Bytes: 1 << 50}
+
+// TestMessageIsBounded renders holes over a tenant's own 1 MiB ConfigMap
+// with the budget lifted: each hole keeps MaxHoleBytes and the message
+// MaxMessageBytes, both marked as cut, and the text after a large hole
+// survives.
+func TestMessageIsBounded(t *testing.T) {
+	cm := configMap(1 << 20)
+	res := evaluateMessage(t, generous, `true`, "before {{ object }} after", cm)
+	if n := len(res.Message); n > len("before ")+engine.MaxHoleBytes+len(" after") {
+		t.Errorf("message of one hole is %d bytes, want at most the hole's %d and the text", n, engine.MaxHoleBytes)
+	}
+	if !strings.HasPrefix(res.Message, "before map[apiVersion:v1 data:map[k:xxx") || !strings.HasSuffix(res.Message, "[truncated] after") {
+		t.Errorf("message %.80q...%q: want the hole cut and marked, the text kept", res.Message, res.Message[max(len(res.Message)-40, 0):])
+	}
+	res = evaluateMessage(t, generous, `true`, strings.Repeat("{{ object }}", engine.MaxMessageHoles), cm)
+	if n := len(res.Message); n > engine.MaxMessageBytes || !strings.HasSuffix(res.Message, "[truncated]") {
+		t.Errorf("message of %d holes is %d bytes, want at most %d, marked as cut", engine.MaxMessageHoles, n, engine.MaxMessageBytes)
+	}
+	for expr, why := range map[string]string{
+		`object`:                  "a rule that is not a boolean quotes its value",
+		`int(object.data.k) == 1`: "an error quotes the string it failed on",
+	} {
+		res = evaluateMessage(t, generous, expr, "m", cm)
+		if n := len(res.Message); res.Outcome != core.OutcomeError || n > engine.MaxMessageBytes {
+			t.Errorf("%s: %s message of %d bytes, want an error of at most %d", why, res.Outcome, n, engine.MaxMessageBytes)
+		}
+	}
+}
+
+// TestMessageHoleIsNotBuiltWhole checks that a hole over a 16 MiB value
+// prints only what the message keeps: rendering allocates far less than
+// the value, where printing it first and cutting it after would allocate
+// it whole.
+func TestMessageHoleIsNotBuiltWhole(t *testing.T) {
+	const size = 16 << 20
+	cm := configMap(size)
+	e := engine.New(exprlang.New(exprlang.WithLimits(generous)))
+	r := newRule("m", `true`)
+	r.Match.GVKs, r.Message = configMapGVK, "{{ object }} {{ object.data }} {{ object.data.k }}"
+	c, err := e.Compile(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetRules([]*engine.Rule{c})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res, err := e.Evaluate(context.Background(), cm, engine.Options{})
+	runtime.ReadMemStats(&after)
+	if err != nil || len(res) != 1 || res[0].Outcome != core.OutcomeFail {
+		t.Fatalf("evaluate: %v %v", res, err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > size/4 {
+		t.Errorf("rendering allocated %d bytes for a %d-byte value, want far less", alloc, size)
+	}
+}
+
+// TestMessageHoleLimit checks that a message may have MaxMessageHoles holes
+// and that one more is a compile error naming the limit and the hole.
+func TestMessageHoleLimit(t *testing.T) {
+	e := engine.New(exprlang.New())
+	r := newRule("m", `true`)
+	r.Message = strings.Repeat("{{ 1 }}", engine.MaxMessageHoles)
+	if _, err := e.Compile(r); err != nil {
+		t.Fatalf("%d holes: %v", engine.MaxMessageHoles, err)
+	}
+	r.Message += " {{ 1 }}"
+	_, err := e.Compile(r)
+	ce, ok := errors.AsType[*core.CompileError](err)
+	if !ok || ce.Field != "message" || ce.Offset != 7*engine.MaxMessageHoles+1 || !strings.Contains(err.Error(), fmt.Sprintf("at most %d {{ }} holes", engine.MaxMessageHoles)) {
+		t.Errorf("%d holes: error %v, want a compile error at the last hole naming the limit", engine.MaxMessageHoles+1, err)
 	}
 }

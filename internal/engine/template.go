@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -22,6 +21,7 @@ type segment struct {
 // compileTemplate compiles the holes of msg, each also passed to check.
 func compileTemplate(eng core.ExpressionEngine, msg string, check func(core.Program) error) (template, error) {
 	var t template
+	holes := 0
 	for pos := 0; pos < len(msg); {
 		s := msg[pos:]
 		start := strings.Index(s, "{{")
@@ -36,6 +36,10 @@ func compileTemplate(eng core.ExpressionEngine, msg string, check func(core.Prog
 		}
 		if start > 0 {
 			t = append(t, segment{text: s[:start]})
+		}
+		if holes++; holes > MaxMessageHoles {
+			at := utf8.RuneCountInString(msg[:pos+start])
+			return nil, &core.CompileError{Field: "message", Offset: at, Err: fmt.Errorf("hole %d: a message may have at most %d {{ }} holes", holes, MaxMessageHoles)}
 		}
 		inner := s[start+2 : start+end]
 		src := strings.TrimSpace(inner)
@@ -71,31 +75,36 @@ func inField(field string, base int, err error) error {
 // render fills the holes from env, drawing on acct, the budget the rule's
 // expression spent from; an empty template renders as fallback. A hole that
 // fails to evaluate renders as <error: ...> so the violation is still
-// reported.
+// reported. The message keeps MaxMessageBytes, each hole MaxHoleBytes; the
+// holes after a full message are not evaluated.
 func (t template) render(ctx context.Context, env core.Env, fallback string, acct *core.Account) string {
 	if len(t) == 0 {
 		return fallback
 	}
-	if len(t) == 1 && t[0].prog == nil {
+	if len(t) == 1 && t[0].prog == nil && len(t[0].text) <= MaxMessageBytes {
 		return t[0].text
 	}
-	var b strings.Builder
+	msg := capped{max: MaxMessageBytes}
 	for _, s := range t {
+		if msg.cut {
+			break
+		}
 		if s.prog == nil {
-			b.WriteString(s.text)
+			msg.WriteString(s.text)
 			continue
 		}
+		hole := capped{max: MaxHoleBytes}
 		v, err := s.prog.EvalShared(ctx, env, acct)
-		switch {
-		case err != nil:
-			fmt.Fprintf(&b, "<error: %v>", err)
-		case v == nil:
-			b.WriteString("<nil>")
-		default:
-			writeValue(&b, v)
+		if err != nil {
+			hole.WriteString("<error: ")
+			hole.WriteString(err.Error())
+			hole.WriteString(">")
+		} else {
+			printValue(&hole, v)
 		}
+		msg.WriteString(hole.String())
 	}
-	return b.String()
+	return msg.String()
 }
 
 // identifiers lists the environment names the holes read.
@@ -118,14 +127,4 @@ func (t template) lookups() []core.Lookup {
 		}
 	}
 	return out
-}
-
-// writeValue prints numbers as people write them: YAML numbers decode as
-// float64, and 1073741824 reads better than 1.073741824e+09.
-func writeValue(b *strings.Builder, v any) {
-	if f, ok := v.(float64); ok {
-		b.WriteString(strconv.FormatFloat(f, 'f', -1, 64))
-		return
-	}
-	fmt.Fprint(b, v)
 }
