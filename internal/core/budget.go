@@ -22,6 +22,9 @@ const (
 	// BudgetDepth means the rule built or read a value nested deeper than
 	// the evaluator measures (encoders and comparisons recurse into it).
 	BudgetDepth BudgetKind = "depth"
+	// BudgetAPIReads means the rule's cluster.consistent.* lookups asked
+	// the API server more often than one evaluation may.
+	BudgetAPIReads BudgetKind = "apiReads"
 )
 
 // BudgetError is an evaluation stopped by its budget.
@@ -41,6 +44,8 @@ func (e *BudgetError) Error() string {
 		return fmt.Sprintf("%v: a value is nested deeper than %d levels", ErrBudgetExceeded, e.Limit)
 	case BudgetBytes:
 		return fmt.Sprintf("%v: the rule built more than %d bytes of strings, arrays and maps", ErrBudgetExceeded, e.Limit)
+	case BudgetAPIReads:
+		return fmt.Sprintf("%v: the rule's cluster.consistent lookups made more than %d reads of the API server", ErrBudgetExceeded, e.Limit)
 	}
 	return fmt.Sprintf("%v: the rule ran more than %d operations", ErrBudgetExceeded, e.Limit)
 }
@@ -54,4 +59,7 @@ func (e *BudgetError) Unwrap() error { return e.Err }
 // (Program.EvalShared). The zero value has spent nothing.
 type Account struct {
 	Operations, Bytes int64
+	// APIReads counts the cluster.consistent.* reads: requests to the API
+	// server at admission, lookups of the cache elsewhere.
+	APIReads int64
 }

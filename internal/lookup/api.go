@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+
+	"github.com/vilaca/portal/internal/core"
 )
 
 // DynamicAPI answers cluster.consistent.* at admission from the API server:
@@ -35,7 +37,7 @@ func (d DynamicAPI) Get(ctx context.Context, gvr schema.GroupVersionResource, na
 }
 
 // List implements APIReader.
-func (d DynamicAPI) List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, sel labels.Selector) ([]map[string]any, error) {
+func (d DynamicAPI) List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, sel labels.Selector, _ core.ReadBudget) ([]map[string]any, error) {
 	opts := metav1.ListOptions{}
 	if sel != nil && !sel.Empty() {
 		opts.LabelSelector = sel.String()

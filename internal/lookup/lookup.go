@@ -46,7 +46,7 @@ type Reader interface {
 // APIReader reads the API server, for cluster.consistent.* at admission.
 type APIReader interface {
 	Get(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (map[string]any, error)
-	List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, sel labels.Selector) ([]map[string]any, error)
+	List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, sel labels.Selector, budget core.ReadBudget) ([]map[string]any, error)
 }
 
 // Resolver maps a resource name as rules write it to the served resource.

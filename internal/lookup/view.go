@@ -73,7 +73,7 @@ func (v *view) ByName(ctx context.Context, resource string, consistent bool, ns,
 }
 
 // List implements exprlang.Cluster.
-func (v *view) List(ctx context.Context, resource string, consistent bool, ns string, sel labels.Selector) ([]any, error) {
+func (v *view) List(ctx context.Context, resource string, consistent bool, ns string, sel labels.Selector, budget core.ReadBudget) ([]any, error) {
 	res, ns, err := v.scope(resource, ns)
 	if err != nil {
 		return nil, err
@@ -83,7 +83,7 @@ func (v *view) List(ctx context.Context, resource string, consistent bool, ns st
 	}
 	var items []map[string]any
 	if consistent && v.admission && v.l.o.API != nil {
-		items, err = v.l.o.API.List(ctx, res.GVR, ns, sel)
+		items, err = v.l.o.API.List(ctx, res.GVR, ns, sel, budget)
 	} else {
 		items, err = v.l.o.Cache.List(res.GVR, ns, sel)
 	}

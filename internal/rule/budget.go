@@ -165,6 +165,8 @@ func budgetReason(err error) string {
 		return policyv1alpha1.ReasonDepthLimit
 	case core.BudgetDeadline:
 		return policyv1alpha1.ReasonDeadline
+	case core.BudgetAPIReads:
+		return policyv1alpha1.ReasonAPIReadBudget
 	}
 	return policyv1alpha1.ReasonOperationBudget
 }

@@ -288,6 +288,7 @@ const (
 	ReasonByteBudget      = "ByteBudgetExceeded"
 	ReasonDepthLimit      = "DepthLimitExceeded"
 	ReasonDeadline        = "DeadlineExceeded"
+	ReasonAPIReadBudget   = "APIReadBudgetExceeded"
 
 	// ConditionLookupsReady is set on rules with cluster.* lookups: True
 	// when every resource they read is watched.

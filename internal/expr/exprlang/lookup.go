@@ -37,16 +37,27 @@ type Cluster interface {
 	ByName(ctx context.Context, resource string, consistent bool, namespace, name string) (map[string]any, error)
 	// List returns the objects of the namespace ("" for every namespace
 	// the rule may read, or for a cluster-scoped resource) that sel selects.
-	List(ctx context.Context, resource string, consistent bool, namespace string, sel labels.Selector) ([]any, error)
+	// A consistent list that reads the API server charges budget as it
+	// reads, page by page, and stops when budget says so.
+	List(ctx context.Context, resource string, consistent bool, namespace string, sel labels.Selector, budget core.ReadBudget) ([]any, error)
 }
 
 // Lookup costs, in operations: a lookup is a map read or an index scan in
 // the cache, a consistent one a round trip to the API server. A list also
-// pays one operation and elemBytes per object it returns.
+// pays one operation and elemBytes per object it returns. A consistent
+// lookup returns objects decoded for it alone: they are charged as built
+// (what toJSON of them would be charged).
 const (
 	lookupCost           = 10
 	consistentLookupCost = 1000
 )
+
+// MaxConsistentReads bounds the cluster.consistent.* reads of one
+// evaluation (a rule's expression and message together): each is a quorum
+// read of the API server inside an admission request, and a rule that
+// loops over them would turn one request into hundreds. Every request
+// counts, so a list that needs several pages counts each.
+const MaxConsistentReads = 16
 
 // lookups finds every cluster.* lookup of an expression and rejects any
 // other use of the name, so a rule's reads are all known when it compiles.
@@ -221,6 +232,11 @@ func lookup(p ...any) (any, error) {
 	if err := m.charge(cost, 0); err != nil {
 		return nil, err
 	}
+	if consistent {
+		if err := m.apiRead(); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+	}
 	ns, ok := p[5].(string)
 	if !ok && p[5] != nil {
 		return nil, fmt.Errorf("%s: the namespace must be a string, got %T", what, p[5])
@@ -241,19 +257,62 @@ func lookup(p ...any) (any, error) {
 		if obj == nil {
 			return nil, nil
 		}
+		if consistent {
+			if err := m.expand(obj); err != nil {
+				return nil, fmt.Errorf("%s: %w", what, err)
+			}
+		}
 		return obj, nil
 	}
 	sel, err := Selector(p[6])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	items, err := c.List(ctx, resource, consistent, ns, sel)
+	rb := &readBudget{m: m}
+	items, err := c.List(ctx, resource, consistent, ns, sel, rb)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	n := int64(len(items))
-	if err := m.charge(n, satMul(n, elemBytes)); err != nil {
-		return nil, err
+	switch {
+	case consistent && !rb.charged:
+		// Read from the cache (outside admission): charged as the API
+		// server's answer would have been, so the verdict does not
+		// depend on where the rule runs.
+		err = m.expand(items)
+	case !consistent:
+		err = m.charge(n, satMul(n, elemBytes))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return items, nil
 }
+
+// readBudget is the meter as a consistent list spends it. It is a type of
+// its own because a rule can reach the meter's value through $env, so the
+// meter has no exported methods.
+type readBudget struct {
+	m *meter
+	// charged is set once the list charged what it read itself.
+	charged bool
+}
+
+var _ core.ReadBudget = (*readBudget)(nil)
+
+func (b *readBudget) Request() error { return b.m.apiRead() }
+
+func (b *readBudget) Charge(objs []map[string]any) error {
+	b.charged = true
+	if err := b.m.charge(int64(len(objs)), satMul(int64(len(objs)), elemBytes)); err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := b.m.expand(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *readBudget) BytesLeft() int64 { return max(b.m.maxBytes-b.m.bytes, 0) }

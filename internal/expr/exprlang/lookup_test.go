@@ -19,6 +19,8 @@ type fakeCluster struct {
 	calls []string
 }
 
+var _ Cluster = (*fakeCluster)(nil)
+
 func (f *fakeCluster) ByName(_ context.Context, res string, consistent bool, ns, name string) (map[string]any, error) {
 	f.calls = append(f.calls, fmt.Sprintf("%s byName %v %s/%s", res, consistent, ns, name))
 	for _, o := range f.objs[res] {
@@ -30,7 +32,7 @@ func (f *fakeCluster) ByName(_ context.Context, res string, consistent bool, ns,
 	return nil, nil
 }
 
-func (f *fakeCluster) List(_ context.Context, res string, consistent bool, ns string, sel labels.Selector) ([]any, error) {
+func (f *fakeCluster) List(_ context.Context, res string, consistent bool, ns string, sel labels.Selector, _ core.ReadBudget) ([]any, error) {
 	f.calls = append(f.calls, fmt.Sprintf("%s list %v %s %s", res, consistent, ns, sel))
 	var out []any
 	for _, o := range f.objs[res] {

@@ -53,18 +53,20 @@ const (
 type meter struct {
 	ops, bytes       int64
 	maxOps, maxBytes int64
-	ctx              context.Context
-	done             <-chan struct{}
+	// reads counts the cluster.consistent.* reads (MaxConsistentReads).
+	reads int64
+	ctx   context.Context
+	done  <-chan struct{}
 }
 
 // reset starts an evaluation that draws on acct.
 func (m *meter) reset(ctx context.Context, l Limits, acct *core.Account) {
-	*m = meter{ops: acct.Operations, bytes: acct.Bytes, maxOps: l.Operations, maxBytes: l.Bytes, ctx: ctx, done: ctx.Done()}
+	*m = meter{ops: acct.Operations, bytes: acct.Bytes, reads: acct.APIReads, maxOps: l.Operations, maxBytes: l.Bytes, ctx: ctx, done: ctx.Done()}
 }
 
 // settle leaves what the evaluations drawing on acct have spent in it.
 func (m *meter) settle(acct *core.Account) {
-	acct.Operations, acct.Bytes = m.ops, m.bytes
+	acct.Operations, acct.Bytes, acct.APIReads = m.ops, m.bytes, m.reads
 }
 
 // charge adds ops and bytes and fails when either budget is spent or the
@@ -84,6 +86,16 @@ func (m *meter) charge(ops, bytes int64) error {
 			return &core.BudgetError{Kind: core.BudgetDeadline, Err: context.Cause(m.ctx)}
 		default:
 		}
+	}
+	return nil
+}
+
+// apiRead counts one cluster.consistent.* read and fails past
+// MaxConsistentReads.
+func (m *meter) apiRead() error {
+	m.reads++
+	if m.reads > MaxConsistentReads {
+		return &core.BudgetError{Kind: core.BudgetAPIReads, Limit: MaxConsistentReads}
 	}
 	return nil
 }
