@@ -36,22 +36,56 @@ func (d DynamicAPI) Get(ctx context.Context, gvr schema.GroupVersionResource, na
 	return u.Object, nil
 }
 
-// List implements APIReader.
-func (d DynamicAPI) List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, sel labels.Selector, _ core.ReadBudget) ([]map[string]any, error) {
-	opts := metav1.ListOptions{}
+// Pages of a consistent list. Nothing is known of the objects' size before
+// the first page, and the API server returns objects of up to 1.5 MiB, so
+// it is small; each later page holds as many objects of the average size
+// seen so far as the evaluation's budget still affords, plus one, so a list
+// larger than the budget fails with the budget error instead of stopping
+// short.
+const (
+	firstPage = 16
+	maxPage   = 500
+	// minObjectBytes is less than what the smallest object is charged
+	// (its metadata alone).
+	minObjectBytes = 256
+)
+
+// List implements APIReader: page by page, each charged to budget before
+// the next is asked for.
+func (d DynamicAPI) List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, sel labels.Selector, budget core.ReadBudget) ([]map[string]any, error) {
+	opts := metav1.ListOptions{Limit: pageSize(budget.BytesLeft(), minObjectBytes, firstPage)}
 	if sel != nil && !sel.Empty() {
 		opts.LabelSelector = sel.String()
 	}
-	l, err := d.Client.Resource(gvr).Namespace(namespace).List(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("list %s in %q from the API server: %w", gvr.GroupResource(), namespace, err)
+	var out []map[string]any
+	for {
+		before := budget.BytesLeft()
+		l, err := d.Client.Resource(gvr).Namespace(namespace).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list %s in %q from the API server: %w", gvr.GroupResource(), namespace, err)
+		}
+		page := make([]map[string]any, len(l.Items))
+		for i := range l.Items {
+			page[i] = l.Items[i].Object
+		}
+		if err := budget.Charge(page); err != nil {
+			return nil, fmt.Errorf("list %s in %q from the API server: %w", gvr.GroupResource(), namespace, err)
+		}
+		out = append(out, page...)
+		if l.GetContinue() == "" {
+			return out, nil
+		}
+		if err := budget.Request(); err != nil {
+			return nil, fmt.Errorf("list %s in %q from the API server: %d objects read, more remain: %w", gvr.GroupResource(), namespace, len(out), err)
+		}
+		each := max((before-budget.BytesLeft())/int64(max(len(page), 1)), minObjectBytes)
+		opts.Limit, opts.Continue = pageSize(budget.BytesLeft(), each, maxPage), l.GetContinue()
 	}
-	out := make([]map[string]any, len(l.Items))
-	for i := range l.Items {
-		out[i] = l.Items[i].Object
-	}
-	return out, nil
 }
+
+// pageSize is how many objects of each bytes fit in left, plus one, at most
+// most.
+func pageSize(left, each, most int64) int64 { return min(left/each+1, most) }
 
 // AccessReview checks Portal's own permissions with
 // SelfSubjectAccessReviews.

@@ -46,6 +46,8 @@ type Reader interface {
 // APIReader reads the API server, for cluster.consistent.* at admission.
 type APIReader interface {
 	Get(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (map[string]any, error)
+	// List charges budget for every page it reads and stops, with
+	// budget's error, where budget ends.
 	List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, sel labels.Selector, budget core.ReadBudget) ([]map[string]any, error)
 }
 
