@@ -19,6 +19,9 @@ import (
 // and the same under cluster.consistent.
 const clusterName = "cluster"
 
+// envName is expr-lang's name for the whole environment.
+const envName = "$env"
+
 // lookupName is the helper every lookup is rewritten to. Like fetchName it
 // cannot be written in an expression.
 const lookupName = "$portal.lookup"
@@ -112,12 +115,23 @@ func (v *lookupVisitor) check(root ast.Node) error {
 	if v.err != nil {
 		return v.err
 	}
-	var bad *ast.IdentifierNode
+	var bad, env *ast.IdentifierNode
 	ast.Walk(&root, visitorFunc(func(node *ast.Node) {
-		if id, ok := (*node).(*ast.IdentifierNode); ok && id.Value == clusterName && !v.calls[id] && bad == nil {
+		id, ok := (*node).(*ast.IdentifierNode)
+		switch {
+		case !ok:
+		case id.Value == envName && env == nil:
+			env = id
+		case id.Value == clusterName && !v.calls[id] && bad == nil:
 			bad = id
 		}
 	}))
+	if env != nil {
+		// $env.cluster would call the binding's methods directly, past
+		// the lookup helper that meters, counts and confines each read.
+		return &core.CompileError{Offset: env.Location().From, Err: errors.New(
+			"$env is not available in rules: read the names directly (object, metadata, cluster.<resource>.byName, ...)")}
+	}
 	if bad != nil {
 		return &core.CompileError{Offset: bad.Location().From, Err: errors.New(
 			"cluster is only read through lookups: cluster.<resource>.byName(namespace, name) or cluster.<resource>.list(namespace, selector), or the same under cluster.consistent")}

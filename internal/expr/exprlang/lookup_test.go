@@ -113,14 +113,16 @@ func TestLookupsAreListedAtCompile(t *testing.T) {
 
 func TestLookupCompileErrors(t *testing.T) {
 	tests := map[string]string{
-		`cluster.services != nil`:                   "only read through lookups",
-		`cluster != nil`:                            "only read through lookups",
-		`cluster[object.kind].list("a", {})`:        "constant plural name",
-		`cluster.services.get("a", "b")`:            "unknown lookup",
-		`cluster.services.byName("a")`:              "takes 2 arguments",
-		`cluster.services?.byName("a", "b")`:        "without ?.",
-		`len(cluster.services.list("a", {}, "x"))`:  "takes 2 arguments",
-		`cluster.consistent.services.list("a") > 1`: "takes 2 arguments",
+		`cluster.services != nil`:                                       "only read through lookups",
+		`cluster != nil`:                                                "only read through lookups",
+		`cluster[object.kind].list("a", {})`:                            "constant plural name",
+		`cluster.services.get("a", "b")`:                                "unknown lookup",
+		`cluster.services.byName("a")`:                                  "takes 2 arguments",
+		`cluster.services?.byName("a", "b")`:                            "without ?.",
+		`len(cluster.services.list("a", {}, "x"))`:                      "takes 2 arguments",
+		`cluster.consistent.services.list("a") > 1`:                     "takes 2 arguments",
+		`$env.cluster.ByName(nil, "configmaps", true, "a", "b") != nil`: "$env is not available",
+		`$env["cluster"] != nil`:                                        "$env is not available",
 	}
 	e := testEngine()
 	for expr, want := range tests {
