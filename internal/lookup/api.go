@@ -33,7 +33,17 @@ func (d DynamicAPI) Get(ctx context.Context, gvr schema.GroupVersionResource, na
 	if err != nil {
 		return nil, fmt.Errorf("read %s %s/%s from the API server: %w", gvr.GroupResource(), namespace, name, err)
 	}
-	return u.Object, nil
+	return withoutManagedFields(u.Object), nil
+}
+
+// withoutManagedFields drops metadata.managedFields, as the cluster cache
+// does: a rule sees the same object whichever answers it, and is not
+// charged for the field bookkeeping it never reads.
+func withoutManagedFields(obj map[string]any) map[string]any {
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		delete(md, "managedFields")
+	}
+	return obj
 }
 
 // Pages of a consistent list. Nothing is known of the objects' size before
@@ -66,7 +76,7 @@ func (d DynamicAPI) List(ctx context.Context, gvr schema.GroupVersionResource, n
 		}
 		page := make([]map[string]any, len(l.Items))
 		for i := range l.Items {
-			page[i] = l.Items[i].Object
+			page[i] = withoutManagedFields(l.Items[i].Object)
 		}
 		if err := budget.Charge(page); err != nil {
 			return nil, fmt.Errorf("list %s in %q from the API server: %w", gvr.GroupResource(), namespace, err)
