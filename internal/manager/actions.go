@@ -55,8 +55,16 @@ func (l *actionsLayer) engine(d Deps) (*actions.Engine, error) {
 		return l.eng, nil
 	}
 	mgr := d.Manager
+	// evict posts through its own policy/v1 client (no client-side retry
+	// of a PodDisruptionBudget's 429); without one the first eviction
+	// would panic the leader.
+	policy, err := actions.NewPolicyClient(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
 	eng, err := actions.New(actions.Options{
-		Env:     actions.Env{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), AlertsSink: l.alertsSink, Logger: d.Logger},
+		Env: actions.Env{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Policy: policy,
+			AlertsSink: l.alertsSink, Logger: d.Logger},
 		Enabled: l.cfg.Types, Workers: l.cfg.Workers, QueueSize: l.cfg.QueueSize, CacheSize: l.cfg.CacheSize,
 		DryRun: l.cfg.DryRun, DefaultRateLimit: l.cfg.DefaultRateLimit, Namespace: d.Namespace,
 		Protected: l.cfg.Protected, Recorder: mgr.GetEventRecorder("portal-actions"),
