@@ -104,13 +104,14 @@ func (h *handler) decide(ctx context.Context, req *admission.Request) (admission
 	if err != nil {
 		return h.failure(req, err)
 	}
-	return h.verdict(req, results)
+	return h.verdict(req, results, reviewedUID(obj, creq))
 }
 
 // verdict aggregates the rules' results: any denying result rejects, with
 // every denying result in the message; warn rules (and errors of rules with
-// onError allow) add warnings; dryrun rules are only counted.
-func (h *handler) verdict(req *admission.Request, results []core.Result) (admission.Response, outcome) {
+// onError allow) add warnings; dryrun rules are only counted. uid is the
+// reviewed object's, for the response actions.
+func (h *handler) verdict(req *admission.Request, results []core.Result, uid string) (admission.Response, outcome) {
 	var denials, warnings []string
 	for i := range results {
 		r := &results[i]
@@ -134,7 +135,7 @@ func (h *handler) verdict(req *admission.Request, results []core.Result) (admiss
 			}
 		}
 	}
-	h.handOver(req, results, len(denials) > 0)
+	h.handOver(req, results, uid, len(denials) > 0)
 	if len(denials) > 0 {
 		msg := strings.Join(denials, "; ")
 		h.log.Info("admission denied", append(requestAttrs(req), "reason", msg)...)
@@ -152,8 +153,15 @@ func (h *handler) verdict(req *admission.Request, results []core.Result) (admiss
 
 // handOver offers the failing results of rules with actions to the
 // response actions. Offer never blocks; the sink counts what it drops.
-func (h *handler) handOver(req *admission.Request, results []core.Result, denied bool) {
-	if h.verdicts == nil {
+//
+// A dry-run request changes nothing, and the webhook declares sideEffects
+// None: its verdicts go nowhere, or `--dry-run=server` would let anyone who
+// may create a pod have Portal evict a live pod of the same name. Each
+// verdict carries the reviewed object's UID, so the actions touch only the
+// live object with exactly that UID, never one that merely shares its name
+// (a refused CREATE, a forged review).
+func (h *handler) handOver(req *admission.Request, results []core.Result, uid string, denied bool) {
+	if h.verdicts == nil || (req.DryRun != nil && *req.DryRun) {
 		return
 	}
 	var now time.Time
@@ -164,7 +172,9 @@ func (h *handler) handOver(req *admission.Request, results []core.Result, denied
 		if now.IsZero() {
 			now = time.Now()
 		}
-		h.verdicts.Offer(core.Verdict{Result: results[i], Operation: string(req.Operation), Denied: denied, Observed: now})
+		v := core.Verdict{Result: results[i], Operation: string(req.Operation), Denied: denied, Observed: now}
+		v.Resource.UID = uid
+		h.verdicts.Offer(v)
 	}
 }
 

@@ -39,6 +39,22 @@ func subject(req *admission.Request) (*unstructured.Unstructured, error) {
 	return obj, nil
 }
 
+// reviewedUID is the UID of the object a request is about: the API server
+// sets metadata.uid before it calls validating webhooks on CREATE, and
+// UPDATE and DELETE are about the stored object, whose UID oldObject
+// carries where object lacks it. "" when neither has one.
+func reviewedUID(obj *unstructured.Unstructured, creq *core.Request) string {
+	if uid := obj.GetUID(); uid != "" {
+		return string(uid)
+	}
+	if md, ok := creq.OldObject["metadata"].(map[string]any); ok {
+		if uid, ok := md["uid"].(string); ok {
+			return uid
+		}
+	}
+	return ""
+}
+
 // coreRequest is the request.* a rule sees.
 func coreRequest(req *admission.Request) (*core.Request, error) {
 	out := &core.Request{

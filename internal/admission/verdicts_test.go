@@ -2,7 +2,9 @@ package admission_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 
@@ -63,5 +65,66 @@ func TestVerdictsHandedToActions(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.vs) != 1 || rec.vs[0].Rule != withAction || rec.vs[0].Operation != "CREATE" || rec.vs[0].Denied || rec.vs[0].Observed.IsZero() {
 		t.Fatalf("verdicts handed over: %+v", rec.vs)
+	}
+}
+
+// TestVerdictsCarryTheReviewedObject: each verdict names the reviewed
+// object by UID (object's, else oldObject's), so the actions can tell it
+// from a live object that merely shares its name; a dry-run request hands
+// nothing over, since it changes nothing and the webhook declares no side
+// effects.
+func TestVerdictsCarryTheReviewedObject(t *testing.T) {
+	label := core.ActionSpec{Type: "label", Params: map[string]string{"key": "portal.io/flag", "value": "x"}}
+	r := &core.Rule{Name: "flag", EnforcementAction: core.ActionDeny, Actions: []core.ActionSpec{label}}
+	ref := core.ResourceRef{APIVersion: "v1", Kind: "Pod", Namespace: "default", Name: "p"}
+	rec := &verdictRecorder{}
+	wh, err := admission.New(admission.Options{
+		Evaluator:  fixed{{Rule: r, Resource: ref, Outcome: core.OutcomeFail, Message: "flagged"}},
+		Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler), Verdicts: rec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := func(uid string) string {
+		meta := `"name":"p","namespace":"default"`
+		if uid != "" {
+			meta += `,"uid":"` + uid + `"`
+		}
+		return `{"apiVersion":"v1","kind":"Pod","metadata":{` + meta + `},"spec":{"containers":[{"name":"c","image":"x"}]}}`
+	}
+	for _, tc := range []struct {
+		name, op, object, oldObject string
+		dryRun                      bool
+		want                        []string // UIDs handed over
+	}{
+		{"CREATE", "CREATE", pod("created"), "null", false, []string{"created"}},
+		{"UPDATE", "UPDATE", pod("stored"), pod("stored"), false, []string{"stored"}},
+		{"UPDATE, object without uid", "UPDATE", pod(""), pod("stored"), false, []string{"stored"}},
+		{"DELETE", "DELETE", "null", pod("stored"), false, []string{"stored"}},
+		{"no uid at all", "CREATE", pod(""), "null", false, []string{""}},
+		{"dry-run CREATE", "CREATE", pod("created"), "null", true, nil},
+		{"dry-run UPDATE", "UPDATE", pod("stored"), pod("stored"), true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec.mu.Lock()
+			rec.vs = nil
+			rec.mu.Unlock()
+			body := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"r",`+
+				`"kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},`+
+				`"name":"p","namespace":"default","operation":%q,"userInfo":{"username":"mallory"},"object":%s,"oldObject":%s,"dryRun":%v}}`,
+				tc.op, tc.object, tc.oldObject, tc.dryRun)
+			if resp := post(t, wh, body); resp.Allowed {
+				t.Fatalf("the deny rule admitted: %+v", resp)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			var got []string
+			for _, v := range rec.vs {
+				got = append(got, v.Resource.UID)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("verdicts handed over with UIDs %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

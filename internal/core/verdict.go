@@ -8,6 +8,9 @@ import "time"
 // not go through the findings pipeline (which holds the current state of
 // objects, and would keep a refused object in reports for ever).
 type Verdict struct {
+	// Result.Resource.UID is the reviewed object's UID: the actions act
+	// only on the live object with exactly that UID, and not at all
+	// without one.
 	Result
 	// Operation is the admission operation (CREATE, UPDATE, DELETE, CONNECT).
 	Operation string
