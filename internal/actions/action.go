@@ -22,11 +22,14 @@ package actions
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,7 +49,8 @@ const (
 	// until the object's findings change again.
 	ResultBlocked = "blocked"
 	// ResultSkipped: nothing to do (the object is gone, the action does
-	// not apply to its kind).
+	// not apply to its kind, an admission verdict is not about the live
+	// object).
 	ResultSkipped = "skipped"
 	// ResultDenied: a guard refused it (another namespace, a protected
 	// namespace, a key a PortalRule may not set).
@@ -77,10 +81,87 @@ type Request struct {
 	Revert bool
 	// Key is the idempotency key.
 	Key string
+
+	// confirmed is set once the action found that the live object is the
+	// one an admission verdict reviewed; only then does the attempt of an
+	// admission verdict record an Event on it.
+	confirmed bool
 }
 
 // Param returns the action's parameter k ("" when unset).
 func (r *Request) Param(k string) string { return r.Spec.Params[k] }
+
+// reviewed reports whether live, the UID of the object an action is about
+// to change, is the object an admission verdict was about. Anyone who
+// reaches the webhook port can post a review naming any object, and a
+// dry-run or refused CREATE can reuse a live object's name: only the UID
+// ties a verdict to one object. Audit findings and reverts pass unchecked.
+func (r *Request) reviewed(live types.UID) (Outcome, bool) {
+	if r.Mode != core.ModeAdmission || r.Revert {
+		return Outcome{}, true
+	}
+	if live == "" || string(live) != r.Object.UID {
+		return notReviewed(r, live), false
+	}
+	r.confirmed = true
+	return Outcome{}, true
+}
+
+// gone is the outcome of a request whose target does not exist.
+func gone(r *Request) Outcome {
+	if o, ok := r.reviewed(""); !ok {
+		return o
+	}
+	return outcome(ResultSkipped, "%s is gone", target(r.Object))
+}
+
+// reviewedUID is the UID an admission verdict's action writes as a
+// precondition, so the API server refuses the change should the object be
+// replaced after the action read it; "" for audit findings.
+func (r *Request) reviewedUID() string {
+	if r.Mode != core.ModeAdmission || r.Revert {
+		return ""
+	}
+	return r.Object.UID
+}
+
+// notReviewed is the outcome of an admission verdict whose object is not
+// the live one.
+func notReviewed(r *Request, live types.UID) Outcome {
+	if live == "" {
+		return outcome(ResultSkipped, "the reviewed object (UID %s) is not the live %s, which is gone: not acted on", cmpOr(r.Object.UID, "none"), target(r.Object))
+	}
+	return outcome(ResultSkipped, "the reviewed object (UID %s) is not the live %s (UID %s): not acted on", cmpOr(r.Object.UID, "none"), target(r.Object), live)
+}
+
+// replaced is the outcome of an admission verdict's write that the API
+// server refused on its UID precondition: the object was replaced after
+// the action checked it, so it is not the reviewed one either.
+func replaced(r *Request) Outcome {
+	r.confirmed = false
+	return outcome(ResultSkipped, "the reviewed object (UID %s) is not the live %s: it was replaced; not acted on", r.Object.UID, target(r.Object))
+}
+
+// uidRefused reports whether the API server refused a write because its
+// metadata.uid is not the stored object's: a UID precondition failed.
+func uidRefused(err error) bool {
+	if apierrors.IsConflict(err) {
+		return true
+	}
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) || st.Status().Details == nil {
+		return false
+	}
+	for _, c := range st.Status().Details.Causes {
+		if c.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
+}
 
 // Outcome is what an attempt did: a Result constant and, for the audit line
 // and the Event, what was done or why not.

@@ -107,10 +107,12 @@ type entry struct {
 
 // task is one attempt for a worker.
 type task struct {
-	req      Request
-	entry    *entry
-	result   string // preset result (rate_limited, duplicate): no call
-	observed time.Time
+	req   Request
+	entry *entry
+	// result is a preset result (rate_limited, skipped), with its detail:
+	// the attempt is recorded, not made.
+	result, detail string
+	observed       time.Time
 }
 
 // New returns an engine; add it to the manager and hand it to the findings
@@ -423,6 +425,13 @@ func (e *Engine) verdictTasks(v core.Verdict) []task {
 		}
 		k := Key(v.Rule, v.Resource, a, ai)
 		req := Request{Rule: v.Rule, Spec: a, Index: ai, Object: v.Resource, Message: v.Message, Mode: core.ModeAdmission, Key: k}
+		if v.Resource.UID == "" {
+			// Nothing ties the verdict to one object: a forged review,
+			// or a name the live object merely shares. Recorded without
+			// taking the key or the target's rate limit.
+			tasks = append(tasks, task{req: req, result: ResultSkipped, detail: "the admission verdict names no object UID, so the reviewed object cannot be told from the live " + target(v.Resource) + ": not acted on"})
+			continue
+		}
 		if x, ok := e.keys.Get(k); ok {
 			if en := x.(*entry); !en.admission || now.Sub(en.at) < e.o.AdmissionDedup {
 				e.metrics.Actions.WithLabelValues(a.Type, ResultDuplicate).Inc()

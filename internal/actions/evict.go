@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -34,17 +35,24 @@ func (a *evict) Apply(ctx context.Context, req *Request) (Outcome, error) {
 	pod := &corev1.Pod{}
 	if err := a.env.Reader.Get(ctx, client.ObjectKey{Namespace: req.Object.Namespace, Name: req.Object.Name}, pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			return outcome(ResultSkipped, "%s is gone", target(req.Object)), nil
+			return gone(req), nil
 		}
 		return Outcome{}, fmt.Errorf("get pod: %w", err)
+	}
+	if o, ok := req.reviewed(pod.UID); !ok {
+		return o, nil
 	}
 	if min := req.Param("minHealthyReplicas"); min != "" {
 		if o, blocked, err := a.guard(ctx, pod, min); err != nil || blocked {
 			return o, err
 		}
 	}
+	// The precondition makes the API server refuse to evict a pod that
+	// replaced the one read above, or the one an admission verdict
+	// reviewed.
+	uid := types.UID(cmpOr(req.reviewedUID(), string(pod.UID)))
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}}
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}}
 	// One request, no client-side retry: a refusal is reported, not
 	// waited out.
 	err := a.env.Policy.Post().AbsPath("/api/v1").Namespace(pod.Namespace).Resource("pods").Name(pod.Name).
@@ -54,7 +62,10 @@ func (a *evict) Apply(ctx context.Context, req *Request) (Outcome, error) {
 		return outcome(ResultSuccess, "evicted %s", target(req.Object)), nil
 	case apierrors.IsTooManyRequests(err):
 		return outcome(ResultBlocked, "eviction of %s refused: %v", target(req.Object), err), nil
+	case req.reviewedUID() != "" && apierrors.IsConflict(err):
+		return replaced(req), nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// The precondition failed: the pod read above was replaced.
 		return outcome(ResultSkipped, "%s is gone", target(req.Object)), nil
 	}
 	return Outcome{}, fmt.Errorf("evict %s: %w", target(req.Object), err)

@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,38 +37,40 @@ func FieldManager(req *Request) string {
 }
 
 func (m *metaAction) Apply(ctx context.Context, req *Request) (Outcome, error) {
-	if err := m.apply(ctx, req, map[string]any{req.Param("key"): req.Param("value")}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return outcome(ResultSkipped, "%s is gone", target(req.Object)), nil
-		}
-		return Outcome{}, err
+	if o, err := m.apply(ctx, req, map[string]any{req.Param("key"): req.Param("value")}); err != nil || o.Result != "" {
+		return o, err
 	}
 	return outcome(ResultSuccess, "set %s %s=%s on %s", strings.TrimSuffix(m.field, "s"), req.Param("key"), req.Param("value"), target(req.Object)), nil
 }
 
 func (m *metaAction) Revert(ctx context.Context, req *Request) (Outcome, error) {
-	if err := m.apply(ctx, req, nil); err != nil {
-		if apierrors.IsNotFound(err) {
-			return outcome(ResultSkipped, "%s is gone", target(req.Object)), nil
-		}
-		return Outcome{}, err
+	if o, err := m.apply(ctx, req, nil); err != nil || o.Result != "" {
+		return o, err
 	}
 	return outcome(ResultSuccess, "removed %s %s from %s", strings.TrimSuffix(m.field, "s"), req.Param("key"), target(req.Object)), nil
 }
 
 // apply applies the key (or, with none, gives it up, which removes it
-// unless another manager holds it).
-func (m *metaAction) apply(ctx context.Context, req *Request, kv map[string]any) error {
+// unless another manager holds it). A non-empty Outcome says why nothing
+// was done: the object is gone, or is not the one an admission verdict
+// reviewed.
+func (m *metaAction) apply(ctx context.Context, req *Request, kv map[string]any) (Outcome, error) {
 	meta := map[string]any{"name": req.Object.Name}
 	if req.Object.Namespace != "" {
 		meta["namespace"] = req.Object.Namespace
+	}
+	if uid := req.reviewedUID(); uid != "" {
+		// The API server refuses an apply whose metadata.uid is not the
+		// stored object's, so a pod replaced after the check below is
+		// not labelled either.
+		meta["uid"] = uid
 	}
 	if kv != nil {
 		meta[m.field] = kv
 	}
 	patch, err := json.Marshal(map[string]any{"apiVersion": req.Object.APIVersion, "kind": req.Object.Kind, "metadata": meta})
 	if err != nil {
-		return err
+		return Outcome{}, err
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetAPIVersion(req.Object.APIVersion)
@@ -74,10 +78,26 @@ func (m *metaAction) apply(ctx context.Context, req *Request, kv map[string]any)
 	obj.SetNamespace(req.Object.Namespace)
 	obj.SetName(req.Object.Name)
 	// Apply would create a missing object: check first, and never create.
-	if err := m.env.Reader.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopy()); err != nil {
-		return err
+	live := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: req.Object.APIVersion, Kind: req.Object.Kind}}
+	if err := m.env.Reader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return gone(req), nil
+		}
+		return Outcome{}, fmt.Errorf("get %s: %w", target(req.Object), err)
 	}
-	return m.env.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(FieldManager(req)), client.ForceOwnership)
+	if o, ok := req.reviewed(live.UID); !ok {
+		return o, nil
+	}
+	err = m.env.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(FieldManager(req)), client.ForceOwnership)
+	switch {
+	case err == nil:
+		return Outcome{}, nil
+	case apierrors.IsNotFound(err):
+		return gone(req), nil
+	case req.reviewedUID() != "" && uidRefused(err):
+		return replaced(req), nil
+	}
+	return Outcome{}, fmt.Errorf("apply %s: %w", target(req.Object), err)
 }
 
 func (m *metaAction) Permissions() []authorizationv1.ResourceAttributes {

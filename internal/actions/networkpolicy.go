@@ -52,11 +52,8 @@ func (q *quarantine) Apply(ctx context.Context, req *Request) (Outcome, error) {
 	name := QuarantineName(obj.Kind, obj.Name)
 	var sel *metav1.LabelSelector
 	if obj.Kind == "Pod" && obj.APIVersion == "v1" {
-		if err := q.labelPod(ctx, obj.Namespace, obj.Name, name); err != nil {
-			if apierrors.IsNotFound(err) {
-				return outcome(ResultSkipped, "%s is gone", target(obj)), nil
-			}
-			return Outcome{}, err
+		if o, err := q.labelPod(ctx, req, name); err != nil || o.Result != "" {
+			return o, err
 		}
 		sel = &metav1.LabelSelector{MatchLabels: map[string]string{QuarantineLabel: name}}
 	} else {
@@ -65,9 +62,12 @@ func (q *quarantine) Apply(ctx context.Context, req *Request) (Outcome, error) {
 		u.SetKind(obj.Kind)
 		if err := q.env.Reader.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.Name}, u); err != nil {
 			if apierrors.IsNotFound(err) {
-				return outcome(ResultSkipped, "%s is gone", target(obj)), nil
+				return gone(req), nil
 			}
 			return Outcome{}, fmt.Errorf("get %s: %w", target(obj), err)
+		}
+		if o, ok := req.reviewed(u.GetUID()); !ok {
+			return o, nil
 		}
 		raw, found, _ := unstructured.NestedMap(u.Object, "spec", "selector")
 		if !found {
@@ -96,36 +96,57 @@ func (q *quarantine) Apply(ctx context.Context, req *Request) (Outcome, error) {
 	return outcome(ResultSuccess, "quarantined %s with NetworkPolicy %s (no ingress, no egress)", target(obj), name), nil
 }
 
-// labelPod marks the pod for the quarantine policy.
-func (q *quarantine) labelPod(ctx context.Context, ns, pod, value string) error {
-	var labels map[string]any
-	if value != "" {
-		labels = map[string]any{QuarantineLabel: value}
-	}
+// labelPod marks the pod for the quarantine policy (value ""
+// removes the mark). A non-empty Outcome says why nothing was done: the pod
+// is gone, or is not the one an admission verdict reviewed.
+func (q *quarantine) labelPod(ctx context.Context, req *Request, value string) (Outcome, error) {
+	ns, pod := req.Object.Namespace, req.Object.Name
 	meta := map[string]any{"name": pod, "namespace": ns}
-	if labels != nil {
-		meta["labels"] = labels
+	if uid := req.reviewedUID(); uid != "" {
+		// Refused by the API server if the pod was replaced after the
+		// check below.
+		meta["uid"] = uid
+	}
+	if value != "" {
+		meta["labels"] = map[string]any{QuarantineLabel: value}
 	}
 	patch, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta})
 	if err != nil {
-		return err
+		return Outcome{}, err
 	}
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion("v1")
 	u.SetKind("Pod")
 	u.SetNamespace(ns)
 	u.SetName(pod)
-	if err := q.env.Reader.Get(ctx, client.ObjectKeyFromObject(u), u.DeepCopy()); err != nil {
-		return err
+	live := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}}
+	if err := q.env.Reader.Get(ctx, client.ObjectKeyFromObject(u), live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return gone(req), nil
+		}
+		return Outcome{}, fmt.Errorf("get %s: %w", target(req.Object), err)
 	}
-	return q.env.Client.Patch(ctx, u, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(QuarantineFieldManager+"-quarantine"), client.ForceOwnership)
+	if o, ok := req.reviewed(live.UID); !ok {
+		return o, nil
+	}
+	err = q.env.Client.Patch(ctx, u, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(QuarantineFieldManager+"-quarantine"), client.ForceOwnership)
+	switch {
+	case err == nil:
+		return Outcome{}, nil
+	case apierrors.IsNotFound(err):
+		return gone(req), nil
+	case req.reviewedUID() != "" && uidRefused(err):
+		return replaced(req), nil
+	}
+	return Outcome{}, fmt.Errorf("label %s: %w", target(req.Object), err)
 }
 
 func (q *quarantine) Revert(ctx context.Context, req *Request) (Outcome, error) {
 	obj := req.Object
 	name := QuarantineName(obj.Kind, obj.Name)
 	if obj.Kind == "Pod" {
-		if err := q.labelPod(ctx, obj.Namespace, obj.Name, ""); err != nil && !apierrors.IsNotFound(err) {
+		// A gone pod has no label to remove; the policy still goes.
+		if _, err := q.labelPod(ctx, req, ""); err != nil {
 			return Outcome{}, fmt.Errorf("unlabel %s: %w", target(obj), err)
 		}
 	}

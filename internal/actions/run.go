@@ -26,11 +26,12 @@ const attemptTimeout = 30 * time.Second
 // run makes one attempt and records it: audit line, Event, counter.
 func (e *Engine) run(ctx context.Context, t task) {
 	req := &t.req
-	out := Outcome{Result: t.result}
+	out := Outcome{Result: t.result, Detail: t.detail}
 	var err error
 	switch {
 	case out.Result == ResultRateLimited:
 		out.Detail = "rate limit of the rule and target reached (" + cmpOr(req.Param("rateLimit"), e.o.DefaultRateLimit) + ")"
+	case out.Result != "":
 	default:
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		out, err = e.attempt(actx, req)
@@ -126,6 +127,7 @@ func (e *Engine) audit(req *Request, out Outcome) {
 		"kind", req.Object.Kind,
 		"namespace", req.Object.Namespace,
 		"name", req.Object.Name,
+		"uid", req.Object.UID,
 		"detail", out.Detail,
 		"key", req.Key[:16],
 	)
@@ -133,8 +135,14 @@ func (e *Engine) audit(req *Request, out Outcome) {
 
 // event records the attempt on the target. Denied attempts record nothing
 // there: the target may be in a namespace the rule's author cannot see.
+// Nor do attempts of admission verdicts until the action has found the
+// live object to be the reviewed one: a forged or dry-run review naming
+// someone else's object must not write on it.
 func (e *Engine) event(req *Request, out Outcome) {
 	if e.o.Recorder == nil || out.Result == ResultDenied || out.Result == ResultDuplicate || req.Object.Name == "" {
+		return
+	}
+	if req.Mode == core.ModeAdmission && !req.Revert && !req.confirmed {
 		return
 	}
 	obj := &metav1.PartialObjectMetadata{

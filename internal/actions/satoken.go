@@ -34,9 +34,12 @@ func (a *revokeToken) Apply(ctx context.Context, req *Request) (Outcome, error) 
 		pod := &corev1.Pod{}
 		if err := a.env.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: obj.Name}, pod); err != nil {
 			if apierrors.IsNotFound(err) {
-				return outcome(ResultSkipped, "%s is gone", target(obj)), nil
+				return gone(req), nil
 			}
 			return Outcome{}, fmt.Errorf("get pod: %w", err)
+		}
+		if o, ok := req.reviewed(pod.UID); !ok {
+			return o, nil
 		}
 		sa = pod.Spec.ServiceAccountName
 		if sa == "" {
@@ -44,6 +47,11 @@ func (a *revokeToken) Apply(ctx context.Context, req *Request) (Outcome, error) 
 		}
 	case obj.Kind == "ServiceAccount" && obj.APIVersion == "v1":
 		sa = obj.Name
+		if req.reviewedUID() != "" {
+			if o, ok, err := a.reviewedAccount(ctx, req); err != nil || !ok {
+				return o, err
+			}
+		}
 	default:
 		return outcome(ResultSkipped, "revoke-sa-token acts on Pods and ServiceAccounts, not %s", obj.Kind), nil
 	}
@@ -73,6 +81,20 @@ func (a *revokeToken) Apply(ctx context.Context, req *Request) (Outcome, error) 
 		detail += "; recreated it with UID " + uid + ": every bound token issued before is rejected"
 	}
 	return Outcome{Result: ResultSuccess, Detail: detail}, nil
+}
+
+// reviewedAccount checks that the ServiceAccount an admission verdict
+// names is the live one; a Pod's account needs no check, its pod was.
+func (a *revokeToken) reviewedAccount(ctx context.Context, req *Request) (Outcome, bool, error) {
+	live := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}}
+	if err := a.env.Reader.Get(ctx, client.ObjectKey{Namespace: req.Object.Namespace, Name: req.Object.Name}, live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return gone(req), false, nil
+		}
+		return Outcome{}, false, fmt.Errorf("get ServiceAccount %s/%s: %w", req.Object.Namespace, req.Object.Name, err)
+	}
+	o, ok := req.reviewed(live.UID)
+	return o, ok, nil
 }
 
 // recreate deletes the ServiceAccount and creates it again with the same
