@@ -46,6 +46,9 @@ type reviewHandler struct {
 	log         *slog.Logger
 	metrics     *Metrics
 	bodyTimeout time.Duration
+	// defaultTimeout is the deadline of a request without ?timeout=;
+	// DefaultRequestTimeout but in tests.
+	defaultTimeout time.Duration
 }
 
 func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -79,7 +82,7 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, reason, http.StatusBadRequest, "malformed AdmissionReview: "+err.Error())
 		return
 	}
-	ctx, cancel := requestContext(r)
+	ctx, cancel := requestContext(r, h.defaultTimeout)
 	defer cancel()
 	resp := h.hook.Handle(ctx, admission.Request{AdmissionRequest: *review.Request})
 	out := admissionv1.AdmissionReview{
@@ -104,14 +107,27 @@ func (e *malformedError) Unwrap() error { return e.err }
 
 func malformed(reason string, err error) error { return &malformedError{reason: reason, err: err} }
 
+// The deadlines of one request. The API server sends its webhook timeout
+// (timeoutSeconds: 10 s unless set, at most 30 s) as ?timeout=. A request
+// without one, which only a client other than the API server sends, gets
+// the API server's default instead of none, so it cannot keep an
+// evaluation running for as long as it holds the connection open; and no
+// request gets more than the API server's maximum.
+const (
+	DefaultRequestTimeout = 10 * time.Second
+	MaxRequestTimeout     = 30 * time.Second
+)
+
 // requestContext is the request's context with the deadline the API server
-// sends as ?timeout=, shortened by a tenth so that rule evaluations stopped
-// by it still answer (with their error) before the API server gives up.
-func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+// sends as ?timeout= (def without one, at most MaxRequestTimeout),
+// shortened by a tenth so that rule evaluations stopped by it still answer
+// (with their error) before the API server gives up.
+func requestContext(r *http.Request, def time.Duration) (context.Context, context.CancelFunc) {
 	d, err := time.ParseDuration(r.URL.Query().Get("timeout"))
 	if err != nil || d <= 0 {
-		return context.WithCancel(r.Context())
+		d = def
 	}
+	d = min(d, MaxRequestTimeout)
 	return context.WithTimeout(r.Context(), d-d/10)
 }
 

@@ -131,7 +131,8 @@ func New(o Options) (*Webhook, error) {
 	if o.BodyReadTimeout <= 0 {
 		o.BodyReadTimeout = 10 * time.Second
 	}
-	return &Webhook{handler: h, http: &reviewHandler{hook: hook, log: o.Logger, metrics: m, bodyTimeout: o.BodyReadTimeout}}, nil
+	return &Webhook{handler: h, http: &reviewHandler{hook: hook, log: o.Logger, metrics: m, bodyTimeout: o.BodyReadTimeout,
+		defaultTimeout: DefaultRequestTimeout}}, nil
 }
 
 // ServeHTTP serves AdmissionReview v1 requests. Register it with the
