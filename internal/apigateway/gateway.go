@@ -236,8 +236,10 @@ func (r *gatewayReconciler) deleteGateways(ctx context.Context, g *gatewayv1alph
 func (r *gatewayReconciler) blocking(ctx context.Context, g *gatewayv1alpha1.APIGateway) ([]gatewayv1alpha1.ObjectReference, error) {
 	ref := g.Spec.Gateway.Namespace + "/" + g.Spec.Gateway.Name
 	var out []gatewayv1alpha1.ObjectReference
+	// Read in place from the cache, never written: tenants' objects, as
+	// large as they make them, are not copied for a scan.
 	rules := &gatewayv1alpha1.APIRuleList{}
-	if err := r.client.List(ctx, rules); err != nil {
+	if err := r.client.List(ctx, rules, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for _, a := range rules.Items {
@@ -246,7 +248,7 @@ func (r *gatewayReconciler) blocking(ctx context.Context, g *gatewayv1alpha1.API
 		}
 	}
 	rls := &gatewayv1alpha1.RateLimitList{}
-	if err := r.client.List(ctx, rls); err != nil {
+	if err := r.client.List(ctx, rls, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	sel := g.Spec.Gateway.Selector
@@ -259,7 +261,7 @@ func (r *gatewayReconciler) blocking(ctx context.Context, g *gatewayv1alpha1.API
 		}
 	}
 	vss := &networkingv1.VirtualServiceList{}
-	if err := r.client.List(ctx, vss); err != nil {
+	if err := r.client.List(ctx, vss, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for _, vs := range vss.Items {

@@ -79,8 +79,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Owns(&securityv1.AuthorizationPolicy{}).
 		Owns(&securityv1.RequestAuthentication{}).
 		// When an APIRule changes or goes, the others that claim one of
-		// its hosts may win or lose it.
-		Watches(&gatewayv1alpha1.APIRule{}, handler.EnqueueRequestsFromMapFunc(r.sharingHosts)).
+		// its hosts may win or lose it; its status writes change no claim.
+		Watches(&gatewayv1alpha1.APIRule{}, handler.EnqueueRequestsFromMapFunc(r.sharingHosts),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up APIRule controller: %w", err)
@@ -292,12 +293,15 @@ func wins(a, b client.Object, serving map[string]bool) bool {
 // in turn and loses it, so the oldest claim wins whoever was reconciled
 // first.
 func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule, hosts []string) *Problem {
+	// Every APIRule and VirtualService of the cluster, read in place from
+	// the cache and never written: a deep copy of each per reconcile made
+	// a tenant's large APIRules cost every reconcile their whole size.
 	rules := &gatewayv1alpha1.APIRuleList{}
-	if err := r.client.List(ctx, rules); err != nil {
+	if err := r.client.List(ctx, rules, client.UnsafeDisableDeepCopy); err != nil {
 		return &Problem{Reason: gatewayv1alpha1.ReasonApplyFailed, Message: "list APIRules: " + err.Error()}
 	}
 	vss := &networkingv1.VirtualServiceList{}
-	if err := r.client.List(ctx, vss); err != nil {
+	if err := r.client.List(ctx, vss, client.UnsafeDisableDeepCopy); err != nil {
 		return &Problem{Reason: gatewayv1alpha1.ReasonApplyFailed, Message: "list VirtualServices: " + err.Error()}
 	}
 	claims := map[string]*gatewayv1alpha1.APIRule{}
@@ -416,7 +420,7 @@ func (r *Reconciler) sharingHosts(ctx context.Context, obj client.Object) []reco
 		return nil
 	}
 	rules := &gatewayv1alpha1.APIRuleList{}
-	if err := r.client.List(ctx, rules); err != nil {
+	if err := r.client.List(ctx, rules, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	var out []reconcile.Request
