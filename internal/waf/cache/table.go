@@ -132,17 +132,18 @@ type tables struct {
 
 // PutTable makes t the table of Gateway namespace/name and reports
 // whether it changed. A table above MaxTableRows or MaxTableBytes is
-// refused with ErrTableTooLarge and the one in force stays.
+// refused with ErrTableTooLarge, before it is encoded, and the one in
+// force stays.
 func (c *Cache) PutTable(namespace, name string, t *Table) (changed bool, err error) {
 	if len(t.Rows) > MaxTableRows {
 		return false, fmt.Errorf("%w: %d rows, at most %d", ErrTableTooLarge, len(t.Rows), MaxTableRows)
 	}
+	if n := t.EncodedSize(); n > MaxTableBytes {
+		return false, fmt.Errorf("%w: %d bytes, at most %d", ErrTableTooLarge, n, MaxTableBytes)
+	}
 	body, err := json.Marshal(t)
 	if err != nil {
 		return false, fmt.Errorf("encode route table %s: %w", Key(namespace, name), err)
-	}
-	if len(body) > MaxTableBytes {
-		return false, fmt.Errorf("%w: %d bytes, at most %d", ErrTableTooLarge, len(body), MaxTableBytes)
 	}
 	sum := sha256.Sum256(body)
 	digest := hex.EncodeToString(sum[:])
