@@ -17,14 +17,26 @@ import (
 
 // Match types of a table row (Gateway API's).
 const (
-	matchExact  = "Exact"
-	matchPrefix = "PathPrefix"
-	matchRegex  = "RegularExpression"
+	matchExact  = cache.MatchExact
+	matchPrefix = cache.MatchPathPrefix
+	matchRegex  = cache.MatchRegex
 )
 
-// maxMatchRegexBytes bounds a regular expression of a table row; RE2 runs
-// in linear time, this bounds its compile.
-const maxMatchRegexBytes = 1024
+// MaxRequestTargetBytes bounds the request target (path and query) a
+// Router matches: a longer one is answered 414, as nginx answers a request
+// line past its default 8 KiB buffer. The values of a header a row matches
+// by regular expression are bounded alike (431). Go's regexp costs up to
+// (program instructions) x (input bytes) per expression, and a table lets
+// a request meet at most cache.MaxHostRegexInsts instructions, so routing
+// one request costs at most cache.MaxHostRegexInsts x MaxRequestTargetBytes
+// regex steps (about 8.4 million; 5 to 15 ns each on current CPUs).
+const MaxRequestTargetBytes = 8 << 10
+
+// MaxMatchedHeaderLines bounds the lines of one header a row's header
+// match is tried against (431 beyond): a row tries each of them, so a
+// request repeating a header thousands of times, within the listener's
+// header limit, would cost every row that many comparisons.
+const MaxMatchedHeaderLines = 16
 
 // Router is the waf-proxy of a whole Gateway: for each request it finds the
 // route match in the Gateway's table (Gateway API precedence, the first row
@@ -96,6 +108,9 @@ type matcher struct {
 	kind  string
 	value string
 	re    *regexp.Regexp
+	// insts is the size of re's program: a match costs up to insts steps
+	// per byte of input.
+	insts int
 }
 
 type namedMatcher struct {
@@ -157,14 +172,33 @@ func compileTable(t *cache.Table) (*routerState, error) {
 	if len(t.Rows) > cache.MaxTableRows {
 		return nil, fmt.Errorf("route table: %d rows, at most %d", len(t.Rows), cache.MaxTableRows)
 	}
+	// The binding controller leaves out the routes that would pass the
+	// regex bounds; a table that passes them anyway does not come from it
+	// and would let one request cost seconds of CPU.
+	var load cache.RegexLoad
 	for i, row := range t.Rows {
 		cr, err := compileRow(row, len(t.Policies))
+		if err == nil {
+			err = load.Add(row.Hostnames, cr.insts())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("route table: row %d (%s): %w", i, row.Route, err)
 		}
 		st.rows = append(st.rows, cr)
 	}
 	return st, nil
+}
+
+// insts is the regex instructions of the row's matches together.
+func (c *compiledRow) insts() int {
+	n := c.path.insts
+	for _, m := range c.headers {
+		n += m.insts
+	}
+	for _, m := range c.query {
+		n += m.insts
+	}
+	return n
 }
 
 func compileRow(row cache.TableRow, policies int) (compiledRow, error) {
@@ -207,19 +241,22 @@ func compileMatcher(m cache.StringMatch, isPath bool) (matcher, error) {
 	case m.Type == matchExact, m.Type == matchPrefix && isPath:
 		return matcher{kind: m.Type, value: m.Value}, nil
 	case m.Type == matchRegex:
-		if len(m.Value) > maxMatchRegexBytes {
-			return matcher{}, fmt.Errorf("regular expression longer than %d bytes", maxMatchRegexBytes)
-		}
-		re, err := regexp.Compile(`^(?:` + m.Value + `)$`)
+		insts, err := cache.RegexInsts(m.Value)
 		if err != nil {
 			return matcher{}, err
 		}
-		return matcher{kind: m.Type, re: re}, nil
+		re, err := regexp.Compile(cache.AnchoredRegex(m.Value))
+		if err != nil {
+			return matcher{}, err
+		}
+		return matcher{kind: m.Type, re: re, insts: insts}, nil
 	}
 	return matcher{}, fmt.Errorf("unknown match type %q", m.Type)
 }
 
-func (m matcher) match(s string) bool {
+// match reports whether s matches, adding the regex steps it may take to
+// steps.
+func (m matcher) match(s string, steps *int) bool {
 	switch m.kind {
 	case matchExact:
 		return s == m.value
@@ -228,9 +265,34 @@ func (m matcher) match(s string) bool {
 		p := strings.TrimSuffix(m.value, "/")
 		return p == "" || s == p || strings.HasPrefix(s, p+"/")
 	case matchRegex:
+		*steps += m.insts * len(s)
 		return m.re.MatchString(s)
 	}
 	return false
+}
+
+// headerLimitError: a header a row matches has more lines than
+// MaxMatchedHeaderLines, or values longer than MaxRequestTargetBytes
+// together where a regular expression matches them (431).
+type headerLimitError struct{ name, why string }
+
+func (e headerLimitError) Error() string { return "request header " + e.name + " " + e.why }
+
+// checkHeader bounds what matching header values vs costs.
+func checkHeader(name string, vs []string, regex bool) error {
+	if len(vs) > MaxMatchedHeaderLines {
+		return headerLimitError{name, fmt.Sprintf("has more than %d lines", MaxMatchedHeaderLines)}
+	}
+	if regex {
+		n := 0
+		for _, v := range vs {
+			n += len(v)
+		}
+		if n > MaxRequestTargetBytes {
+			return headerLimitError{name, fmt.Sprintf("is longer than %d bytes and matched by a regular expression", MaxRequestTargetBytes)}
+		}
+	}
+	return nil
 }
 
 func hostMatches(pattern, host string) bool {
@@ -243,46 +305,59 @@ func hostMatches(pattern, host string) bool {
 	return host == pattern
 }
 
-func (c *compiledRow) matches(host, p string, r *http.Request, query url.Values) bool {
-	if !hostMatches(c.host, host) || !c.path.match(p) || (c.method != "" && r.Method != c.method) {
-		return false
+// matches reports whether the request matches the row, adding the regex
+// steps it may take to steps. The path and query are within
+// MaxRequestTargetBytes; the headers the row matches must be within
+// checkHeader's bounds, else the request is refused rather than matched.
+func (c *compiledRow) matches(host, p string, r *http.Request, query url.Values, steps *int) (bool, error) {
+	if !hostMatches(c.host, host) || !c.path.match(p, steps) || (c.method != "" && r.Method != c.method) {
+		return false, nil
 	}
 	for _, h := range c.headers {
 		vs := r.Header.Values(h.name)
 		if h.name == "Host" {
 			vs = []string{r.Host}
 		}
+		if err := checkHeader(h.name, vs, h.kind == matchRegex); err != nil {
+			return false, err
+		}
 		ok := false
 		for _, v := range vs {
-			if h.match(v) {
+			if h.match(v, steps) {
 				ok = true
 				break
 			}
 		}
 		if !ok {
-			return false
+			return false, nil
 		}
 	}
 	for _, q := range c.query {
 		vs, ok := query[q.name]
-		if !ok || !q.match(vs[0]) {
-			return false
+		if !ok || !q.match(vs[0], steps) {
+			return false, nil
 		}
 	}
-	return true
+	return true, nil
 }
 
 // pick returns the policy index the request runs: the first matching row's,
-// else the default.
-func (st *routerState) pick(r *http.Request, p string) int {
+// else the default; and the regex steps matching took, instructions times
+// bytes of each expression tried, an upper bound of Go's regexp's work.
+// An error means the request cannot be matched within the bounds.
+func (st *routerState) pick(r *http.Request, p string) (policy, steps int, err error) {
 	host := strings.ToLower(hostOnly(r.Host))
 	query := r.URL.Query()
 	for i := range st.rows {
-		if st.rows[i].matches(host, p, r, query) {
-			return st.rows[i].policy
+		ok, err := st.rows[i].matches(host, p, r, query, &steps)
+		if err != nil {
+			return 0, steps, err
+		}
+		if ok {
+			return st.rows[i].policy, steps, nil
 		}
 	}
-	return st.deflt
+	return st.deflt, steps, nil
 }
 
 // cleanPath is the path the request is matched and forwarded with.
@@ -304,6 +379,10 @@ func cleanPath(r *http.Request) (string, error) {
 // ServeHTTP runs the request through the rule set of its route.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.init()
+	if len(req.RequestURI) > MaxRequestTargetBytes {
+		writeText(w, http.StatusRequestURITooLong, fmt.Sprintf("The request target is longer than %d bytes.\n", MaxRequestTargetBytes))
+		return
+	}
 	st := r.cur.Load()
 	if st == nil {
 		if r.FailOpen {
@@ -330,7 +409,11 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		req = req.Clone(req.Context())
 		req.URL = &u
 	}
-	idx := st.pick(req, p)
+	idx, _, err := st.pick(req, p)
+	if err != nil {
+		writeText(w, http.StatusRequestHeaderFieldsTooLarge, "The "+err.Error()+", and a route matches on it.\n")
+		return
+	}
 	if idx < 0 {
 		if r.Default != nil {
 			r.Default.ServeHTTP(w, req)

@@ -10,8 +10,9 @@ import (
 )
 
 // FuzzRouteTable: whatever table a cache serves, compiling it and matching
-// requests against it never panics, and a compiled table only points at
-// policies it has.
+// requests against it never panics, a compiled table only points at
+// policies it has, and a request costs at most cache.MaxHostRegexInsts
+// regex steps per byte of its longest input.
 func FuzzRouteTable(f *testing.F) {
 	f.Add(`{"gateway":"a/b","default":0,"policies":[{"policy":"a/p"}],"rows":[{"route":"HTTPRoute/a/r","hostnames":["*.example.com"],"path":{"type":"PathPrefix","value":"/x"},"headers":[{"type":"RegularExpression","name":"X","value":"a+"}],"query":[{"type":"Exact","name":"q","value":"1"}],"policy":0}]}`, "/x/y?q=1", "www.example.com")
 	f.Add(`{"default":-1,"rows":[{"path":{"type":"RegularExpression","value":"(("}}]}`, "/", "")
@@ -40,8 +41,14 @@ func FuzzRouteTable(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if idx := st.pick(req, p); idx < -1 || idx >= len(tbl.Policies) {
+		idx, steps, err := st.pick(req, p)
+		if err == nil && (idx < -1 || idx >= len(tbl.Policies)) {
 			t.Fatalf("picked policy %d of %d", idx, len(tbl.Policies))
+		}
+		// Every input a regular expression runs over here is at most as
+		// long as the longest of these.
+		if bound := cache.MaxHostRegexInsts * max(len(p), len(req.URL.RawQuery), len(host)); steps > bound {
+			t.Fatalf("%d regex steps, more than %d", steps, bound)
 		}
 	})
 }
