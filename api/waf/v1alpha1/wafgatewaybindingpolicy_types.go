@@ -226,6 +226,16 @@ const (
 	// ReasonDeploymentError: the table of a Gateway could not be served
 	// (too large).
 	ReasonDeploymentError = "DeploymentError"
+	// ReasonTableLimitExceeded: the target route is left out of a
+	// Gateway's route table, which cannot hold it within its bounds (rows,
+	// bytes, regular expression instructions a request host meets) beside
+	// the older routes of that Gateway.
+	ReasonTableLimitExceeded = "TableLimitExceeded"
+	// ReasonUnsupportedMatch: the target route is left out of its
+	// Gateways' route tables: one of its matches is a regular expression
+	// the data plane does not run (does not parse, or is too long or too
+	// complex).
+	ReasonUnsupportedMatch = "UnsupportedMatch"
 	// ReasonPending: nothing to program yet (the policy is not accepted or
 	// its references do not resolve).
 	ReasonPending = "Pending"
@@ -239,6 +249,13 @@ const (
 	// BindingControllerName is the controllerName of the status Portal
 	// writes on policies and routes.
 	BindingControllerName = "portal.io/waf-binding"
+	// ConditionRouteTableAccepted is set False, with reason
+	// TableLimitExceeded or UnsupportedMatch, on a Route's Portal entry
+	// for a Gateway whose route table leaves the Route out: that Gateway's
+	// data planes match its requests as if it were not attached (another
+	// route's rows, else the Gateway-level policy). Absent while the Route
+	// is in the table.
+	ConditionRouteTableAccepted = "portal.io/WAFRouteTableAccepted"
 )
 
 // WAFGatewayBindingPolicy attaches a WAF rule set to Gateway API Gateways

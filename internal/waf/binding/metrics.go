@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 )
 
 // Metrics are the binding controller's metrics, documented in
@@ -13,6 +15,7 @@ type Metrics struct {
 	Tables   prometheus.Gauge
 	Rows     prometheus.Gauge
 	Refused  prometheus.Counter
+	LeftOut  *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -36,9 +39,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_waf_binding_tables_refused_total",
 			Help: "Route tables not served because they exceed the bounds (rows or bytes); the previous table stays.",
 		}),
+		LeftOut: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portal_waf_binding_routes_left_out",
+			Help: "Routes left out of a Gateway's route table (counted once per Gateway), by reason: TableLimitExceeded (the table cannot hold them beside older routes) or UnsupportedMatch.",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{wafv1alpha1.ReasonTableLimitExceeded, wafv1alpha1.ReasonUnsupportedMatch} {
+		m.LeftOut.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Duration, m.Tables, m.Rows, m.Refused)
+		reg.MustRegister(m.Duration, m.Tables, m.Rows, m.Refused, m.LeftOut)
 	}
 	return m
 }
@@ -55,4 +65,13 @@ func (m *Metrics) reconciled(d time.Duration, res *Result, refused int) {
 	m.Tables.Set(float64(len(res.Tables) - refused))
 	m.Rows.Set(float64(rows))
 	m.Refused.Add(float64(refused))
+	left := map[string]int{wafv1alpha1.ReasonTableLimitExceeded: 0, wafv1alpha1.ReasonUnsupportedMatch: 0}
+	for _, gws := range res.LeftOut {
+		for _, why := range gws {
+			left[why.Reason]++
+		}
+	}
+	for reason, n := range left {
+		m.LeftOut.WithLabelValues(reason).Set(float64(n))
+	}
 }

@@ -90,6 +90,10 @@ type route struct {
 	parents   []objKey         // Gateways it is attached to
 	// hosts are the hostnames it serves on each parent ("" alone: any).
 	hosts map[objKey][]string
+	// insts are the regular expression instructions of its rows;
+	// unsupported, when set, names a match no data plane runs.
+	insts       int
+	unsupported error
 }
 
 // resolvedSource is what a policy's rule source resolved to.
@@ -132,6 +136,9 @@ type Result struct {
 	// AffectedRoutes maps each Route (Kind/namespace/name) to the policy
 	// affecting it through each of its Gateways.
 	AffectedRoutes map[string]map[types.NamespacedName]string
+	// LeftOut maps each Route (Kind/namespace/name) left out of a
+	// Gateway's table to that Gateway and why.
+	LeftOut map[string]map[types.NamespacedName]LeftOut
 }
 
 // PolicyOutcome is a policy's status before the tables are served: the
@@ -158,6 +165,9 @@ type TargetOutcome struct {
 	// Gateways are the Gateways whose tables carry the policy for this
 	// target.
 	Gateways []types.NamespacedName
+	// LeftOut are the Gateways whose tables leave the target route out,
+	// and why.
+	LeftOut map[types.NamespacedName]LeftOut
 }
 
 // Resolve computes tables and statuses from s.
@@ -168,6 +178,7 @@ func Resolve(s *Snapshot) *Result {
 		Overrides:        map[types.NamespacedName]wafv1alpha1.RuleSetOverrideStatus{},
 		AffectedGateways: map[types.NamespacedName]string{},
 		AffectedRoutes:   map[string]map[types.NamespacedName]string{},
+		LeftOut:          map[string]map[types.NamespacedName]LeftOut{},
 	}
 	gateways := map[objKey]*gatewayv1.Gateway{}
 	for _, g := range s.Gateways {
@@ -211,10 +222,17 @@ func Resolve(s *Snapshot) *Result {
 		}
 	}
 	for gk, g := range gateways {
-		res.Tables[gk.nn()] = buildTable(g, gk, attached[gk], winners, overrides)
+		t, left := buildTable(g, gk, attached[gk], winners, overrides)
+		res.Tables[gk.nn()] = t
+		for rk, why := range left {
+			if res.LeftOut[rk.String()] == nil {
+				res.LeftOut[rk.String()] = map[types.NamespacedName]LeftOut{}
+			}
+			res.LeftOut[rk.String()][gk.nn()] = why
+		}
 	}
 	for _, st := range states {
-		res.Policies[st.key] = outcome(st, routes)
+		res.Policies[st.key] = outcome(st, routes, res.LeftOut)
 	}
 	affected(res, gateways, routes, winners)
 	return res
@@ -348,7 +366,7 @@ func effective(rk objKey, gw objKey, winners map[objKey]*policyState) (st *polic
 }
 
 // outcome is a policy's status before the tables are served.
-func outcome(st *policyState, routes map[objKey]*route) PolicyOutcome {
+func outcome(st *policyState, routes map[objKey]*route, leftOut map[string]map[types.NamespacedName]LeftOut) PolicyOutcome {
 	o := PolicyOutcome{Generation: st.p.Generation, Resolved: st.source.resolved, Reason: st.source.reason, Message: st.source.message,
 		Available: st.source.available}
 	switch {
@@ -383,6 +401,7 @@ func outcome(st *policyState, routes map[objKey]*route) PolicyOutcome {
 				for _, p := range r.parents {
 					to.Gateways = append(to.Gateways, p.nn())
 				}
+				to.LeftOut = leftOut[t.key.String()]
 			}
 		}
 		o.Targets = append(o.Targets, to)
@@ -392,7 +411,7 @@ func outcome(st *policyState, routes map[objKey]*route) PolicyOutcome {
 
 // affected fills the PolicyAffected maps: every Gateway with an accepted
 // Gateway-level policy, and every Route behind a Gateway that runs a
-// policy for it.
+// policy for it, unless that Gateway's table leaves the Route out.
 func affected(res *Result, gateways map[objKey]*gatewayv1.Gateway, routes map[objKey]*route, winners map[objKey]*policyState) {
 	for gk := range gateways {
 		if st := winners[gk]; st != nil {
@@ -401,6 +420,9 @@ func affected(res *Result, gateways map[objKey]*gatewayv1.Gateway, routes map[ob
 	}
 	for rk, r := range routes {
 		for _, gw := range r.parents {
+			if _, left := res.LeftOut[rk.String()][gw.nn()]; left {
+				continue
+			}
 			if st, _ := effective(rk, gw, winners); st != nil {
 				m := res.AffectedRoutes[rk.String()]
 				if m == nil {

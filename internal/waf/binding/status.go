@@ -80,6 +80,9 @@ func programmedCondition(o PolicyOutcome, t TargetOutcome, putErrs map[types.Nam
 		if err := putErrs[gw]; err != nil {
 			return cond(false, wafv1alpha1.ReasonDeploymentError, fmt.Sprintf("The route table of Gateway %s is not served: %v", gw, err))
 		}
+		if why, ok := t.LeftOut[gw]; ok {
+			return cond(false, why.Reason, why.Message)
+		}
 		names = append(names, gw.String())
 	}
 	if o.ProgramReason != "" {
@@ -172,7 +175,8 @@ type routeObject struct {
 
 // writeRoutes keeps one status.parents entry per Gateway, with Portal's
 // controllerName and the PolicyAffected condition, on every Route a policy
-// affects, and none on the others. status.parents is an atomic list, so
+// affects, or the RouteTableAccepted=False condition where a Gateway's
+// table leaves the Route out, and none on the others. status.parents is an atomic list, so
 // this is an update of the Route as read (optimistic concurrency) that
 // keeps the entries of every other controller.
 func (c *Controller) writeRoutes(ctx context.Context, snap *Snapshot, res *Result) error {
@@ -186,7 +190,7 @@ func (c *Controller) writeRoutes(ctx context.Context, snap *Snapshot, res *Resul
 	var errs []error
 	for _, r := range objs {
 		key := objKey{r.kind, r.obj.GetNamespace(), r.obj.GetName()}
-		want := desiredParents(*r.parents, res.AffectedRoutes[key.String()], r.obj.GetGeneration())
+		want := desiredParents(*r.parents, res.AffectedRoutes[key.String()], res.LeftOut[key.String()], r.obj.GetGeneration())
 		if equality.Semantic.DeepEqual(want, *r.parents) {
 			continue
 		}
@@ -199,13 +203,19 @@ func (c *Controller) writeRoutes(ctx context.Context, snap *Snapshot, res *Resul
 }
 
 // desiredParents is parents with Portal's entries replaced by one per
-// Gateway in affected, while there is room.
-func desiredParents(parents []gatewayv1.RouteParentStatus, affected map[types.NamespacedName]string, gen int64) []gatewayv1.RouteParentStatus {
+// Gateway in affected or leftOut, while there is room.
+func desiredParents(parents []gatewayv1.RouteParentStatus, affected map[types.NamespacedName]string,
+	leftOut map[types.NamespacedName]LeftOut, gen int64) []gatewayv1.RouteParentStatus {
 	ours := func(p gatewayv1.RouteParentStatus) bool { return p.ControllerName == wafv1alpha1.BindingControllerName }
 	out := slices.DeleteFunc(slices.Clone(parents), ours)
-	gws := make([]types.NamespacedName, 0, len(affected))
+	gws := make([]types.NamespacedName, 0, len(affected)+len(leftOut))
 	for gw := range affected {
 		gws = append(gws, gw)
+	}
+	for gw := range leftOut {
+		if _, ok := affected[gw]; !ok {
+			gws = append(gws, gw)
+		}
 	}
 	slices.SortFunc(gws, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
 	for _, gw := range gws {
@@ -222,6 +232,9 @@ func desiredParents(parents []gatewayv1.RouteParentStatus, affected map[types.Na
 		}
 		cond := metaCondition(wafv1alpha1.ConditionPolicyAffected, true, wafv1alpha1.ReasonPolicyAffected,
 			"Route protected by WAFGatewayBindingPolicy "+affected[gw], gen)
+		if why, ok := leftOut[gw]; ok {
+			cond = metaCondition(wafv1alpha1.ConditionRouteTableAccepted, false, why.Reason, why.Message, gen)
+		}
 		out = append(out, gatewayv1.RouteParentStatus{ParentRef: ref, ControllerName: wafv1alpha1.BindingControllerName,
 			Conditions: mergeConditions(prev, cond)})
 	}

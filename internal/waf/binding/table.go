@@ -2,6 +2,7 @@ package binding
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -14,9 +15,9 @@ import (
 
 // Match types in a table row, as Gateway API names them.
 const (
-	MatchExact      = "Exact"
-	MatchPathPrefix = "PathPrefix"
-	MatchRegex      = "RegularExpression"
+	MatchExact      = cache.MatchExact
+	MatchPathPrefix = cache.MatchPathPrefix
+	MatchRegex      = cache.MatchRegex
 )
 
 func httpRoute(r *gatewayv1.HTTPRoute) *route {
@@ -24,12 +25,12 @@ func httpRoute(r *gatewayv1.HTTPRoute) *route {
 	for _, h := range r.Spec.Hostnames {
 		rt.hostnames = append(rt.hostnames, strings.ToLower(string(h)))
 	}
-	for _, rule := range r.Spec.Rules {
+	for i, rule := range r.Spec.Rules {
 		matches := rule.Matches
 		if len(matches) == 0 {
 			matches = []gatewayv1.HTTPRouteMatch{{}}
 		}
-		for _, m := range matches {
+		for j, m := range matches {
 			row := cache.TableRow{Route: rt.key.String()}
 			row.Path = &cache.StringMatch{Type: MatchPathPrefix, Value: "/"}
 			if m.Path != nil {
@@ -49,10 +50,20 @@ func httpRoute(r *gatewayv1.HTTPRoute) *route {
 			for _, q := range m.QueryParams {
 				row.Query = append(row.Query, cache.StringMatch{Type: typeOr((*string)(q.Type)), Name: string(q.Name), Value: q.Value})
 			}
-			rt.rows = append(rt.rows, row)
+			rt.add(row, i, j)
 		}
 	}
 	return rt
+}
+
+// add adds a row from match j of rule i, with what its expressions cost.
+func (rt *route) add(row cache.TableRow, i, j int) {
+	rt.rows = append(rt.rows, row)
+	n, err := cache.RowInsts(row)
+	if err != nil && rt.unsupported == nil {
+		rt.unsupported = fmt.Errorf("spec.rules[%d].matches[%d]: %w", i, j, err)
+	}
+	rt.insts += n
 }
 
 // grpcRoute turns gRPC method matches into the path matches they are on
@@ -62,17 +73,17 @@ func grpcRoute(r *gatewayv1.GRPCRoute) *route {
 	for _, h := range r.Spec.Hostnames {
 		rt.hostnames = append(rt.hostnames, strings.ToLower(string(h)))
 	}
-	for _, rule := range r.Spec.Rules {
+	for i, rule := range r.Spec.Rules {
 		matches := rule.Matches
 		if len(matches) == 0 {
 			matches = []gatewayv1.GRPCRouteMatch{{}}
 		}
-		for _, m := range matches {
+		for j, m := range matches {
 			row := cache.TableRow{Route: rt.key.String(), Path: grpcPath(m.Method)}
 			for _, h := range m.Headers {
 				row.Headers = append(row.Headers, cache.StringMatch{Type: typeOr((*string)(h.Type)), Name: string(h.Name), Value: h.Value})
 			}
-			rt.rows = append(rt.rows, row)
+			rt.add(row, i, j)
 		}
 	}
 	return rt
@@ -123,6 +134,8 @@ func typeOr(t *string) string {
 type tablePolicies struct {
 	list  []cache.TablePolicy
 	index map[string]int
+	// last is the id of the policy appended last.
+	last string
 }
 
 func (tp *tablePolicies) add(st *policyState, ex *cache.Exclusions) int {
@@ -153,28 +166,55 @@ func (tp *tablePolicies) add(st *policyState, ex *cache.Exclusions) int {
 	}
 	tp.list = append(tp.list, p)
 	tp.index[id] = len(tp.list) - 1
+	tp.last = id
 	return len(tp.list) - 1
+}
+
+// pop removes the policy add appended last, for a route left out.
+func (tp *tablePolicies) pop() {
+	delete(tp.index, tp.last)
+	tp.list = tp.list[:len(tp.list)-1]
 }
 
 // buildTable makes the route table of Gateway g: every match of every
 // route attached to it (routes), in Gateway API precedence order, each
-// with the policy it runs.
-func buildTable(g *gatewayv1.Gateway, gk objKey, routes []*route, winners map[objKey]*policyState, overrides map[objKey]*cache.Exclusions) *cache.Table {
+// with the policy it runs. Routes join the table oldest first while they
+// fit within the table bounds; the others are left out, and returned
+// with why, so one tenant's routes cannot stop a shared Gateway's table,
+// and so every other tenant's routes on it, from being served.
+func buildTable(g *gatewayv1.Gateway, gk objKey, routes []*route, winners map[objKey]*policyState,
+	overrides map[objKey]*cache.Exclusions) (*cache.Table, map[objKey]LeftOut) {
 	t := &cache.Table{Gateway: cache.Key(g.Namespace, g.Name), Default: -1}
 	tp := &tablePolicies{index: map[string]int{}}
 	if st := winners[gk]; st != nil {
 		t.Default = tp.add(st, nil)
 	}
+	fit := newTableFit(t, tp.list)
+	left := map[objKey]LeftOut{}
 	type sortable struct {
 		row   cache.TableRow
 		r     *route
 		order int
 	}
 	var rows []sortable
-	for _, r := range routes {
-		pol := -1
+	for _, r := range slices.SortedFunc(slices.Values(routes), byAge) {
+		if r.unsupported != nil {
+			left[r.key] = unsupported(r)
+			continue
+		}
+		pol, newPolicy := -1, 0
 		if st, _ := effective(r.key, gk, winners); st != nil {
-			pol = tp.add(st, overrides[r.key])
+			n := len(tp.list)
+			if pol = tp.add(st, overrides[r.key]); len(tp.list) > n {
+				newPolicy = cache.PolicySize(tp.list[pol])
+			}
+		}
+		if err := fit.admit(r, r.hosts[gk], pol, newPolicy); err != nil {
+			if newPolicy > 0 {
+				tp.pop()
+			}
+			left[r.key] = tooLarge(r, gk, err)
+			continue
 		}
 		for _, h := range r.hosts[gk] {
 			for i, row := range r.rows {
@@ -199,7 +239,7 @@ func buildTable(g *gatewayv1.Gateway, gk objKey, routes []*route, winners map[ob
 		t.Rows = append(t.Rows, s.row)
 	}
 	t.Policies = tp.list
-	return t
+	return t, left
 }
 
 // comparePrecedence orders two matches as Gateway API's HTTPRouteRule

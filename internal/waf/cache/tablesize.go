@@ -44,19 +44,14 @@ func NewTableSize(gateway string, deflt int) TableSize {
 func (s *TableSize) AddPolicy(n int) { s.policies += n; s.nPolicy++ }
 
 // AddRow counts a row of encoded size n (RowSize).
-func (s *TableSize) AddRow(n int) { s.rows += n; s.nRows++ }
+func (s *TableSize) AddRow(n int) { s.AddRows(1, n) }
+
+// AddRows counts n rows of bytes encoded bytes together.
+func (s *TableSize) AddRows(n, bytes int) { s.rows += bytes; s.nRows += n }
 
 // Bytes is the encoded size of the table counted so far.
 func (s TableSize) Bytes() int {
 	return s.fixed + listSize(len(`,"policies":`), s.policies, s.nPolicy) + listSize(len(`,"rows":`), s.rows, s.nRows)
-}
-
-// WithRows is the size the table would have with n more rows of bytes
-// encoded bytes together.
-func (s TableSize) WithRows(n, bytes int) int {
-	s.rows += bytes
-	s.nRows += n
-	return s.Bytes()
 }
 
 // listSize is the size of an omitempty list field of n elements of size
@@ -127,6 +122,17 @@ func RowSize(r TableRow) int {
 	o.optMatches("query", r.Query)
 	o.field("policy", intSize(int64(r.Policy)))
 	return o.size()
+}
+
+// HostnameSize is what one hostname adds to RowSize of a row without
+// hostnames: a route's rows differ only in their hostname, so its bytes
+// are counted once per match and once per hostname.
+func HostnameSize(h string) int {
+	if h == "" {
+		return 0
+	}
+	// ,"hostnames":["h"] after "route", which every row has.
+	return len(`,"hostnames":[]`) + StringSize(h)
 }
 
 func matchSize(m StringMatch) int {

@@ -72,6 +72,26 @@ func TestEncodedSizeIsMarshalLength(t *testing.T) {
 	}
 }
 
+func TestHostnameSize(t *testing.T) {
+	rnd := rand.New(rand.NewSource(2))
+	for range 200 {
+		v, _ := quick.Value(reflect.TypeFor[TableRow](), rnd)
+		r := v.Interface().(TableRow)
+		spell(reflect.ValueOf(&r).Elem(), rnd)
+		const hosts = "*.é<x>\xff.example.com"
+		h := hosts[:rnd.Intn(len(hosts)+1)]
+		r.Hostnames = nil
+		base := RowSize(r)
+		if h != "" {
+			r.Hostnames = []string{h}
+		}
+		body, _ := json.Marshal(r)
+		if got := base + HostnameSize(h); got != len(body) {
+			t.Fatalf("hostname %q: %d, json.Marshal %d bytes: %s", h, got, len(body), body)
+		}
+	}
+}
+
 // A table over MaxTableBytes is refused before it is encoded: refusing it
 // allocates a small fraction of its size, where encoding it would
 // allocate all of it, on every reconcile of the binding controller.
