@@ -55,13 +55,15 @@ func (f *tableFit) admit(r *route, hosts []string, pol, newPolicy int) error {
 		return fmt.Errorf("its %d rows (%d matches x %d hostnames) would take the table to %d rows, past the bound of %d",
 			n, len(r.rows), len(hosts), f.rows+n, cache.MaxTableRows)
 	}
+	// Each match becomes a row per hostname, the same but for it.
+	hostBytes := 0
+	for _, h := range hosts {
+		hostBytes += cache.HostnameSize(h)
+	}
 	bytes := 0
 	for _, row := range r.rows {
 		row.Policy = pol
-		base := cache.RowSize(row)
-		for _, h := range hosts {
-			bytes += base + cache.HostnameSize(h)
-		}
+		bytes += cache.RowSize(row)*len(hosts) + hostBytes
 	}
 	size := f.size
 	if newPolicy > 0 {

@@ -1,26 +1,25 @@
 package cache
 
-import (
-	"strconv"
-	"unicode/utf8"
-)
+import "encoding/json"
 
-// The sizes below are the exact lengths json.Marshal gives a Table and its
-// parts, computed without building the encoding: a table is checked
-// against MaxTableBytes, and a route against what is left of it, before
-// anything is encoded, so a table over the bound costs a walk over its
-// strings and no allocation. TestEncodedSizeIsMarshalLength holds them to
-// json.Marshal for every field, so a field added to these types without
-// its size here fails that test.
+// The sizes below are the lengths json.Marshal gives a Table and its parts,
+// counted as encoding/json writes them without keeping the encoding (its
+// encoder reuses pooled buffers): a table is checked against
+// MaxTableBytes, and a route against what is left of it, before the table
+// is encoded, so a table over the bound is refused without building tens
+// of MiB first. TestEncodedSizeIsMarshalLength holds the sums to
+// json.Marshal.
 
-// EncodedSize is len(json.Marshal(t)).
+// EncodedSize is len(json.Marshal(t)). It allocates next to nothing,
+// whatever the table's size: one encoder, given pointers into the table.
 func (t *Table) EncodedSize() int {
-	s := NewTableSize(t.Gateway, t.Default)
-	for _, p := range t.Policies {
-		s.AddPolicy(PolicySize(p))
+	var z sizer
+	s := TableSize{fixed: z.len(&Table{Gateway: t.Gateway, Default: t.Default})}
+	for i := range t.Policies {
+		s.AddPolicy(z.len(&t.Policies[i]))
 	}
-	for _, r := range t.Rows {
-		s.AddRow(RowSize(r))
+	for i := range t.Rows {
+		s.AddRow(z.len(&t.Rows[i]))
 	}
 	return s.Bytes()
 }
@@ -36,8 +35,7 @@ type TableSize struct {
 // NewTableSize is the size of a table of Gateway gateway with default
 // policy deflt and nothing else.
 func NewTableSize(gateway string, deflt int) TableSize {
-	// {"gateway":...,"default":N}
-	return TableSize{fixed: len(`{"gateway":`) + StringSize(gateway) + len(`,"default":`) + intSize(int64(deflt)) + len(`}`)}
+	return TableSize{fixed: encodedLen(&Table{Gateway: gateway, Default: deflt})}
 }
 
 // AddPolicy counts a policy of encoded size n (PolicySize).
@@ -64,65 +62,10 @@ func listSize(key, elems, n int) int {
 }
 
 // PolicySize is len(json.Marshal(p)).
-func PolicySize(p TablePolicy) int {
-	var o object
-	o.field("policy", StringSize(p.Policy))
-	if rs := p.RuleSet; rs != nil {
-		var r object
-		r.field("namespace", StringSize(rs.Namespace))
-		r.field("name", StringSize(rs.Name))
-		r.field("uuid", StringSize(rs.UUID))
-		o.field("ruleSet", r.size())
-	}
-	o.optString("unavailable", p.Unavailable)
-	if p.FailOpen {
-		o.field("failOpen", len("true"))
-	}
-	if ex := p.Exclusions; ex != nil {
-		var e object
-		if len(ex.RuleIDs) > 0 {
-			n := 0
-			for _, id := range ex.RuleIDs {
-				n += intSize(id)
-			}
-			e.field("ruleIDs", arraySize(n, len(ex.RuleIDs)))
-		}
-		e.optStrings("tags", ex.Tags)
-		if ex.InboundAnomalyThreshold != 0 {
-			e.field("inboundAnomalyThreshold", intSize(int64(ex.InboundAnomalyThreshold)))
-		}
-		o.field("exclusions", e.size())
-	}
-	if len(p.SecurityLogs) > 0 {
-		n := 0
-		for _, l := range p.SecurityLogs {
-			var s object
-			s.field("name", StringSize(l.Name))
-			s.field("type", StringSize(l.Type))
-			s.optString("path", l.Path)
-			s.optString("server", l.Server)
-			s.optString("protocol", l.Protocol)
-			n += s.size()
-		}
-		o.field("securityLogs", arraySize(n, len(p.SecurityLogs)))
-	}
-	return o.size()
-}
+func PolicySize(p TablePolicy) int { return encodedLen(&p) }
 
 // RowSize is len(json.Marshal(r)).
-func RowSize(r TableRow) int {
-	var o object
-	o.field("route", StringSize(r.Route))
-	o.optStrings("hostnames", r.Hostnames)
-	if r.Path != nil {
-		o.field("path", matchSize(*r.Path))
-	}
-	o.optString("method", r.Method)
-	o.optMatches("headers", r.Headers)
-	o.optMatches("query", r.Query)
-	o.field("policy", intSize(int64(r.Policy)))
-	return o.size()
-}
+func RowSize(r TableRow) int { return encodedLen(&r) }
 
 // HostnameSize is what one hostname adds to RowSize of a row without
 // hostnames: a route's rows differ only in their hostname, so its bytes
@@ -132,96 +75,36 @@ func HostnameSize(h string) int {
 		return 0
 	}
 	// ,"hostnames":["h"] after "route", which every row has.
-	return len(`,"hostnames":[]`) + StringSize(h)
+	return len(`,"hostnames":[]`) + encodedLen(h)
 }
 
-func matchSize(m StringMatch) int {
-	var o object
-	o.field("type", StringSize(m.Type))
-	o.optString("name", m.Name)
-	o.field("value", StringSize(m.Value))
-	return o.size()
+// encodedLen is len(json.Marshal(v)).
+func encodedLen(v any) int {
+	var z sizer
+	return z.len(v)
 }
 
-// object adds up the fields of a JSON object.
-type object struct{ n, fields int }
-
-// field counts "key":value with value of size v.
-func (o *object) field(key string, v int) {
-	o.n += len(key) + 3 + v // quotes and colon
-	o.fields++
+// sizer measures encodings with one encoder.
+type sizer struct {
+	n   byteCount
+	enc *json.Encoder
 }
 
-func (o *object) optString(key, s string) {
-	if s != "" {
-		o.field(key, StringSize(s))
+// len is len(json.Marshal(v)). The table's types hold only strings,
+// numbers, booleans and lists of them, which always encode.
+func (z *sizer) len(v any) int {
+	if z.enc == nil {
+		z.enc = json.NewEncoder(&z.n)
 	}
+	before := z.n
+	_ = z.enc.Encode(v)
+	return int(z.n-before) - 1 // Encode ends the value with a newline
 }
 
-func (o *object) optStrings(key string, ss []string) {
-	if len(ss) == 0 {
-		return
-	}
-	n := 0
-	for _, s := range ss {
-		n += StringSize(s)
-	}
-	o.field(key, arraySize(n, len(ss)))
-}
+// byteCount is an io.Writer that keeps only how much was written.
+type byteCount int
 
-func (o *object) optMatches(key string, ms []StringMatch) {
-	if len(ms) == 0 {
-		return
-	}
-	n := 0
-	for _, m := range ms {
-		n += matchSize(m)
-	}
-	o.field(key, arraySize(n, len(ms)))
-}
-
-// size is the object's length: braces and the commas between fields.
-func (o *object) size() int {
-	if o.fields == 0 {
-		return 2
-	}
-	return o.n + 2 + o.fields - 1
-}
-
-func arraySize(elems, n int) int { return elems + 2 + max(n-1, 0) }
-
-func intSize(n int64) int {
-	var buf [20]byte
-	return len(strconv.AppendInt(buf[:0], n, 10))
-}
-
-// StringSize is the length of s as encoding/json writes it: quoted, with
-// HTML-sensitive bytes, control bytes, U+2028 and U+2029 escaped and each
-// byte that is not UTF-8 replaced by \ufffd.
-func StringSize(s string) int {
-	n := 2
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			switch {
-			case b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&':
-				n++
-			case b == '"', b == '\\', b == '\b', b == '\f', b == '\n', b == '\r', b == '\t':
-				n += 2
-			default:
-				n += len(`\u00XX`)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1, r == '\u2028', r == '\u2029':
-			n += len(`\ufffd`)
-		default:
-			n += size
-		}
-		i += size
-	}
-	return n
+func (c *byteCount) Write(p []byte) (int, error) {
+	*c += byteCount(len(p))
+	return len(p), nil
 }
