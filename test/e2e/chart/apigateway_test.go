@@ -49,45 +49,7 @@ func TestChartAPIGatewayAndActions(t *testing.T) {
 
 	e.installSplit(t, []string{"admission", "audit", "apigateway"}, 1, "actions.label.enabled=true")
 
-	t.Run("APIRuleBecomesIstioObjects", func(t *testing.T) {
-		gw := &networkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "e2e-gateway", Namespace: ns}}
-		gw.Spec.Selector = map[string]string{"istio": "ingressgateway"}
-		gw.Spec.Servers = []*networkingapi.Server{{Port: &networkingapi.Port{Number: 80, Name: "http", Protocol: "HTTP"}, Hosts: []string{"*.e2e.example.com"}}}
-		api := &gatewayv1alpha1.APIRule{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}
-		api.Spec.Hosts = []gatewayv1alpha1.Host{"web.e2e.example.com"}
-		api.Spec.Gateway = ns + "/" + gw.Name
-		api.Spec.Service = &gatewayv1alpha1.Service{Name: "web", Port: 8000}
-		api.Spec.Rules = []gatewayv1alpha1.Rule{{Path: "/{**}", NoAuth: ptr.To(true)}}
-		for _, o := range []client.Object{gw, api} {
-			if err := e.c.Create(ctx, o); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var last string
-		eventually(t, 2*time.Minute, "APIRule web Ready", func(ctx context.Context) (bool, error) {
-			if err := e.c.Get(ctx, client.ObjectKeyFromObject(api), api); err != nil {
-				return false, err
-			}
-			c := meta.FindStatusCondition(api.Status.Conditions, gatewayv1alpha1.ConditionReady)
-			last = fmt.Sprintf("state %q: %s", api.Status.State, api.Status.Description)
-			return c != nil && c.ObservedGeneration == api.Generation && api.Status.State == gatewayv1alpha1.StateReady, nil
-		})
-		t.Logf("APIRule web: %s", last)
-		owned := client.MatchingLabels{apirule.LabelAPIRule: api.Name}
-		var vs networkingv1.VirtualServiceList
-		var ap securityv1.AuthorizationPolicyList
-		for _, l := range []client.ObjectList{&vs, &ap} {
-			if err := e.c.List(ctx, l, client.InNamespace(ns), owned); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if len(vs.Items) != 1 || len(ap.Items) == 0 {
-			t.Fatalf("%d VirtualServices and %d AuthorizationPolicies for the Ready APIRule, want 1 and at least 1", len(vs.Items), len(ap.Items))
-		}
-		if hosts := vs.Items[0].Spec.Hosts; len(hosts) != 1 || hosts[0] != "web.e2e.example.com" {
-			t.Errorf("VirtualService hosts %v, want [web.e2e.example.com]", hosts)
-		}
-	})
+	t.Run("APIRuleBecomesIstioObjects", func(t *testing.T) { e.apiRuleBecomesIstioObjects(t, ns) })
 
 	t.Run("LabelActionFollowsTheFinding", func(t *testing.T) {
 		r := &policyv1alpha1.PortalClusterRule{
@@ -120,6 +82,50 @@ func TestChartAPIGatewayAndActions(t *testing.T) {
 		e.helm(t, "uninstall", releaseName, "--namespace", releaseNS, "--wait", "--timeout", "4m")
 		e.assertNothingLeft(t)
 	})
+}
+
+// apiRuleBecomesIstioObjects creates an Istio Gateway and an open APIRule
+// for the Service web of ns through it, and checks that the APIRule gets
+// Ready with its VirtualService and AuthorizationPolicy.
+func (e *env) apiRuleBecomesIstioObjects(t *testing.T, ns string) {
+	ctx := context.Background()
+	gw := &networkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "e2e-gateway", Namespace: ns}}
+	gw.Spec.Selector = map[string]string{"istio": "ingressgateway"}
+	gw.Spec.Servers = []*networkingapi.Server{{Port: &networkingapi.Port{Number: 80, Name: "http", Protocol: "HTTP"}, Hosts: []string{"*.e2e.example.com"}}}
+	api := &gatewayv1alpha1.APIRule{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}
+	api.Spec.Hosts = []gatewayv1alpha1.Host{"web.e2e.example.com"}
+	api.Spec.Gateway = ns + "/" + gw.Name
+	api.Spec.Service = &gatewayv1alpha1.Service{Name: "web", Port: 8000}
+	api.Spec.Rules = []gatewayv1alpha1.Rule{{Path: "/{**}", NoAuth: ptr.To(true)}}
+	for _, o := range []client.Object{gw, api} {
+		if err := e.c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last string
+	eventually(t, 2*time.Minute, "APIRule web Ready", func(ctx context.Context) (bool, error) {
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(api), api); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(api.Status.Conditions, gatewayv1alpha1.ConditionReady)
+		last = fmt.Sprintf("state %q: %s", api.Status.State, api.Status.Description)
+		return c != nil && c.ObservedGeneration == api.Generation && api.Status.State == gatewayv1alpha1.StateReady, nil
+	})
+	t.Logf("APIRule web: %s", last)
+	owned := client.MatchingLabels{apirule.LabelAPIRule: api.Name}
+	var vs networkingv1.VirtualServiceList
+	var ap securityv1.AuthorizationPolicyList
+	for _, l := range []client.ObjectList{&vs, &ap} {
+		if err := e.c.List(ctx, l, client.InNamespace(ns), owned); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(vs.Items) != 1 || len(ap.Items) == 0 {
+		t.Fatalf("%d VirtualServices and %d AuthorizationPolicies for the Ready APIRule, want 1 and at least 1", len(vs.Items), len(ap.Items))
+	}
+	if hosts := vs.Items[0].Spec.Hosts; len(hosts) != 1 || hosts[0] != "web.e2e.example.com" {
+		t.Errorf("VirtualService hosts %v, want [web.e2e.example.com]", hosts)
+	}
 }
 
 // meshWorkload creates a Service app on port and one pod behind it with an
