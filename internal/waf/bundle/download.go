@@ -96,8 +96,8 @@ func (f *Fetcher) fetch(ctx context.Context, loc Location, sha string) (ruleset.
 	if err != nil {
 		return ruleset.Bundle{}, err
 	}
-	if got := digest(data); got != sha {
-		return ruleset.Bundle{}, &IntegrityError{Location: loc.String(), Want: sha, Got: got}
+	if digest(data) != sha {
+		return ruleset.Bundle{}, &IntegrityError{Location: loc.String(), Want: sha}
 	}
 	b, err := f.decode(data)
 	if err != nil {

@@ -47,15 +47,16 @@ const (
 
 // IntegrityError: the bytes fetched do not hash to the sha256 asked for.
 // It is never retried: storage that answers wrong bytes once answers them
-// again.
+// again. It holds no digest of what storage answered: the error reaches the
+// policy's status, and a tenant who could read an object's digest there
+// could pin it and have Portal serve that object, whoever it belongs to.
 type IntegrityError struct {
 	Location string
 	Want     string
-	Got      string
 }
 
 func (e *IntegrityError) Error() string {
-	return fmt.Sprintf("bundle %s: integrity check failed: sha256 is %s, expected %s", e.Location, e.Got, e.Want)
+	return fmt.Sprintf("bundle %s: integrity check failed: the object's sha256 is not the pinned %s", e.Location, e.Want)
 }
 
 // TooLargeError: the object exceeds the size cap. Not retried.

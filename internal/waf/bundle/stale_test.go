@@ -118,7 +118,7 @@ func TestProgrammedCondition(t *testing.T) {
 	if st, reason, _ := bundle.Programmed(fresh, nil); st != metav1.ConditionTrue || reason != bundle.ReasonProgrammed {
 		t.Fatalf("fresh: %s %s", st, reason)
 	}
-	ie := &bundle.IntegrityError{Location: "s3://b/k2", Want: "a", Got: "b"}
+	ie := &bundle.IntegrityError{Location: "s3://b/k2", Want: "a"}
 	stale := bundle.Result{State: bundle.StateStale, Location: "s3://b/k", SHA256: "x"}
 	if st, reason, msg := bundle.Programmed(stale, ie); st != metav1.ConditionFalse || reason != bundle.ReasonStaleBundle ||
 		!strings.Contains(msg, "s3://b/k ") || !strings.Contains(msg, bundle.ReasonIntegrityError) {
