@@ -28,9 +28,11 @@ const (
 // closed, a cold miss); when the fetch ends the verified bundle is put in
 // the rule set cache under the policy's namespace, as bundle-<sha256
 // prefix>, and the tables are recomputed. Data planes then read it like a
-// RuleSet of that namespace.
+// RuleSet of that namespace. A location the policy's namespace may not read
+// (bundle.Access) is refused before storage is asked.
 type bundleAdapter struct {
 	fetcher *bundle.Fetcher
+	access  *bundle.Access
 	cache   *cache.Cache
 	log     *slog.Logger
 	// trigger recomputes the tables; set once the controller exists.
@@ -54,13 +56,13 @@ type bundleOutcome struct {
 	at             time.Time
 }
 
-// bundleSource returns the adapter of f, or nil without bundle storage.
-func bundleSource(f *bundle.Fetcher, c *cache.Cache, log *slog.Logger) *bundleAdapter {
-	if f == nil {
+// bundleSource returns the adapter of b, or nil without bundle storage.
+func bundleSource(b *bundle.Bundles, c *cache.Cache, log *slog.Logger) *bundleAdapter {
+	if b == nil {
 		return nil
 	}
-	return &bundleAdapter{fetcher: f, cache: c, log: log, results: map[string]bundleOutcome{}, inflight: map[string]bool{},
-		installed: map[string]bool{}}
+	return &bundleAdapter{fetcher: b.Fetcher, access: b.Access, cache: c, log: log, results: map[string]bundleOutcome{},
+		inflight: map[string]bool{}, installed: map[string]bool{}}
 }
 
 // Bundle implements binding.BundleFetcher.
@@ -87,10 +89,22 @@ func bundleKey(policy types.NamespacedName, location, sha string) string {
 	return policy.String() + "|" + location + "|" + sha
 }
 
-func (a *bundleAdapter) fetch(key string, policy types.NamespacedName, location, sha string) {
+// get fetches policy's bundle, unless its namespace may not read the
+// location: then storage is not asked, and the answer is the same whether
+// the object exists or not.
+func (a *bundleAdapter) get(policy types.NamespacedName, location, sha string) (bundle.Result, error) {
+	if loc, err := bundle.ParseLocation(location); err == nil {
+		if err := a.access.Check(policy.Namespace, loc); err != nil {
+			return a.fetcher.Deny(policy.String(), err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), bundleFetchTimeout)
 	defer cancel()
-	res, err := a.fetcher.Get(ctx, policy.String(), location, sha)
+	return a.fetcher.Get(ctx, policy.String(), location, sha)
+}
+
+func (a *bundleAdapter) fetch(key string, policy types.NamespacedName, location, sha string) {
+	res, err := a.get(policy, location, sha)
 	o := bundleOutcome{at: time.Now()}
 	if err != nil {
 		_, o.reason, o.detail = bundle.Programmed(res, err)

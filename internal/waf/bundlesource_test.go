@@ -47,7 +47,18 @@ func storeBundle(t *testing.T, s *s3test.Storage, key string, id int) bundleFixt
 	return bundleFixture{loc: "s3://bundles/" + key, sha: hex.EncodeToString(sum[:])}
 }
 
+// newBundleAdapter returns an adapter reading url, where each namespace
+// may read s3://bundles/<namespace>/....
 func newBundleAdapter(t *testing.T, url, dir string) (*bundleAdapter, *cache.Cache) {
+	t.Helper()
+	access, err := bundle.NewAccess([]string{"s3://bundles/"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newBundleAdapterWith(t, url, dir, access)
+}
+
+func newBundleAdapterWith(t *testing.T, url, dir string, access *bundle.Access) (*bundleAdapter, *cache.Cache) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f, err := bundle.NewFetcher(bundle.Options{URL: url, Dir: dir, Attempts: 1, Logger: log, Metrics: bundle.NewMetrics(prometheus.NewRegistry()),
@@ -56,7 +67,7 @@ func newBundleAdapter(t *testing.T, url, dir string) (*bundleAdapter, *cache.Cac
 		t.Fatal(err)
 	}
 	c := cache.New(nil, nil)
-	return bundleSource(f, c, log), c
+	return bundleSource(&bundle.Bundles{Fetcher: f, Access: access}, c, log), c
 }
 
 // enforce asks for policy's bundle until the adapter has it in the cache.
@@ -84,7 +95,7 @@ func blobExists(dir, sha string) bool {
 func TestBundlesDeletedWhenUnused(t *testing.T) {
 	s := s3test.Start(t)
 	s.CreateBucket(t, "bundles")
-	a, b := storeBundle(t, s, "a.json", 7001), storeBundle(t, s, "b.json", 7002)
+	a, b := storeBundle(t, s, "shop/a.json", 7001), storeBundle(t, s, "shop/b.json", 7002)
 	dir := t.TempDir()
 	ad, c := newBundleAdapter(t, s.URL(), dir)
 	p1, p2, p3 := types.NamespacedName{Namespace: "shop", Name: "p1"}, types.NamespacedName{Namespace: "shop", Name: "p2"}, types.NamespacedName{Namespace: "shop", Name: "p3"}

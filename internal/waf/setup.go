@@ -196,5 +196,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates, Bundles: bundles, Binding: bind}, nil
+	l := &Layer{Cache: c, Server: srv, Compiler: comp, Certs: opts.Certificates, Binding: bind}
+	if bundles != nil {
+		l.Bundles = bundles.Fetcher
+	}
+	return l, nil
 }

@@ -40,7 +40,13 @@ type RuleSetReference struct {
 // BundleReference locates a compiled rule set bundle in S3-compatible
 // storage.
 type BundleReference struct {
-	// Location is s3://bucket/key.
+	// Location is s3://bucket/key. Portal reads it with its own storage
+	// credentials, so a policy may name only keys its namespace is allowed:
+	// by default those Portal publishes for the namespace,
+	// s3://PUBLISH-BUCKET/PUBLISH-PREFIX<namespace>/...; the operator can
+	// allow other roots (--bundle-namespace-locations) and shared ones
+	// (--bundle-shared-locations). Any other location is refused
+	// (LocationNotAllowed) before storage is asked.
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.+$`
 	Location string `json:"location"`
@@ -223,6 +229,9 @@ const (
 	ReasonFetchError = "FetchError"
 	// ReasonIntegrityError: the fetched bundle does not have spec.bundle.sha256.
 	ReasonIntegrityError = "IntegrityError"
+	// ReasonLocationNotAllowed: spec.bundle.location is outside the keys
+	// the policy's namespace may read; storage was not asked.
+	ReasonLocationNotAllowed = "LocationNotAllowed"
 	// ReasonDeploymentError: the table of a Gateway could not be served
 	// (too large).
 	ReasonDeploymentError = "DeploymentError"

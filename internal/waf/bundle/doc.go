@@ -16,4 +16,10 @@
 // enforced (StateStale) across a controller restart too; a consumer with no
 // last good bundle gets StateMissing (a cold miss) and its data plane fails
 // closed.
+//
+// Portal reads storage with its own credentials, so what a consumer may name
+// is Access's decision, made before any request: by default a namespace
+// reads only the keys the Publisher writes for it. Errors that reach a
+// consumer's status never carry content-derived data of an object, such as
+// its digest.
 package bundle

@@ -3,6 +3,7 @@ package bundle
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -43,6 +44,9 @@ const (
 	// rules reach outside the rule sandbox; or the location or sha256
 	// given is malformed.
 	ReasonInvalidBundle = "InvalidBundle"
+	// ReasonLocationNotAllowed: the consumer's namespace may not read the
+	// location (Access); storage was not asked.
+	ReasonLocationNotAllowed = "LocationNotAllowed"
 )
 
 // IntegrityError: the bytes fetched do not hash to the sha256 asked for.
@@ -57,6 +61,24 @@ type IntegrityError struct {
 
 func (e *IntegrityError) Error() string {
 	return fmt.Sprintf("bundle %s: integrity check failed: the object's sha256 is not the pinned %s", e.Location, e.Want)
+}
+
+// NotAllowedError: the consumer's namespace may not read the location.
+// Storage is not asked, so the answer is the same whether the object exists
+// or not.
+type NotAllowedError struct {
+	Location  string
+	Namespace string
+	// Allowed are the prefixes the namespace may read, s3://bucket/prefix.
+	Allowed []string
+}
+
+func (e *NotAllowedError) Error() string {
+	if len(e.Allowed) == 0 {
+		return fmt.Sprintf("bundle %s: namespace %s may read no bundle location (Portal's --bundle-namespace-locations and --bundle-shared-locations allow none)",
+			e.Location, e.Namespace)
+	}
+	return fmt.Sprintf("bundle %s: namespace %s may read only keys under %s", e.Location, e.Namespace, strings.Join(e.Allowed, ", "))
 }
 
 // TooLargeError: the object exceeds the size cap. Not retried.
@@ -111,10 +133,13 @@ func Reason(err error) string {
 		ie *IntegrityError
 		te *TooLargeError
 		iv *InvalidError
+		na *NotAllowedError
 	)
 	switch {
 	case err == nil:
 		return ReasonProgrammed
+	case errors.As(err, &na):
+		return ReasonLocationNotAllowed
 	case errors.As(err, &ie):
 		return ReasonIntegrityError
 	case errors.As(err, &te):

@@ -86,9 +86,20 @@ func NewFetcher(opts Options) (*Fetcher, error) {
 func (f *Fetcher) Get(ctx context.Context, key, location, sha string) (Result, error) {
 	res, err := f.get(ctx, key, location, sha)
 	if err != nil {
-		f.opts.Metrics.Errors.WithLabelValues(Reason(err)).Inc()
-		res = f.lastGood(key)
+		return f.Deny(key, err)
 	}
+	f.opts.Metrics.Gets.WithLabelValues(stateLabel(res.State)).Inc()
+	return res, nil
+}
+
+// Deny answers a request of key with err, as a Get that failed: the
+// Result holds key's last good bundle (StateStale) or nothing. A consumer
+// refused before anything is fetched (a location its namespace may not
+// read, see Access) gets it, so it keeps its last good bundle as after any
+// other failure.
+func (f *Fetcher) Deny(key string, err error) (Result, error) {
+	f.opts.Metrics.Errors.WithLabelValues(Reason(err)).Inc()
+	res := f.lastGood(key)
 	f.opts.Metrics.Gets.WithLabelValues(stateLabel(res.State)).Inc()
 	return res, err
 }

@@ -45,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"state"}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_waf_bundle_fetch_errors_total",
-			Help: "Bundle fetches that failed, by reason: FetchError, IntegrityError, BundleTooLarge or InvalidBundle.",
+			Help: "Bundle fetches that failed, by reason: FetchError, IntegrityError, BundleTooLarge, InvalidBundle or LocationNotAllowed.",
 		}, []string{"reason"}),
 		FetchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "portal_waf_bundle_fetch_duration_seconds",
@@ -77,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, s := range []State{StateFresh, StateStale, StateMissing} {
 		m.Gets.WithLabelValues(stateLabel(s))
 	}
-	for _, r := range []string{ReasonFetchError, ReasonIntegrityError, ReasonBundleTooLarge, ReasonInvalidBundle} {
+	for _, r := range []string{ReasonFetchError, ReasonIntegrityError, ReasonBundleTooLarge, ReasonInvalidBundle, ReasonLocationNotAllowed} {
 		m.Errors.WithLabelValues(r)
 	}
 	for _, r := range []string{"ok", "error"} {

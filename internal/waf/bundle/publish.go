@@ -100,7 +100,7 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		return ctrl.Result{}, err
 	}
 	sha := digest(data)
-	loc := Location{Bucket: p.bucket, Key: p.prefix + rs.Namespace + "/" + rs.Name + "/" + sha + ".json"}
+	loc := PublishedLocation(p.bucket, p.prefix, rs.Namespace, rs.Name, sha)
 	if err := p.uploader.Upload(ctx, loc, data); err != nil {
 		p.metrics.Publishes.WithLabelValues("error").Inc()
 		p.log.Warn("RuleSet bundle not published", "namespace", rs.Namespace, "name", rs.Name, "location", loc.String(), "error", err)

@@ -31,6 +31,12 @@ type SetupOptions struct {
 	// there, under PublishPrefix.
 	PublishBucket string
 	PublishPrefix string
+	// NamespaceLocations are roots (s3://bucket/prefix/) under which a
+	// namespace's policies read only ROOT<namespace>/...; empty: the
+	// publish bucket and prefix, when publishing. SharedLocations are roots
+	// every namespace reads. See Access.
+	NamespaceLocations []string
+	SharedLocations    []string
 	// MaxDataFileBytes is --waf-max-data-file-bytes, which fetched bundles
 	// are checked against like RuleSets (set by the WAF layer).
 	MaxDataFileBytes int
@@ -43,21 +49,35 @@ func DefaultSetupOptions() SetupOptions {
 	}
 }
 
+// Bundles is what Setup gives the WAFGatewayBindingPolicy controller.
+type Bundles struct {
+	Fetcher *Fetcher
+	// Access is which locations each namespace's policies may read.
+	Access *Access
+}
+
 // Setup adds S3 bundles to mgr when o.URL is set: the Secret watch (every
-// replica), the Fetcher it returns for the WAFGatewayBindingPolicy
-// controller, and, with o.PublishBucket, the RuleSet bundle publisher
-// (leader). It returns nil, nil when bundles are off.
-func Setup(mgr ctrl.Manager, o SetupOptions, namespace string, c *cache.Cache, reg prometheus.Registerer, log *slog.Logger) (*Fetcher, error) {
+// replica), the Fetcher and Access it returns for the
+// WAFGatewayBindingPolicy controller, and, with o.PublishBucket, the RuleSet
+// bundle publisher (leader). It returns nil, nil when bundles are off.
+func Setup(mgr ctrl.Manager, o SetupOptions, namespace string, c *cache.Cache, reg prometheus.Registerer, log *slog.Logger) (*Bundles, error) {
 	if o.URL == "" {
-		if o.PublishBucket != "" {
-			return nil, errors.New("--bundle-publish-bucket needs --bundle-storage-url")
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"--bundle-publish-bucket", o.PublishBucket != ""},
+			{"--bundle-namespace-locations", len(o.NamespaceLocations) > 0},
+			{"--bundle-shared-locations", len(o.SharedLocations) > 0},
+		} {
+			if f.set {
+				return nil, errors.New(f.name + " needs --bundle-storage-url")
+			}
 		}
 		return nil, nil
 	}
-	var (
-		refs SecretRefs
-		err  error
-	)
+	var refs SecretRefs
+	var err error
 	if refs.Credentials, err = ParseSecretRef(o.CredentialsSecret, namespace); err != nil {
 		return nil, fmt.Errorf("--bundle-storage-credentials-secret: %w", err)
 	}
@@ -95,5 +115,29 @@ func Setup(mgr ctrl.Manager, o SetupOptions, namespace string, c *cache.Cache, r
 			return nil, err
 		}
 	}
-	return f, nil
+	// After the publisher, which checks the publish bucket and prefix the
+	// default Access derives from.
+	access, err := setupAccess(o, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Bundles{Fetcher: f, Access: access}, nil
+}
+
+// setupAccess builds the Access of the flags. By default a namespace reads
+// only what Portal publishes for it, s3://BUCKET/PREFIX<namespace>/..., so
+// a policy can pin its own namespace's RuleSets' bundles and nothing else.
+func setupAccess(o SetupOptions, log *slog.Logger) (*Access, error) {
+	namespaced := o.NamespaceLocations
+	if len(namespaced) == 0 && o.PublishBucket != "" {
+		namespaced = []string{"s3://" + o.PublishBucket + "/" + o.PublishPrefix}
+	}
+	access, err := NewAccess(namespaced, o.SharedLocations)
+	if err != nil {
+		return nil, fmt.Errorf("--bundle-namespace-locations, --bundle-shared-locations: %w", err)
+	}
+	if len(namespaced) == 0 && len(o.SharedLocations) == 0 {
+		log.Warn("no bundle location is allowed: every WAFGatewayBindingPolicy spec.bundle is refused (LocationNotAllowed); set --bundle-namespace-locations, --bundle-shared-locations or --bundle-publish-bucket")
+	}
+	return access, nil
 }

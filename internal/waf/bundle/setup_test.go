@@ -3,6 +3,7 @@ package bundle_test
 import (
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,7 +22,7 @@ func TestSetupChecksTheFlags(t *testing.T) {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = wafv1alpha1.AddToScheme(scheme)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	setup := func(o bundle.SetupOptions) (*bundle.Fetcher, error) {
+	setup := func(o bundle.SetupOptions) (*bundle.Bundles, error) {
 		mgr, err := devtest.NewManager(cluster(t), scheme)
 		if err != nil {
 			t.Fatal(err)
@@ -34,8 +35,35 @@ func TestSetupChecksTheFlags(t *testing.T) {
 	}
 	on := bundle.DefaultSetupOptions()
 	on.URL, on.CASecret, on.PublishBucket, on.PublishPrefix = "https://storage.example:9000", "storage-ca", "published", "rulesets/"
-	if f, err := setup(on); f == nil || err != nil {
-		t.Fatalf("bundles on: %v %v", f, err)
+	b, err := setup(on)
+	if b == nil || err != nil {
+		t.Fatalf("bundles on: %v %v", b, err)
+	}
+	// By default a namespace reads what Portal publishes for it, and
+	// nothing else.
+	published := bundle.PublishedLocation("published", "rulesets/", "shop", "rs", strings.Repeat("a", 64))
+	if err := b.Access.Check("shop", published); err != nil {
+		t.Errorf("namespace shop may not read its own published bundle: %v", err)
+	}
+	for _, loc := range []string{"s3://published/rulesets/team-a/rs/x.json", "s3://published/shop/x.json", "s3://other/rulesets/shop/x.json"} {
+		l, err := bundle.ParseLocation(loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Access.Check("shop", l); bundle.Reason(err) != bundle.ReasonLocationNotAllowed {
+			t.Errorf("namespace shop may read %s by default: %v", loc, err)
+		}
+	}
+	// Without publishing or locations, nothing may be read.
+	bare := on
+	bare.PublishBucket, bare.PublishPrefix = "", ""
+	if b, err := setup(bare); err != nil || b.Access.Check("shop", published) == nil {
+		t.Errorf("with no location configured namespace shop may read %s (%v)", published, err)
+	}
+	wide := bare
+	wide.NamespaceLocations, wide.SharedLocations = []string{"s3://tenants/"}, []string{"s3://shared/crs/"}
+	if b, err := setup(wide); err != nil || !slices.Equal(b.Access.Allowed("shop"), []string{"s3://tenants/shop/", "s3://shared/crs/"}) {
+		t.Errorf("with locations configured namespace shop may read %v (%v)", b.Access.Allowed("shop"), err)
 	}
 	for want, mutate := range map[string]func(*bundle.SetupOptions){
 		"--bundle-publish-bucket needs --bundle-storage-url": func(o *bundle.SetupOptions) { o.URL = ""; o.PublishBucket = "b" },
@@ -43,6 +71,13 @@ func TestSetupChecksTheFlags(t *testing.T) {
 		"--bundle-storage-ca-secret":                         func(o *bundle.SetupOptions) { o.CASecret = "a/b/c" },
 		"--bundle-publish-bucket":                            func(o *bundle.SetupOptions) { o.PublishBucket = "Not_A_Bucket!" },
 		"must end with /":                                    func(o *bundle.SetupOptions) { o.PublishPrefix = "rulesets" },
+		"--bundle-namespace-locations needs --bundle-storage-url": func(o *bundle.SetupOptions) {
+			o.URL, o.PublishBucket, o.NamespaceLocations = "", "", []string{"s3://b/"}
+		},
+		"--bundle-shared-locations needs --bundle-storage-url": func(o *bundle.SetupOptions) {
+			o.URL, o.PublishBucket, o.SharedLocations = "", "", []string{"s3://b/"}
+		},
+		"s3://BUCKET/PREFIX/": func(o *bundle.SetupOptions) { o.NamespaceLocations = []string{"s3://b/tenants"} },
 	} {
 		o := on
 		mutate(&o)
