@@ -86,6 +86,7 @@ func (*wafLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.StringVar(&wb.PublishPrefix, "bundle-publish-prefix", wb.PublishPrefix, "object key prefix of published bundles (ends with /); keys are PREFIX<namespace>/<name>/<sha256>.json")
 	f.StringSliceVar(&wb.NamespaceLocations, "bundle-namespace-locations", wb.NamespaceLocations, "roots s3://BUCKET/ or s3://BUCKET/PREFIX/ under which a WAFGatewayBindingPolicy's spec.bundle may name only its own namespace's keys, ROOT<namespace>/...; empty: s3://<--bundle-publish-bucket>/<--bundle-publish-prefix> when publishing, else none")
 	f.StringSliceVar(&wb.SharedLocations, "bundle-shared-locations", wb.SharedLocations, "roots s3://BUCKET/ or s3://BUCKET/PREFIX/ whose keys every namespace's WAFGatewayBindingPolicies may name in spec.bundle (bundles vetted for all tenants); empty: none")
+	f.IntVar(&wb.FetchConcurrency, "bundle-fetch-concurrency", wb.FetchConcurrency, "bundles fetched at once on each replica, each holding up to --bundle-max-bytes; one namespace uses at most half of them (at least one) and waits behind its own")
 
 	// Names the cache's flags had before they were prefixed with waf-.
 	flagalias.Deprecated(f, "cache-max-age", "waf-cache-max-age")

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/waf/bundle"
 	"github.com/vilaca/portal/internal/waf/bundle/s3test"
 )
@@ -103,8 +104,29 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
+// letOneGo lets one held request through, once one is held, and returns
+// when it no longer counts as held.
+func (g *gate) letOneGo(t *testing.T) {
+	t.Helper()
+	g.mu.Lock()
+	before := g.passed
+	g.mu.Unlock()
+	g.release <- struct{}{}
+	poll(t, "the released request passes the gate", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.passed > before
+	})
+}
+
 // letAllGo lets every request through, now and from now on.
 func (g *gate) letAllGo() { g.opened.Do(func() { close(g.open) }) }
+
+func (g *gate) counts() (held, peak int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held, g.peak
+}
 
 // requestsUnder counts the requests for keys under prefix of bucket.
 func (g *gate) requestsUnder(bucket, prefix string) int {
@@ -139,6 +161,104 @@ func reasonOf(a *bundleAdapter, policy types.NamespacedName, loc, sha string) (o
 	return ok, reason, msg
 }
 
+// Policies of one namespace pinning wrong digests of large objects do not
+// make a replica download them all at once: at most half of the fetch
+// slots go to one namespace, the rest wait (saying so, not failing), and
+// another namespace's policy gets its bundle meanwhile.
+func TestBundleFetchesBoundedPerNamespace(t *testing.T) {
+	s := s3test.Start(t)
+	s.CreateBucket(t, "bundles")
+	big := []byte(strings.Repeat("x", 1<<20))
+	const n = 12
+	for i := range n {
+		s.Put(t, "bundles", fmt.Sprintf("evil/big-%d.json", i), big)
+	}
+	good := storeBundle(t, s, "shop/rules.json", 7101)
+	g := newGate(t, s.URL(), func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/bundles/evil/") })
+	a, _ := newBundleAdapter(t, g.URL(), "")
+	perNamespace := bundle.DefaultFetchConcurrency / 2
+
+	evil := func(i int) (types.NamespacedName, string) {
+		return types.NamespacedName{Namespace: "evil", Name: fmt.Sprint("p", i)}, fmt.Sprintf("s3://bundles/evil/big-%d.json", i)
+	}
+	for i := range n {
+		p, loc := evil(i)
+		a.Bundle(p, loc, wrongPin(i))
+	}
+	poll(t, "evil's first downloads reach storage", func() bool { held, _ := g.counts(); return held >= perNamespace })
+
+	// Another namespace is not held up by evil's downloads.
+	enforce(t, a, types.NamespacedName{Namespace: "shop", Name: "p"}, good)
+	if _, peak := g.counts(); peak > perNamespace {
+		t.Fatalf("%d of one namespace's bundles downloaded at once, want at most %d", peak, perNamespace)
+	}
+	p, loc := evil(n - 1)
+	if ok, reason, msg := reasonOf(a, p, loc, wrongPin(n-1)); ok || reason != wafv1alpha1.ReasonPending || !strings.Contains(msg, "waiting to fetch bundle") {
+		t.Errorf("a queued policy reports %v %s %q, want Pending and that it is waiting", ok, reason, msg)
+	}
+
+	g.letAllGo()
+	for i := range n {
+		p, loc := evil(i)
+		poll(t, p.String()+" refused", func() bool {
+			_, reason, _ := reasonOf(a, p, loc, wrongPin(i))
+			return reason == bundle.ReasonIntegrityError
+		})
+	}
+	if _, peak := g.counts(); peak > perNamespace {
+		t.Fatalf("%d of one namespace's bundles downloaded at once, want at most %d", peak, perNamespace)
+	}
+}
+
+// Two namespaces holding every fetch slot do not starve a third: the first
+// slot to free goes to the namespace with no fetch running.
+func TestBundleFetchSlotsGoToWaitingNamespacesFirst(t *testing.T) {
+	s := s3test.Start(t)
+	s.CreateBucket(t, "bundles")
+	for _, ns := range []string{"a", "b"} {
+		for i := range 3 {
+			s.Put(t, "bundles", fmt.Sprintf("%s/big-%d.json", ns, i), []byte("not the pinned bundle"))
+		}
+	}
+	good := storeBundle(t, s, "shop/rules.json", 7102)
+	g := newGate(t, s.URL(), func(r *http.Request) bool { return !strings.HasPrefix(r.URL.Path, "/bundles/shop/") })
+	a, _ := newBundleAdapter(t, g.URL(), "")
+	total := bundle.DefaultFetchConcurrency
+
+	for _, ns := range []string{"a", "b"} {
+		for i := range 3 {
+			a.Bundle(types.NamespacedName{Namespace: ns, Name: fmt.Sprint("p", i)}, fmt.Sprintf("s3://bundles/%s/big-%d.json", ns, i), wrongPin(i))
+		}
+	}
+	poll(t, "every fetch slot taken", func() bool { held, _ := g.counts(); return held >= total })
+	shop := types.NamespacedName{Namespace: "shop", Name: "p"}
+	if ok, reason, msg := reasonOf(a, shop, good.loc, good.sha); ok || reason != wafv1alpha1.ReasonPending || !strings.Contains(msg, "waiting to fetch bundle") {
+		t.Errorf("with every slot taken the policy reports %v %s %q, want Pending and that it is waiting", ok, reason, msg)
+	}
+	if _, peak := g.counts(); peak > total {
+		t.Fatalf("%d bundles downloaded at once, want at most %d", peak, total)
+	}
+	// One of a's or b's downloads ends: its slot goes to shop, not to a's
+	// or b's third policy. Every slot is taken again only once shop's
+	// fetch has ended too, and it ends with its result stored, so seeing
+	// the slots full before shop has its bundle means the slot went
+	// elsewhere.
+	g.letOneGo(t)
+	var ok bool
+	poll(t, "a slot freed and taken again", func() bool {
+		held, _ := g.counts()
+		ok, _, _ = reasonOf(a, shop, good.loc, good.sha)
+		return ok || held >= total
+	})
+	if !ok {
+		t.Fatal("the freed slot went to a namespace with fetches running, not to the one waiting with none")
+	}
+	g.letAllGo()
+	if _, peak := g.counts(); peak > total {
+		t.Fatalf("%d bundles downloaded at once, want at most %d", peak, total)
+	}
+}
+
 // A policy may read only its own namespace's keys (and shared ones the
 // operator allows): another team's bundle is refused before storage is
 // asked, even with its right digest, so the answer does not depend on the
@@ -154,7 +274,7 @@ func TestBundleLocationsConfinedToNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, c := newBundleAdapterWith(t, g.URL(), "", access)
+	a, c := newBundleAdapterWith(t, g.URL(), "", access, bundle.DefaultFetchConcurrency)
 
 	evil, q := types.NamespacedName{Namespace: "evil", Name: "p"}, types.NamespacedName{Namespace: "evil", Name: "q"}
 	refused := func(p types.NamespacedName, loc, sha string) string {

@@ -2,6 +2,7 @@ package waf
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -24,23 +25,27 @@ const (
 
 // bundleAdapter resolves WAFGatewayBindingPolicy spec.bundle through the
 // S3 bundle Fetcher without blocking the table controller: the first ask
-// starts a fetch in the background and answers "not yet" (the routes fail
-// closed, a cold miss); when the fetch ends the verified bundle is put in
-// the rule set cache under the policy's namespace, as bundle-<sha256
-// prefix>, and the tables are recomputed. Data planes then read it like a
-// RuleSet of that namespace. A location the policy's namespace may not read
-// (bundle.Access) is refused before storage is asked.
+// queues a fetch and answers "not yet" (the routes fail closed, a cold
+// miss); fetches run in the background within the fetchQueue's slots; when
+// one ends the verified bundle is put in the rule set cache under the
+// policy's namespace, as bundle-<sha256 prefix>, and the tables are
+// recomputed. Data planes then read it like a RuleSet of that namespace.
+// A location the policy's namespace may not read (bundle.Access) is refused
+// before storage is asked.
 type bundleAdapter struct {
 	fetcher *bundle.Fetcher
 	access  *bundle.Access
+	metrics *bundle.Metrics
 	cache   *cache.Cache
 	log     *slog.Logger
 	// trigger recomputes the tables; set once the controller exists.
 	trigger func()
 
-	mu       sync.Mutex
-	results  map[string]bundleOutcome
+	mu      sync.Mutex
+	results map[string]bundleOutcome
+	// inflight are the keys whose fetch waits in queue or runs.
 	inflight map[string]bool
+	queue    *fetchQueue
 	// installed are the cache keys bundles were put under; wanted is the
 	// set of policy|location|sha256 the last Retain kept (nil before the
 	// first), policies its policies.
@@ -61,8 +66,9 @@ func bundleSource(b *bundle.Bundles, c *cache.Cache, log *slog.Logger) *bundleAd
 	if b == nil {
 		return nil
 	}
-	return &bundleAdapter{fetcher: b.Fetcher, access: b.Access, cache: c, log: log, results: map[string]bundleOutcome{},
-		inflight: map[string]bool{}, installed: map[string]bool{}}
+	return &bundleAdapter{fetcher: b.Fetcher, access: b.Access, metrics: b.Metrics, cache: c, log: log,
+		results: map[string]bundleOutcome{}, inflight: map[string]bool{}, queue: newFetchQueue(b.FetchConcurrency),
+		installed: map[string]bool{}}
 }
 
 // Bundle implements binding.BundleFetcher.
@@ -77,42 +83,72 @@ func (a *bundleAdapter) Bundle(policy types.NamespacedName, location, sha string
 	o, have := a.results[key]
 	if (!have || ((!o.ok || o.reason != "") && time.Since(o.at) > bundleRetry)) && !a.inflight[key] {
 		a.inflight[key] = true
-		go a.fetch(key, policy, location, sha)
+		a.queue.push(fetchJob{key: key, policy: policy, location: location, sha: sha})
+		a.dispatch()
 	}
-	if !have {
-		return cache.TableRuleSet{}, false, wafv1alpha1.ReasonPending, "fetching bundle " + location + " from storage"
+	if have {
+		return o.rs, o.ok, o.reason, o.detail
 	}
-	return o.rs, o.ok, o.reason, o.detail
+	if n, waiting := a.queue.ahead(policy.Namespace, key); waiting {
+		return cache.TableRuleSet{}, false, wafv1alpha1.ReasonPending, fmt.Sprintf(
+			"waiting to fetch bundle %s: %d fetches of namespace %s run or wait before it (at most %d of one namespace run at once)",
+			location, n, policy.Namespace, a.queue.perNamespace)
+	}
+	return cache.TableRuleSet{}, false, wafv1alpha1.ReasonPending, "fetching bundle " + location + " from storage"
 }
 
 func bundleKey(policy types.NamespacedName, location, sha string) string {
 	return policy.String() + "|" + location + "|" + sha
 }
 
-// get fetches policy's bundle, unless its namespace may not read the
-// location: then storage is not asked, and the answer is the same whether
-// the object exists or not.
-func (a *bundleAdapter) get(policy types.NamespacedName, location, sha string) (bundle.Result, error) {
-	if loc, err := bundle.ParseLocation(location); err == nil {
-		if err := a.access.Check(policy.Namespace, loc); err != nil {
-			return a.fetcher.Deny(policy.String(), err)
+// dispatch starts the fetches the queue has slots for; the caller holds mu.
+func (a *bundleAdapter) dispatch() {
+	for {
+		j, ok := a.queue.pop()
+		if !ok {
+			break
+		}
+		go a.fetch(j)
+	}
+	a.gauge()
+}
+
+// gauge publishes the queue's size; the caller holds mu.
+func (a *bundleAdapter) gauge() {
+	if a.metrics == nil {
+		return
+	}
+	running, waiting := a.queue.size()
+	a.metrics.Fetches.WithLabelValues(bundle.FetchRunning).Set(float64(running))
+	a.metrics.Fetches.WithLabelValues(bundle.FetchWaiting).Set(float64(waiting))
+}
+
+// get fetches j's bundle, unless its namespace may not read the location:
+// then storage is not asked, and the answer is the same whether the object
+// exists or not.
+func (a *bundleAdapter) get(j fetchJob) (bundle.Result, error) {
+	if loc, err := bundle.ParseLocation(j.location); err == nil {
+		if err := a.access.Check(j.policy.Namespace, loc); err != nil {
+			return a.fetcher.Deny(j.policy.String(), err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bundleFetchTimeout)
 	defer cancel()
-	return a.fetcher.Get(ctx, policy.String(), location, sha)
+	return a.fetcher.Get(ctx, j.policy.String(), j.location, j.sha)
 }
 
-func (a *bundleAdapter) fetch(key string, policy types.NamespacedName, location, sha string) {
-	res, err := a.get(policy, location, sha)
+func (a *bundleAdapter) fetch(j fetchJob) {
+	res, err := a.get(j)
 	o := bundleOutcome{at: time.Now()}
 	if err != nil {
 		_, o.reason, o.detail = bundle.Programmed(res, err)
-		a.log.Warn("WAF bundle not fetched", "policy", policy.String(), "location", location, "reason", o.reason, "error", err)
+		a.log.Warn("WAF bundle not fetched", "policy", j.policy.String(), "location", j.location, "reason", o.reason, "error", err)
 	}
 	a.mu.Lock()
-	delete(a.inflight, key)
-	if a.wanted != nil && !a.wanted[key] {
+	delete(a.inflight, j.key)
+	a.queue.done(j.policy.Namespace)
+	a.dispatch()
+	if a.wanted != nil && !a.wanted[j.key] {
 		// The policy dropped this bundle while it was being fetched: do
 		// not install it, and let the fetcher forget it again.
 		keep := a.policies
@@ -122,12 +158,12 @@ func (a *bundleAdapter) fetch(key string, policy types.NamespacedName, location,
 	}
 	if res.State != bundle.StateMissing && len(res.SHA256) >= 20 {
 		name := "bundle-" + res.SHA256[:20]
-		ck := cache.Key(policy.Namespace, name)
+		ck := cache.Key(j.policy.Namespace, name)
 		e := bundle.Install(a.cache, ck, res.Bundle)
 		a.installed[ck] = true
-		o.rs, o.ok = cache.TableRuleSet{Namespace: policy.Namespace, Name: name, UUID: e.UUID}, true
+		o.rs, o.ok = cache.TableRuleSet{Namespace: j.policy.Namespace, Name: name, UUID: e.UUID}, true
 	}
-	a.results[key] = o
+	a.results[j.key] = o
 	trigger := a.trigger
 	a.mu.Unlock()
 	if trigger != nil {
@@ -147,6 +183,10 @@ func (a *bundleAdapter) Retain(policies map[types.NamespacedName]wafv1alpha1.Bun
 	}
 	a.mu.Lock()
 	a.wanted, a.policies = wanted, keep
+	for _, k := range a.queue.drop(func(k string) bool { return wanted[k] }) {
+		delete(a.inflight, k)
+	}
+	a.gauge()
 	for k := range a.results {
 		if !wanted[k] {
 			delete(a.results, k)

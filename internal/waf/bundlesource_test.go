@@ -48,26 +48,28 @@ func storeBundle(t *testing.T, s *s3test.Storage, key string, id int) bundleFixt
 }
 
 // newBundleAdapter returns an adapter reading url, where each namespace
-// may read s3://bundles/<namespace>/....
+// may read s3://bundles/<namespace>/..., fetching as many bundles at once
+// as Portal does by default.
 func newBundleAdapter(t *testing.T, url, dir string) (*bundleAdapter, *cache.Cache) {
 	t.Helper()
 	access, err := bundle.NewAccess([]string{"s3://bundles/"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newBundleAdapterWith(t, url, dir, access)
+	return newBundleAdapterWith(t, url, dir, access, bundle.DefaultFetchConcurrency)
 }
 
-func newBundleAdapterWith(t *testing.T, url, dir string, access *bundle.Access) (*bundleAdapter, *cache.Cache) {
+func newBundleAdapterWith(t *testing.T, url, dir string, access *bundle.Access, concurrency int) (*bundleAdapter, *cache.Cache) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	f, err := bundle.NewFetcher(bundle.Options{URL: url, Dir: dir, Attempts: 1, Logger: log, Metrics: bundle.NewMetrics(prometheus.NewRegistry()),
+	m := bundle.NewMetrics(prometheus.NewRegistry())
+	f, err := bundle.NewFetcher(bundle.Options{URL: url, Dir: dir, Attempts: 1, Logger: log, Metrics: m,
 		Source: bundle.StaticConfig{AccessKeyID: s3test.AccessKey, SecretAccessKey: s3test.SecretKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := cache.New(nil, nil)
-	return bundleSource(&bundle.Bundles{Fetcher: f, Access: access}, c, log), c
+	return bundleSource(&bundle.Bundles{Fetcher: f, Access: access, FetchConcurrency: concurrency, Metrics: m}, c, log), c
 }
 
 // enforce asks for policy's bundle until the adapter has it in the cache.

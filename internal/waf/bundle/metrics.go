@@ -22,6 +22,9 @@ type Metrics struct {
 	StoreErrors prometheus.Counter
 	// Publishes counts RuleSet bundle uploads by result.
 	Publishes *prometheus.CounterVec
+	// Fetches are the bundle fetches of WAFGatewayBindingPolicies by state:
+	// running (holding a fetch slot) or waiting for one.
+	Fetches *prometheus.GaugeVec
 }
 
 // Outcomes of an S3 request.
@@ -29,6 +32,12 @@ const (
 	OutcomeOK        = "ok"
 	OutcomeTransient = "transient_error"
 	OutcomePermanent = "permanent_error"
+)
+
+// States of portal_waf_bundle_fetches.
+const (
+	FetchRunning = "running"
+	FetchWaiting = "waiting"
 )
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -68,6 +77,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_waf_bundle_publishes_total",
 			Help: "RuleSet bundles uploaded to storage by result (ok, error).",
 		}, []string{"result"}),
+		Fetches: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portal_waf_bundle_fetches",
+			Help: "Bundle fetches of WAFGatewayBindingPolicies by state: running (holding one of the --bundle-fetch-concurrency slots) or waiting for a slot.",
+		}, []string{"state"}),
 	}
 	for _, op := range []string{"get", "put"} {
 		for _, o := range []string{OutcomeOK, OutcomeTransient, OutcomePermanent} {
@@ -84,8 +97,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.ClientReloads.WithLabelValues(r)
 		m.Publishes.WithLabelValues(r)
 	}
+	for _, s := range []string{FetchRunning, FetchWaiting} {
+		m.Fetches.WithLabelValues(s)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.Gets, m.Errors, m.FetchDuration, m.ClientReloads, m.StoredBytes, m.StoreErrors, m.Publishes)
+		reg.MustRegister(m.Requests, m.Gets, m.Errors, m.FetchDuration, m.ClientReloads, m.StoredBytes, m.StoreErrors, m.Publishes, m.Fetches)
 	}
 	return m
 }

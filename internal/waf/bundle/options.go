@@ -17,6 +17,9 @@ const (
 	// DefaultRefusalTTL is how long a bundle refused for its content
 	// (IntegrityError, BundleTooLarge, InvalidBundle) is not fetched again.
 	DefaultRefusalTTL = time.Minute
+	// DefaultFetchConcurrency is how many bundles a replica fetches at
+	// once: each fetch holds up to MaxBytes in memory.
+	DefaultFetchConcurrency = 4
 )
 
 // Options configure a Fetcher. Zero fields take the defaults above.

@@ -37,6 +37,9 @@ type SetupOptions struct {
 	// every namespace reads. See Access.
 	NamespaceLocations []string
 	SharedLocations    []string
+	// FetchConcurrency is how many bundles are fetched at once; one
+	// namespace uses at most half of them, and at least one.
+	FetchConcurrency int
 	// MaxDataFileBytes is --waf-max-data-file-bytes, which fetched bundles
 	// are checked against like RuleSets (set by the WAF layer).
 	MaxDataFileBytes int
@@ -46,6 +49,7 @@ type SetupOptions struct {
 func DefaultSetupOptions() SetupOptions {
 	return SetupOptions{
 		Region: DefaultRegion, MaxBytes: DefaultMaxBytes, CacheMaxBytes: DefaultCacheMaxBytes, Attempts: DefaultAttempts,
+		FetchConcurrency: DefaultFetchConcurrency,
 	}
 }
 
@@ -54,6 +58,9 @@ type Bundles struct {
 	Fetcher *Fetcher
 	// Access is which locations each namespace's policies may read.
 	Access *Access
+	// FetchConcurrency bounds the fetches running at once.
+	FetchConcurrency int
+	Metrics          *Metrics
 }
 
 // Setup adds S3 bundles to mgr when o.URL is set: the Secret watch (every
@@ -121,7 +128,7 @@ func Setup(mgr ctrl.Manager, o SetupOptions, namespace string, c *cache.Cache, r
 	if err != nil {
 		return nil, err
 	}
-	return &Bundles{Fetcher: f, Access: access}, nil
+	return &Bundles{Fetcher: f, Access: access, FetchConcurrency: max(1, o.FetchConcurrency), Metrics: m}, nil
 }
 
 // setupAccess builds the Access of the flags. By default a namespace reads
