@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -126,6 +127,13 @@ func (g *gate) counts() (held, peak int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.held, g.peak
+}
+
+// answered counts the answers with status for the object key of bucket.
+func (g *gate) answered(bucket, key string, status int) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.statuses["/"+bucket+"/"+key][status]
 }
 
 // requestsUnder counts the requests for keys under prefix of bucket.
@@ -256,6 +264,71 @@ func TestBundleFetchSlotsGoToWaitingNamespacesFirst(t *testing.T) {
 	g.letAllGo()
 	if _, peak := g.counts(); peak > total {
 		t.Fatalf("%d bundles downloaded at once, want at most %d", peak, total)
+	}
+}
+
+// Policies pinning different wrong digests of one object download it once:
+// later ones ask storage only whether it changed (If-None-Match). A
+// replaced object is downloaded again, and its new digest is enforced.
+func TestWrongPinsOfOneObjectDownloadItOnce(t *testing.T) {
+	s := s3test.Start(t)
+	s.CreateBucket(t, "bundles")
+	b := storeBundle(t, s, "shop/big.json", 7103)
+	g := newGate(t, s.URL(), func(*http.Request) bool { return false })
+	a, _ := newBundleAdapter(t, g.URL(), "")
+	const n = 8
+	pol := func(i int) types.NamespacedName {
+		return types.NamespacedName{Namespace: "shop", Name: fmt.Sprint("p", i)}
+	}
+	for i := range n {
+		a.Bundle(pol(i), b.loc, wrongPin(i))
+	}
+	for i := range n {
+		poll(t, pol(i).String()+" refused", func() bool {
+			_, reason, _ := reasonOf(a, pol(i), b.loc, wrongPin(i))
+			return reason == bundle.ReasonIntegrityError
+		})
+	}
+	if got := g.answered("bundles", "shop/big.json", http.StatusOK); got != 1 {
+		t.Fatalf("the object was downloaded %d times for %d wrong pins, want once", got, n)
+	}
+	// The object is replaced: a policy pinning the new digest gets it, the
+	// unchanged answers of before notwithstanding.
+	nb := storeBundle(t, s, "shop/big.json", 7104)
+	enforce(t, a, pol(n), nb)
+}
+
+// Policies pinning different wrong digests of one object while it is being
+// downloaded share that download. Storage holds the unconditional GETs of
+// the object: a second one would wait there, and its policy never get an
+// answer.
+func TestConcurrentWrongPinsShareOneDownload(t *testing.T) {
+	s := s3test.Start(t)
+	s.CreateBucket(t, "bundles")
+	b := storeBundle(t, s, "shop/big.json", 7105)
+	g := newGate(t, s.URL(), func(r *http.Request) bool {
+		return r.URL.Path == "/bundles/shop/big.json" && r.Header.Get("If-None-Match") == ""
+	})
+	a, _ := newBundleAdapter(t, g.URL(), "")
+	pol := func(i int) types.NamespacedName {
+		return types.NamespacedName{Namespace: "shop", Name: fmt.Sprint("p", i)}
+	}
+	for i := range 2 {
+		a.Bundle(pol(i), b.loc, wrongPin(i))
+	}
+	poll(t, "both fetches running, one download held", func() bool {
+		held, _ := g.counts()
+		return held >= 1 && testutil.ToFloat64(a.metrics.Fetches.WithLabelValues(bundle.FetchRunning)) == 2
+	})
+	g.letOneGo(t)
+	for i := range 2 {
+		poll(t, pol(i).String()+" refused", func() bool {
+			_, reason, _ := reasonOf(a, pol(i), b.loc, wrongPin(i))
+			return reason == bundle.ReasonIntegrityError
+		})
+	}
+	if got := g.answered("bundles", "shop/big.json", http.StatusOK); got != 1 {
+		t.Fatalf("the object was downloaded %d times, want once", got)
 	}
 }
 

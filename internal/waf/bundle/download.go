@@ -72,10 +72,88 @@ func (f *Fetcher) refuse(id string, err error) {
 // fetch downloads loc, verifies it against sha and decodes it.
 func (f *Fetcher) fetch(ctx context.Context, loc Location, sha string) (ruleset.Bundle, error) {
 	start := time.Now()
-	var data []byte
+	obj, err := f.object(ctx, loc, f.unchangedUnless(loc, sha))
+	if err == nil && obj.data == nil && obj.digest == sha {
+		// Storage said unchanged, yet the object seen before is the one
+		// pinned: an ETag that does not track the content. Download it.
+		obj, err = f.object(ctx, loc, seenObject{})
+	}
+	if err != nil {
+		return ruleset.Bundle{}, err
+	}
+	if obj.digest != sha {
+		return ruleset.Bundle{}, &IntegrityError{Location: loc.String(), Want: sha}
+	}
+	b, err := f.decode(obj.data)
+	if err != nil {
+		return ruleset.Bundle{}, &InvalidError{Err: fmt.Errorf("bundle %s: %w", loc, err)}
+	}
+	f.opts.Metrics.FetchDuration.Observe(time.Since(start).Seconds())
+	if f.store != nil {
+		if err := f.store.saveBlob(sha, obj.data); err != nil {
+			f.opts.Metrics.StoreErrors.Inc()
+			f.opts.Logger.Warn("bundle not persisted", "location", loc.String(), "sha256", sha, "error", err)
+		}
+	}
+	return b, nil
+}
+
+// object is what storage answered for a location: the bytes and their
+// digest, or, when it said the object seen before is unchanged, only that
+// object's digest (data nil).
+type object struct {
+	data         []byte
+	digest, etag string
+}
+
+// seenObject is the digest and ETag of the object last downloaded from a
+// location.
+type seenObject struct {
+	digest, etag string
+}
+
+// unchangedUnless returns the object last seen at loc when its digest is
+// not sha, so that the request asks storage only whether it changed: a pin
+// that is not the object's digest then costs a request, not a download of
+// up to --bundle-max-bytes. Zero when a download is needed anyway.
+func (f *Fetcher) unchangedUnless(loc Location, sha string) seenObject {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.seen[loc.String()]; ok && s.digest != sha && s.etag != "" {
+		return s
+	}
+	return seenObject{}
+}
+
+// object returns what storage holds at loc, asking only whether it changed
+// when unless is set. Requests for one location and condition share one
+// download, whatever sha256 their callers pin: policies pinning different
+// digests of one object do not download it once each.
+func (f *Fetcher) object(ctx context.Context, loc Location, unless seenObject) (object, error) {
+	v, err, _ := f.downloads.Do(loc.String()+" "+unless.etag, func() (any, error) {
+		return f.download(ctx, loc, unless)
+	})
+	if err != nil {
+		return object{}, err
+	}
+	return v.(object), nil
+}
+
+// errUnchanged: storage answered 304 to a conditional request.
+var errUnchanged = errors.New("not modified")
+
+func (f *Fetcher) download(ctx context.Context, loc Location, unless seenObject) (object, error) {
+	var obj object
 	err := f.retry(ctx, "get", loc, func(ctx context.Context, cl *s3.Client) error {
-		out, err := cl.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(loc.Bucket), Key: aws.String(loc.Key)})
+		in := &s3.GetObjectInput{Bucket: aws.String(loc.Bucket), Key: aws.String(loc.Key)}
+		if unless.etag != "" {
+			in.IfNoneMatch = aws.String(unless.etag)
+		}
+		out, err := cl.GetObject(ctx, in)
 		if err != nil {
+			if status, _ := classify(err); status == http.StatusNotModified && unless.etag != "" {
+				return errUnchanged
+			}
 			return err
 		}
 		defer out.Body.Close()
@@ -84,33 +162,42 @@ func (f *Fetcher) fetch(ctx context.Context, loc Location, sha string) (ruleset.
 		}
 		// The length header may be absent or wrong: read one byte past the
 		// cap to know.
-		data, err = io.ReadAll(io.LimitReader(out.Body, f.opts.MaxBytes+1))
+		data, err := io.ReadAll(io.LimitReader(out.Body, f.opts.MaxBytes+1))
 		if err != nil {
 			return err
 		}
 		if int64(len(data)) > f.opts.MaxBytes {
 			return &TooLargeError{Location: loc.String(), Limit: f.opts.MaxBytes}
 		}
+		obj = object{data: data, digest: digest(data), etag: aws.ToString(out.ETag)}
 		return nil
 	})
+	if errors.Is(err, errUnchanged) {
+		return object{digest: unless.digest}, nil
+	}
 	if err != nil {
-		return ruleset.Bundle{}, err
+		return object{}, err
 	}
-	if digest(data) != sha {
-		return ruleset.Bundle{}, &IntegrityError{Location: loc.String(), Want: sha}
+	f.see(loc, obj)
+	return obj, nil
+}
+
+// see remembers the digest and ETag of what was downloaded from loc, at
+// most maxRefused locations. The digest stays in memory: it is never
+// reported (see IntegrityError).
+func (f *Fetcher) see(loc Location, obj object) {
+	if obj.etag == "" {
+		return
 	}
-	b, err := f.decode(data)
-	if err != nil {
-		return ruleset.Bundle{}, &InvalidError{Err: fmt.Errorf("bundle %s: %w", loc, err)}
-	}
-	f.opts.Metrics.FetchDuration.Observe(time.Since(start).Seconds())
-	if f.store != nil {
-		if err := f.store.saveBlob(sha, data); err != nil {
-			f.opts.Metrics.StoreErrors.Inc()
-			f.opts.Logger.Warn("bundle not persisted", "location", loc.String(), "sha256", sha, "error", err)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.seen[loc.String()]; !ok && len(f.seen) >= maxRefused {
+		for k := range f.seen {
+			delete(f.seen, k)
+			break
 		}
 	}
-	return b, nil
+	f.seen[loc.String()] = seenObject{digest: obj.digest, etag: obj.etag}
 }
 
 // Upload stores data at loc, with the same retries as a fetch.
@@ -139,6 +226,10 @@ func (f *Fetcher) retry(ctx context.Context, op string, loc Location, do func(co
 		if err == nil {
 			f.opts.Metrics.Requests.WithLabelValues(op, OutcomeOK).Inc()
 			return nil
+		}
+		if errors.Is(err, errUnchanged) {
+			f.opts.Metrics.Requests.WithLabelValues(op, OutcomeUnchanged).Inc()
+			return err
 		}
 		var tl *TooLargeError
 		if errors.As(err, &tl) {

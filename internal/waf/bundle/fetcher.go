@@ -37,8 +37,10 @@ type blob struct {
 type Fetcher struct {
 	opts  Options
 	store *store
-	group singleflight.Group
-	clock clock.PassiveClock
+	// group joins the fetches of one location and sha256; downloads joins
+	// the downloads of one location, whatever sha256 they were for.
+	group, downloads singleflight.Group
+	clock            clock.PassiveClock
 
 	cmu       sync.Mutex
 	client    *s3.Client
@@ -55,6 +57,9 @@ type Fetcher struct {
 	// refused remembers content refusals until they expire, at most
 	// maxRefused of them.
 	refused map[string]refusal
+	// seen is the object last downloaded from each location, at most
+	// maxRefused of them (see unchangedUnless).
+	seen map[string]seenObject
 }
 
 // NewFetcher returns a fetcher for opts.
@@ -65,7 +70,7 @@ func NewFetcher(opts Options) (*Fetcher, error) {
 		return nil, fmt.Errorf("bundle storage URL %q: use http(s)://host[:port]", opts.URL)
 	}
 	f := &Fetcher{opts: opts, clock: clock.RealClock{}, keys: map[string]record{}, blobs: map[string]*blob{}, refused: map[string]refusal{},
-		persisted: map[string]string{}}
+		persisted: map[string]string{}, seen: map[string]seenObject{}}
 	if opts.Dir != "" {
 		if f.store, err = openStore(opts.Dir, opts.CacheMaxBytes, opts.Metrics); err != nil {
 			return nil, err

@@ -6,7 +6,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // docs/reference/metrics.md.
 type Metrics struct {
 	// Requests counts S3 requests by operation (get, put) and outcome (ok,
-	// transient_error: retried unless attempts ran out, permanent_error).
+	// unchanged: a conditional get answered 304, transient_error: retried
+	// unless attempts ran out, permanent_error).
 	Requests *prometheus.CounterVec
 	// Gets counts Fetcher.Get calls by state (fresh, stale, missing).
 	Gets *prometheus.CounterVec
@@ -30,6 +31,7 @@ type Metrics struct {
 // Outcomes of an S3 request.
 const (
 	OutcomeOK        = "ok"
+	OutcomeUnchanged = "unchanged"
 	OutcomeTransient = "transient_error"
 	OutcomePermanent = "permanent_error"
 )
@@ -46,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_waf_bundle_requests_total",
-			Help: "S3 requests to bundle storage by op (get, put) and outcome: ok, transient_error (network, 5xx, 408, 429: retried with backoff while attempts remain) or permanent_error (other 4xx, TLS verification: not retried).",
+			Help: "S3 requests to bundle storage by op (get, put) and outcome: ok, unchanged (a conditional get answered 304: the object last downloaded from that location, not the pinned one, is still there), transient_error (network, 5xx, 408, 429: retried with backoff while attempts remain) or permanent_error (other 4xx, TLS verification: not retried).",
 		}, []string{"op", "outcome"}),
 		Gets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_waf_bundle_gets_total",
@@ -83,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"state"}),
 	}
 	for _, op := range []string{"get", "put"} {
-		for _, o := range []string{OutcomeOK, OutcomeTransient, OutcomePermanent} {
+		for _, o := range []string{OutcomeOK, OutcomeUnchanged, OutcomeTransient, OutcomePermanent} {
 			m.Requests.WithLabelValues(op, o)
 		}
 	}
