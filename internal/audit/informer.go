@@ -64,6 +64,10 @@ func (s *Source) startWatch(key watchKey, gvk schema.GroupVersionKind, namespace
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", key.gvr, err)
 	}
+	// Before subscribing: an informer another layer already synced hands
+	// the subscription its objects at once, and a worker may evaluate one
+	// (reading w.handle) before Subscribe has returned.
+	w.handle = h
 	sub, err := h.Subscribe(func(e clustercache.Event) {
 		switch {
 		case e.Type == clustercache.Added:
@@ -85,7 +89,7 @@ func (s *Source) startWatch(key watchKey, gvk schema.GroupVersionKind, namespace
 		h.Release()
 		return nil, err
 	}
-	w.handle, w.sub = h, sub
+	w.sub = sub
 	return w, nil
 }
 
