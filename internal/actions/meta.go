@@ -55,31 +55,40 @@ func (m *metaAction) Revert(ctx context.Context, req *Request) (Outcome, error) 
 // was done: the object is gone, or is not the one an admission verdict
 // reviewed.
 func (m *metaAction) apply(ctx context.Context, req *Request, kv map[string]any) (Outcome, error) {
+	return applyMetadata(ctx, m.env, req, req.Object.APIVersion, req.Object.Kind, m.field, kv, FieldManager(req))
+}
+
+// applyMetadata server-side applies metadata.<field> = kv (labels or
+// annotations; nil drops what owner applied before) to the object of
+// apiVersion and kind that req names, as field manager owner. It never
+// creates the object. A non-empty Outcome says why nothing was done: the
+// object is gone, or is not the one an admission verdict reviewed.
+func applyMetadata(ctx context.Context, env Env, req *Request, apiVersion, kind, field string, kv map[string]any, owner string) (Outcome, error) {
 	meta := map[string]any{"name": req.Object.Name}
 	if req.Object.Namespace != "" {
 		meta["namespace"] = req.Object.Namespace
 	}
 	if uid := req.reviewedUID(); uid != "" {
 		// The API server refuses an apply whose metadata.uid is not the
-		// stored object's, so a pod replaced after the check below is
-		// not labelled either.
+		// stored object's, so an object replaced after the check below
+		// is not changed either.
 		meta["uid"] = uid
 	}
 	if kv != nil {
-		meta[m.field] = kv
+		meta[field] = kv
 	}
-	patch, err := json.Marshal(map[string]any{"apiVersion": req.Object.APIVersion, "kind": req.Object.Kind, "metadata": meta})
+	patch, err := json.Marshal(map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": meta})
 	if err != nil {
 		return Outcome{}, err
 	}
 	obj := &unstructured.Unstructured{}
-	obj.SetAPIVersion(req.Object.APIVersion)
-	obj.SetKind(req.Object.Kind)
+	obj.SetAPIVersion(apiVersion)
+	obj.SetKind(kind)
 	obj.SetNamespace(req.Object.Namespace)
 	obj.SetName(req.Object.Name)
 	// Apply would create a missing object: check first, and never create.
-	live := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: req.Object.APIVersion, Kind: req.Object.Kind}}
-	if err := m.env.Reader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+	live := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}}
+	if err := env.Reader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
 		if apierrors.IsNotFound(err) {
 			return gone(req), nil
 		}
@@ -88,7 +97,7 @@ func (m *metaAction) apply(ctx context.Context, req *Request, kv map[string]any)
 	if o, ok := req.reviewed(live.UID); !ok {
 		return o, nil
 	}
-	err = m.env.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(FieldManager(req)), client.ForceOwnership)
+	err = env.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(owner), client.ForceOwnership)
 	switch {
 	case err == nil:
 		return Outcome{}, nil

@@ -100,45 +100,11 @@ func (q *quarantine) Apply(ctx context.Context, req *Request) (Outcome, error) {
 // removes the mark). A non-empty Outcome says why nothing was done: the pod
 // is gone, or is not the one an admission verdict reviewed.
 func (q *quarantine) labelPod(ctx context.Context, req *Request, value string) (Outcome, error) {
-	ns, pod := req.Object.Namespace, req.Object.Name
-	meta := map[string]any{"name": pod, "namespace": ns}
-	if uid := req.reviewedUID(); uid != "" {
-		// Refused by the API server if the pod was replaced after the
-		// check below.
-		meta["uid"] = uid
-	}
+	var labels map[string]any
 	if value != "" {
-		meta["labels"] = map[string]any{QuarantineLabel: value}
+		labels = map[string]any{QuarantineLabel: value}
 	}
-	patch, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta})
-	if err != nil {
-		return Outcome{}, err
-	}
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("v1")
-	u.SetKind("Pod")
-	u.SetNamespace(ns)
-	u.SetName(pod)
-	live := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}}
-	if err := q.env.Reader.Get(ctx, client.ObjectKeyFromObject(u), live); err != nil {
-		if apierrors.IsNotFound(err) {
-			return gone(req), nil
-		}
-		return Outcome{}, fmt.Errorf("get %s: %w", target(req.Object), err)
-	}
-	if o, ok := req.reviewed(live.UID); !ok {
-		return o, nil
-	}
-	err = q.env.Client.Patch(ctx, u, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(QuarantineFieldManager+"-quarantine"), client.ForceOwnership)
-	switch {
-	case err == nil:
-		return Outcome{}, nil
-	case apierrors.IsNotFound(err):
-		return gone(req), nil
-	case req.reviewedUID() != "" && uidRefused(err):
-		return replaced(req), nil
-	}
-	return Outcome{}, fmt.Errorf("label %s: %w", target(req.Object), err)
+	return applyMetadata(ctx, q.env, req, "v1", "Pod", "labels", labels, QuarantineFieldManager+"-quarantine")
 }
 
 func (q *quarantine) Revert(ctx context.Context, req *Request) (Outcome, error) {

@@ -21,19 +21,7 @@ import (
 func TestActionsLayer(t *testing.T) {
 	ctx := context.Background()
 	cl := shared.Cluster(t)
-	scheme, err := Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cl.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range []string{"actions-team", "actions-other"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := clusterClient(t, cl, "actions-team", "actions-other")
 	cfg, _, _ := layerConfig(t, "layers-actions")
 	cfg.Namespace = "actions-portal"
 	cfg.Audit.Enabled = true

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster"
 )
 
 // TestRuleSeriesGoWithTheirRule runs admission and audit with a tenant's
@@ -26,20 +27,8 @@ import (
 func TestRuleSeriesGoWithTheirRule(t *testing.T) {
 	ctx := context.Background()
 	cl := shared.Cluster(t)
-	scheme, err := Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cl.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns = "series-tenant"
-	for _, n := range []string{Defaults().Namespace, ns} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
+	c := clusterClient(t, cl, Defaults().Namespace, ns)
 	cfg, reg, _ := layerConfig(t, "rule-series")
 	cfg.Admission.Enabled = true
 	cfg.Audit.Enabled = true
@@ -65,7 +54,7 @@ func TestRuleSeriesGoWithTheirRule(t *testing.T) {
 	const label = ns + "/no-privileged"
 	want := []string{"portal_admission_rule_errors_total", "portal_audit_rule_errors_total"}
 	i := 0
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		// The webhook configuration follows the rule set asynchronously:
 		// create ConfigMaps until admission has evaluated one.
 		i++
@@ -113,4 +102,24 @@ func withRuleLabel(t *testing.T, reg *prometheus.Registry, value string) []strin
 		}
 	}
 	return out
+}
+
+// clusterClient is a client of cl with Portal's scheme, after creating
+// namespaces (those that exist already are kept).
+func clusterClient(t *testing.T, cl *devcluster.Cluster, namespaces ...string) client.Client {
+	t.Helper()
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cl.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range namespaces {
+		if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	return c
 }

@@ -128,19 +128,7 @@ func TestAdmissionVerdictsOnlyActOnTheReviewedObject(t *testing.T) {
 func startVerdictPortal(t *testing.T) *verdictEnv {
 	ctx := context.Background()
 	cl := shared.Cluster(t)
-	scheme, err := Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cl.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range []string{"verdicts-portal", "verdicts-victim", "verdicts-tenant"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := clusterClient(t, cl, "verdicts-portal", "verdicts-victim", "verdicts-tenant")
 	cfg, _, port := layerConfig(t, "verdicts")
 	cfg.Namespace = "verdicts-portal"
 	cfg.Admission.Enabled = true
