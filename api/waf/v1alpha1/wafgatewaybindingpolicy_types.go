@@ -237,8 +237,8 @@ const (
 	ReasonDeploymentError = "DeploymentError"
 	// ReasonTableLimitExceeded: the target route is left out of a
 	// Gateway's route table, which cannot hold it within its bounds (rows,
-	// bytes, regular expression instructions a request host meets) beside
-	// the older routes of that Gateway.
+	// bytes, policies, regular expression instructions a request host
+	// meets) beside the older routes of that Gateway.
 	ReasonTableLimitExceeded = "TableLimitExceeded"
 	// ReasonUnsupportedMatch: the target route is left out of its
 	// Gateways' route tables: one of its matches is a regular expression

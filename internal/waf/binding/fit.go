@@ -34,11 +34,13 @@ type tableFit struct {
 	rows  int
 	size  cache.TableSize
 	regex cache.RegexLoad
+	// policies is how many the table holds.
+	policies int
 }
 
 // newTableFit starts from t with only its policies so far.
 func newTableFit(t *cache.Table, policies []cache.TablePolicy) *tableFit {
-	f := &tableFit{size: cache.NewTableSize(t.Gateway, t.Default)}
+	f := &tableFit{size: cache.NewTableSize(t.Gateway, t.Default), policies: len(policies)}
 	for _, p := range policies {
 		f.size.AddPolicy(cache.PolicySize(p))
 	}
@@ -50,6 +52,10 @@ func newTableFit(t *cache.Table, policies []cache.TablePolicy) *tableFit {
 // stays within its bounds with them; else it counts nothing and says
 // which bound they would pass.
 func (f *tableFit) admit(r *route, hosts []string, pol, newPolicy int) error {
+	if newPolicy > 0 && f.policies+1 > cache.MaxTablePolicies {
+		return fmt.Errorf("its policy (rule set and override) would be the table's policy number %d, past the bound of %d: each is a WAF the Gateway's waf-proxy compiles and keeps; share a RuleSetOverride's settings between routes",
+			f.policies+1, cache.MaxTablePolicies)
+	}
 	n := len(hosts) * len(r.rows)
 	if f.rows+n > cache.MaxTableRows {
 		return fmt.Errorf("its %d rows (%d matches x %d hostnames) would take the table to %d rows, past the bound of %d",
@@ -78,6 +84,9 @@ func (f *tableFit) admit(r *route, hosts []string, pol, newPolicy int) error {
 	}
 	f.rows += n
 	f.size = size
+	if newPolicy > 0 {
+		f.policies++
+	}
 	return nil
 }
 

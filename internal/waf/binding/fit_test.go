@@ -191,3 +191,50 @@ func TestLeftOutRouteStatus(t *testing.T) {
 		t.Fatalf("route status: %+v", parents)
 	}
 }
+
+// A tenant giving each of 40 routes its own inbound anomaly threshold
+// would make the shared waf-proxy compile and keep 40 WAFs: the table
+// holds at most cache.MaxTablePolicies policies, oldest routes first, and
+// the routes whose policy would pass the bound are left out, saying so.
+func TestTablePolicyBound(t *testing.T) {
+	const n = 40
+	s := &Snapshot{
+		Revision: func(string) (string, bool) { return "rev", true },
+		RuleSets: []*wafv1alpha1.RuleSet{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "crs"},
+			Spec: wafv1alpha1.RuleSetSpec{Overrides: &wafv1alpha1.OverridePermissions{MaxInboundAnomalyThreshold: 100}}}},
+		Gateways: []*gatewayv1.Gateway{gw("a", "gw")},
+	}
+	var targets []gatewayv1.LocalPolicyTargetReference
+	for i := range n {
+		name := fmt.Sprintf("r%02d", i)
+		s.HTTPRoutes = append(s.HTTPRoutes, hr("a", name, i, nil, pathMatch(gatewayv1.PathMatchPathPrefix, "/"+name)))
+		ref := gatewayv1.LocalPolicyTargetReference{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Name: gatewayv1.ObjectName(name)}
+		targets = append(targets, ref)
+		s.Overrides = append(s.Overrides, &wafv1alpha1.RuleSetOverride{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name},
+			Spec: wafv1alpha1.RuleSetOverrideSpec{InboundAnomalyThreshold: int32(10 + i),
+				TargetRefs: []gatewayv1.LocalPolicyTargetReference{ref}}})
+	}
+	for i := 0; i < n; i += wafv1alpha1.MaxPolicyTargets {
+		s.Policies = append(s.Policies, &wafv1alpha1.WAFGatewayBindingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: fmt.Sprintf("p%d", i)},
+			Spec: wafv1alpha1.WAFGatewayBindingPolicySpec{RuleSet: &wafv1alpha1.RuleSetReference{Name: "crs"},
+				TargetRefs: targets[i:min(i+wafv1alpha1.MaxPolicyTargets, n)]}})
+	}
+	res := Resolve(s)
+	tbl := res.Tables[nn("a", "gw")]
+	if len(tbl.Policies) != cache.MaxTablePolicies {
+		t.Fatalf("%d policies in the table, want %d", len(tbl.Policies), cache.MaxTablePolicies)
+	}
+	if _, err := cache.New(nil, nil).PutTable("a", "gw", tbl); err != nil {
+		t.Fatalf("the table is not served: %v", err)
+	}
+	for i := range n {
+		key := fmt.Sprintf("HTTPRoute/a/r%02d", i)
+		why, left := res.LeftOut[key][nn("a", "gw")]
+		if left != (i >= cache.MaxTablePolicies) {
+			t.Fatalf("%s: left out %v (%+v)", key, left, why)
+		}
+		if left && (why.Reason != wafv1alpha1.ReasonTableLimitExceeded || !strings.Contains(why.Message, fmt.Sprintf("past the bound of %d", cache.MaxTablePolicies))) {
+			t.Fatalf("%s: %+v", key, why)
+		}
+	}
+}

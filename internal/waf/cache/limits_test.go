@@ -2,6 +2,7 @@ package cache
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -63,4 +64,14 @@ func TestRegexLoad(t *testing.T) {
 	}
 	must([]string{"d.example.com"}, 624)
 	must(nil, 0)
+}
+
+func TestPutTableRefusesTooManyPolicies(t *testing.T) {
+	tbl := &Table{Gateway: "a/gw", Default: -1}
+	for i := range MaxTablePolicies + 1 {
+		tbl.Policies = append(tbl.Policies, TablePolicy{Policy: fmt.Sprintf("a/p%d", i)})
+	}
+	if _, err := New(nil, nil).PutTable("a", "gw", tbl); !errors.Is(err, ErrTableTooLarge) {
+		t.Fatalf("PutTable of %d policies: %v, want ErrTableTooLarge", len(tbl.Policies), err)
+	}
 }

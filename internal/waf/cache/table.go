@@ -19,6 +19,13 @@ const (
 	MaxTableRows = 16384
 	// MaxTableBytes is the largest encoded table.
 	MaxTableBytes = 8 << 20
+	// MaxTablePolicies is the most policies a table holds. Each distinct
+	// one (rule set revision, a route's override, security logs) is a
+	// WAF the Gateway's waf-proxy compiles and keeps (about 6.5 MB each
+	// for the CRS): without a bound, a tenant giving each of many routes
+	// its own override threshold grows the shared proxy by a WAF per
+	// route.
+	MaxTablePolicies = 32
 )
 
 // ErrTableTooLarge is returned by PutTable for a table beyond the bounds.
@@ -131,12 +138,15 @@ type tables struct {
 }
 
 // PutTable makes t the table of Gateway namespace/name and reports
-// whether it changed. A table above MaxTableRows or MaxTableBytes is
-// refused with ErrTableTooLarge, before it is encoded, and the one in
-// force stays.
+// whether it changed. A table above MaxTableRows, MaxTablePolicies or
+// MaxTableBytes is refused with ErrTableTooLarge, before it is encoded,
+// and the one in force stays.
 func (c *Cache) PutTable(namespace, name string, t *Table) (changed bool, err error) {
 	if len(t.Rows) > MaxTableRows {
 		return false, fmt.Errorf("%w: %d rows, at most %d", ErrTableTooLarge, len(t.Rows), MaxTableRows)
+	}
+	if len(t.Policies) > MaxTablePolicies {
+		return false, fmt.Errorf("%w: %d policies, at most %d", ErrTableTooLarge, len(t.Policies), MaxTablePolicies)
 	}
 	if n := t.EncodedSize(); n > MaxTableBytes {
 		return false, fmt.Errorf("%w: %d bytes, at most %d", ErrTableTooLarge, n, MaxTableBytes)

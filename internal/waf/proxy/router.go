@@ -172,6 +172,9 @@ func compileTable(t *cache.Table) (*routerState, error) {
 	if len(t.Rows) > cache.MaxTableRows {
 		return nil, fmt.Errorf("route table: %d rows, at most %d", len(t.Rows), cache.MaxTableRows)
 	}
+	if len(t.Policies) > cache.MaxTablePolicies {
+		return nil, fmt.Errorf("route table: %d policies, at most %d", len(t.Policies), cache.MaxTablePolicies)
+	}
 	// The binding controller leaves out the routes that would pass the
 	// regex bounds; a table that passes them anyway does not come from it
 	// and would let one request cost seconds of CPU.

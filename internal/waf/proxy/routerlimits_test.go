@@ -171,3 +171,16 @@ func TestRouterHeaderLinesBounded(t *testing.T) {
 		t.Fatalf("%d lines: %v", MaxMatchedHeaderLines+1, err)
 	}
 }
+
+// Each policy of a table is a WAF the proxy compiles and keeps: a table
+// with more than cache.MaxTablePolicies does not come from the binding
+// controller and is refused before any is compiled.
+func TestRouterRefusesTooManyPolicies(t *testing.T) {
+	tbl := &cache.Table{Gateway: "gw/shared", Default: -1}
+	for i := range cache.MaxTablePolicies + 1 {
+		tbl.Policies = append(tbl.Policies, cache.TablePolicy{Policy: fmt.Sprintf("a/p%d", i), Unavailable: "test"})
+	}
+	if _, err := compileTable(tbl); err == nil || !strings.Contains(err.Error(), "policies") {
+		t.Fatalf("a table of %d policies: %v, want refused", len(tbl.Policies), err)
+	}
+}
