@@ -113,6 +113,9 @@ type task struct {
 	// the attempt is recorded, not made.
 	result, detail string
 	observed       time.Time
+	// charged is when the attempt took its place in the RateLimit (zero:
+	// it took none); an attempt that does nothing gives it back.
+	charged time.Time
 }
 
 // New returns an engine; add it to the manager and hand it to the findings
@@ -289,23 +292,26 @@ func (e *Engine) stateLocked(of *core.ObjectFindings, tasks []task) []task {
 			en.req.Rule, en.req.Spec, en.req.Message = req.Rule, req.Spec, req.Message
 			continue
 		}
-		if v, ok := e.keys.Get(k); ok {
-			// An admission verdict already ran it: adopt it, so it is
-			// undone when the finding clears.
+		if v, ok := e.keys.Get(k); ok && v.(*entry).req.Object.UID == req.Object.UID {
+			// An admission verdict on this very object already ran it:
+			// adopt it, so it is undone when the finding clears. One
+			// that named another UID (a forged review) is not adopted:
+			// it will be skipped and must not stand for this one.
 			en := v.(*entry)
 			en.admission, en.req = false, req
 			e.holdLocked(key, en)
 			e.metrics.Actions.WithLabelValues(req.Spec.Type, ResultDuplicate).Inc()
 			continue
 		}
-		if t, ok := e.limitLocked(req); !ok {
+		t, ok := e.limitLocked(req)
+		if !ok {
 			tasks = append(tasks, t)
 			continue
 		}
 		en := &entry{req: req, object: key, at: e.o.Now()}
 		e.keys.Add(k, en)
 		e.holdLocked(key, en)
-		tasks = append(tasks, task{req: req, entry: en, observed: of.Observed})
+		tasks = append(tasks, task{req: req, entry: en, observed: of.Observed, charged: t.charged})
 	}
 	for k, en := range held {
 		if want[k] {
@@ -351,8 +357,9 @@ func (e *Engine) forget(en *entry) {
 	}
 }
 
-// limitLocked counts an attempt in the rule and target's sliding RateLimit.
-// When the RateLimit is full it returns the rate_limited task instead.
+// limitLocked counts an attempt in the rule and target's sliding RateLimit,
+// returning a task with the time it charged. When the RateLimit is full it
+// returns the rate_limited task instead.
 func (e *Engine) limitLocked(req Request) (task, bool) {
 	w := e.defLimit
 	if s := req.Param("rateLimit"); s != "" {
@@ -375,7 +382,27 @@ func (e *Engine) limitLocked(req Request) (task, bool) {
 		return task{req: req, result: ResultRateLimited}, false
 	}
 	e.limits.Add(req.Key, append(slices.Clip(times), now))
-	return task{}, true
+	return task{charged: now}, true
+}
+
+// refund gives back the RateLimit place an attempt charged at when it did
+// nothing: an admission verdict on another object than the live one (a
+// forged review) must not use up the target's RateLimit and hold back a
+// genuine one.
+func (e *Engine) refund(key string, charged time.Time) {
+	if charged.IsZero() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	v, ok := e.limits.Get(key)
+	if !ok {
+		return
+	}
+	times := v.([]time.Time)
+	if i := slices.Index(times, charged); i >= 0 {
+		e.limits.Add(key, slices.Delete(slices.Clone(times), i, i+1))
+	}
 }
 
 // Offer implements core.VerdictSink. It never blocks: a verdict that finds
@@ -433,18 +460,21 @@ func (e *Engine) verdictTasks(v core.Verdict) []task {
 			continue
 		}
 		if x, ok := e.keys.Get(k); ok {
-			if en := x.(*entry); !en.admission || now.Sub(en.at) < e.o.AdmissionDedup {
+			// A verdict on another UID (a forged review still queued)
+			// does not make this one a duplicate.
+			if en := x.(*entry); !en.admission || (now.Sub(en.at) < e.o.AdmissionDedup && en.req.Object.UID == v.Resource.UID) {
 				e.metrics.Actions.WithLabelValues(a.Type, ResultDuplicate).Inc()
 				continue
 			}
 		}
-		if t, ok := e.limitLocked(req); !ok {
+		t, ok := e.limitLocked(req)
+		if !ok {
 			tasks = append(tasks, t)
 			continue
 		}
 		en := &entry{req: req, object: v.Resource.Key(), admission: true, at: now}
 		e.keys.Add(k, en)
-		tasks = append(tasks, task{req: req, entry: en, observed: v.Observed})
+		tasks = append(tasks, task{req: req, entry: en, observed: v.Observed, charged: t.charged})
 	}
 	return tasks
 }

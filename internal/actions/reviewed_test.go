@@ -164,3 +164,38 @@ func untouched(ctx context.Context, t *testing.T, e *env, p *corev1.Pod, token *
 		t.Errorf("the token Secret was deleted: %v", err)
 	}
 }
+
+// TestForgedVerdictsDoNotHoldBackAGenuineOne: verdicts naming other UIDs
+// than the live pod's (forged reviews), as many as the action's RateLimit
+// and more, the last still queued when the genuine verdict comes, neither
+// use up the pod's RateLimit nor make the genuine verdict a duplicate: it
+// labels the pod.
+func TestForgedVerdictsDoNotHoldBackAGenuineOne(t *testing.T) {
+	ctx := context.Background()
+	e := start(t, nil)
+	ns := e.namespace("forged-limit")
+	victim := e.pod(ns, "victim", nil)
+	r := clusterRule("forged-limit", spec("label", "key", "portal.io/forged-limit", "value", "yes", "rateLimit", "2/h"))
+	r.Modes = []core.Mode{core.ModeAdmission}
+	offer := func(uid string) {
+		ref := podRef(victim)
+		ref.UID = uid
+		e.eng.Offer(core.Verdict{Result: core.Result{Rule: r, Resource: ref, Outcome: core.OutcomeFail}, Operation: "UPDATE", Denied: true, Observed: time.Now()})
+	}
+	devtest.Eventually(t, "the engine running", func() bool { return actions.Running(e.eng) })
+	t.Cleanup(func() { dump(t, e) })
+	for i := range 2 {
+		offer("6b1f3c52-0000-4000-8000-00000000001" + string(rune('0'+i)))
+		devtest.Eventually(t, "the forged verdict's attempt", func() bool { return len(e.log.lines("label", "victim")) == i+1 })
+	}
+	offer("6b1f3c52-0000-4000-8000-000000000019")
+	offer(string(victim.UID))
+	devtest.Eventually(t, "the genuine verdict's attempt", func() bool { return len(e.log.lines("label", "victim")) == 4 })
+	if got := results(e.log.lines("label", "victim")); got != "skipped,skipped,skipped,success" {
+		t.Fatalf("results %s, want the three forged verdicts skipped and the genuine one a success", got)
+	}
+	got := &corev1.Pod{}
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(victim), got); err != nil || got.Labels["portal.io/forged-limit"] != "yes" {
+		t.Errorf("the pod's labels %v (%v), want portal.io/forged-limit=yes", got.Labels, err)
+	}
+}

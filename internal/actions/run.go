@@ -41,6 +41,9 @@ func (e *Engine) run(ctx context.Context, t task) {
 		// Not in effect: the next change of the object tries again.
 		e.forget(t.entry)
 	}
+	if out.Result == ResultSkipped && err == nil {
+		e.refund(req.Key, t.charged)
+	}
 	if err != nil {
 		out.Result = ResultFailure
 		out.Detail = err.Error()
