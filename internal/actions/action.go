@@ -229,6 +229,16 @@ func Register(typ string, f Factory) {
 	registry[typ] = f
 }
 
+// Permissions returns the API permissions every use of action type typ
+// needs, as ActionsReady checks them; false for an unknown type.
+func Permissions(typ string) ([]authorizationv1.ResourceAttributes, bool) {
+	f, ok := registry[typ]
+	if !ok {
+		return nil, false
+	}
+	return f(Env{}).Permissions(), true
+}
+
 // Types returns every registered action type, sorted.
 func Types() []string {
 	out := make([]string, 0, len(registry))

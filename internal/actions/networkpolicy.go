@@ -128,6 +128,6 @@ func (*quarantine) Permissions() []authorizationv1.ResourceAttributes {
 		{Verb: "patch", Group: "networking.k8s.io", Resource: "networkpolicies"},
 		{Verb: "create", Group: "networking.k8s.io", Resource: "networkpolicies"},
 		{Verb: "delete", Group: "networking.k8s.io", Resource: "networkpolicies"},
-		{Verb: "patch", Resource: "pods"},
+		{Verb: "get", Resource: "pods"}, {Verb: "patch", Resource: "pods"},
 	}
 }

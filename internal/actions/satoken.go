@@ -124,10 +124,15 @@ func (a *revokeToken) recreate(ctx context.Context, ns, name string) (string, er
 	return string(fresh.UID), nil
 }
 
+// Permissions are what every use of the action needs (a ServiceAccount
+// named by an admission verdict is read to compare its UID). Deleting and
+// creating ServiceAccounts is needed only by rules that set
+// recreateServiceAccount, and granted apart (Helm
+// actions.revokeToken.recreateServiceAccounts): without it such an
+// attempt fails and says which permission is missing.
 func (*revokeToken) Permissions() []authorizationv1.ResourceAttributes {
 	return []authorizationv1.ResourceAttributes{
 		{Verb: "list", Resource: "secrets"}, {Verb: "delete", Resource: "secrets"},
-		{Verb: "get", Resource: "pods"},
-		{Verb: "get", Resource: "serviceaccounts"}, {Verb: "delete", Resource: "serviceaccounts"}, {Verb: "create", Resource: "serviceaccounts"},
+		{Verb: "get", Resource: "pods"}, {Verb: "get", Resource: "serviceaccounts"},
 	}
 }

@@ -93,11 +93,8 @@ func (s *Status) Start(ctx context.Context) error {
 func (s *Status) checkRBAC(ctx context.Context) map[string]string {
 	denied := map[string]string{}
 	for _, t := range s.o.Enabled {
-		f, ok := registry[t]
-		if !ok {
-			continue
-		}
-		for _, p := range f(Env{}).Permissions() {
+		perms, _ := Permissions(t)
+		for _, p := range perms {
 			ra := p
 			rev := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra}}
 			if err := s.o.Client.Create(ctx, rev); err != nil {
