@@ -229,7 +229,7 @@ func (o *wafProxyOptions) build(t wafProxyTargets, client *cache.Client, log *sl
 	}
 	if o.gateway != "" {
 		logs := &proxy.SecurityLogs{Dir: o.securityLogDir, Base: log.Handler()}
-		r := &proxy.Router{NewProxy: newProxy, FailOpen: s.failOpen, Logger: log, SecurityLogs: logs.Open, Default: p}
+		r := &proxy.Router{NewProxy: newProxy, FailOpen: s.failOpen, Logger: log, SecurityLogs: logs.Open, Default: p, Metrics: m}
 		tp := &proxy.TablePoller{Client: client, Namespace: t.gwNS, Gateway: t.gwName, Interval: o.pollInterval, Target: r, Logger: log, Metrics: m}
 		polls = append(polls, tp.Run)
 		s.handler, s.current = r, r.Current

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,10 @@ type Router struct {
 	FailOpen bool
 	// Logger receives the router's logs (slog.Default() when nil).
 	Logger *slog.Logger
+	// Metrics counts the requests the router answers itself (a request
+	// it cannot route, no table, a route whose rule set is not
+	// available), as the proxies count theirs; nil counts nothing.
+	Metrics *Metrics
 	// SecurityLogs opens the security log destinations of a policy; nil
 	// means the proxy's own log only.
 	SecurityLogs func([]cache.SecurityLog) (*slog.Logger, error)
@@ -152,6 +157,12 @@ func (r *Router) Current() (uuid string, ok bool) {
 
 // open serves a request that may go uninspected: through Default once it
 // has loaded, else through the passthrough proxy.
+// answer writes the router's own answer and counts it.
+func (r *Router) answer(w http.ResponseWriter, status int, body string) {
+	r.Metrics.request(strconv.Itoa(status))
+	writeText(w, status, body)
+}
+
 func (r *Router) open(w http.ResponseWriter, req *http.Request) {
 	if r.Default != nil {
 		if _, ok := r.Default.Current(); ok {
@@ -383,7 +394,7 @@ func cleanPath(r *http.Request) (string, error) {
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.init()
 	if len(req.RequestURI) > MaxRequestTargetBytes {
-		writeText(w, http.StatusRequestURITooLong, fmt.Sprintf("The request target is longer than %d bytes.\n", MaxRequestTargetBytes))
+		r.answer(w, http.StatusRequestURITooLong, fmt.Sprintf("The request target is longer than %d bytes.\n", MaxRequestTargetBytes))
 		return
 	}
 	st := r.cur.Load()
@@ -392,16 +403,16 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			r.open(w, req)
 			return
 		}
-		writeText(w, http.StatusServiceUnavailable, "No WAF route table is loaded yet.\n")
+		r.answer(w, http.StatusServiceUnavailable, "No WAF route table is loaded yet.\n")
 		return
 	}
 	if req.Method == http.MethodConnect || req.URL.Opaque != "" {
-		writeText(w, http.StatusBadRequest, "This request form is not routed.\n")
+		r.answer(w, http.StatusBadRequest, "This request form is not routed.\n")
 		return
 	}
 	p, err := cleanPath(req)
 	if err != nil {
-		writeText(w, http.StatusBadRequest, "Malformed request path: "+err.Error()+".\n")
+		r.answer(w, http.StatusBadRequest, "Malformed request path: "+err.Error()+".\n")
 		return
 	}
 	if p != req.URL.Path {
@@ -414,7 +425,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	idx, _, err := st.pick(req, p)
 	if err != nil {
-		writeText(w, http.StatusRequestHeaderFieldsTooLarge, "The "+err.Error()+", and a route matches on it.\n")
+		r.answer(w, http.StatusRequestHeaderFieldsTooLarge, "The "+err.Error()+", and a route matches on it.\n")
 		return
 	}
 	if idx < 0 {
@@ -434,6 +445,6 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	default:
 		r.logger().Warn("request refused: the route's rule set is not available", "policy", pol.policy, "reason", pol.unavailable,
 			"method", req.Method, "uri", req.RequestURI)
-		writeText(w, http.StatusServiceUnavailable, "The WAF rule set of this route is not available.\n")
+		r.answer(w, http.StatusServiceUnavailable, "The WAF rule set of this route is not available.\n")
 	}
 }

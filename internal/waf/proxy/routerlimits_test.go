@@ -184,3 +184,27 @@ func TestRouterRefusesTooManyPolicies(t *testing.T) {
 		t.Fatalf("a table of %d policies: %v, want refused", len(tbl.Policies), err)
 	}
 }
+
+// The requests the router answers itself count in
+// portal_waf_proxy_requests_total by their code, as the proxies' do: a
+// Gateway's 503s before its table loads and the 414s of overlong targets
+// are not invisible to its dashboards.
+func TestRouterCountsItsOwnAnswers(t *testing.T) {
+	h := newRouterHarness(t)
+	m := NewMetrics(nil)
+	h.router.Metrics = m
+	if code := h.do(t, http.MethodGet, "/before-any-table"); code != http.StatusServiceUnavailable {
+		t.Fatalf("before a table: %d, want 503", code)
+	}
+	if err := h.publish(t, &cache.Table{Gateway: "shop/gw", Default: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if code := h.do(t, http.MethodGet, "/"+strings.Repeat("a", MaxRequestTargetBytes)); code != http.StatusRequestURITooLong {
+		t.Fatalf("an overlong target: %d, want 414", code)
+	}
+	for code, want := range map[string]float64{"503": 1, "414": 1} {
+		if got := counter(t, m.Requests.WithLabelValues(code)); got != want {
+			t.Errorf(`portal_waf_proxy_requests_total{code=%q} = %v, want %v`, code, got, want)
+		}
+	}
+}
