@@ -354,7 +354,7 @@ helm-docs: ## Generate docs/reference/helm-values.md from the comments in the ch
 # cmd/portal, which is package main: UPDATE_DOCS=1
 # writes it; without, the test fails when it is stale or when a flag table of
 # cli.md or waf-proxy.md misses a flag or names one that does not exist.
-DOCS_GENERATORS := crddocs metricsdocs cookbookdocs
+DOCS_GENERATORS := crddocs metricsdocs cookbookdocs costdocs
 CLI_DOCS_TEST   := $(GO) test -count=1 -run '^(TestCLIReference|TestCLIPageFlagTablesMatchCommands)$$' ./cmd/portal/
 
 docs-generate: ## Regenerate the generated reference pages and blocks (CRD fields, commands and flags, metrics index, cookbook)

@@ -25,6 +25,10 @@ const (
 	// BudgetAPIReads means the rule's cluster.consistent.* lookups asked
 	// the API server more often than one evaluation may.
 	BudgetAPIReads BudgetKind = "apiReads"
+	// BudgetPattern means a `matches` pattern the rule built while it ran
+	// is past the bounds of a pattern (length, program size); Err says
+	// which.
+	BudgetPattern BudgetKind = "pattern"
 )
 
 // BudgetError is an evaluation stopped by its budget.
@@ -46,6 +50,8 @@ func (e *BudgetError) Error() string {
 		return fmt.Sprintf("%v: the rule built more than %d bytes of strings, arrays and maps", ErrBudgetExceeded, e.Limit)
 	case BudgetAPIReads:
 		return fmt.Sprintf("%v: the rule's cluster.consistent lookups made more than %d reads of the API server", ErrBudgetExceeded, e.Limit)
+	case BudgetPattern:
+		return fmt.Sprintf("%v: a pattern the rule built is too large: %v", ErrBudgetExceeded, e.Err)
 	}
 	return fmt.Sprintf("%v: the rule ran more than %d operations", ErrBudgetExceeded, e.Limit)
 }

@@ -167,6 +167,8 @@ func budgetReason(err error) string {
 		return policyv1alpha1.ReasonDeadline
 	case core.BudgetAPIReads:
 		return policyv1alpha1.ReasonAPIReadBudget
+	case core.BudgetPattern:
+		return policyv1alpha1.ReasonPatternLimit
 	}
 	return policyv1alpha1.ReasonOperationBudget
 }

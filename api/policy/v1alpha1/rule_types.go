@@ -289,6 +289,7 @@ const (
 	ReasonDepthLimit      = "DepthLimitExceeded"
 	ReasonDeadline        = "DeadlineExceeded"
 	ReasonAPIReadBudget   = "APIReadBudgetExceeded"
+	ReasonPatternLimit    = "PatternLimitExceeded"
 
 	// ConditionLookupsReady is set on rules with cluster.* lookups: True
 	// when every resource they read is watched.

@@ -2,112 +2,181 @@ package exprlang
 
 import (
 	"fmt"
+	"math/bits"
 	"reflect"
 	"strings"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
+
+	"github.com/vilaca/portal/internal/core"
 )
 
 // Names of the metering helpers the budget patch inserts. Like fetchName they
 // cannot be written in an expression.
 const (
-	meterName   = "$portal.meter"
-	loopName    = "$portal.loop"
-	scanName    = "$portal.scan"
-	scanInName  = "$portal.scanIn"
-	expandName  = "$portal.expand"
-	builtName   = "$portal.built"
-	joinName    = "$portal.join"
-	replaceName = "$portal.replace"
-	globName    = "$portal.glob"
-	inflateName = "$portal.inflate"
+	meterName    = "$portal.meter"
+	iterName     = "$portal.iter"
+	hashKeyName  = "$portal.hashKey"
+	sortKeyName  = "$portal.sortKey"
+	chargeName   = "$portal.charge"
+	strName      = "$portal.str"
+	scanName     = "$portal.scan"
+	scanInName   = "$portal.scanIn"
+	sortName     = "$portal.sort"
+	expandName   = "$portal.expand"
+	builtName    = "$portal.built"
+	joinName     = "$portal.join"
+	replaceName  = "$portal.replace"
+	trimName     = "$portal.trim"
+	globName     = "$portal.glob"
+	inflateName  = "$portal.inflate"
+	matchName    = "$portal.match"
+	matchLitName = "$portal.matchLit"
 )
 
 // Bytes charged per byte of input where a small input builds a large value:
-// a compiled regexp, a decoded JSON document ("[[],[]]" is mostly slice
-// headers).
+// a decoded JSON document ("[[],[]]" is mostly slice headers).
+const jsonInflation = 16
+
+// Fixed charges of work whose cost does not show in its input's size.
 const (
-	regexpInflation = 64
-	jsonInflation   = 16
+	// zoneCost is date()'s reading of a time zone file.
+	zoneCost = 1000
+	// sortLevels bounds log2 of the number of keys sortBy compares: expr-lang
+	// allocates at most MemoryBudget elements.
+	sortLevels = 20
 )
 
 // budgetPatch makes every evaluation pay for its work out of the meter bound
-// as meterName in the environment:
+// as meterName in the environment, as the cost model (costs.go) says:
 //
-//   - a predicate (all, any, map, reduce, ...) pays, before it starts, the
-//     size of its body for every element it may visit, so nested loops are
-//     charged their product before they run;
+//   - a predicate (all, any, map, reduce, ...) pays its body's size on every
+//     iteration, as the iteration ends, so a loop is stopped mid-way by the
+//     budget or the deadline;
 //   - an operator or builtin whose cost grows with its input (==, in,
-//     contains, matches, toJSON, sort, max, ...) pays for the input first;
+//     contains, matches, len, toJSON, sort, max, ...) pays for the input
+//     first;
 //   - whatever builds a string, array or map (+, join, replace, map,
 //     filter, concat, split, toJSON, string, ...) pays for what it built,
 //     and where the result can be far larger than the input (join, replace,
 //     toJSON, string, flatten) for the expected result before building it.
 //
 // Nodes outside predicates run at most once per evaluation; the engine
-// charges the expression's size once when the evaluation starts.
-type budgetPatch struct{}
+// charges the expression's size once when the evaluation starts. A builtin,
+// operator or function without a row in the cost model is a compile error.
+type budgetPatch struct {
+	regexps *regexps
+	err     error
+}
 
-func (budgetPatch) Visit(node *ast.Node) {
+func (p *budgetPatch) Visit(node *ast.Node) {
+	if p.err != nil {
+		return
+	}
 	switch n := (*node).(type) {
 	case *ast.BuiltinNode:
-		patchBuiltin(node, n)
-	case *ast.BinaryNode:
-		patchBinary(node, n)
-	case *ast.CallNode:
-		if id, ok := n.Callee.(*ast.IdentifierNode); ok {
-			switch id.Value {
-			case "quantity", "parseImage", "selects":
-				wrapArgs(n.Arguments, scanName)
-			case "glob":
-				if len(n.Arguments) == 2 {
-					n.Arguments = []ast.Node{n.Arguments[0], helper(globName, n.Arguments[0], n.Arguments[1])}
-				}
-			}
+		c, ok := builtinCosts[n.Name]
+		if !ok || c.meter == meterDisabled {
+			p.fail(n, "%s is not available in rules: Portal's evaluation budget has no cost for it", n.Name)
+			return
 		}
+		patchBuiltin(node, n, c.meter)
+	case *ast.BinaryNode:
+		if _, ok := operatorCosts[n.Operator]; !ok {
+			p.fail(n, "operator %s is not available in rules: Portal's evaluation budget has no cost for it", n.Operator)
+			return
+		}
+		p.patchBinary(node, n)
+	case *ast.UnaryNode:
+		if _, ok := operatorCosts[n.Operator]; !ok {
+			p.fail(n, "operator %s is not available in rules: Portal's evaluation budget has no cost for it", n.Operator)
+		}
+	case *ast.CallNode:
+		p.patchCall(node, n)
 	}
 }
 
-// predicates are the builtins that run a closure per element.
-var predicates = map[string]bool{
-	"all": true, "none": true, "any": true, "one": true, "filter": true, "map": true,
-	"find": true, "findIndex": true, "findLast": true, "findLastIndex": true,
-	"count": true, "sum": true, "groupBy": true, "sortBy": true, "reduce": true,
+// fail records the first node the patch cannot meter; Compile returns it.
+func (p *budgetPatch) fail(n ast.Node, format string, args ...any) {
+	p.err = &positioned{offset: n.Location().From, err: fmt.Errorf(format, args...)}
 }
 
-// constant-time builtins: their cost does not depend on their input.
-var constantTime = map[string]bool{
-	"len": true, "type": true, "abs": true, "ceil": true, "floor": true, "round": true,
-	"int": true, "float": true, "first": true, "last": true, "get": true, "bitnot": true,
-	"bitand": true, "bitor": true, "bitxor": true, "bitnand": true, "bitshl": true,
-	"bitshr": true, "bitushr": true, "now": true, "timezone": true,
-}
-
-// expanding builtins can build far more than they read.
-var expanding = map[string]bool{"string": true, "toJSON": true, "flatten": true}
-
-func patchBuiltin(node *ast.Node, n *ast.BuiltinNode) {
-	if predicates[n.Name] && len(n.Arguments) >= 2 {
-		if body, ok := n.Arguments[1].(*ast.PredicateNode); ok {
-			// Over an array literal the number of iterations is known
-			// when the rule compiles: staticCost charges it up front.
-			if _, static := n.Arguments[0].(*ast.ArrayNode); !static {
-				n.Arguments[0] = helper(loopName, &ast.IntegerNode{Value: int(staticCost(body)) + 1}, n.Arguments[0])
-			}
-			// reduce's initial value and any other argument run once.
-			switch n.Name {
-			case "filter", "map", "groupBy", "sortBy":
-				wrapNode(node, builtName)
+func (p *budgetPatch) patchCall(node *ast.Node, n *ast.CallNode) {
+	switch callee := n.Callee.(type) {
+	case *ast.IdentifierNode:
+		if strings.HasPrefix(callee.Value, "$portal.") {
+			// Portal's own helpers (fetch, lookup) meter themselves.
+			return
+		}
+		if _, ok := functionCosts[callee.Value]; !ok {
+			p.fail(n, "function %s is not available in rules: Portal's evaluation budget has no cost for it", callee.Value)
+			return
+		}
+		if callee.Value == "glob" {
+			if len(n.Arguments) == 2 {
+				n.Arguments = []ast.Node{n.Arguments[0], helper(globName, n.Arguments[0], n.Arguments[1])}
 			}
 			return
 		}
+		wrapArgs(n.Arguments, scanName)
+	case *ast.MemberNode:
+		// A method of a value a builtin returned (time.Time.Format, ...).
+		wrapArgs(n.Arguments, strName)
+		wrapNode(node, builtName)
+	default:
+		p.fail(n, "this call is not available in rules: Portal's evaluation budget has no cost for it")
 	}
-	switch {
-	case constantTime[n.Name]:
+}
+
+func patchBuiltin(node *ast.Node, n *ast.BuiltinNode, m metering) {
+	switch m {
+	case meterLoop, meterKeyedLoop:
+		if len(n.Arguments) >= 2 {
+			if body, ok := n.Arguments[1].(*ast.PredicateNode); ok {
+				c := &ast.IntegerNode{Value: int(min(staticCost(body.Node), MaxNodes)) + 1}
+				switch n.Name {
+				case "sortBy":
+					body.Node = helper(sortKeyName, c, body.Node)
+				case "groupBy":
+					body.Node = helper(hashKeyName, c, body.Node)
+				default:
+					body.Node = helper(iterName, c, body.Node)
+				}
+			}
+		}
+		switch n.Name {
+		case "filter", "map", "groupBy", "sortBy":
+			wrapNode(node, builtName)
+		}
 		return
-	case expanding[n.Name]:
+	case meterConstant:
+		return
+	case meterStrings:
+		wrapArgs(n.Arguments, strName)
+		if n.Name == "date" && len(n.Arguments) == 3 {
+			n.Arguments[2] = helper(chargeName, &ast.IntegerNode{Value: zoneCost}, n.Arguments[2])
+		}
+		return
+	case meterExpand:
 		wrapArgs(n.Arguments, expandName)
+	case meterScan:
+		wrapArgs(n.Arguments, scanName)
+	case meterSort:
+		if len(n.Arguments) > 0 {
+			n.Arguments[0] = helper(sortName, n.Arguments[0])
+		}
+	case meterLinear:
+		// Cost and result both grow with the input: charging the result
+		// is enough.
+	case meterSpecial:
+		patchSpecialBuiltin(n)
+	}
+	wrapNode(node, builtName)
+}
+
+func patchSpecialBuiltin(n *ast.BuiltinNode) {
+	switch {
 	case n.Name == "join" && len(n.Arguments) >= 1:
 		sep := ast.Node(&ast.StringNode{Value: ""})
 		if len(n.Arguments) > 1 {
@@ -118,24 +187,14 @@ func patchBuiltin(node *ast.Node, n *ast.BuiltinNode) {
 		n.Arguments[0] = helper(inflateName, &ast.IntegerNode{Value: jsonInflation}, n.Arguments[0])
 	case n.Name == "replace" && len(n.Arguments) == 3:
 		n.Arguments[0] = helper(replaceName, n.Arguments[0], n.Arguments[1], n.Arguments[2])
-	case linear[n.Name]:
-		// Cost and result both grow with the input: charging the result
-		// is enough.
+	case n.Name == "trim" && len(n.Arguments) == 2:
+		n.Arguments[0] = helper(trimName, n.Arguments[0], n.Arguments[1])
 	default:
 		wrapArgs(n.Arguments, scanName)
 	}
-	wrapNode(node, builtName)
 }
 
-// linear builtins read no more than the result they build (split does not:
-// it scans the whole string for a few pieces).
-var linear = map[string]bool{
-	"keys": true, "values": true, "toPairs": true, "fromPairs": true, "concat": true,
-	"reverse": true, "take": true, "upper": true, "lower": true, "trim": true,
-	"trimPrefix": true, "trimSuffix": true, "toBase64": true, "fromBase64": true,
-}
-
-func patchBinary(node *ast.Node, n *ast.BinaryNode) {
+func (p *budgetPatch) patchBinary(node *ast.Node, n *ast.BinaryNode) {
 	switch n.Operator {
 	case "+":
 		// A number on either side makes a number (or an error).
@@ -143,7 +202,8 @@ func patchBinary(node *ast.Node, n *ast.BinaryNode) {
 			wrapNode(node, builtName)
 		}
 	case "..":
-		// Literal bounds: its size is known when the rule compiles.
+		// Literal bounds: its size is known when the rule compiles
+		// (staticCost).
 		if !isLiteral(n.Left) || !isLiteral(n.Right) {
 			wrapNode(node, builtName)
 		}
@@ -157,23 +217,39 @@ func patchBinary(node *ast.Node, n *ast.BinaryNode) {
 		if !isLiteral(n.Right) {
 			n.Right = helper(scanInName, n.Right)
 		}
-	case "contains", "matches":
+	case "contains":
 		if !isLiteral(n.Left) {
 			n.Left = helper(scanName, n.Left)
 		}
-		switch {
-		case isLiteral(n.Right):
-		case n.Operator == "matches":
-			// A pattern that is not a literal is compiled on every run.
-			n.Right = helper(inflateName, &ast.IntegerNode{Value: regexpInflation}, n.Right)
-		default:
+		if !isLiteral(n.Right) {
 			n.Right = helper(scanName, n.Right)
 		}
+	case "matches":
+		p.patchMatches(node, n)
 	case "startsWith", "endsWith":
 		if !isLiteral(n.Right) {
 			n.Right = helper(scanName, n.Right)
 		}
 	}
+}
+
+// patchMatches turns `s matches pattern` into a metered match. A literal
+// pattern is compiled here, once for every rule that writes it (regexps);
+// any other is compiled, within the same bounds, when the rule runs.
+func (p *budgetPatch) patchMatches(node *ast.Node, n *ast.BinaryNode) {
+	var call ast.Node
+	if s, ok := n.Right.(*ast.StringNode); ok {
+		re, _, err := p.regexps.get(s.Value)
+		if err != nil {
+			p.err = patternError(s, err)
+			return
+		}
+		call = helper(matchLitName, n.Left, &ast.ConstantNode{Value: re})
+	} else {
+		call = helper(matchName, n.Left, n.Right)
+	}
+	call.SetLocation(n.Location())
+	ast.Patch(node, call)
 }
 
 // helper is a call of the metering function name with the meter first.
@@ -245,21 +321,21 @@ func isNumberLiteral(n ast.Node) bool {
 }
 
 // staticCost is what one run of n costs, known when the rule compiles: one
-// per node, and a predicate over an array literal its body once per
-// element. Predicates over anything else pay for themselves when they run.
+// per node, and a range with literal bounds its length. Predicate bodies
+// are left out: they pay for themselves on every iteration.
 func staticCost(n ast.Node) int64 {
-	if n == nil {
+	switch x := n.(type) {
+	case nil:
 		return 0
-	}
-	if b, ok := n.(*ast.BuiltinNode); ok && predicates[b.Name] && len(b.Arguments) >= 2 {
-		if n, ok := literalLen(b.Arguments[0]); ok {
-			var c int64 = 1
-			for i, a := range b.Arguments {
-				if i != 1 {
-					c = satAdd(c, staticCost(a))
-				}
+	case *ast.PredicateNode:
+		return 1
+	case *ast.BinaryNode:
+		if x.Operator == ".." {
+			l, ok1 := x.Left.(*ast.IntegerNode)
+			r, ok2 := x.Right.(*ast.IntegerNode)
+			if ok1 && ok2 && r.Value >= l.Value {
+				return satAdd(3, int64(r.Value)-int64(l.Value)+1)
 			}
-			return satAdd(c, satMul(n, staticCost(b.Arguments[1])))
 		}
 	}
 	var c int64 = 1
@@ -267,20 +343,6 @@ func staticCost(n ast.Node) int64 {
 		c = satAdd(c, staticCost(ch))
 	}
 	return c
-}
-
-// literalLen is the length of an array written in the expression (the
-// optimizer turns constant ones into a ConstantNode).
-func literalLen(n ast.Node) (int64, bool) {
-	switch x := n.(type) {
-	case *ast.ArrayNode:
-		return int64(len(x.Nodes)), true
-	case *ast.ConstantNode:
-		if v := reflect.ValueOf(x.Value); v.Kind() == reflect.Slice || v.Kind() == reflect.Array {
-			return int64(v.Len()), true
-		}
-	}
-	return 0, false
 }
 
 // children are the nodes ast.Walk visits under n.
@@ -318,12 +380,36 @@ func children(n ast.Node) []ast.Node {
 	return nil
 }
 
-// budgetOptions registers the metering helpers. Each returns its last
-// argument unchanged once the meter has accepted the charge.
-func budgetOptions() []expr.Option {
+// budgetOptions registers the metering helpers, with the regexps their
+// matches share. Each returns its last argument unchanged once the meter has
+// accepted the charge.
+func budgetOptions(rx *regexps) []expr.Option {
+	charge := func(p ...any) (any, error) {
+		return p[2], p[0].(*meter).charge(int64(p[1].(int)), 0)
+	}
 	return []expr.Option{
-		expr.Function(loopName, func(p ...any) (any, error) {
-			return p[2], p[0].(*meter).charge(satMul(length(p[2]), int64(p[1].(int))), 0)
+		expr.Function(iterName, charge),
+		expr.Function(chargeName, charge),
+		expr.Function(hashKeyName, func(p ...any) (any, error) {
+			m := p[0].(*meter)
+			if err := m.charge(int64(p[1].(int)), 0); err != nil {
+				return nil, err
+			}
+			return p[2], m.scan(p[2])
+		}),
+		expr.Function(sortKeyName, func(p ...any) (any, error) {
+			m := p[0].(*meter)
+			if err := m.charge(int64(p[1].(int)), 0); err != nil {
+				return nil, err
+			}
+			return p[2], m.scanTimes(p[2], sortLevels)
+		}),
+		expr.Function(strName, func(p ...any) (any, error) {
+			m := p[0].(*meter)
+			if s, ok := p[1].(string); ok {
+				return p[1], m.charge(int64(len(s))/bytesPerOp+1, 0)
+			}
+			return p[1], m.charge(1, 0)
 		}),
 		expr.Function(scanName, func(p ...any) (any, error) {
 			return p[1], p[0].(*meter).scan(p[1])
@@ -334,6 +420,10 @@ func budgetOptions() []expr.Option {
 				return p[1], m.charge(1, 0)
 			}
 			return p[1], m.scan(p[1])
+		}),
+		expr.Function(sortName, func(p ...any) (any, error) {
+			levels := int64(bits.Len64(uint64(length(p[1])))) + 1
+			return p[1], p[0].(*meter).scanTimes(p[1], levels)
 		}),
 		expr.Function(expandName, func(p ...any) (any, error) {
 			return p[1], p[0].(*meter).expand(p[1])
@@ -347,8 +437,71 @@ func budgetOptions() []expr.Option {
 		}),
 		expr.Function(joinName, meteredJoin),
 		expr.Function(replaceName, meteredReplace),
+		expr.Function(trimName, meteredTrim),
 		expr.Function(globName, meteredGlob),
+		expr.Function(matchLitName, meteredMatchLiteral),
+		expr.Function(matchName, func(p ...any) (any, error) { return meteredMatch(rx, p...) }),
 	}
+}
+
+// meteredMatch charges `s matches pattern` for a pattern built while the
+// rule runs: reading and, unless another rule holds it compiled, compiling
+// the pattern, then the match.
+func meteredMatch(rx *regexps, p ...any) (any, error) {
+	m := p[0].(*meter)
+	pattern, ok := p[2].(string)
+	if !ok {
+		return nil, fmt.Errorf("matches: the pattern is %s, not a string", typeName(p[2]))
+	}
+	if err := m.charge(int64(len(pattern))/bytesPerOp+1, 0); err != nil {
+		return nil, err
+	}
+	re, compiled, err := rx.get(pattern)
+	if err != nil {
+		return nil, &core.BudgetError{Kind: core.BudgetPattern, Err: fmt.Errorf("matches %s: %w", quoteShort(pattern), err)}
+	}
+	if compiled {
+		if err := m.charge(re.insts, satMul(re.insts, regexpInstBytes)); err != nil {
+			return nil, err
+		}
+	}
+	return match(m, p[1], re)
+}
+
+// meteredMatchLiteral charges `s matches "literal"`: the pattern was
+// compiled with the rule.
+func meteredMatchLiteral(p ...any) (any, error) {
+	return match(p[0].(*meter), p[1], p[2].(*compiledRegexp))
+}
+
+// match charges and runs one match: Go's regexp may visit every
+// instruction of the program for every byte of the subject.
+func match(m *meter, subject any, re *compiledRegexp) (any, error) {
+	s, ok := subject.(string)
+	if !ok {
+		return nil, fmt.Errorf("matches: the subject is %s, not a string", typeName(subject))
+	}
+	if err := m.charge(satMul(int64(len(s))+1, re.insts)/bytesPerOp+1, 0); err != nil {
+		return nil, err
+	}
+	return re.re.MatchString(s), nil
+}
+
+func typeName(v any) string {
+	if v == nil {
+		return "nil"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// meteredTrim charges trim(s, cutset): for a cutset that is not ASCII every
+// character trimmed is looked up in the cutset.
+func meteredTrim(p ...any) (any, error) {
+	m := p[0].(*meter)
+	s, _ := p[1].(string)
+	cutset, _ := p[2].(string)
+	cost := satMul(int64(len(s))/bytesPerOp+1, int64(len(cutset))/bytesPerOp+1)
+	return p[1], m.charge(cost, 0)
 }
 
 // meteredJoin charges join(p[1], p[2]) its result before it is built.

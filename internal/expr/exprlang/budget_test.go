@@ -21,7 +21,8 @@ func bigEnv() core.Env {
 		"object": map[string]any{
 			"data": map[string]any{
 				"big": strings.Repeat("a", 1<<20), "other": strings.Repeat("a", 1<<20),
-				"json": "[" + strings.Repeat("[],", 200_000) + "[]]",
+				"json":   "[" + strings.Repeat("[],", 200_000) + "[]]",
+				"digits": strings.Repeat("0", 100_000) + "1", "cutset": strings.Repeat("é", 10_000),
 			},
 			"items": items,
 		},
@@ -58,7 +59,15 @@ func TestPathologicalRulesEndInBudgetError(t *testing.T) {
 		"deep nesting returned":                   {`reduce(1..5000, [#acc], [])`, core.BudgetDepth},
 		"nested loops over array literals":        {`any([` + strings.Repeat("1,", 1500) + `1], {any([` + strings.Repeat("1,", 1500) + `1], {any([` + strings.Repeat("1,", 1500) + `1], {# < 0})})})`, core.BudgetOperations},
 		"JSON decoded from a large string":        {`len(fromJSON("[" + replace(object.data.big, "a", "[],") + "[]]")) > 0`, ""},
-		"regexp compiled from a large string":     {`"x" matches object.data.big`, core.BudgetBytes},
+		"regexp compiled from a large string":     {`"x" matches object.data.big`, core.BudgetPattern},
+		"regexp built past the program bound":     {`let p = ".{1000}"; let q = p + p + p + p + p; object.data.other[0:30000] matches (q + q + q + q + q + q)`, core.BudgetPattern},
+		"regexp charged by its program":           {`object.data.big matches "(a|b|c|d|e|f|g|h)*[a-z]{0,200}x$"`, core.BudgetOperations},
+		"string length in a loop":                 {`all(1..40000, {len(object.data.big ?? "") >= 0})`, core.BudgetOperations},
+		"numbers parsed in a loop":                {`none(1..40000, {(int(object.data.digits) + float(object.data.digits)) < 0})`, core.BudgetOperations},
+		"trim with a long cutset":                 {`trim(object.data.big, object.data.cutset) != "x"`, core.BudgetOperations},
+		"sortBy comparing large keys":             {`len(sortBy(1..5000, {object.data.big})) > 0`, core.BudgetOperations},
+		"groupBy hashing large keys":              {`len(groupBy(1..5000, {object.data.big})) > 0`, core.BudgetOperations},
+		"a method reading a large layout":         {`none(1..40000, {date("2024-01-02").Format(object.data.big) == ""})`, core.BudgetOperations},
 		"split scanning a large string in a loop": {`none(1..100000, {len(split(object.data.big, "zzz")) > 1})`, core.BudgetOperations},
 		"sort in a loop":                          {`all(1..100000, {len(sort(object.items | map(.i))) > 0})`, ""},
 	}

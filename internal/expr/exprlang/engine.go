@@ -17,6 +17,7 @@ import (
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/file"
+	"github.com/expr-lang/expr/parser"
 	"github.com/expr-lang/expr/vm"
 
 	"github.com/vilaca/portal/internal/core"
@@ -41,6 +42,9 @@ type Engine struct {
 	// ConfigMap, say) evaluate to nil.
 	names   []string
 	runners sync.Pool
+	// regexps are the compiled patterns of `matches`, shared by every
+	// engine Declare derives from this one.
+	regexps *regexps
 }
 
 // runner is a VM and the meter of the evaluation it runs, pooled together.
@@ -72,6 +76,11 @@ func WithNames(names ...string) Option {
 	return func(e *Engine) { e.names = append(e.names, names...) }
 }
 
+// withRegexps shares compiled patterns with another engine.
+func withRegexps(rx *regexps) Option {
+	return func(e *Engine) { e.regexps = rx }
+}
+
 // New returns the expr-lang engine with Portal's helper functions.
 func New(options ...Option) *Engine {
 	e := &Engine{
@@ -80,6 +89,9 @@ func New(options ...Option) *Engine {
 	}
 	for _, o := range options {
 		o(e)
+	}
+	if e.regexps == nil {
+		e.regexps = newRegexps()
 	}
 	// cluster is always known: without a binder for it a lookup fails
 	// when it runs, with an error that says lookups are not available.
@@ -96,16 +108,18 @@ func New(options ...Option) *Engine {
 		expr.MaxNodes(MaxNodes),
 		// Rules are pure: a verdict must not depend on when it was computed,
 		// and no rule needs to build huge strings.
-		expr.DisableBuiltin("now"),
-		expr.DisableBuiltin("repeat"),
+	}
+	for name, c := range builtinCosts {
+		if c.meter == meterDisabled {
+			opts = append(opts, expr.DisableBuiltin(name))
+		}
 	}
 	opts = append(opts, functions()...)
 	// The lookup patch runs first: fetchPatch would turn
 	// cluster.<resource> into a field read.
 	opts = append(opts, lookupOption(), expr.Patch(lookupPatch{}))
 	opts = append(opts, fetchOption(), expr.Patch(fetchPatch{}))
-	opts = append(opts, budgetOptions()...)
-	opts = append(opts, expr.Patch(budgetPatch{}))
+	opts = append(opts, budgetOptions(e.regexps)...)
 	e.options = opts
 	return e
 }
@@ -115,7 +129,7 @@ func New(options ...Option) *Engine {
 // context builders and binders bind, so a new binder is declared in one
 // place: its Name.
 func (e *Engine) Declare(names []string) core.ExpressionEngine {
-	return New(WithLimits(e.limits), WithNames(names...))
+	return New(WithLimits(e.limits), WithNames(names...), withRegexps(e.regexps))
 }
 
 // Names lists the top-level names the engine knows, sorted.
@@ -136,15 +150,33 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := expr.Compile(expression, e.options...)
-	if err != nil {
-		ce := &core.CompileError{Offset: -1, Err: err}
-		if fe, ok := errors.AsType[*file.Error](err); ok {
-			ce.Offset = fe.From
+	if tree, err := parser.Parse(expression); err == nil {
+		if err := checkPatterns(tree); err != nil {
+			return nil, compileError(err)
 		}
-		return nil, ce
+	}
+	// The patch is per compilation: it records what it cannot meter.
+	budget := &budgetPatch{regexps: e.regexps}
+	p, err := expr.Compile(expression, append(slices.Clip(e.options), expr.Patch(budget))...)
+	if budget.err != nil {
+		// A partly patched tree may fail to compile for another reason.
+		err = budget.err
+	}
+	if err != nil {
+		return nil, compileError(err)
 	}
 	return &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(expression, e.names), lookups: reads, base: staticCost(p.Node()), metered: readsMeter(p.Node())}, nil
+}
+
+// compileError places err at its offset in the expression, when it has one.
+func compileError(err error) error {
+	ce := &core.CompileError{Offset: -1, Err: err}
+	if fe, ok := errors.AsType[*file.Error](err); ok {
+		ce.Offset = fe.From
+	} else if pe, ok := errors.AsType[*positioned](err); ok {
+		ce.Offset = pe.offset
+	}
+	return ce
 }
 
 // readsMeter reports whether the budget patch put a metering helper in the

@@ -12,13 +12,24 @@ import (
 
 // functions are the helpers Portal adds to expr-lang's builtins. Each is
 // documented in docs/reference/expression-language.md.
+// Each needs a row in the cost model (functionCosts).
 func functions() []expr.Option {
-	return []expr.Option{
-		expr.Function("quantity", quantity, new(func(any) float64)),
-		expr.Function("parseImage", parseImage, new(func(string) map[string]any)),
-		expr.Function("glob", glob, new(func(string, string) bool)),
-		expr.Function("selects", selects, new(func(any, any) bool)),
+	var opts []expr.Option
+	for _, f := range portalFunctions {
+		opts = append(opts, expr.Function(f.name, f.fn, f.types))
 	}
+	return opts
+}
+
+var portalFunctions = []struct {
+	name  string
+	fn    func(...any) (any, error)
+	types any
+}{
+	{"quantity", quantity, new(func(any) float64)},
+	{"parseImage", parseImage, new(func(string) map[string]any)},
+	{"glob", glob, new(func(string, string) bool)},
+	{"selects", selects, new(func(any, any) bool)},
 }
 
 // quantity converts a Kubernetes quantity ("500m", "1Gi") to a number in base

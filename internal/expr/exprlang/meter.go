@@ -233,6 +233,19 @@ func (m *meter) scan(v any) error {
 	return m.charge(elems+bytes/bytesPerOp, 0)
 }
 
+// scanTimes charges reading v deeply times times (a sort compares each
+// element once per level).
+func (m *meter) scanTimes(v any, times int64) error {
+	elems, bytes, err := deep(v, m.left()/max(times, 1))
+	if err == errTooBig {
+		return m.charge(math.MaxInt64, 0)
+	}
+	if err != nil {
+		return err
+	}
+	return m.charge(satMul(elems+bytes/bytesPerOp, times), 0)
+}
+
 // expand charges reading v deeply and building a value as large as v is
 // when expanded (toJSON, string, flatten): shared branches count each time.
 func (m *meter) expand(v any) error {
