@@ -24,6 +24,7 @@ const (
 	scanName     = "$portal.scan"
 	scanInName   = "$portal.scanIn"
 	sortName     = "$portal.sort"
+	pairsName    = "$portal.pairs"
 	expandName   = "$portal.expand"
 	builtName    = "$portal.built"
 	joinName     = "$portal.join"
@@ -165,6 +166,10 @@ func patchBuiltin(node *ast.Node, n *ast.BuiltinNode, m metering) {
 	case meterSort:
 		if len(n.Arguments) > 0 {
 			n.Arguments[0] = helper(sortName, n.Arguments[0])
+		}
+	case meterQuadratic:
+		if len(n.Arguments) > 0 {
+			n.Arguments[0] = helper(pairsName, n.Arguments[0])
 		}
 	case meterLinear:
 		// Cost and result both grow with the input: charging the result
@@ -425,6 +430,9 @@ func budgetOptions(rx *regexps) []expr.Option {
 			levels := int64(bits.Len64(uint64(length(p[1])))) + 1
 			return p[1], p[0].(*meter).scanTimes(p[1], levels)
 		}),
+		expr.Function(pairsName, func(p ...any) (any, error) {
+			return p[1], p[0].(*meter).scanTimes(p[1], length(p[1]))
+		}),
 		expr.Function(expandName, func(p ...any) (any, error) {
 			return p[1], p[0].(*meter).expand(p[1])
 		}),
@@ -512,7 +520,7 @@ func meteredJoin(p ...any) (any, error) {
 	}
 	sep, _ := p[2].(string)
 	n := length(p[1])
-	_, b, _ := deep(p[1], m.left())
+	_, b, _ := m.deep(p[1], m.left())
 	size := satAdd(b, satMul(max(n-1, 0), int64(len(sep))))
 	return p[1], m.charge(size/bytesPerOp, size)
 }

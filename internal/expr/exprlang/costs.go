@@ -38,6 +38,9 @@ const (
 	// Sorts: reads its argument deeply once per comparison level
 	// (log2 of its length).
 	meterSort
+	// Compares every element with every other (uniq): reads its argument
+	// deeply once per element.
+	meterQuadratic
 	// Builds a result no larger than what it reads and reads no more than
 	// it builds: charging the result is enough.
 	meterLinear
@@ -137,10 +140,10 @@ var builtinCosts = map[string]cost{
 	"max":         {meterScan, chargeScan},
 	"min":         {meterScan, chargeScan},
 	"mean":        {meterScan, chargeScan},
-	"uniq":        {meterScan, chargeScan},
 
 	"sort":   {meterSort, "log2(n) x (1 per element and per 16 bytes of its argument, read deeply); + what it builds"},
 	"median": {meterSort, "log2(n) x (1 per element and per 16 bytes of its argument, read deeply)"},
+	"uniq":   {meterQuadratic, "n x (1 per element and per 16 bytes of its argument, read deeply): each element is compared with every one kept; + what it builds"},
 
 	"trim":     {meterSpecial, "1 + (1 per 16 bytes of the string) x (1 per 16 bytes of the cutset); + what it builds"},
 	"join":     {meterSpecial, "its argument read deeply; + the joined string (separators included), charged before it is built"},

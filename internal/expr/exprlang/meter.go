@@ -57,11 +57,19 @@ type meter struct {
 	reads int64
 	ctx   context.Context
 	done  <-chan struct{}
+	// stack is deep's, kept between walks.
+	stack []item
 }
+
+// keptStack bounds the deep stack a pooled meter keeps between evaluations.
+const keptStack = 4096
 
 // reset starts an evaluation that draws on acct.
 func (m *meter) reset(ctx context.Context, l Limits, acct *core.Account) {
-	*m = meter{ops: acct.Operations, bytes: acct.Bytes, reads: acct.APIReads, maxOps: l.Operations, maxBytes: l.Bytes, ctx: ctx, done: ctx.Done()}
+	if cap(m.stack) > keptStack {
+		m.stack = nil
+	}
+	*m = meter{ops: acct.Operations, bytes: acct.Bytes, reads: acct.APIReads, maxOps: l.Operations, maxBytes: l.Bytes, ctx: ctx, done: ctx.Done(), stack: m.stack[:0]}
 }
 
 // settle leaves what the evaluations drawing on acct have spent in it.
@@ -161,13 +169,12 @@ func length(v any) int64 {
 // element of every nested array and map, every byte of every string, with
 // values shared between branches counted each time they are reached. It
 // stops (with an error) once the count passes limit or the nesting passes
-// maxDepth, so the walk itself is bounded.
-func deep(v any, limit int64) (elems, bytes int64, err error) {
-	type item struct {
-		v     any
-		depth int
-	}
-	stack := []item{{v, 0}}
+// maxDepth, so the walk itself is bounded. Scalars are counted where they
+// are found and only containers are stacked, on the meter's own stack, so
+// measuring a flat array allocates nothing.
+func (m *meter) deep(v any, limit int64) (elems, bytes int64, err error) {
+	stack := append(m.stack[:0], item{v, 0})
+	defer func() { m.stack = stack[:0] }()
 	for len(stack) > 0 {
 		it := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
@@ -180,12 +187,22 @@ func deep(v any, limit int64) (elems, bytes int64, err error) {
 			bytes += int64(len(x))
 		case []any:
 			for _, e := range x {
-				stack = append(stack, item{e, it.depth + 1})
+				if b, scalar := scalarBytes(e); scalar {
+					elems++
+					bytes += b
+				} else {
+					stack = append(stack, item{e, it.depth + 1})
+				}
 			}
 		case map[string]any:
 			for k, e := range x {
 				bytes += int64(len(k))
-				stack = append(stack, item{e, it.depth + 1})
+				if b, scalar := scalarBytes(e); scalar {
+					elems++
+					bytes += b
+				} else {
+					stack = append(stack, item{e, it.depth + 1})
+				}
 			}
 		case nil, bool, int, int64, float64, []int, []float64:
 			if n := length(x); n > 0 {
@@ -214,6 +231,24 @@ func deep(v any, limit int64) (elems, bytes int64, err error) {
 	return elems, bytes, nil
 }
 
+// item is a value deep has still to measure, and how deeply it is nested.
+type item struct {
+	v     any
+	depth int
+}
+
+// scalarBytes reports whether v is a scalar deep counts in place, and its
+// bytes.
+func scalarBytes(v any) (int64, bool) {
+	switch x := v.(type) {
+	case nil, bool, int, int64, float64:
+		return 0, true
+	case string:
+		return int64(len(x)), true
+	}
+	return 0, false
+}
+
 // errTooBig is deep's signal that the value alone exceeds what is left of
 // the budget; callers turn it into the budget error.
 var errTooBig = fmt.Errorf("value exceeds the evaluation budget")
@@ -223,7 +258,7 @@ func (m *meter) left() int64 { return max(m.maxOps-m.ops, 0) }
 
 // scan charges reading v deeply (comparisons, encoders, searches).
 func (m *meter) scan(v any) error {
-	elems, bytes, err := deep(v, m.left())
+	elems, bytes, err := m.deep(v, m.left())
 	if err == errTooBig {
 		return m.charge(math.MaxInt64, 0)
 	}
@@ -236,7 +271,7 @@ func (m *meter) scan(v any) error {
 // scanTimes charges reading v deeply times times (a sort compares each
 // element once per level).
 func (m *meter) scanTimes(v any, times int64) error {
-	elems, bytes, err := deep(v, m.left()/max(times, 1))
+	elems, bytes, err := m.deep(v, m.left()/max(times, 1))
 	if err == errTooBig {
 		return m.charge(math.MaxInt64, 0)
 	}
@@ -249,7 +284,7 @@ func (m *meter) scanTimes(v any, times int64) error {
 // expand charges reading v deeply and building a value as large as v is
 // when expanded (toJSON, string, flatten): shared branches count each time.
 func (m *meter) expand(v any) error {
-	elems, bytes, err := deep(v, m.left())
+	elems, bytes, err := m.deep(v, m.left())
 	if err == errTooBig {
 		return m.charge(math.MaxInt64, 0)
 	}
