@@ -45,23 +45,30 @@ func tooLarge(n int64, maxInsts int, about string) error {
 	return fmt.Errorf("the pattern compiles to %s%d instructions, more than %d: write fewer or smaller repetitions ({n} repeats what it follows n times)", about, n, maxInsts)
 }
 
-// estimate is an upper bound of the instructions re compiles to, computed
+// estimate is about the number of instructions re compiles to, computed
 // from the parse tree without expanding repetitions (saturating, so nested
-// counts cannot overflow).
+// counts cannot overflow): at most twice the real count, since Simplify
+// expands x{n} into n copies of x and the estimate adds one per copy.
 func estimate(re *syntax.Regexp) int64 {
 	const limit = 1 << 40
 	var n int64
 	switch re.Op {
 	case syntax.OpLiteral:
-		n = int64(len(re.Rune)) + 1
+		n = int64(len(re.Rune))
 	case syntax.OpRepeat:
 		times := re.Max
 		if times < 0 {
 			times = re.Min + 1
 		}
-		n = (estimate(re.Sub[0]) + 2) * int64(max(times, 1))
+		n = (estimate(re.Sub[0]) + 1) * int64(max(times, 1))
+	case syntax.OpCapture:
+		n = estimate(re.Sub[0]) + 2
+	case syntax.OpConcat:
+		for _, s := range re.Sub {
+			n += estimate(s)
+		}
 	default:
-		n = 2
+		n = 1
 		for _, s := range re.Sub {
 			n += estimate(s) + 1
 		}

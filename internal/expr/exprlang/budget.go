@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
@@ -30,6 +31,7 @@ const (
 	joinName     = "$portal.join"
 	replaceName  = "$portal.replace"
 	trimName     = "$portal.trim"
+	splitName    = "$portal.split"
 	globName     = "$portal.glob"
 	inflateName  = "$portal.inflate"
 	matchName    = "$portal.match"
@@ -175,12 +177,16 @@ func patchBuiltin(node *ast.Node, n *ast.BuiltinNode, m metering) {
 		// Cost and result both grow with the input: charging the result
 		// is enough.
 	case meterSpecial:
-		patchSpecialBuiltin(n)
+		if patchSpecialBuiltin(n) {
+			return
+		}
 	}
 	wrapNode(node, builtName)
 }
 
-func patchSpecialBuiltin(n *ast.BuiltinNode) {
+// patchSpecialBuiltin reports whether the helper it put in charges the
+// whole result before it is built.
+func patchSpecialBuiltin(n *ast.BuiltinNode) (charged bool) {
 	switch {
 	case n.Name == "join" && len(n.Arguments) >= 1:
 		sep := ast.Node(&ast.StringNode{Value: ""})
@@ -192,11 +198,15 @@ func patchSpecialBuiltin(n *ast.BuiltinNode) {
 		n.Arguments[0] = helper(inflateName, &ast.IntegerNode{Value: jsonInflation}, n.Arguments[0])
 	case n.Name == "replace" && len(n.Arguments) == 3:
 		n.Arguments[0] = helper(replaceName, n.Arguments[0], n.Arguments[1], n.Arguments[2])
+	case (n.Name == "split" || n.Name == "splitAfter") && len(n.Arguments) >= 2:
+		n.Arguments[0] = helper(splitName, n.Arguments[0], n.Arguments[1])
+		return true
 	case n.Name == "trim" && len(n.Arguments) == 2:
 		n.Arguments[0] = helper(trimName, n.Arguments[0], n.Arguments[1])
 	default:
 		wrapArgs(n.Arguments, scanName)
 	}
+	return false
 }
 
 func (p *budgetPatch) patchBinary(node *ast.Node, n *ast.BinaryNode) {
@@ -446,6 +456,7 @@ func budgetOptions(rx *regexps) []expr.Option {
 		expr.Function(joinName, meteredJoin),
 		expr.Function(replaceName, meteredReplace),
 		expr.Function(trimName, meteredTrim),
+		expr.Function(splitName, meteredSplit),
 		expr.Function(globName, meteredGlob),
 		expr.Function(matchLitName, meteredMatchLiteral),
 		expr.Function(matchName, func(p ...any) (any, error) { return meteredMatch(rx, p...) }),
@@ -500,6 +511,25 @@ func typeName(v any) string {
 		return "nil"
 	}
 	return fmt.Sprintf("a %T", v)
+}
+
+// meteredSplit charges split(s, sep) its pieces before they are made: an
+// empty separator makes one string per character, 16 bytes of header each
+// (the pieces share the string's bytes).
+func meteredSplit(p ...any) (any, error) {
+	m := p[0].(*meter)
+	s, _ := p[1].(string)
+	sep, _ := p[2].(string)
+	if err := m.charge(int64(len(s)+len(sep))/bytesPerOp+1, 0); err != nil {
+		return nil, err
+	}
+	var pieces int
+	if sep == "" {
+		pieces = utf8.RuneCountInString(s)
+	} else {
+		pieces = strings.Count(s, sep) + 1
+	}
+	return p[1], m.charge(int64(pieces), satMul(int64(pieces), elemBytes))
 }
 
 // meteredTrim charges trim(s, cutset): for a cutset that is not ASCII every

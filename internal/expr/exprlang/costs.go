@@ -131,8 +131,6 @@ var builtinCosts = map[string]cost{
 
 	"trimPrefix":  {meterScan, chargeScan},
 	"trimSuffix":  {meterScan, chargeScan},
-	"split":       {meterScan, chargeScan},
-	"splitAfter":  {meterScan, chargeScan},
 	"indexOf":     {meterScan, chargeScan},
 	"lastIndexOf": {meterScan, chargeScan},
 	"hasPrefix":   {meterScan, chargeScan},
@@ -145,10 +143,12 @@ var builtinCosts = map[string]cost{
 	"median": {meterSort, "log2(n) x (1 per element and per 16 bytes of its argument, read deeply)"},
 	"uniq":   {meterQuadratic, "n x (1 per element and per 16 bytes of its argument, read deeply): each element is compared with every one kept; + what it builds"},
 
-	"trim":     {meterSpecial, "1 + (1 per 16 bytes of the string) x (1 per 16 bytes of the cutset); + what it builds"},
-	"join":     {meterSpecial, "its argument read deeply; + the joined string (separators included), charged before it is built"},
-	"replace":  {meterSpecial, "1 per 16 bytes of the string; + the result (every insertion of the new string), charged before it is built"},
-	"fromJSON": {meterSpecial, "1 per 16 bytes of its input, + 16 bytes per byte of input (a decoded document is mostly headers), charged before it decodes"},
+	"trim":       {meterSpecial, "1 + (1 per 16 bytes of the string) x (1 per 16 bytes of the cutset); + what it builds"},
+	"join":       {meterSpecial, "its argument read deeply; + the joined string (separators included), charged before it is built"},
+	"replace":    {meterSpecial, "1 per 16 bytes of the string; + the result (every insertion of the new string), charged before it is built"},
+	"split":      {meterSpecial, "1 per 16 bytes of the string and the separator; + the pieces, 16 bytes each (one per character for an empty separator), charged before it splits"},
+	"splitAfter": {meterSpecial, "1 per 16 bytes of the string and the separator; + the pieces, 16 bytes each (one per character for an empty separator), charged before it splits"},
+	"fromJSON":   {meterSpecial, "1 per 16 bytes of its input, + 16 bytes per byte of input (a decoded document is mostly headers), charged before it decodes"},
 
 	"now":      {meterDisabled, "disabled: a verdict must not depend on when it was computed"},
 	"repeat":   {meterDisabled, "disabled: no rule needs to build large strings"},
