@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,8 +137,9 @@ func (h *handler) verdict(req *admission.Request, results []core.Result, uid str
 		}
 	}
 	h.handOver(req, results, uid, len(denials) > 0)
+	warnings = boundedList(warnings, MaxWarningBytes, "warnings")
 	if len(denials) > 0 {
-		msg := strings.Join(denials, "; ")
+		msg := strings.Join(boundedList(denials, MaxDenialBytes, "denials"), "; ")
 		h.log.Info("admission denied", append(requestAttrs(req), "reason", msg)...)
 		resp := admission.Denied(msg)
 		resp.Warnings = warnings
@@ -151,8 +153,29 @@ func (h *handler) verdict(req *admission.Request, results []core.Result, uid str
 	return resp, outcome{decision: DecisionAllowed}
 }
 
+// Bounds of a response, whatever the number of rules and containers: the
+// API server keeps at most 4,096 characters of warnings itself.
+const (
+	MaxDenialBytes  = 16 << 10
+	MaxWarningBytes = 4 << 10
+)
+
+// boundedList keeps the first items of list that fit in max bytes together
+// and says how many it left out.
+func boundedList(list []string, max int, what string) []string {
+	n := 0
+	for i, s := range list {
+		if n += len(s) + 2; n > max && i > 0 {
+			return append(slices.Clip(list[:i]), fmt.Sprintf("... %d more %s (at most %d bytes; Portal's logs have each)", len(list)-i, what, max))
+		}
+	}
+	return list
+}
+
 // handOver offers the failing results of rules with actions to the
-// response actions. Offer never blocks; the sink counts what it drops.
+// response actions, one verdict per rule: a rule's actions act on the
+// object, whatever number of its containers failed. Offer never blocks; the
+// sink counts what it drops.
 //
 // A dry-run request changes nothing, and the webhook declares sideEffects
 // None: its verdicts go nowhere, or `--dry-run=server` would let anyone who
@@ -164,11 +187,15 @@ func (h *handler) handOver(req *admission.Request, results []core.Result, uid st
 	if h.verdicts == nil || (req.DryRun != nil && *req.DryRun) {
 		return
 	}
-	var now time.Time
+	var (
+		now     time.Time
+		offered []*core.Rule
+	)
 	for i := range results {
-		if !results[i].WantsVerdict() {
+		if !results[i].WantsVerdict() || slices.Contains(offered, results[i].Rule) {
 			continue
 		}
+		offered = append(offered, results[i].Rule)
 		if now.IsZero() {
 			now = time.Now()
 		}

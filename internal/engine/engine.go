@@ -420,17 +420,37 @@ func anyGlob(patterns []string, s string) bool {
 	return false
 }
 
-// evaluate appends r's verdict on one object to out.
+// MaxResultsPerRule bounds the failing results of one rule on one object: a
+// container-scoped rule stops at the tenth failing container, whose message
+// says so. One pod of 50,000 containers would otherwise make 50,000 results,
+// messages, log lines and action verdicts.
+const MaxResultsPerRule = 10
+
+// evaluate appends r's verdict on one object to out. Every container of a
+// container-scoped rule draws on one budget: the rule's on this object.
 func (r *Rule) evaluate(ctx context.Context, ectx *core.EvalContext, ref core.ResourceRef, out []core.Result) []core.Result {
+	var acct core.Account
 	if !r.containerScoped {
-		return append(out, r.verdict(ctx, ectx.Env, ref, nil))
+		return append(out, r.verdict(ctx, ectx.Env, ref, nil, &acct))
 	}
 	n := len(out)
 	for i := range ectx.Containers {
 		c := &ectx.Containers[i]
 		ectx.Env["container"] = c.Sugar
-		if res := r.verdict(ctx, ectx.Env, ref, c); res.Outcome != core.OutcomePass {
+		res := r.verdict(ctx, ectx.Env, ref, c, &acct)
+		if res.Outcome == core.OutcomePass {
+			continue
+		}
+		if len(out)-n == MaxResultsPerRule-1 && i < len(ectx.Containers)-1 {
+			res.Message = withNote(res.Message, fmt.Sprintf(" [%d more containers not evaluated: at most %d results per rule and object]", len(ectx.Containers)-1-i, MaxResultsPerRule))
 			out = append(out, res)
+			break
+		}
+		out = append(out, res)
+		if res.Outcome == core.OutcomeError && errors.Is(res.Err, core.ErrBudgetExceeded) {
+			// The budget is the rule's on this object: the containers
+			// after it would fail the same way.
+			break
 		}
 	}
 	ectx.Env["container"] = nil
@@ -440,14 +460,14 @@ func (r *Rule) evaluate(ctx context.Context, ectx *core.EvalContext, ref core.Re
 	return out
 }
 
-func (r *Rule) verdict(ctx context.Context, env core.Env, ref core.ResourceRef, c *core.Container) core.Result {
+// verdict evaluates r once, drawing on acct: the expression and every hole
+// of the message share it.
+func (r *Rule) verdict(ctx context.Context, env core.Env, ref core.ResourceRef, c *core.Container, acct *core.Account) core.Result {
 	res := core.Result{Rule: r.Rule, Resource: ref}
 	if c != nil {
 		res.Container, res.ContainerType = c.Name, c.Type
 	}
-	// The expression and every hole of the message draw on one budget.
-	var acct core.Account
-	v, err := r.program.EvalShared(ctx, env, &acct)
+	v, err := r.program.EvalShared(ctx, env, acct)
 	switch b, isBool := v.(bool); {
 	case err != nil:
 		// An error can quote the value it failed on (a megabyte string
@@ -458,7 +478,7 @@ func (r *Rule) verdict(ctx context.Context, env core.Env, ref core.ResourceRef, 
 		// flagged.
 		res.Outcome = core.OutcomePass
 	case isBool:
-		res.Outcome, res.Message = core.OutcomeFail, r.message.render(ctx, env, r.Name, &acct)
+		res.Outcome, res.Message = core.OutcomeFail, r.message.render(ctx, env, r.Name, acct)
 	default:
 		res.Outcome = core.OutcomeError
 		got := capped{max: MaxHoleBytes}

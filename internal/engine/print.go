@@ -72,6 +72,17 @@ func bounded(s string) string {
 	return c.String()
 }
 
+// withNote is msg with note appended, cut so the note survives within
+// MaxMessageBytes.
+func withNote(msg, note string) string {
+	if len(msg)+len(note) <= MaxMessageBytes {
+		return msg + note
+	}
+	c := capped{max: MaxMessageBytes - len(note)}
+	c.WriteString(msg)
+	return c.String() + note
+}
+
 // printValue writes v as fmt's %v would (maps with sorted keys), except
 // that numbers read as people write them (1073741824, not 1.073741824e+09)
 // and it stops once w is full: a hole over a megabyte object prints a
