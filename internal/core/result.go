@@ -33,7 +33,9 @@ type Result struct {
 	// for errors.
 	Message string
 	// Err is the evaluation error behind OutcomeError (errors.Is it
-	// ErrBudgetExceeded when the rule ran out of its budget).
+	// ErrBudgetExceeded when the rule ran out of its budget); on
+	// OutcomeFail, the budget error a hole of the message ran into, if
+	// any (the verdict stands, the message shows the error in the hole).
 	Err error `json:"-"`
 }
 

@@ -365,7 +365,8 @@ func (e *Engine) reportBudget(results []core.Result) {
 		return
 	}
 	for i := range results {
-		if res := &results[i]; res.Outcome == core.OutcomeError && res.Err != nil && errors.Is(res.Err, core.ErrBudgetExceeded) {
+		// A failing result carries the budget error of a message hole.
+		if res := &results[i]; res.Err != nil && errors.Is(res.Err, core.ErrBudgetExceeded) {
 			(*rep).BudgetExceeded(res.Rule, res.Resource, res.Err)
 			// One report per rule and object: the containers of a
 			// container-scoped rule share the budget's cause.
@@ -447,7 +448,7 @@ func (r *Rule) evaluate(ctx context.Context, ectx *core.EvalContext, ref core.Re
 			break
 		}
 		out = append(out, res)
-		if res.Outcome == core.OutcomeError && errors.Is(res.Err, core.ErrBudgetExceeded) {
+		if res.Err != nil && errors.Is(res.Err, core.ErrBudgetExceeded) {
 			// The budget is the rule's on this object: the containers
 			// after it would fail the same way.
 			break
@@ -478,7 +479,8 @@ func (r *Rule) verdict(ctx context.Context, env core.Env, ref core.ResourceRef, 
 		// flagged.
 		res.Outcome = core.OutcomePass
 	case isBool:
-		res.Outcome, res.Message = core.OutcomeFail, r.message.render(ctx, env, r.Name, acct)
+		res.Outcome = core.OutcomeFail
+		res.Message, res.Err = r.message.render(ctx, env, r.Name, acct)
 	default:
 		res.Outcome = core.OutcomeError
 		got := capped{max: MaxHoleBytes}

@@ -153,3 +153,33 @@ func TestMessageHoleLimit(t *testing.T) {
 		t.Errorf("%d holes: error %v, want a compile error at the last hole naming the limit", engine.MaxMessageHoles+1, err)
 	}
 }
+
+// TestMessageHoleBudgetErrorIsReported: a hole that runs out of the rule's
+// budget counts like the expression running out (metric, log, the rule's
+// BudgetExceeded condition, all behind the reporter), while the verdict
+// stands and the message shows the error in the hole.
+func TestMessageHoleBudgetErrorIsReported(t *testing.T) {
+	e := engine.New(exprlang.New(exprlang.WithLimits(exprlang.Limits{Operations: 5_000})))
+	rep := &budgetLog{}
+	e.ReportBudget(rep)
+	r := newRule("hole", `true`)
+	r.Match.GVKs = configMapGVK
+	r.Message = `count {{ count(1..100000, # > 0) }}`
+	c, err := e.Compile(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetRules([]*engine.Rule{c})
+	res, err := e.Evaluate(context.Background(), configMap(10), engine.Options{Mode: core.ModeAdmission})
+	if err != nil || len(res) != 1 {
+		t.Fatalf("evaluate: %v %v", res, err)
+	}
+	if res[0].Outcome != core.OutcomeFail || !strings.Contains(res[0].Message, "<error: "+core.ErrBudgetExceeded.Error()) {
+		t.Fatalf("result %s %q: want the violation, its hole showing the budget error", res[0].Outcome, res[0].Message)
+	}
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	if got := len(rep.errs); got != 1 {
+		t.Errorf("the budget reporter heard %d budget errors, want the hole's one", got)
+	}
+}

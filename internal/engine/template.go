@@ -76,13 +76,14 @@ func inField(field string, base int, err error) error {
 // expression spent from; an empty template renders as fallback. A hole that
 // fails to evaluate renders as <error: ...> so the violation is still
 // reported. The message keeps MaxMessageBytes, each hole MaxHoleBytes; the
-// holes after a full message are not evaluated.
-func (t template) render(ctx context.Context, env core.Env, fallback string, acct *core.Account) string {
+// holes after a full message are not evaluated. budgetErr is the first
+// budget error a hole ran into, so it counts like the expression's own.
+func (t template) render(ctx context.Context, env core.Env, fallback string, acct *core.Account) (msgText string, budgetErr error) {
 	if len(t) == 0 {
-		return fallback
+		return fallback, nil
 	}
 	if len(t) == 1 && t[0].prog == nil && len(t[0].text) <= MaxMessageBytes {
-		return t[0].text
+		return t[0].text, nil
 	}
 	msg := capped{max: MaxMessageBytes}
 	for _, s := range t {
@@ -96,6 +97,9 @@ func (t template) render(ctx context.Context, env core.Env, fallback string, acc
 		hole := capped{max: MaxHoleBytes}
 		v, err := s.prog.EvalShared(ctx, env, acct)
 		if err != nil {
+			if budgetErr == nil && errors.Is(err, core.ErrBudgetExceeded) {
+				budgetErr = err
+			}
 			hole.WriteString("<error: ")
 			hole.WriteString(err.Error())
 			hole.WriteString(">")
@@ -104,7 +108,7 @@ func (t template) render(ctx context.Context, env core.Env, fallback string, acc
 		}
 		msg.WriteString(hole.String())
 	}
-	return msg.String()
+	return msg.String(), budgetErr
 }
 
 // identifiers lists the environment names the holes read.
