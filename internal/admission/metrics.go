@@ -74,11 +74,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_admission_requests_total",
-			Help: "Admission requests answered, by decision (allowed, denied, warned, bypassed, error).",
+			Help: "Admission requests answered, by decision (allowed, denied, warned, bypassed, error, throttled).",
 		}, []string{"decision"}),
 		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "portal_admission_latency_seconds",
-			Help:    "Time Portal's admission handler takes to decide one request, from the decoded request to the response.",
+			Help:    "Time Portal's admission handler takes to decide one request, from the decoded request to the response, any wait for an evaluation slot included.",
 			Buckets: LatencyBuckets,
 		}),
 		Bypass: prometheus.NewCounterVec(prometheus.CounterOpts{
