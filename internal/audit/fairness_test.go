@@ -85,9 +85,9 @@ const fairBacklog = 200
 
 // TestBusyNamespaceDoesNotDelayAnother: with the audit's one worker busy
 // and namespace A's 200 new ConfigMaps queued behind it, a single
-// ConfigMap created in namespace B afterwards is evaluated as soon as the
-// worker is free, before any more of A's, and its finding reaches B's
-// report while A's backlog is still queued. With one FIFO for every
+// ConfigMap created in namespace B afterwards is evaluated after at most one
+// more of A's (A's turn in the round), and its finding reaches B's report
+// while A's backlog is still queued. With one FIFO for every
 // namespace, B's change waited for all of A's.
 func TestBusyNamespaceDoesNotDelayAnother(t *testing.T) {
 	c := cluster(t)
@@ -119,8 +119,10 @@ func TestBusyNamespaceDoesNotDelayAnother(t *testing.T) {
 	}
 
 	released := releaseUntilEvaluated(t, counter, "fair-quiet", 20)
-	if released != 1 {
-		t.Errorf("B's change was evaluated after %d of A's objects, want 1 (the one the worker held)", released)
+	// The one the worker held, and at most one more: A's turn in the
+	// round may come before B's.
+	if released > 2 {
+		t.Errorf("B's change was evaluated after %d of A's objects, want at most 2", released)
 	}
 	waitReport(t, c, nsB, "B's finding reported", func(st reportState) bool { return st.has("fair-quiet/change/") })
 	if d := depth(); d < fairBacklog-released-2 {
