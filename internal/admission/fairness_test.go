@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -180,7 +181,10 @@ const (
 func TestFloodedNamespaceDoesNotStarveAnother(t *testing.T) {
 	cluster(t)
 	ctx := context.Background()
-	const nsA, nsB, name = "fair-flood", "fair-quiet", "portal-fairness"
+	// Namespaces never finish terminating without a namespace controller:
+	// fresh names let the test run again against the same control plane.
+	suffix := rand.Text()[:6]
+	nsA, nsB, name := "fair-flood-"+strings.ToLower(suffix), "fair-quiet-"+strings.ToLower(suffix), "portal-fairness"
 	namespace(t, nsA, nil)
 	namespace(t, nsB, nil)
 	g := newGate(nsA)
