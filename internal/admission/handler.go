@@ -33,6 +33,7 @@ type handler struct {
 	health   *health
 	failOpen bool
 	verdicts core.VerdictSink
+	slots    *slots
 }
 
 var _ admission.Handler = (*handler)(nil)
@@ -96,6 +97,14 @@ func (h *handler) decide(ctx context.Context, req *admission.Request) (admission
 	if err != nil {
 		return h.malformed(req, MalformedObjectUndecoded, err)
 	}
+	// A cluster-scoped object's request has no namespace: such requests
+	// share the fairness key "".
+	release, err := h.slots.acquire(ctx, req.Namespace)
+	if err != nil {
+		return h.throttled(req, err)
+	}
+	// Held through the verdict too, so a panic below gives it back.
+	defer release()
 	// ctx carries the webhook's deadline: no evaluation outlives the
 	// request.
 	results, err := h.eval.Evaluate(ctx, obj, engine.Options{Mode: core.ModeAdmission, Request: creq})
@@ -266,6 +275,32 @@ func (h *handler) internalError(req *admission.Request, err error) admission.Res
 		return resp
 	}
 	return admission.Errored(http.StatusInternalServerError, fmt.Errorf("%s", msg))
+}
+
+// throttled answers a request that got no evaluation slot. It is not a
+// failure for readiness: marking replicas unready under a flood would move
+// the flood to the others and end with no webhook endpoint at all. The
+// answer is 429 with Retry-After, which the API server passes on to its
+// client, so client-go clients (controllers, kubectl) retry by themselves.
+func (h *handler) throttled(req *admission.Request, err error) (admission.Response, outcome) {
+	ns := req.Namespace
+	if ns == clusterScoped {
+		ns = "(cluster-scoped)"
+	}
+	msg := fmt.Sprintf("portal: %s %s was not evaluated: %v (namespace %s; Portal evaluates at most %d requests at once, "+
+		"shared round-robin across namespaces: --webhook-max-concurrent-evaluations, portal_admission_throttled_total)",
+		req.Kind.Kind, objectName(req), err, ns, h.slots.capacity)
+	h.log.Debug("admission request throttled", append(requestAttrs(req), "error", err)...)
+	out := outcome{decision: DecisionThrottled}
+	if h.failOpen {
+		resp := admission.Allowed("")
+		resp.Warnings = []string{warning(msg + " (admitted: Portal runs fail-open)")}
+		return resp, out
+	}
+	resp := admission.Errored(http.StatusTooManyRequests, errors.New(msg))
+	resp.Result.Reason = metav1.StatusReasonTooManyRequests
+	resp.Result.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
+	return resp, out
 }
 
 // unavailable answers while the initial rule load is incomplete, so a

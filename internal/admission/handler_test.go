@@ -27,8 +27,14 @@ import (
 // post sends body to wh and decodes the AdmissionReview response.
 func post(t *testing.T, wh http.Handler, body string) *admissionv1.AdmissionResponse {
 	t.Helper()
+	return postPath(t, wh, admission.Path, body)
+}
+
+// postPath is post to path, which may carry a query.
+func postPath(t *testing.T, wh http.Handler, path, body string) *admissionv1.AdmissionResponse {
+	t.Helper()
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, admission.Path, strings.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	wh.ServeHTTP(rec, req)
 	var out admissionv1.AdmissionReview

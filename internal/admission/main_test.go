@@ -165,6 +165,9 @@ type portalOptions struct {
 	clientCert *tls.Certificate
 	// bodyTimeout is the webhook's BodyReadTimeout; 0 for its default.
 	bodyTimeout time.Duration
+	// maxConcurrent is the webhook's MaxConcurrentEvaluations; 0 for its
+	// default.
+	maxConcurrent int
 }
 
 // startPortal starts a manager serving the webhook over TLS on a free port
@@ -199,7 +202,7 @@ func startPortal(o portalOptions) (*portal, error) {
 	p := &portal{mgr: mgr, registry: prometheus.NewRegistry(), port: port, healthPort: healthPort}
 	p.webhook, err = admission.New(admission.Options{
 		Evaluator: o.evaluator, Namespaces: mgr.GetCache(), Logger: log, Registerer: p.registry, RulesLoaded: loaded,
-		BodyReadTimeout: o.bodyTimeout,
+		BodyReadTimeout: o.bodyTimeout, MaxConcurrentEvaluations: o.maxConcurrent,
 	})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,10 @@ const (
 	DecisionWarned   = "warned"
 	DecisionBypassed = "bypassed"
 	DecisionError    = "error"
+	// DecisionThrottled: no evaluation slot before the request's deadline,
+	// or its namespace had too many requests waiting for one; see
+	// portal_admission_throttled_total.
+	DecisionThrottled = "throttled"
 )
 
 // Malformed reasons are the values of the reason label of
@@ -55,6 +59,12 @@ type Metrics struct {
 	DryRunViolations *prometheus.CounterVec
 	RuleErrors       *prometheus.CounterVec
 	Malformed        *prometheus.CounterVec
+	// The evaluation slots (Options.MaxConcurrentEvaluations).
+	EvaluationSlots prometheus.Gauge
+	InFlight        prometheus.Gauge
+	Waiting         prometheus.Gauge
+	SlotWait        prometheus.Histogram
+	Throttled       *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -64,11 +74,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_admission_requests_total",
-			Help: "Admission requests answered, by decision (allowed, denied, warned, bypassed, error).",
+			Help: "Admission requests answered, by decision (allowed, denied, warned, bypassed, error, throttled).",
 		}, []string{"decision"}),
 		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "portal_admission_latency_seconds",
-			Help:    "Time Portal's admission handler takes to decide one request, from the decoded request to the response.",
+			Help:    "Time Portal's admission handler takes to decide one request, from the decoded request to the response, any wait for an evaluation slot included.",
 			Buckets: LatencyBuckets,
 		}),
 		Bypass: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -87,15 +97,40 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_admission_malformed_total",
 			Help: "Requests to the webhook refused as malformed, without a decision and without affecting readiness, by reason.",
 		}, []string{"reason"}),
+		EvaluationSlots: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "portal_admission_evaluation_slots",
+			Help: "Rule evaluations the webhook runs at once at most (--webhook-max-concurrent-evaluations); further requests wait for a slot.",
+		}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "portal_admission_evaluations_in_flight",
+			Help: "Evaluation slots in use now: admission requests whose rules are being evaluated.",
+		}),
+		Waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "portal_admission_evaluations_waiting",
+			Help: "Admission requests waiting for an evaluation slot now, all namespaces together.",
+		}),
+		SlotWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "portal_admission_slot_wait_seconds",
+			Help:    "Time admission requests that had to wait for an evaluation slot waited before they got one.",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}),
+		Throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portal_admission_throttled_total",
+			Help: "Admission requests answered without evaluation because they got no evaluation slot, by reason (deadline: none became free before the request's deadline; queue_full: its namespace already had the most requests waiting).",
+		}, []string{"reason"}),
 	}
-	for _, d := range []string{DecisionAllowed, DecisionDenied, DecisionWarned, DecisionBypassed, DecisionError} {
+	for _, d := range []string{DecisionAllowed, DecisionDenied, DecisionWarned, DecisionBypassed, DecisionError, DecisionThrottled} {
 		m.Requests.WithLabelValues(d)
 	}
 	for _, r := range malformedReasons {
 		m.Malformed.WithLabelValues(r)
 	}
+	for _, r := range []string{ThrottledDeadline, ThrottledQueueFull} {
+		m.Throttled.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.Latency, m.Bypass, m.DryRunViolations, m.RuleErrors, m.Malformed)
+		reg.MustRegister(m.Requests, m.Latency, m.Bypass, m.DryRunViolations, m.RuleErrors, m.Malformed,
+			m.EvaluationSlots, m.InFlight, m.Waiting, m.SlotWait, m.Throttled)
 	}
 	return m
 }

@@ -78,6 +78,15 @@ type Options struct {
 	// goroutine for ever. Default 10s: the API server sends its bodies at
 	// once, and gives up on the webhook after at most 30s.
 	BodyReadTimeout time.Duration
+	// MaxConcurrentEvaluations bounds the requests whose rules are
+	// evaluated at once; the others wait for a slot, queued per namespace
+	// and served round-robin across namespaces, until their deadline.
+	// Default DefaultEvaluationsPerCPU times GOMAXPROCS.
+	MaxConcurrentEvaluations int
+	// MaxWaitingPerNamespace bounds the requests of one namespace waiting
+	// for a slot; more are answered 429 at once. Default
+	// DefaultMaxWaitingPerNamespace.
+	MaxWaitingPerNamespace int
 }
 
 // Webhook is the validating admission webhook: an admission.Handler, and an
@@ -120,6 +129,7 @@ func New(o Options) (*Webhook, error) {
 		health:   newHealth(o.RulesLoaded, o.Health),
 		failOpen: o.FailOpen,
 		verdicts: o.Verdicts,
+		slots:    newSlots(o.MaxConcurrentEvaluations, o.MaxWaitingPerNamespace, m),
 	}
 	hook := &admission.Webhook{
 		Handler:      h,

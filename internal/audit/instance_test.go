@@ -79,6 +79,8 @@ type instanceOptions struct {
 	producer string
 	// gone is audit.Options.Gone.
 	gone func(gvk schema.GroupVersionKind, namespace, name string)
+	// counter is audit.Options.RuleCounter, when crRules does not set it.
+	counter audit.RuleCounter
 }
 
 func startInstance(t *testing.T, o instanceOptions) *instance {
@@ -131,7 +133,7 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 	ao := audit.Options{
 		Sinks: sinks, Logger: log, Registerer: reg, RestConfig: o.restConfig,
 		ResyncPeriod: resync, RetryInterval: time.Second,
-		Workers: o.workers, EvalTimeout: o.evalTimeout, Gone: o.gone,
+		Workers: o.workers, EvalTimeout: o.evalTimeout, Gone: o.gone, RuleCounter: o.counter,
 	}
 	if o.sharedCache {
 		inst.cache, err = clustercache.New(mgr.GetConfig(), mgr.GetRESTMapper(), clustercache.Options{Logger: log, Registerer: reg})

@@ -21,13 +21,16 @@ const (
 // names (event to report, sink errors and objects, leader) belong to the
 // findings pipeline.
 type Metrics struct {
-	Events      *prometheus.CounterVec
-	Resyncs     prometheus.Counter
-	Watched     prometheus.Gauge
-	Informers   *prometheus.GaugeVec
-	QueueDepth  prometheus.Gauge
-	Evaluations prometheus.Counter
-	RuleErrors  *prometheus.CounterVec
+	Events     *prometheus.CounterVec
+	Resyncs    prometheus.Counter
+	Watched    prometheus.Gauge
+	Informers  *prometheus.GaugeVec
+	QueueDepth prometheus.Gauge
+	// QueueNamespaces counts the namespaces with objects queued: the
+	// round the workers serve one object of each at a time.
+	QueueNamespaces prometheus.Gauge
+	Evaluations     prometheus.Counter
+	RuleErrors      *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -54,6 +57,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_audit_queue_depth",
 			Help: "Objects waiting in the audit work queue for evaluation.",
 		}),
+		QueueNamespaces: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "portal_audit_queue_namespaces",
+			Help: "Namespaces (cluster-scoped objects count as one) with objects waiting in the audit work queue; the workers take one object of each in turn.",
+		}),
 		Evaluations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "portal_audit_evaluations_total",
 			Help: "Objects the audit workers evaluated.",
@@ -67,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Events.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Resyncs, m.Watched, m.Informers, m.QueueDepth,
+		reg.MustRegister(m.Events, m.Resyncs, m.Watched, m.Informers, m.QueueDepth, m.QueueNamespaces,
 			m.Evaluations, m.RuleErrors)
 	}
 	return m

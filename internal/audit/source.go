@@ -26,8 +26,8 @@ type queueKey struct {
 
 // Source is the audit event source: one informer of the cluster cache per
 // resource that enabled audit rules match (cluster-wide when a cluster-wide rule matches it, else
-// one per namespace whose PortalRules match it), a rate-limited work queue,
-// and a bounded pool of workers
+// one per namespace whose PortalRules match it), a rate-limited work queue
+// served round-robin across namespaces, and a bounded pool of workers
 // that evaluate the queued objects and record their findings in the store.
 // It never polls: objects are evaluated on watch events, on rule changes and
 // on the periodic resync (the safety net). It runs on every replica.
@@ -71,8 +71,9 @@ func newSource(o *Options, eng *engine.Engine, mapper meta.RESTMapper, cc *clust
 		eng: eng, mapper: mapper, cache: cc, store: store, counter: o.RuleCounter,
 		log: o.Logger, metrics: m, resync: o.ResyncPeriod, workers: o.Workers,
 		syncTimeout: o.SyncTimeout, retry: o.RetryInterval, rulesLoaded: o.RulesLoaded, evalTimeout: o.EvalTimeout, gone: o.Gone,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queueKey](),
-			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "portal-audit"}),
+		// One namespace's thousands of objects must not queue ahead of
+		// another namespace's single change: see fairQueue.
+		queue:        newFairWorkqueue("portal-audit", func(k queueKey) string { return k.namespace }, m.QueueNamespaces),
 		watches:      watchSet{m: map[watchKey]*resourceWatch{}},
 		pending:      map[queueKey]time.Time{},
 		idle:         make(chan struct{}, 1),

@@ -39,6 +39,11 @@ type AdmissionConfig struct {
 	// limits the certificate's common name or DNS names.
 	ClientCAFile       string
 	ClientAllowedNames []string
+	// MaxConcurrentEvaluations bounds the requests evaluated at once (0:
+	// twice GOMAXPROCS); MaxWaitingPerNamespace bounds one namespace's
+	// requests waiting for a slot.
+	MaxConcurrentEvaluations int
+	MaxWaitingPerNamespace   int
 }
 
 func defaultAdmission() AdmissionConfig {
@@ -48,6 +53,8 @@ func defaultAdmission() AdmissionConfig {
 		ConfigName:  admission.ConfigName,
 		CertSource:  string(certs.SourceSelf),
 		CertSecret:  "portal-webhook-cert",
+
+		MaxWaitingPerNamespace: admission.DefaultMaxWaitingPerNamespace,
 	}
 }
 
@@ -141,6 +148,9 @@ func (l *admissionLayer) Setup(d Deps) error {
 		RulesLoaded: d.RulesLoaded,
 		FailOpen:    l.cfg.FailOpen,
 		Verdicts:    d.Verdicts,
+
+		MaxConcurrentEvaluations: l.cfg.MaxConcurrentEvaluations,
+		MaxWaitingPerNamespace:   l.cfg.MaxWaitingPerNamespace,
 	})
 	if err != nil {
 		return err
@@ -198,9 +208,17 @@ func (*admissionLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.BoolVar(&a.FailOpen, "fail-open", a.FailOpen, "failurePolicy Ignore: admit requests when Portal is unreachable (default: fail closed)")
 	f.StringVar(&a.ClientCAFile, "webhook-client-ca-file", a.ClientCAFile, "accept only webhook clients presenting a certificate signed by a CA in this PEM file, re-read when it changes: the API server, configured with an AdmissionConfiguration kubeConfigFile; empty accepts any client")
 	f.StringSliceVar(&a.ClientAllowedNames, "webhook-client-allowed-names", a.ClientAllowedNames, "with --webhook-client-ca-file, also require the client certificate's common name or a DNS name to be one of these")
+	f.IntVar(&a.MaxConcurrentEvaluations, "webhook-max-concurrent-evaluations", a.MaxConcurrentEvaluations, "admission requests evaluated at once; the others wait, queued per namespace and served round-robin, until their deadline (0: twice GOMAXPROCS)")
+	f.IntVar(&a.MaxWaitingPerNamespace, "webhook-max-waiting-per-namespace", a.MaxWaitingPerNamespace, "admission requests of one namespace that may wait for an evaluation slot; more are answered 429 at once")
 }
 
 func (*admissionLayer) CheckFlags(cfg *Config) error {
+	if cfg.Admission.MaxConcurrentEvaluations < 0 {
+		return errors.New("--webhook-max-concurrent-evaluations must not be negative (0: twice GOMAXPROCS)")
+	}
+	if cfg.Admission.MaxWaitingPerNamespace < 1 {
+		return errors.New("--webhook-max-waiting-per-namespace must be at least 1")
+	}
 	if len(cfg.Admission.ClientAllowedNames) > 0 && cfg.Admission.ClientCAFile == "" {
 		return errors.New("--webhook-client-allowed-names needs --webhook-client-ca-file: names are only checked on certificates that CA signed")
 	}

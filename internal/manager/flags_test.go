@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -49,5 +50,27 @@ func TestLayerCheckFlagsNamesTheFlag(t *testing.T) {
 	err := (&networkLayer{}).CheckFlags(&cfg)
 	if err == nil || err.Error() != "--network-workers 0 must be positive" {
 		t.Errorf("network-workers 0: %v", err)
+	}
+}
+
+// TestAdmissionSlotFlags: the evaluation slot flags default to Portal's
+// defaults and refuse values that would leave no slot or no queue.
+func TestAdmissionSlotFlags(t *testing.T) {
+	cfg := Defaults()
+	if err := (&admissionLayer{}).CheckFlags(&cfg); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, tc := range []struct {
+		set  func(*AdmissionConfig)
+		flag string
+	}{
+		{func(a *AdmissionConfig) { a.MaxConcurrentEvaluations = -1 }, "--webhook-max-concurrent-evaluations"},
+		{func(a *AdmissionConfig) { a.MaxWaitingPerNamespace = 0 }, "--webhook-max-waiting-per-namespace"},
+	} {
+		cfg := Defaults()
+		tc.set(&cfg.Admission)
+		if err := (&admissionLayer{}).CheckFlags(&cfg); err == nil || !strings.HasPrefix(err.Error(), tc.flag) {
+			t.Errorf("%s: %v, want an error naming it", tc.flag, err)
+		}
 	}
 }
