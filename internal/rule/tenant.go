@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
-	"github.com/vilaca/portal/internal/core"
 )
 
 // A PortalRule is written by a tenant, who may be hostile. The kinds below
@@ -96,7 +95,7 @@ func (e *TenantKindError) Error() string {
 		return fmt.Sprintf("%s: PortalRules cannot match Secrets; a PortalClusterRule can", e.Field)
 	}
 	return fmt.Sprintf("%s: PortalRules cannot match %s, which controllers write at a high rate, unless Portal runs with --allow-tenant-kinds=%s; a PortalClusterRule can",
-		e.Field, core.GVK{Group: e.Kind.Group, Kind: e.Kind.Kind}, flagKind(e.Kind))
+		e.Field, flagKind(e.Kind), flagKind(e.Kind))
 }
 
 // Reason is the Ready condition's reason for the error.
