@@ -14,6 +14,7 @@ import (
 
 	"github.com/vilaca/portal/internal/flagalias"
 	"github.com/vilaca/portal/internal/manager"
+	"github.com/vilaca/portal/internal/rule"
 )
 
 func newRunCommand() *cobra.Command {
@@ -95,6 +96,9 @@ func checkManagerFlags(cfg *manager.Config) error {
 	if cfg.Lookup.MaxDependencies <= 0 || cfg.Lookup.CycleLimit <= 0 || cfg.Lookup.CycleWindow <= 0 {
 		return fmt.Errorf("--lookup-max-dependencies (%d), --lookup-cycle-limit (%d) and --lookup-cycle-window (%s) must be positive", cfg.Lookup.MaxDependencies, cfg.Lookup.CycleLimit, cfg.Lookup.CycleWindow)
 	}
+	if _, err := rule.ParseTenantKinds(cfg.AllowTenantKinds); err != nil {
+		return fmt.Errorf("--allow-tenant-kinds: %w", err)
+	}
 	if cfg.KubeAPIBurst < 0 {
 		return fmt.Errorf("--kube-api-burst %d is negative; use 0 for twice --kube-api-qps", cfg.KubeAPIBurst)
 	}
@@ -125,6 +129,8 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	// Rule evaluation budget (admission and audit).
 	f.Int64Var(&cfg.RuleBudget.Operations, "rule-max-operations", cfg.RuleBudget.Operations, "operations one rule evaluation may run (each operator, function call and loop iteration counts) before it ends in an error")
 	f.Int64Var(&cfg.RuleBudget.Bytes, "rule-max-bytes", cfg.RuleBudget.Bytes, "bytes of strings, arrays and maps one rule evaluation may build before it ends in an error")
+
+	f.StringSliceVar(&cfg.AllowTenantKinds, "allow-tenant-kinds", cfg.AllowTenantKinds, "kinds that controllers write at a high rate (Lease, Event, EndpointSlice, Endpoints, the review APIs) which PortalRules may match anyway, as Kind.group (Lease.coordination.k8s.io) or Kind for the core group; by default a PortalRule on one of them is refused, so no tenant puts those writes behind the webhook")
 
 	// Cross-resource lookups (cluster.* in rules).
 	lk := &cfg.Lookup

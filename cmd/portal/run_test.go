@@ -14,3 +14,15 @@ func TestRunWebhookClientNamesNeedCA(t *testing.T) {
 		t.Fatalf("exit %d: %v", code, err)
 	}
 }
+
+// TestRunAllowTenantKindsChecked: --allow-tenant-kinds takes only the kinds
+// PortalRules are refused, so a typo (or Secret, never allowed) is a usage
+// error instead of a flag that silently allows nothing.
+func TestRunAllowTenantKindsChecked(t *testing.T) {
+	for _, v := range []string{"Lease", "Secret", "Lease.coordination.k8s.io,ConfigMap"} {
+		_, err := runCLI(t, "", "run", "--allow-tenant-kinds="+v, "--kubeconfig=/nonexistent")
+		if code := exitCodeOf(err); code != exitUsage || err == nil || !strings.Contains(err.Error(), "--allow-tenant-kinds") {
+			t.Errorf("%s: exit %d: %v", v, code, err)
+		}
+	}
+}

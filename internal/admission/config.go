@@ -33,10 +33,13 @@ const (
 	// (PortalClusterRules, rule files) match, in every namespace but the
 	// excluded ones.
 	WebhookName = "validate.portal.io"
-	// NamespacedWebhookName names its webhook for the kinds only
-	// PortalRules match, limited to the namespaces of those rules, so one
-	// team's rule never puts other namespaces' writes on Portal's path.
-	// With no such kind its rules are empty: it intercepts nothing.
+	// NamespacedWebhookName names the first of its webhooks for the kinds
+	// only PortalRules match. Each of them admits the kinds of one group of
+	// namespaces whose PortalRules match the same kinds, in those
+	// namespaces only, so one team's rule never puts other namespaces'
+	// writes on Portal's path; the others are named
+	// namespaced-N.validate.portal.io (scope.go). With no such kind the
+	// first one's rules are empty: it intercepts nothing.
 	NamespacedWebhookName = "namespaced.validate.portal.io"
 	// FieldOwner is the server-side apply field manager.
 	FieldOwner = "portal"
@@ -68,6 +71,10 @@ type ServiceReference struct {
 type ConfigOptions struct {
 	// Client writes the configuration (server-side apply). Required.
 	Client client.Client
+	// Reader reads the live configuration, to find namespaced webhooks
+	// that are no longer needed; mgr.GetAPIReader(), so no informer caches
+	// every webhook configuration. Default Client.
+	Reader client.Reader
 	// Mapper resolves each kind to its resource (mgr.GetRESTMapper()).
 	// Required.
 	Mapper meta.RESTMapper
@@ -148,6 +155,9 @@ func NewConfigManager(o ConfigOptions) (*ConfigManager, error) {
 	if o.Name == "" {
 		o.Name = ConfigName
 	}
+	if o.Reader == nil {
+		o.Reader = o.Client
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -212,7 +222,12 @@ func (m *ConfigManager) Sync(ctx context.Context) (retry bool) {
 	}
 	m.waitingForCA = false
 	ws, unresolved := m.webhookRules()
-	cfg := m.desired(ws, ca)
+	stale, err := m.staleWebhooks(ctx, max(len(ws.namespaced), 1))
+	if err != nil {
+		m.o.Logger.Error("cannot apply the webhook configuration", "name", m.o.Name, "error", err, "retryIn", m.o.RetryInterval.String())
+		return true
+	}
+	cfg := m.desired(ws, stale, ca)
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		m.o.Logger.Error("cannot encode the webhook configuration", "error", err)
@@ -226,11 +241,31 @@ func (m *ConfigManager) Sync(ctx context.Context) (retry bool) {
 		m.o.Logger.Error("cannot apply the webhook configuration", "name", m.o.Name, "error", err, "retryIn", m.o.RetryInterval.String())
 		return true
 	}
+	if len(stale) > 0 {
+		if err := m.pruneWebhooks(ctx, stale); err != nil {
+			// The stale webhooks are empty now: they intercept nothing
+			// until the retry removes them.
+			m.o.Logger.Error("cannot remove namespaced webhooks no longer needed", "name", m.o.Name, "error", err, "retryIn", m.o.RetryInterval.String())
+			return true
+		}
+	}
 	m.last = data
-	m.o.Logger.Info("webhook configuration applied", "name", m.o.Name, "resources", describeRules(ws.cluster),
-		"namespacedResources", describeRules(ws.namespaced), "namespaces", ws.namespaces,
-		"failurePolicy", string(m.failurePolicy()))
+	m.logApplied(ws, stale)
 	return unresolved
+}
+
+func (m *ConfigManager) logApplied(ws webhookSet, removed []string) {
+	namespaces := 0
+	for _, w := range ws.namespaced {
+		namespaces += len(w.namespaces)
+	}
+	m.o.Logger.Info("webhook configuration applied", "name", m.o.Name, "resources", describeRules(ws.cluster),
+		"namespacedWebhooks", len(ws.namespaced), "tenantNamespaces", namespaces, "removedWebhooks", removed,
+		"failurePolicy", string(m.failurePolicy()))
+	if ws.merged > 0 {
+		m.o.Logger.Warn("PortalRules' namespaces match more distinct kind sets than there are namespaced webhooks: the smallest groups share the last one, which admits the union of their kinds in all of their namespaces",
+			"name", m.o.Name, "maxNamespacedWebhooks", MaxNamespacedWebhooks, "sharedGroups", ws.merged)
+	}
 }
 
 func (m *ConfigManager) failurePolicy() admissionregistrationv1.FailurePolicyType {
@@ -240,8 +275,9 @@ func (m *ConfigManager) failurePolicy() admissionregistrationv1.FailurePolicyTyp
 	return admissionregistrationv1.Fail
 }
 
-// desired is the whole configuration Portal owns.
-func (m *ConfigManager) desired(ws webhookSet, ca []byte) *arv1ac.ValidatingWebhookConfigurationApplyConfiguration {
+// desired is the whole configuration Portal owns; stale names namespaced
+// webhooks applied empty before they are removed.
+func (m *ConfigManager) desired(ws webhookSet, stale []string, ca []byte) *arv1ac.ValidatingWebhookConfigurationApplyConfiguration {
 	cc := func() *arv1ac.WebhookClientConfigApplyConfiguration {
 		cc := arv1ac.WebhookClientConfig().WithCABundle(ca...)
 		if s := m.o.Service; s != nil {
@@ -269,18 +305,23 @@ func (m *ConfigManager) desired(ws webhookSet, ca []byte) *arv1ac.ValidatingWebh
 			WithTimeoutSeconds(TimeoutSeconds).
 			WithAdmissionReviewVersions("v1")
 	}
-	// The namespaced webhook stays, with no rules, when no PortalRule needs
-	// it: removing it would leave behind the caBundle the certificate
-	// injector co-owns, a stub the API server rejects.
-	nsOp, nsValues := metav1.LabelSelectorOpIn, ws.namespaces
-	if len(nsValues) == 0 {
-		nsOp, nsValues = metav1.LabelSelectorOpNotIn, m.excluded()
+	webhooks := []*arv1ac.ValidatingWebhookApplyConfiguration{webhook(WebhookName, ws.cluster, metav1.LabelSelectorOpNotIn, m.excluded())}
+	for i, w := range ws.namespaced {
+		webhooks = append(webhooks, webhook(namespacedName(i), w.rules, metav1.LabelSelectorOpIn, w.namespaces))
+	}
+	// The first namespaced webhook stays, with no rules, when no PortalRule
+	// needs it: removing it would leave behind the caBundle the certificate
+	// injector co-owns, a stub the API server rejects (see staleWebhooks).
+	empty := stale
+	if len(ws.namespaced) == 0 {
+		empty = append([]string{NamespacedWebhookName}, stale...)
+	}
+	for _, name := range empty {
+		webhooks = append(webhooks, webhook(name, nil, metav1.LabelSelectorOpNotIn, m.excluded()))
 	}
 	return arv1ac.ValidatingWebhookConfiguration(m.o.Name).
 		WithLabels(map[string]string{"app.kubernetes.io/managed-by": "portal"}).
-		WithWebhooks(
-			webhook(WebhookName, ws.cluster, metav1.LabelSelectorOpNotIn, m.excluded()),
-			webhook(NamespacedWebhookName, ws.namespaced, nsOp, nsValues))
+		WithWebhooks(webhooks...)
 }
 
 // excluded lists the namespaces admission never sees, sorted.
@@ -292,24 +333,29 @@ func (m *ConfigManager) excluded() []string {
 // its name.
 const corev1NamespaceNameLabel = "kubernetes.io/metadata.name"
 
-// webhookSet is the webhook rules of the two webhooks: cluster for the kinds
-// a cluster-wide rule matches, namespaced for the others, admitted only in
-// namespaces (sorted, never an excluded one).
+// webhookSet is the webhook rules of the webhooks: cluster for the kinds a
+// cluster-wide rule matches, namespaced for the others, each admitted only
+// in its namespaces (never an excluded one).
 type webhookSet struct {
-	cluster, namespaced []*arv1ac.RuleWithOperationsApplyConfiguration
-	namespaces          []string
+	cluster    []*arv1ac.RuleWithOperationsApplyConfiguration
+	namespaced []nsWebhook
+	// merged counts the groups of namespaces that share the last namespaced
+	// webhook because of MaxNamespacedWebhooks.
+	merged int
 }
 
 // gv is a group and version of webhook rules; version "*" for any.
 type gv struct{ group, version string }
 
 // webhookRules maps the admission rules' kinds to webhook rules, one per
-// group and version, in a stable order. Kinds the mapper cannot resolve are
-// logged once and left out; unresolved reports whether there were any.
+// group and version, in a stable order: those of cluster-wide rules for every
+// namespace, those of PortalRules for their own namespaces only. Kinds the
+// mapper cannot resolve are logged once and left out; unresolved reports
+// whether there were any.
 func (m *ConfigManager) webhookRules() (ws webhookSet, unresolved bool) {
-	cluster, namespaced := map[gv]map[string]bool{}, map[gv]map[string]bool{}
+	cluster := map[gv]map[string]bool{}
+	perNS := map[string]map[gv]map[string]bool{}
 	excluded := m.excluded()
-	namespaces := map[string]bool{}
 	seen := map[core.GVK]bool{}
 	for g, nss := range m.o.Rules.GVKNamespaces(core.ModeAdmission) {
 		seen[g] = true
@@ -327,37 +373,36 @@ func (m *ConfigManager) webhookRules() (ws webhookSet, unresolved bool) {
 			delete(m.unresolved, g)
 			m.o.Logger.Info("admission rule kind resolved", "kind", g.String(), "resources", resources)
 		}
-		byGV := cluster
-		if nss != nil {
-			nss = slices.DeleteFunc(slices.Clone(nss), func(ns string) bool { _, found := slices.BinarySearch(excluded, ns); return found })
-			if len(nss) == 0 {
+		k := gv{g.Group, cmp.Or(g.Version, "*")}
+		if nss == nil {
+			addResources(cluster, k, resources)
+			continue
+		}
+		for _, ns := range nss {
+			if _, found := slices.BinarySearch(excluded, ns); found {
 				continue
 			}
-			byGV = namespaced
-			for _, ns := range nss {
-				namespaces[ns] = true
+			if perNS[ns] == nil {
+				perNS[ns] = map[gv]map[string]bool{}
 			}
-		}
-		k := gv{g.Group, g.Version}
-		if k.version == "" {
-			k.version = "*"
-		}
-		if byGV[k] == nil {
-			byGV[k] = map[string]bool{}
-		}
-		for _, r := range resources {
-			byGV[k][r] = true
+			addResources(perNS[ns], k, resources)
 		}
 	}
 	maps.DeleteFunc(m.unresolved, func(g core.GVK, _ bool) bool { return !seen[g] })
 	ws.cluster = ruleList(cluster, nil, admissionregistrationv1.AllScopes)
 	// PortalRules never match cluster-scoped objects, which a namespace
 	// selector would not filter.
-	ws.namespaced = ruleList(namespaced, cluster, admissionregistrationv1.NamespacedScope)
-	if len(ws.namespaced) > 0 {
-		ws.namespaces = slices.Sorted(maps.Keys(namespaces))
-	}
+	ws.namespaced, ws.merged = groupNamespaces(perNS, cluster)
 	return ws, unresolved
+}
+
+func addResources(byGV map[gv]map[string]bool, k gv, resources []string) {
+	if byGV[k] == nil {
+		byGV[k] = map[string]bool{}
+	}
+	for _, r := range resources {
+		byGV[k][r] = true
+	}
 }
 
 // ruleList turns resources by group and version into webhook rules in a

@@ -212,7 +212,7 @@ func startPortal(o portalOptions) (*portal, error) {
 		return nil, err
 	}
 	p.config, err = admission.NewConfigManager(admission.ConfigOptions{
-		Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Rules: o.rules, Name: o.name,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(), Rules: o.rules, Name: o.name,
 		Namespace: portalNamespace, URL: admission.LocalURL(port), CABundle: env.cert.CABundle,
 		RulesLoaded: loaded, Logger: log, RetryInterval: 200 * time.Millisecond,
 	})

@@ -469,6 +469,7 @@ func (r *Rule) verdict(ctx context.Context, env core.Env, ref core.ResourceRef, 
 		res.Container, res.ContainerType = c.Name, c.Type
 	}
 	v, err := r.program.EvalShared(ctx, env, acct)
+	env, v, err = forPrinting(env, v, err) // a Secret's values never reach a message
 	switch b, isBool := v.(bool); {
 	case err != nil:
 		// An error can quote the value it failed on (a megabyte string

@@ -162,6 +162,7 @@ func (l *admissionLayer) Setup(d Deps) error {
 	}
 	co := admission.ConfigOptions{
 		Client:      mgr.GetClient(),
+		Reader:      mgr.GetAPIReader(),
 		Mapper:      mgr.GetRESTMapper(),
 		Rules:       d.Engine,
 		Name:        l.cfg.ConfigName,

@@ -87,6 +87,10 @@ type Config struct {
 	// operations it may run and the bytes it may build.
 	RuleBudget exprlang.Limits
 
+	// AllowTenantKinds lists the rule.HighRateKinds PortalRules may match,
+	// as Kind.group (--allow-tenant-kinds); by default they may match none.
+	AllowTenantKinds []string
+
 	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
 	Audit     AuditConfig
@@ -303,6 +307,11 @@ func setupRuleLoading(mgr ctrl.Manager, cfg *Config, d Deps, lk *lookups, loaded
 	eng, index, reg, log := d.Engine, d.Rules, d.Registerer, d.Logger
 	ruleMetrics := rule.NewMetrics(reg)
 	loader := rule.NewCRLoader(mgr.GetCache(), eng, index, log, ruleMetrics)
+	tenantKinds, err := rule.ParseTenantKinds(cfg.AllowTenantKinds)
+	if err != nil {
+		return fmt.Errorf("allowed tenant kinds: %w", err)
+	}
+	loader.AllowTenantKinds(tenantKinds)
 	if err := loader.SetupWithManager(mgr); err != nil {
 		return err
 	}

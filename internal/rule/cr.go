@@ -2,6 +2,7 @@ package rule
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,6 +40,9 @@ type LoadState struct {
 	Generation int64
 	// Error says why that generation was not loaded; empty when it was.
 	Error string
+	// Reason is the Ready condition's reason when Error is set: empty for
+	// InvalidRule, or a more telling one (SecretNotAllowed).
+	Reason string
 	// ActiveGeneration is the generation being enforced: Generation when it
 	// loaded, an earlier good one when it did not, 0 when none is.
 	ActiveGeneration int64
@@ -61,7 +66,10 @@ type CRLoader struct {
 
 	mu     sync.Mutex
 	states map[string]LoadState
-	active map[string][]*engine.Rule
+	// allowTenant lists the HighRateKinds PortalRules may match
+	// (--allow-tenant-kinds).
+	allowTenant []schema.GroupKind
+	active      map[string][]*engine.Rule
 	// changed tells the status reconciler of each kind that a state moved.
 	changed map[string]chan event.GenericEvent
 }
@@ -81,6 +89,21 @@ func NewCRLoader(c client.Reader, comp Compiler, index *Index, log *slog.Logger,
 
 func crKey(kind, namespace, name string) string {
 	return fmt.Sprintf("cr:%s/%s/%s", kind, namespace, name)
+}
+
+// AllowTenantKinds lets PortalRules match these kinds of HighRateKinds
+// (--allow-tenant-kinds); call it before the manager starts. Secrets are
+// never allowed.
+func (l *CRLoader) AllowTenantKinds(kinds []schema.GroupKind) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.allowTenant = slices.Clone(kinds)
+}
+
+func (l *CRLoader) allowedTenantKinds() []schema.GroupKind {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.allowTenant
 }
 
 // State returns the load state of one object.
@@ -128,6 +151,9 @@ func (l *CRLoader) reconcile(ctx context.Context, kind string, req ctrl.Request)
 	st := LoadState{Generation: obj.GetGeneration(), ActiveGeneration: prev.ActiveGeneration, LoadedAt: prev.LoadedAt, ActiveOn: prev.ActiveOn}
 	if err != nil {
 		st.Error = err.Error()
+		if te, ok := errors.AsType[*TenantKindError](err); ok {
+			st.Reason = te.Reason()
+		}
 	} else {
 		st.ActiveGeneration, st.LoadedAt = obj.GetGeneration(), metav1.Now()
 		st.ActiveOn = nil
@@ -154,6 +180,11 @@ func (l *CRLoader) reconcile(ctx context.Context, kind string, req ctrl.Request)
 
 func (l *CRLoader) compile(obj policyv1alpha1.RuleObject, src core.Source) (*engine.Rule, error) {
 	r, err := FromSpec(obj.GetRuleSpec(), obj.GetName(), src)
+	if src.Kind == KindNamespaced {
+		if errs := checkTenantKinds(obj.GetRuleSpec().Match, l.allowedTenantKinds()); len(errs) > 0 {
+			err = errors.Join(append([]error{err}, errs...)...)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -8,10 +8,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,7 +46,7 @@ func cluster(t *testing.T) {
 // shared API server.
 func startControllers(cl *devcluster.Cluster) (func() error, error) {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme, apiextensionsv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, err
 		}
@@ -56,6 +58,7 @@ func startControllers(cl *devcluster.Cluster) (func() error, error) {
 	eng := engine.New(exprlang.New())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	loader := rule.NewCRLoader(mgr.GetCache(), eng, rule.NewIndex(eng), log, rule.NewMetrics(nil))
+	loader.AllowTenantKinds([]schema.GroupKind{allowedTenantKind})
 	if err := loader.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package rule
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -140,12 +141,13 @@ func (s *StatusReconciler) event(key string, obj policyv1alpha1.RuleObject, cond
 
 func readyCondition(st LoadState) metav1.Condition {
 	c := metav1.Condition{Type: policyv1alpha1.ConditionReady, ObservedGeneration: st.Generation}
+	invalid := cmp.Or(st.Reason, policyv1alpha1.ReasonInvalidRule)
 	switch {
 	case st.Error != "" && st.ActiveGeneration > 0:
-		c.Status, c.Reason = metav1.ConditionFalse, policyv1alpha1.ReasonInvalidRule
+		c.Status, c.Reason = metav1.ConditionFalse, invalid
 		c.Message = fmt.Sprintf("generation %d not loaded: %s; generation %d stays active", st.Generation, st.Error, st.ActiveGeneration)
 	case st.Error != "":
-		c.Status, c.Reason = metav1.ConditionFalse, policyv1alpha1.ReasonInvalidRule
+		c.Status, c.Reason = metav1.ConditionFalse, invalid
 		c.Message = fmt.Sprintf("not loaded: %s", st.Error)
 	case len(st.ActiveOn) == 0:
 		c.Status, c.Reason = metav1.ConditionTrue, policyv1alpha1.ReasonDisabled

@@ -279,6 +279,13 @@ const (
 	ReasonLoaded      = "Loaded"
 	ReasonInvalidRule = "InvalidRule"
 	ReasonDisabled    = "Disabled"
+	// ReasonSecretNotAllowed: a PortalRule matches Secrets, which only a
+	// PortalClusterRule may.
+	ReasonSecretNotAllowed = "SecretNotAllowed"
+	// ReasonHighRateKindNotAllowed: a PortalRule matches a kind
+	// controllers write at a high rate (Lease, Event, EndpointSlice, the
+	// review APIs), which Portal's --allow-tenant-kinds does not list.
+	ReasonHighRateKindNotAllowed = "HighRateKindNotAllowed"
 
 	ConditionBudgetExceeded = "BudgetExceeded"
 
@@ -365,6 +372,12 @@ type PortalRule struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// Spec is the rule, in the rule schema of PortalClusterRule. A
+	// PortalRule cannot match Secrets (a PortalClusterRule can): whoever
+	// may write PortalRules in a namespace would otherwise learn from their
+	// verdicts a bit of every Secret written there, without the right to
+	// read Secrets.
+	// +kubebuilder:validation:XValidation:rule="!self.match.gvk.exists(g, (!has(g.group) || g.group == '') && g.kind == 'Secret')",message="PortalRules cannot match Secrets; a PortalClusterRule can",fieldPath=".match.gvk"
 	Spec   RuleSpec   `json:"spec"`
 	Status RuleStatus `json:"status,omitempty"`
 }

@@ -1,0 +1,121 @@
+package rule
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+)
+
+// A PortalRule is written by a tenant, who may be hostile. The kinds below
+// are ones a tenant's rule must not reach by default; PortalClusterRules and
+// rule files, written by the platform team, may match all of them.
+
+// secretKind is the kind a PortalRule can never match: whoever may write
+// PortalRules in a namespace would learn, from which writes are denied (or
+// which budget ran out), a bit of every Secret written there per rule, without
+// the right to read Secrets. The CRD refuses it too; this covers rules that
+// reach the loader some other way (an API server without CEL validation, a
+// CRD not yet upgraded).
+var secretKind = schema.GroupKind{Kind: "Secret"}
+
+// HighRateKinds are the kinds controllers write many times a second
+// cluster-wide (leader-election renewals, events, endpoint updates) or that
+// every authenticated request may create (the review APIs). A tenant's rule
+// on one of them would put every such write in its namespace behind Portal's
+// fail-closed webhook and its evaluation budget, so PortalRules may only
+// match them when the operator allows it with --allow-tenant-kinds. This is
+// the one list of them; docs/reference/cli.md describes it.
+var HighRateKinds = []schema.GroupKind{
+	{Group: "coordination.k8s.io", Kind: "Lease"},
+	{Group: "", Kind: "Event"},
+	{Group: "events.k8s.io", Kind: "Event"},
+	{Group: "discovery.k8s.io", Kind: "EndpointSlice"},
+	{Group: "", Kind: "Endpoints"},
+	{Group: "authentication.k8s.io", Kind: "TokenReview"},
+	{Group: "authentication.k8s.io", Kind: "SelfSubjectReview"},
+	{Group: "authorization.k8s.io", Kind: "SubjectAccessReview"},
+	{Group: "authorization.k8s.io", Kind: "LocalSubjectAccessReview"},
+	{Group: "authorization.k8s.io", Kind: "SelfSubjectAccessReview"},
+	{Group: "authorization.k8s.io", Kind: "SelfSubjectRulesReview"},
+}
+
+// ParseTenantKinds reads the values of --allow-tenant-kinds, each Kind.group
+// ("Lease.coordination.k8s.io") or a core Kind ("Event"). Only kinds of
+// HighRateKinds may be named: any other is already allowed, and a typo must
+// not pass silently.
+func ParseTenantKinds(values []string) ([]schema.GroupKind, error) {
+	var out []schema.GroupKind
+	var errs []error
+	for _, v := range values {
+		gk := schema.ParseGroupKind(strings.TrimSpace(v))
+		switch {
+		case gk == secretKind:
+			errs = append(errs, fmt.Errorf("%q: PortalRules can never match Secrets; use a PortalClusterRule", v))
+		case !slices.Contains(HighRateKinds, gk):
+			errs = append(errs, fmt.Errorf("%q is not one of the kinds PortalRules are refused (%s)", v, describeKinds(HighRateKinds)))
+		case !slices.Contains(out, gk):
+			out = append(out, gk)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// describeKinds lists kinds as the flag takes them.
+func describeKinds(kinds []schema.GroupKind) string {
+	s := make([]string, len(kinds))
+	for i, gk := range kinds {
+		s[i] = flagKind(gk)
+	}
+	return strings.Join(s, ", ")
+}
+
+// flagKind writes a kind as --allow-tenant-kinds takes it.
+func flagKind(gk schema.GroupKind) string {
+	if gk.Group == "" {
+		return gk.Kind
+	}
+	return gk.Kind + "." + gk.Group
+}
+
+// TenantKindError is a PortalRule matching a kind tenants may not match.
+// Its Reason goes into the Ready condition, so `kubectl get` shows what to
+// fix without reading the message.
+type TenantKindError struct {
+	Field string
+	Kind  schema.GroupKind
+}
+
+func (e *TenantKindError) Error() string {
+	if e.Kind == secretKind {
+		return fmt.Sprintf("%s: PortalRules cannot match Secrets; a PortalClusterRule can", e.Field)
+	}
+	return fmt.Sprintf("%s: PortalRules cannot match %s, which controllers write at a high rate, unless Portal runs with --allow-tenant-kinds=%s; a PortalClusterRule can",
+		e.Field, flagKind(e.Kind), flagKind(e.Kind))
+}
+
+// Reason is the Ready condition's reason for the error.
+func (e *TenantKindError) Reason() string {
+	if e.Kind == secretKind {
+		return policyv1alpha1.ReasonSecretNotAllowed
+	}
+	return policyv1alpha1.ReasonHighRateKindNotAllowed
+}
+
+// checkTenantKinds refuses the kinds of a PortalRule's match that tenants may
+// not match: Secrets always, HighRateKinds unless allowed lists them.
+func checkTenantKinds(m policyv1alpha1.Match, allowed []schema.GroupKind) []error {
+	var errs []error
+	for i, g := range m.GVK {
+		gk := schema.GroupKind{Group: g.Group, Kind: g.Kind}
+		if gk == secretKind || (slices.Contains(HighRateKinds, gk) && !slices.Contains(allowed, gk)) {
+			field := fmt.Sprintf("match.gvk[%d]", i)
+			errs = append(errs, &FieldError{Field: field, Err: &TenantKindError{Field: field, Kind: gk}})
+		}
+	}
+	return errs
+}
