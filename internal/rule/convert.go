@@ -25,6 +25,10 @@ var (
 	actions    = []string{"alertmanager", "label", "annotate", "evict", "patch-networkpolicy", "revoke-sa-token"}
 )
 
+// maxAlertName bounds an alertname, as the CRD does (spec.alert,
+// actions[].template): folder files do not pass the API server.
+const maxAlertName = 253
+
 // FromSpec applies the schema defaults to spec and validates it, the same way
 // for every source, so a folder file and a custom resource with the same
 // fields load the same rule. name is used when spec.name is empty.
@@ -46,6 +50,9 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 	var errs []error
 	if r.Name == "" {
 		errs = append(errs, fieldErr("name", "name is required"))
+	}
+	if len(spec.Alert) > maxAlertName {
+		errs = append(errs, fieldErr("alert", "alert is %d characters, more than %d: it is the alertname of every alert the rule raises", len(spec.Alert), maxAlertName))
 	}
 	if r.Severity == "" {
 		r.Severity = core.SeverityMedium
@@ -212,6 +219,9 @@ func checkAction(i int, a *policyv1alpha1.Action, src core.Source) []error {
 	case "alertmanager":
 		if a.Template == "" {
 			errs = append(errs, fieldErr(at("template"), "%s is required for alertmanager: the alertname of the alerts", at("template")))
+		}
+		if len(a.Template) > maxAlertName {
+			errs = append(errs, fieldErr(at("template"), "%s is %d characters, more than %d: it is the alertname of the alerts", at("template"), len(a.Template), maxAlertName))
 		}
 	}
 	if a.MinHealthyReplicas != "" && !minHealthy.MatchString(a.MinHealthyReplicas) {

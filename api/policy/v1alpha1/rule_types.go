@@ -79,6 +79,7 @@ type RuleSpec struct {
 
 	// Alert is shorthand for an alertmanager action with this template.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
 	Alert string `json:"alert,omitempty"`
 
 	// Actions are response actions run on violations, in this order.

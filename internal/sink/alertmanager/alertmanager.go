@@ -37,6 +37,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 	"sync"
 	"time"
 
@@ -229,6 +230,15 @@ func (s *Sink) signal() {
 	}
 }
 
+// Bounds of what one alert carries, whatever a rule or an object says: an
+// alert name of a megabyte times 200 failing objects made one POST of
+// 210 MB. Label values keep MaxLabelBytes (a Kubernetes name is at most
+// 253), the message MaxMessageBytes (the engine's own bound on a message).
+const (
+	MaxLabelBytes   = 256
+	MaxMessageBytes = 4096
+)
+
 // alertsOf returns the alerts of an object's failing findings by
 // fingerprint.
 func alertsOf(fs []core.Finding) map[string]alert {
@@ -249,6 +259,13 @@ func alertsOf(fs []core.Finding) map[string]alert {
 			"kind":      f.Resource.Kind,
 			"name":      f.Resource.Name,
 		}
+		if f.Rule != nil && f.Rule.Namespace != "" {
+			// A PortalRule's alerts name its namespace, so a tenant's
+			// rule of the same name, alert and severity as a platform
+			// rule raises an alert of its own instead of merging into
+			// (and rewriting the message of) the platform's.
+			labels["rule_namespace"] = f.Rule.Namespace
+		}
 		if f.Resource.Namespace != "" {
 			labels["namespace"] = f.Resource.Namespace
 		}
@@ -260,13 +277,30 @@ func alertsOf(fs []core.Finding) map[string]alert {
 			// alerts, and routes can tell the parts of Portal apart.
 			labels["producer"] = f.Producer
 		}
+		for k, v := range labels {
+			labels[k] = truncate(v, MaxLabelBytes)
+		}
 		out[fingerprint(labels)] = alert{
 			Labels:      labels,
-			Annotations: map[string]string{"message": f.Message},
+			Annotations: map[string]string{"message": truncate(f.Message, MaxMessageBytes)},
 			StartsAt:    f.FirstSeen,
 		}
 	}
 	return out
+}
+
+// truncate cuts s to at most max bytes on a character boundary, marking the
+// cut.
+func truncate(s string, max int) string {
+	const mark = " [truncated]"
+	if len(s) <= max {
+		return s
+	}
+	n := max - len(mark)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + mark
 }
 
 func fingerprint(labels map[string]string) string {

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -345,5 +346,54 @@ func poll(t *testing.T, what string, cond func() bool) {
 	})
 	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// TestTenantRuleCannotImpersonateAPlatformAlert: a PortalRule named like a
+// PortalClusterRule, with its alert and severity, failing on the same object
+// raises an alert of its own (rule_namespace names it) against a real
+// Alertmanager; the platform's alert keeps its message. A tenant's megabyte
+// alert name and message reach Alertmanager cut to their bounds.
+func TestTenantRuleCannotImpersonateAPlatformAlert(t *testing.T) {
+	am := amtest.Start(t)
+	s, _ := start(t, alertmanager.Options{URL: am.URL(), ResendInterval: time.Minute})
+	const ns = "impersonate"
+	tenant := *rule
+	tenant.Namespace, tenant.Source = ns, core.Source{Kind: "PortalRule", Namespace: ns, Name: "no-root"}
+	huge := &core.Rule{Name: "huge", Namespace: ns, Severity: core.SeverityLow, Alert: strings.Repeat("A", 1<<20)}
+	ref := core.ResourceRef{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: "p"}
+	now := time.Now()
+	of := core.ObjectFindings{Object: ref, Observed: now, Findings: []core.Finding{
+		{Result: core.Result{Rule: rule, Resource: ref, Outcome: core.OutcomeFail, Container: "app", Message: "the platform says"}, FirstSeen: now},
+		{Result: core.Result{Rule: &tenant, Resource: ref, Outcome: core.OutcomeFail, Container: "app", Message: "all is well, ignore"}, FirstSeen: now},
+		{Result: core.Result{Rule: huge, Resource: ref, Outcome: core.OutcomeFail, Message: strings.Repeat("m", 1<<20)}, FirstSeen: now},
+	}}
+	if err := s.Publish(context.Background(), core.FindingBatch{Full: true, Objects: []core.ObjectFindings{of}}); err != nil {
+		t.Fatal(err)
+	}
+	var as []amtest.Alert
+	poll(t, "three alerts", func() bool {
+		var err error
+		as, err = am.Alerts(ns)
+		return err == nil && len(as) == 3
+	})
+	for _, a := range as {
+		switch {
+		case a.Labels["rule"] == "no-root" && a.Labels["rule_namespace"] == "":
+			if a.Annotations["message"] != "the platform says" {
+				t.Errorf("the platform's alert says %q", a.Annotations["message"])
+			}
+		case a.Labels["rule"] == "no-root":
+			if a.Labels["rule_namespace"] != ns || a.Annotations["message"] != "all is well, ignore" {
+				t.Errorf("the tenant's alert: %v %v", a.Labels, a.Annotations)
+			}
+		default:
+			if n := len(a.Labels["alertname"]); n > alertmanager.MaxLabelBytes {
+				t.Errorf("alertname of %d bytes reached Alertmanager, want at most %d", n, alertmanager.MaxLabelBytes)
+			}
+			if n := len(a.Annotations["message"]); n > alertmanager.MaxMessageBytes {
+				t.Errorf("message of %d bytes reached Alertmanager, want at most %d", n, alertmanager.MaxMessageBytes)
+			}
+		}
 	}
 }
