@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -231,4 +232,39 @@ func TestOpenReports(t *testing.T) {
 		_, err := openReport()
 		return apierrors.IsNotFound(err), nil
 	})
+}
+
+// TestFakeReportsAreNotAdopted: a tenant who may create PolicyReports labels
+// two in its namespace as Portal's before Portal starts: one numbered shard
+// 10,000,000 (the leader allocated 403 MiB adopting it, and a larger number
+// ran it out of memory) and one listing an object of another namespace (it
+// moved that namespace's finding into shard 3). Portal adopts neither: its
+// heap stays small, and the victim's finding is in the victim's first report.
+func TestFakeReportsAreNotAdopted(t *testing.T) {
+	c := cluster(t)
+	tenant := namespace(t, c, "fake-reports")
+	victim := namespace(t, c, "fake-victim")
+	fake := func(name, shard string, subjectNS string) *reportsv1alpha2.PolicyReport {
+		return &reportsv1alpha2.PolicyReport{
+			ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: name, Labels: map[string]string{
+				policyreport.LabelManagedBy: policyreport.ManagedBy, policyreport.LabelShard: shard}},
+			Results: []reportsv1alpha2.PolicyReportResult{{Policy: "audit-privileged", Result: "fail",
+				Resources: []corev1.ObjectReference{{APIVersion: "v1", Kind: "Pod", Namespace: subjectNS, Name: "p"}}}},
+		}
+	}
+	create(t, c, fake("portal-10000000", "10000000", tenant), fake("portal-3", "3", victim), pod(victim, "p", true, nil))
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	startInstance(t, instanceOptions{rules: podRule("audit-privileged", victim, privileged, "container {{ container.name }} is privileged")})
+	st := waitReport(t, c, victim, "the victim's finding reported", func(st reportState) bool { return st.has("audit-privileged/p/c") })
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 200<<20 {
+		t.Errorf("Portal allocated %d MiB starting up beside the fake reports, want far less than the 403 MiB the fake shard costs", grew>>20)
+	}
+	for _, r := range st.reports {
+		if r.Name != policyreport.ReportName {
+			t.Errorf("the victim's finding is in report %s, want %s: a fake report in %s placed it", r.Name, policyreport.ReportName, tenant)
+		}
+	}
 }

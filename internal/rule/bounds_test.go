@@ -61,3 +61,31 @@ func TestOversizedPatternIsRefusedAtLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleOnReportsIsRefused: a rule on the reports Portal writes its
+// findings to, whose message quotes what each write changes, made Portal
+// rewrite its report about 250 times a second, forever. The API server takes
+// the PortalRule; the loader refuses it, saying why.
+func TestRuleOnReportsIsRefused(t *testing.T) {
+	cluster(t)
+	ctx := context.Background()
+	const ns = "bounds-reports"
+	if err := env.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	pr := &policyv1alpha1.PortalRule{
+		ObjectMeta: metav1.ObjectMeta{Name: "report-loop", Namespace: ns},
+		Spec: policyv1alpha1.RuleSpec{
+			Match:   policyv1alpha1.Match{GVK: []policyv1alpha1.GroupVersionKind{{Group: "wgpolicyk8s.io", Kind: "PolicyReport"}}},
+			Rule:    "true",
+			Message: "rv {{ object.metadata.resourceVersion }}",
+		},
+	}
+	if err := env.client.Create(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the rule on reports refused in status", func() bool {
+		c, st := readyOf(t, env.client, pr)
+		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(st.ParseError, "is what Portal writes its findings to")
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
@@ -24,6 +25,17 @@ var (
 	enforce    = []core.EnforcementAction{core.ActionDeny, core.ActionWarn, core.ActionDryRun}
 	actions    = []string{"alertmanager", "label", "annotate", "evict", "patch-networkpolicy", "revoke-sa-token"}
 )
+
+// OutputKinds are the kinds Portal writes its findings to (the policy report
+// sink's formats). No rule may match them: a rule whose message quotes what a
+// report write changes (its resourceVersion) makes every write change the
+// finding, and so cause the next write, forever.
+var OutputKinds = []schema.GroupKind{
+	{Group: "wgpolicyk8s.io", Kind: "PolicyReport"},
+	{Group: "wgpolicyk8s.io", Kind: "ClusterPolicyReport"},
+	{Group: "openreports.io", Kind: "Report"},
+	{Group: "openreports.io", Kind: "ClusterReport"},
+}
 
 // maxAlertName bounds an alertname, as the CRD does (spec.alert,
 // actions[].template): folder files do not pass the API server.
@@ -104,6 +116,9 @@ func convertMatch(m policyv1alpha1.Match, errs []error) (core.Match, []error) {
 	for i, g := range m.GVK {
 		if g.Kind == "" {
 			errs = append(errs, fieldErr(fmt.Sprintf("match.gvk[%d]", i), "match.gvk[%d].kind is required", i))
+		}
+		if gk := (schema.GroupKind{Group: g.Group, Kind: g.Kind}); slices.Contains(OutputKinds, gk) {
+			errs = append(errs, fieldErr(fmt.Sprintf("match.gvk[%d]", i), "match.gvk[%d]: %s is what Portal writes its findings to; a rule on it would rewrite the report it is reported in", i, flagKind(gk)))
 		}
 		out.GVKs = append(out.GVKs, core.GVK{Group: g.Group, Version: g.Version, Kind: g.Kind})
 	}

@@ -123,6 +123,8 @@ spec:
   rule: 'true'
 `, []string{`r.yaml:5:22: enforcementAction "block"`, `r.yaml:6:52: match.operations[1]: "PATCH"`}},
 		{"wrong type", "name: a\nmatch: {gvk: {kind: Pod}}\nrule: 'true'\n", []string{"r.yaml:2:14: "}},
+		{"a rule on Portal's own reports", "name: a\nmatch: {gvk: [{group: wgpolicyk8s.io, kind: PolicyReport}]}\nrule: 'true'\n",
+			[]string{"match.gvk[0]: PolicyReport.wgpolicyk8s.io is what Portal writes its findings to"}},
 		{"alert past its bound", "name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\nalert: " + strings.Repeat("A", 300) + "\n",
 			[]string{"alert is 300 characters, more than 253"}},
 		{"expression, plain scalar", "name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: object.spec.x == = 1\n", []string{"r.yaml:3:24: "}},

@@ -2,13 +2,16 @@ package policyreport
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/vilaca/portal/internal/core"
+	portalrule "github.com/vilaca/portal/internal/rule"
 )
 
 var rule = &core.Rule{Name: "r", Severity: core.SeverityHigh, Source: core.Source{Kind: "PortalClusterRule", Name: "r"}}
@@ -103,5 +106,18 @@ func TestReportBytesBounded(t *testing.T) {
 	r, _ := renderObject(objectFindings("p", 1, long))
 	if n := len(r[0].Message); n > MaxMessageBytes || !strings.HasSuffix(r[0].Message, "[truncated]") {
 		t.Errorf("message of %d bytes, want cut to %d", n, MaxMessageBytes)
+	}
+}
+
+// TestRulesCannotMatchTheReportKinds: every kind a report format writes is
+// one the rule loader refuses to match (rule.OutputKinds), so a new format
+// cannot reopen the report write loop.
+func TestRulesCannotMatchTheReportKinds(t *testing.T) {
+	for _, f := range formats {
+		for _, kind := range []string{f.namespaced, f.clusterKind} {
+			if gk := (schema.GroupKind{Group: f.gv.Group, Kind: kind}); !slices.Contains(portalrule.OutputKinds, gk) {
+				t.Errorf("%s is written by the %s format but not in rule.OutputKinds", gk, f.name)
+			}
+		}
 	}
 }

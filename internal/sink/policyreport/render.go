@@ -117,7 +117,7 @@ func reportName(i int) string {
 // shardOf returns the shard number of a report Portal wrote, from its label.
 func shardOf(u *unstructured.Unstructured) (int, bool) {
 	n, err := strconv.Atoi(u.GetLabels()[LabelShard])
-	if err != nil || n < 0 || reportName(n) != u.GetName() {
+	if err != nil || n < 0 || n >= MaxShards || reportName(n) != u.GetName() {
 		return 0, false
 	}
 	return n, true
