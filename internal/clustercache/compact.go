@@ -178,10 +178,10 @@ const deflateLevel = 2
 // never read.
 const maxDictionary = 32 << 10
 
-// dictionary is the preset deflate dictionary of one cached resource: the
-// JSON of the first object its informer caches. Objects of one kind share
-// most keys and many values, so against it a pod deflates to ~100 bytes
-// instead of ~1 KB. It is set once and never changed, as each object
+// dictionary is a preset deflate dictionary of one cached resource: the
+// JSON of one of its objects, chosen by the chooser. Objects of one kind
+// share most keys and many values, so against it a pod deflates to ~100
+// bytes instead of ~1 KB. It is set once and never changed, as each object
 // compressed with it needs the same bytes to be decompressed.
 type dictionary struct {
 	once sync.Once
@@ -344,8 +344,9 @@ func integral(v any) (integralFloat, bool) {
 // is logged here and cached with its error, which Decode reports.
 func compactTransform(log *slog.Logger, resource string) cache.TransformFunc {
 	// One transform per informer: the resource's objects share a
-	// dictionary, which lives as long as the cache holding them.
-	dict := new(dictionary)
+	// dictionary, chosen among samples of them (dictionary.go), which lives
+	// as long as the objects deflated with it.
+	dicts := newChooser()
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *Object:
@@ -354,7 +355,17 @@ func compactTransform(log *slog.Logger, resource string) cache.TransformFunc {
 			// replace the FIFO's content.
 			return o, nil
 		case *unstructured.Unstructured:
+			key := o.GetNamespace()
+			if key == "" {
+				key = "/" + o.GetName()
+			}
+			dict, sample := dicts.dictionary(key)
 			c := compact(o, dict)
+			if sample {
+				dicts.offer(key, o.Object)
+			} else if dict == dicts.none {
+				dicts.choose()
+			}
 			if c.err != nil {
 				log.Error("cluster cache: object not cached compact; reading it will fail", "resource", resource, "error", c.err)
 			}
