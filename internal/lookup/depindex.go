@@ -41,20 +41,45 @@ type scopeRead struct {
 }
 
 // DepIndex is the inverse index from what was read to the evaluations that
-// read it, bounded to a number of (evaluation, read) entries: past it the
-// least recently recorded entries are dropped, and the next event on the
-// dependent object itself, or the periodic resync, brings its finding up to
-// date. It is safe for concurrent use.
+// read it, bounded to a number of (evaluation, read) entries: past it an
+// entry is dropped, and the next event on the dependent object itself, or
+// the periodic resync, brings its finding up to date. It is safe for
+// concurrent use.
+//
+// The entries are counted per tenant (the rule's namespace, or for a
+// cluster rule the evaluated object's), and the one dropped is the least
+// recently recorded of the tenant holding the most: one namespace whose
+// rules read thousands of objects evicts its own entries, not every other
+// namespace's, once the index is full.
 type DepIndex struct {
-	mu     sync.Mutex
-	max    int
-	deps   map[Dependent]*depNode
-	objs   map[objRead]*readers
-	scopes map[scopeRead]*readers
-	// lru is a ring through a sentinel: lru.next is the newest entry.
-	lru     entry
+	mu      sync.Mutex
+	max     int
+	deps    map[Dependent]*depNode
+	objs    map[objRead]*readers
+	scopes  map[scopeRead]*readers
+	tenants map[string]*tenantEntries
+	// byCount holds the tenants by their number of entries, and most is
+	// the largest number, so the fullest tenant is found in constant time.
+	byCount map[int]map[*tenantEntries]struct{}
+	most    int
 	n       int
 	evicted uint64
+}
+
+// tenantEntries are one tenant's entries: lru is a ring through a
+// sentinel, lru.next the newest.
+type tenantEntries struct {
+	name string
+	lru  entry
+	n    int
+}
+
+// tenantOf is whose share an evaluation's reads count against.
+func tenantOf(dep Dependent) string {
+	if dep.Rule.Namespace != "" {
+		return dep.Rule.Namespace
+	}
+	return dep.Object.Namespace
 }
 
 // readers are the entries of one read object or scope. Most objects are read
@@ -109,6 +134,7 @@ func (r *readers) each(fn func(*depNode, *entry)) {
 
 type depNode struct {
 	dep     Dependent
+	tenant  *tenantEntries
 	entries []*entry
 }
 
@@ -130,9 +156,8 @@ func NewDepIndex(max int) *DepIndex {
 	if max <= 0 {
 		max = DefaultMaxDependencies
 	}
-	d := &DepIndex{max: max, deps: map[Dependent]*depNode{}, objs: map[objRead]*readers{}, scopes: map[scopeRead]*readers{}}
-	d.lru.next, d.lru.prev = &d.lru, &d.lru
-	return d
+	return &DepIndex{max: max, deps: map[Dependent]*depNode{}, objs: map[objRead]*readers{}, scopes: map[scopeRead]*readers{},
+		tenants: map[string]*tenantEntries{}, byCount: map[int]map[*tenantEntries]struct{}{}}
 }
 
 // Add records that dep read r.
@@ -141,7 +166,14 @@ func (d *DepIndex) Add(dep Dependent, r Read) {
 	defer d.mu.Unlock()
 	node := d.deps[dep]
 	if node == nil {
-		node = &depNode{dep: dep}
+		name := tenantOf(dep)
+		t := d.tenants[name]
+		if t == nil {
+			t = &tenantEntries{name: name}
+			t.lru.next, t.lru.prev = &t.lru, &t.lru
+			d.tenants[name] = t
+		}
+		node = &depNode{dep: dep, tenant: t}
 		d.deps[dep] = node
 	}
 	if r.Name != "" || r.Selector == nil {
@@ -182,27 +214,61 @@ func (d *DepIndex) Add(dep Dependent, r Read) {
 
 func (d *DepIndex) insert(e *entry) {
 	e.node.entries = append(e.node.entries, e)
-	e.prev, e.next = &d.lru, d.lru.next
-	d.lru.next.prev = e
-	d.lru.next = e
+	t := e.node.tenant
+	e.prev, e.next = &t.lru, t.lru.next
+	t.lru.next.prev = e
+	t.lru.next = e
+	d.count(t, +1)
 	d.n++
 	for d.n > d.max {
-		d.remove(d.lru.prev, true)
+		var fullest *tenantEntries
+		for t := range d.byCount[d.most] {
+			fullest = t
+			break
+		}
+		d.remove(fullest.lru.prev, true)
 		d.evicted++
 	}
 }
 
+// count moves t's number of entries by delta, keeping byCount and most.
+func (d *DepIndex) count(t *tenantEntries, delta int) {
+	if set := d.byCount[t.n]; set != nil {
+		delete(set, t)
+		if len(set) == 0 {
+			delete(d.byCount, t.n)
+			if t.n == d.most {
+				d.most += min(delta, 0)
+			}
+		}
+	}
+	t.n += delta
+	if t.n == 0 {
+		delete(d.tenants, t.name)
+		return
+	}
+	set := d.byCount[t.n]
+	if set == nil {
+		set = map[*tenantEntries]struct{}{}
+		d.byCount[t.n] = set
+	}
+	set[t] = struct{}{}
+	d.most = max(d.most, t.n)
+}
+
 func (d *DepIndex) touch(e *entry) {
+	t := e.node.tenant
 	e.prev.next, e.next.prev = e.next, e.prev
-	e.prev, e.next = &d.lru, d.lru.next
-	d.lru.next.prev = e
-	d.lru.next = e
+	e.prev, e.next = &t.lru, t.lru.next
+	t.lru.next.prev = e
+	t.lru.next = e
 }
 
 // remove unlinks e; unlinkNode also drops it from its node's entries.
 func (d *DepIndex) remove(e *entry, unlinkNode bool) {
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
+	d.count(e.node.tenant, -1)
 	d.n--
 	if e.isScope {
 		if m := d.scopes[e.scope()]; m != nil && m.del(e.node) {

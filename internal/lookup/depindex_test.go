@@ -57,3 +57,44 @@ func TestDepIndexSelectorsAndForget(t *testing.T) {
 		t.Errorf("after Forget: %v, Len %d", got, idx.Len())
 	}
 }
+
+// TestDepIndexIsFairAcrossNamespaces: a namespace whose rule reads thousands
+// of objects fills the index, and once it is full it evicts its own entries,
+// not the few another namespace's rule recorded (with one LRU for everyone,
+// those went first and that namespace's findings waited for the resync).
+func TestDepIndexIsFairAcrossNamespaces(t *testing.T) {
+	idx := lookup.NewDepIndex(100)
+	svc := schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	tenantDep := func(ns string, i int) lookup.Dependent {
+		return lookup.Dependent{Rule: lookup.RuleKey{Kind: "PortalRule", Namespace: ns, Name: "r"},
+			Object: lookup.ObjectKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, Namespace: ns, Name: fmt.Sprint("p", i)}}
+	}
+	for i := range 10 {
+		idx.Add(tenantDep("quiet", i), lookup.Read{GVR: svc, Namespace: "quiet", Name: fmt.Sprint("s", i)})
+	}
+	for i := range 5000 {
+		idx.Add(tenantDep("busy", i), lookup.Read{GVR: svc, Namespace: "busy", Name: fmt.Sprint("s", i)})
+	}
+	if idx.Len() != 100 {
+		t.Fatalf("Len %d, want the bound of 100", idx.Len())
+	}
+	for i := range 10 {
+		if got := idx.Affected(svc, "quiet", fmt.Sprint("s", i)); len(got) != 1 {
+			t.Fatalf("the quiet namespace's read s%d was evicted by the busy one's", i)
+		}
+	}
+	if got := idx.Affected(svc, "busy", "s4999"); len(got) != 1 {
+		t.Errorf("the busy namespace's newest read is gone")
+	}
+	// Entries removed as evaluations are forgotten leave the counts right:
+	// the busy namespace can grow again to what the quiet one leaves.
+	for i := range 10 {
+		idx.Forget(tenantDep("quiet", i))
+	}
+	for i := range 200 {
+		idx.Add(tenantDep("busy", 10000+i), lookup.Read{GVR: svc, Namespace: "busy", Name: fmt.Sprint("t", i)})
+	}
+	if idx.Len() != 100 {
+		t.Errorf("Len %d after the quiet namespace left, want 100", idx.Len())
+	}
+}
