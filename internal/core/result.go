@@ -1,5 +1,7 @@
 package core
 
+import "unicode/utf8"
+
 // Outcome is the verdict of one rule on one object (or one of its containers).
 type Outcome string
 
@@ -48,4 +50,23 @@ func (r Result) Denies() bool {
 		return r.Rule.OnError == OnErrorDeny
 	}
 	return false
+}
+
+// MaxOutputMessageBytes bounds a finding's message in every output (reports,
+// alerts, logs), whatever produced it: the engine renders at most 4 KiB, and
+// the outputs hold every other producer to the same.
+const MaxOutputMessageBytes = 4096
+
+// Truncate cuts s to at most max bytes on a character boundary, marking the
+// cut: how every output bounds a free-text field a tenant controls.
+func Truncate(s string, limit int) string {
+	const mark = " [truncated]"
+	if len(s) <= limit {
+		return s
+	}
+	n := max(limit-len(mark), 0)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + mark
 }

@@ -37,7 +37,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"unicode/utf8"
 	"sync"
 	"time"
 
@@ -236,7 +235,7 @@ func (s *Sink) signal() {
 // 253), the message MaxMessageBytes (the engine's own bound on a message).
 const (
 	MaxLabelBytes   = 256
-	MaxMessageBytes = 4096
+	MaxMessageBytes = core.MaxOutputMessageBytes
 )
 
 // alertsOf returns the alerts of an object's failing findings by
@@ -278,29 +277,15 @@ func alertsOf(fs []core.Finding) map[string]alert {
 			labels["producer"] = f.Producer
 		}
 		for k, v := range labels {
-			labels[k] = truncate(v, MaxLabelBytes)
+			labels[k] = core.Truncate(v, MaxLabelBytes)
 		}
 		out[fingerprint(labels)] = alert{
 			Labels:      labels,
-			Annotations: map[string]string{"message": truncate(f.Message, MaxMessageBytes)},
+			Annotations: map[string]string{"message": core.Truncate(f.Message, MaxMessageBytes)},
 			StartsAt:    f.FirstSeen,
 		}
 	}
 	return out
-}
-
-// truncate cuts s to at most max bytes on a character boundary, marking the
-// cut.
-func truncate(s string, max int) string {
-	const mark = " [truncated]"
-	if len(s) <= max {
-		return s
-	}
-	n := max - len(mark)
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + mark
 }
 
 func fingerprint(labels map[string]string) string {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,7 +75,7 @@ func renderFinding(f *core.Finding) result {
 				APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace,
 				Name: ref.Name, UID: types.UID(ref.UID),
 			}},
-			Message:    truncate(f.Message, MaxMessageBytes),
+			Message:    core.Truncate(f.Message, MaxMessageBytes),
 			Properties: props,
 		},
 		sortKey: ref.Kind + "\x00" + ref.Name + "\x00" + ref.APIVersion + "\x00" + name + "\x00" + f.Container + "\x00" + f.Producer,
@@ -91,19 +90,6 @@ func ResultSource(producer string) string {
 		return Source
 	}
 	return Source + "-" + producer
-}
-
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = " [truncated]"
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
 }
 
 // reportName names shard i of a scope.

@@ -66,7 +66,7 @@ func (s *Sink) line(ctx context.Context, event string, f *core.Finding, full boo
 		attrs = append(attrs, slog.String("container", f.Container))
 	}
 	if event != "resolved" {
-		attrs = append(attrs, slog.String("message", f.Message))
+		attrs = append(attrs, slog.String("message", core.Truncate(f.Message, core.MaxOutputMessageBytes)))
 	}
 	attrs = append(attrs, slog.Time("firstSeen", f.FirstSeen))
 	if full {

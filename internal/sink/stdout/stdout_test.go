@@ -62,3 +62,17 @@ func TestLines(t *testing.T) {
 		t.Errorf("events %q, want %q", got, want)
 	}
 }
+
+// TestLinesAreBounded: a finding's message reaches the log cut to the bound
+// every output keeps, whatever produced it (a NetworkPolicy of 40,000
+// ipBlocks once made a 4.7 MB message).
+func TestLinesAreBounded(t *testing.T) {
+	var buf bytes.Buffer
+	s := stdout.New(slog.New(slog.NewJSONHandler(&buf, nil)))
+	if err := s.Publish(context.Background(), core.FindingBatch{Full: true, Objects: []core.ObjectFindings{obj("p", strings.Repeat("m", 1<<20))}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := buf.Len(); n > core.MaxOutputMessageBytes+1024 {
+		t.Errorf("a line of %d bytes, want the message cut to %d", n, core.MaxOutputMessageBytes)
+	}
+}
