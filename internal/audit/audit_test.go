@@ -3,8 +3,8 @@ package audit_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
