@@ -60,8 +60,9 @@ const (
 	// ReasonCrossNamespaceService: a service names another namespace. An
 	// APIRule may only expose Services of its own namespace.
 	ReasonCrossNamespaceService = "CrossNamespaceService"
-	// ReasonHostInUse: a host is already served by a VirtualService that is
-	// not this APIRule's, or claimed by an older APIRule.
+	// ReasonHostInUse: a host overlaps (equals, or a wildcard matches) one
+	// already served by a VirtualService that is not this APIRule's, or
+	// claimed by an older APIRule.
 	ReasonHostInUse = "HostInUse"
 	// ReasonGatewayNotFound: spec.gateway names no Istio Gateway, or one
 	// that cannot complete a short host.
