@@ -195,7 +195,7 @@ func (r *Reconciler) facts(ctx context.Context, api *gatewayv1alpha1.APIRule) (F
 	if f.Hosts, p = resolveHosts(api, gw); p != nil {
 		return f, p
 	}
-	if p := r.hostsFree(ctx, api, f.Hosts); p != nil {
+	if p := r.hostsFree(ctx, api, f.Hosts, gatewayDomain(gw)); p != nil {
 		return f, p
 	}
 	for i := range api.Spec.Rules {
@@ -293,7 +293,10 @@ func wins(a, b client.Object, serving map[string]bool) bool {
 // an APIRule which wins it (see wins) claims. A losing APIRule's
 // VirtualService does not count: that APIRule is refused in turn and loses
 // it, so the oldest claim wins whoever was reconciled first.
-func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule, hosts []string) *Problem {
+//
+// domain completes the short hosts of APIRules on the same gateway, as
+// resolveHosts completed this one's.
+func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule, hosts []string, domain string) *Problem {
 	// Every APIRule and VirtualService of the cluster, read in place from
 	// the cache and never written: a deep copy of each per reconcile made
 	// a tenant's large APIRules cost every reconcile their whole size.
@@ -335,8 +338,8 @@ func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule
 		}
 		for _, h := range o.Spec.Hosts {
 			host := strings.ToLower(string(h))
-			if !strings.Contains(host, ".") && o.Spec.Gateway == api.Spec.Gateway {
-				host = host + "." + domainOf(api, hosts)
+			if !strings.Contains(host, ".") && o.Spec.Gateway == api.Spec.Gateway && domain != "" {
+				host = host + "." + domain
 			}
 			if mine, ok := overlapping(hosts, host); ok {
 				return &Problem{Reason: gatewayv1alpha1.ReasonHostInUse, Message: fmt.Sprintf(
@@ -358,23 +361,6 @@ func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule
 		}
 	}
 	return nil
-}
-
-// domainOf recovers the gateway domain a short host of api was completed
-// with.
-func domainOf(api *gatewayv1alpha1.APIRule, hosts []string) string {
-	for i, h := range api.Spec.Hosts {
-		if !strings.Contains(string(h), ".") && i < len(hosts) {
-			_, d, _ := strings.Cut(hosts[i], ".")
-			return d
-		}
-	}
-	for _, h := range hosts {
-		if _, d, ok := strings.Cut(h, "."); ok {
-			return d
-		}
-	}
-	return ""
 }
 
 func controlledBy(vs *networkingv1.VirtualService, owner *gatewayv1alpha1.APIRule) bool {
