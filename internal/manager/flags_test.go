@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -49,5 +50,22 @@ func TestLayerCheckFlagsNamesTheFlag(t *testing.T) {
 	err := (&networkLayer{}).CheckFlags(&cfg)
 	if err == nil || err.Error() != "--network-workers 0 must be positive" {
 		t.Errorf("network-workers 0: %v", err)
+	}
+}
+
+// TestAPIGatewayCheckFlagsRefusesBadJWKSAllowList: a malformed
+// --apigateway-jwks-allow-internal entry stops Portal before it starts,
+// rather than leaving every APIRule's JWKS check to a half-read list.
+func TestAPIGatewayCheckFlagsRefusesBadJWKSAllowList(t *testing.T) {
+	cfg := Defaults()
+	cfg.APIGateway = true
+	cfg.APIGatewayOptions.JWKSAllowInternal = []string{"10.0.0.0/8", "*"}
+	err := (&apiGatewayLayer{}).CheckFlags(&cfg)
+	if err == nil || !strings.Contains(err.Error(), "--apigateway-jwks-allow-internal") {
+		t.Errorf("entry *: %v, want an error naming the flag", err)
+	}
+	cfg.APIGatewayOptions.JWKSAllowInternal = []string{"10.0.0.0/8", "keycloak.auth.svc.cluster.local"}
+	if err := (&apiGatewayLayer{}).CheckFlags(&cfg); err != nil {
+		t.Errorf("valid entries: %v", err)
 	}
 }

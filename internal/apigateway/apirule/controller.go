@@ -46,6 +46,9 @@ type Options struct {
 	IngressPrincipal string
 	// Resync is DefaultResync when zero.
 	Resync time.Duration
+	// JWKSAllow lists the internal hosts a jwksUri may name anyway; see
+	// ValidateJWKS.
+	JWKSAllow JWKSAllow
 }
 
 // Reconciler reconciles APIRules.
@@ -126,6 +129,9 @@ func (r *Reconciler) apply(ctx context.Context, api *gatewayv1alpha1.APIRule) ku
 	facts, p := r.facts(ctx, api)
 	if p == nil {
 		p = ValidateSpec(api)
+	}
+	if p == nil {
+		p = ValidateJWKS(api, r.opts.JWKSAllow)
 	}
 	if p != nil {
 		if err := r.prune(ctx, api, nil); err != nil {
