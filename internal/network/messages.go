@@ -13,13 +13,15 @@ import (
 // them all.
 const (
 	// MaxMessageItems is how many problems a finding's message lists.
-	MaxMessageItems = 10
+	MaxMessageItems = 5
 	// MaxMessageItemBytes bounds one listed problem (selectors quoted in it
 	// are the tenant's, of any length).
-	MaxMessageItemBytes = 512
+	MaxMessageItemBytes = 256
 	// MaxMessageBytes bounds a whole message, the count of what is not
-	// listed included.
-	MaxMessageBytes = 4096
+	// listed included. It is the PolicyReport sink's bound on a result's
+	// message, so the count survives into the report rather than being
+	// cut off there.
+	MaxMessageBytes = 1024
 )
 
 // messages collects the problems one check finds on one object, keeping
