@@ -23,6 +23,10 @@ type Options struct {
 	// APIRuleResync and RateLimitResync are how often unchanged objects are
 	// reconciled again; GatewayResync the same for the APIGateway.
 	APIRuleResync, RateLimitResync, GatewayResync time.Duration
+	// JWKSAllowInternal are the internal hosts (CIDRs, IP addresses, host
+	// names, *.<domain>) an APIRule's jwksUri may name; see
+	// apirule.ValidateJWKS.
+	JWKSAllowInternal []string
 }
 
 // DefaultOptions are the layer's defaults, as the anchor's.
@@ -52,7 +56,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := setupGateway(mgr, o.Logger, o.GatewayResync); err != nil {
 		return err
 	}
-	if err := apirule.Setup(mgr, apirule.Options{Logger: o.Logger, IngressPrincipal: o.IngressPrincipal, Resync: o.APIRuleResync}); err != nil {
+	allow, err := apirule.ParseJWKSAllow(o.JWKSAllowInternal)
+	if err != nil {
+		return err
+	}
+	if err := apirule.Setup(mgr, apirule.Options{Logger: o.Logger, IngressPrincipal: o.IngressPrincipal, Resync: o.APIRuleResync, JWKSAllow: allow}); err != nil {
 		return err
 	}
 	return ratelimit.Setup(mgr, ratelimit.Options{Logger: o.Logger, Resync: o.RateLimitResync})

@@ -59,6 +59,8 @@ func start(cl *devcluster.Cluster) (func() error, error) {
 	}
 	o := apigateway.DefaultOptions()
 	o.Logger = slog.New(slog.DiscardHandler)
+	// The internal JWKS host TestAPIRuleInternalJWKSRefused lets through.
+	o.JWKSAllowInternal = []string{allowedJWKSHost}
 	if err := apigateway.Setup(mgr, o); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/vilaca/portal/internal/apigateway"
+	"github.com/vilaca/portal/internal/apigateway/apirule"
 )
 
 // apiGatewayLayer is the L7 API exposure layer (APIGateway, APIRule,
@@ -32,7 +33,15 @@ func (*apiGatewayLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.DurationVar(&g.APIRuleResync, "apigateway-apirule-resync", g.APIRuleResync, "reconcile unchanged APIRules this often, repairing hand edits of their Istio objects")
 	f.DurationVar(&g.RateLimitResync, "apigateway-ratelimit-resync", g.RateLimitResync, "reconcile unchanged RateLimits this often")
 	f.DurationVar(&g.GatewayResync, "apigateway-gateway-resync", g.GatewayResync, "reconcile the unchanged APIGateway this often")
+	f.StringSliceVar(&g.JWKSAllowInternal, "apigateway-jwks-allow-internal", g.JWKSAllowInternal, "internal hosts an APIRule's jwksUri may name, repeated or comma-separated: CIDRs, IP addresses, host names or *.<domain>; istiod fetches jwksUri from inside the cluster, so loopback, link-local, private and cluster-internal hosts are refused otherwise")
 }
 
-// CheckFlags leaves the gateway's settings to apigateway.Setup.
-func (*apiGatewayLayer) CheckFlags(*Config) error { return nil }
+// CheckFlags refuses a malformed --apigateway-jwks-allow-internal before
+// anything starts; the other settings are left to apigateway.Setup.
+func (*apiGatewayLayer) CheckFlags(cfg *Config) error {
+	if !cfg.APIGateway {
+		return nil
+	}
+	_, err := apirule.ParseJWKSAllow(cfg.APIGatewayOptions.JWKSAllowInternal)
+	return err
+}

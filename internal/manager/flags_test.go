@@ -74,3 +74,20 @@ func TestAdmissionSlotFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIGatewayCheckFlagsRefusesBadJWKSAllowList: a malformed
+// --apigateway-jwks-allow-internal entry stops Portal before it starts,
+// rather than leaving every APIRule's JWKS check to a half-read list.
+func TestAPIGatewayCheckFlagsRefusesBadJWKSAllowList(t *testing.T) {
+	cfg := Defaults()
+	cfg.APIGateway = true
+	cfg.APIGatewayOptions.JWKSAllowInternal = []string{"10.0.0.0/8", "*"}
+	err := (&apiGatewayLayer{}).CheckFlags(&cfg)
+	if err == nil || !strings.Contains(err.Error(), "--apigateway-jwks-allow-internal") {
+		t.Errorf("entry *: %v, want an error naming the flag", err)
+	}
+	cfg.APIGatewayOptions.JWKSAllowInternal = []string{"10.0.0.0/8", "keycloak.auth.svc.cluster.local"}
+	if err := (&apiGatewayLayer{}).CheckFlags(&cfg); err != nil {
+		t.Errorf("valid entries: %v", err)
+	}
+}

@@ -45,8 +45,8 @@ type analysis struct {
 	cfg *Config
 	w   world
 	ns  string
-	// visits counts the pods read; past cfg.MaxPodVisits the selectors
-	// left are not checked and truncated is set.
+	// visits counts the pods and namespaces read; past cfg.MaxPodVisits
+	// the selectors left are not checked and truncated is set.
 	visits    int
 	truncated bool
 	now       time.Time
@@ -85,14 +85,14 @@ func analyseNamespace(cfg *Config, w world, ns string, pols []*policy) result {
 	return result{objects: out, truncated: a.truncated, visits: a.visits}
 }
 
-func (a *analysis) finding(check string, ref core.ResourceRef, msgs []string) []core.Finding {
-	if len(msgs) == 0 || !a.cfg.enabled(check) {
+func (a *analysis) finding(check string, ref core.ResourceRef, msgs *messages) []core.Finding {
+	if msgs.empty() || !a.cfg.enabled(check) {
 		return nil
 	}
 	return []core.Finding{{
 		Result: core.Result{
 			Rule: checkRules[check], Resource: ref, Outcome: core.OutcomeFail,
-			Message: strings.Join(msgs, "; "),
+			Message: msgs.String(),
 		},
 		FirstSeen: a.now,
 	}}
@@ -119,13 +119,13 @@ func (a *analysis) namespaceChecks(ref core.ResourceRef, pols []*policy) []core.
 	if !hasPods {
 		return nil
 	}
-	return a.finding(CheckDefaultDenyMissing, ref, []string{fmt.Sprintf(
-		"namespace %s has pods and no default-deny ingress NetworkPolicy (podSelector {} with policyTypes [Ingress] and no rule that allows everything): a pod no other policy selects accepts traffic from anywhere", a.ns)})
+	return a.finding(CheckDefaultDenyMissing, ref, one(
+		"namespace %s has pods and no default-deny ingress NetworkPolicy (podSelector {} with policyTypes [Ingress] and no rule that allows everything): a pod no other policy selects accepts traffic from anywhere", a.ns))
 }
 
 func (a *analysis) policyChecks(ref core.ResourceRef, p *policy, dnsWide bool) []core.Finding {
 	if p.invalid != "" {
-		return a.finding(CheckInvalid, ref, []string{p.invalid})
+		return a.finding(CheckInvalid, ref, one("%s", p.invalid))
 	}
 	var fs []core.Finding
 	fs = append(fs, a.finding(CheckBroadCIDR, ref, a.broadCIDRs(p))...)
@@ -133,20 +133,20 @@ func (a *analysis) policyChecks(ref core.ResourceRef, p *policy, dnsWide bool) [
 		fs = append(fs, a.finding(CheckUnreachableSelector, ref, a.unreachable(p))...)
 	}
 	if a.cfg.enabled(CheckPolicyWithoutTargets) && !p.selectsAll && !a.anyPod(a.ns, p.podSelector, true) {
-		fs = append(fs, a.finding(CheckPolicyWithoutTargets, ref, []string{fmt.Sprintf(
-			"spec.podSelector %s selects no pod in namespace %s: the policy applies to nothing", p.podSelector, a.ns)})...)
+		fs = append(fs, a.finding(CheckPolicyWithoutTargets, ref, one(
+			"spec.podSelector %s selects no pod in namespace %s: the policy applies to nothing", p.podSelector, a.ns))...)
 	}
 	fs = append(fs, a.finding(CheckMissingPolicyTypes, ref, policyTypeProblems(p))...)
 	fs = append(fs, a.finding(CheckPortWithoutProtocol, ref, portProblems(p))...)
 	if p.egress && !dnsWide && !allowsDNS(p.namespace, p.egressRules) {
-		fs = append(fs, a.finding(CheckEgressBlocksDNS, ref, []string{fmt.Sprintf(
-			"the policy isolates its pods for egress and neither it nor a policy selecting every pod of namespace %s allows DNS (UDP port 53) to kube-dns in %s: name resolution fails", a.ns, dnsNamespace)})...)
+		fs = append(fs, a.finding(CheckEgressBlocksDNS, ref, one(
+			"the policy isolates its pods for egress and neither it nor a policy selecting every pod of namespace %s allows DNS (UDP port 53) to kube-dns in %s: name resolution fails", a.ns, dnsNamespace))...)
 	}
 	return fs
 }
 
-func (a *analysis) broadCIDRs(p *policy) []string {
-	var msgs []string
+func (a *analysis) broadCIDRs(p *policy) *messages {
+	msgs := &messages{}
 	for _, d := range directions(p) {
 		for i, r := range d.rules {
 			for _, pe := range r.peers {
@@ -154,8 +154,8 @@ func (a *analysis) broadCIDRs(p *policy) []string {
 					continue
 				}
 				if broadCIDR(pe.ipBlock.CIDR, a.cfg.BroadCIDRIPv4Prefix, a.cfg.BroadCIDRIPv6Prefix) {
-					msgs = append(msgs, fmt.Sprintf("spec.%s[%d].%s[%d].ipBlock.cidr %s allows %s every public address in it, with no except",
-						d.field, i, d.peers, pe.index, pe.ipBlock.CIDR, d.verb))
+					msgs.add("spec.%s[%d].%s[%d].ipBlock.cidr %s allows %s every public address in it, with no except",
+						d.field, i, d.peers, pe.index, pe.ipBlock.CIDR, d.verb)
 				}
 			}
 		}
@@ -165,13 +165,13 @@ func (a *analysis) broadCIDRs(p *policy) []string {
 
 // unreachable is np.unreachable-selector: peers whose selectors are not
 // empty and match nothing.
-func (a *analysis) unreachable(p *policy) []string {
-	var msgs []string
+func (a *analysis) unreachable(p *policy) *messages {
+	msgs := &messages{}
 	for _, d := range directions(p) {
 		for i, r := range d.rules {
 			for _, pe := range r.peers {
 				if msg := a.peerMatchesNothing(pe); msg != "" {
-					msgs = append(msgs, fmt.Sprintf("spec.%s[%d].%s[%d] %s: the peer allows nothing", d.field, i, d.peers, pe.index, msg))
+					msgs.add("spec.%s[%d].%s[%d] %s: the peer allows nothing", d.field, i, d.peers, pe.index, msg)
 				}
 			}
 		}
@@ -191,13 +191,10 @@ func (a *analysis) peerMatchesNothing(pe peer) string {
 		}
 		return fmt.Sprintf("podSelector %s matches no pod in namespace %s", pe.podSelectorText, a.ns)
 	}
-	var namespaces []string
-	a.w.eachNamespace(func(name string, l labels.Labels) bool {
-		if pe.namespaceSelector.Matches(l) {
-			namespaces = append(namespaces, name)
-		}
-		return true
-	})
+	namespaces, complete := a.matchingNamespaces(pe.namespaceSelector)
+	if !complete {
+		return ""
+	}
 	if len(namespaces) == 0 {
 		return fmt.Sprintf("namespaceSelector %s matches no namespace", pe.nsSelectorText)
 	}
@@ -223,6 +220,40 @@ func (a *analysis) peerMatchesNothing(pe peer) string {
 	return fmt.Sprintf("podSelector %s matches no pod in the %d namespaces namespaceSelector %s matches", pe.podSelectorText, len(namespaces), pe.nsSelectorText)
 }
 
+// visit charges one pod or namespace read to the budget; false, and the
+// analysis truncated, once it is spent.
+func (a *analysis) visit() bool {
+	a.visits++
+	if a.visits > a.cfg.MaxPodVisits {
+		a.truncated = true
+		return false
+	}
+	return true
+}
+
+// matchingNamespaces lists the namespaces sel matches; false when the
+// budget ran out before every namespace was read. Each namespace read is
+// charged like a pod: a policy of 25,000 namespaceSelector peers in a
+// cluster of 1,000 namespaces otherwise read 25 million namespaces per
+// analysis outside the budget, and its author retriggers the analysis by
+// relabelling their own pods.
+func (a *analysis) matchingNamespaces(sel labels.Selector) ([]string, bool) {
+	if a.truncated {
+		return nil, false
+	}
+	var out []string
+	a.w.eachNamespace(func(name string, l labels.Labels) bool {
+		if !a.visit() {
+			return false
+		}
+		if sel.Matches(l) {
+			out = append(out, name)
+		}
+		return true
+	})
+	return out, !a.truncated
+}
+
 // anyPod reports whether a pod of ns matches sel. Out of budget, it answers
 // ifUnknown: the answer that raises no finding.
 func (a *analysis) anyPod(ns string, sel labels.Selector, ifUnknown bool) bool {
@@ -231,9 +262,7 @@ func (a *analysis) anyPod(ns string, sel labels.Selector, ifUnknown bool) bool {
 	}
 	found := false
 	a.w.eachPod(ns, func(l labels.Labels) bool {
-		a.visits++
-		if a.visits > a.cfg.MaxPodVisits {
-			a.truncated = true
+		if !a.visit() {
 			return false
 		}
 		found = sel.Matches(l)
@@ -260,23 +289,23 @@ func directions(p *policy) []direction {
 }
 
 // policyTypeProblems is np.missing-policy-types.
-func policyTypeProblems(p *policy) []string {
+func policyTypeProblems(p *policy) *messages {
 	if !p.declaredTypes {
-		return []string{"spec.policyTypes is not set: the API server infers it (Ingress, and Egress only when egress rules exist), so a policy meant to deny all egress with no egress rules isolates ingress only"}
+		return one("spec.policyTypes is not set: the API server infers it (Ingress, and Egress only when egress rules exist), so a policy meant to deny all egress with no egress rules isolates ingress only")
 	}
-	var msgs []string
+	msgs := &messages{}
 	if !p.ingress && len(p.ingressRules) > 0 {
-		msgs = append(msgs, "spec.ingress has rules but spec.policyTypes leaves out Ingress: they are ignored")
+		msgs.add("spec.ingress has rules but spec.policyTypes leaves out Ingress: they are ignored")
 	}
 	if !p.egress && len(p.egressRules) > 0 {
-		msgs = append(msgs, "spec.egress has rules but spec.policyTypes leaves out Egress: they are ignored")
+		msgs.add("spec.egress has rules but spec.policyTypes leaves out Egress: they are ignored")
 	}
 	return msgs
 }
 
 // portProblems is np.port-without-protocol.
-func portProblems(p *policy) []string {
-	var msgs []string
+func portProblems(p *policy) *messages {
+	msgs := &messages{}
 	for _, d := range directions(p) {
 		for i, r := range d.rules {
 			for j, po := range r.ports {
@@ -285,7 +314,7 @@ func portProblems(p *policy) []string {
 					if po.port != "" {
 						what = "port " + po.port
 					}
-					msgs = append(msgs, fmt.Sprintf("spec.%s[%d].ports[%d] (%s) names no protocol, so it means TCP only; write protocol: TCP, UDP or SCTP", d.field, i, j, what))
+					msgs.add("spec.%s[%d].ports[%d] (%s) names no protocol, so it means TCP only; write protocol: TCP, UDP or SCTP", d.field, i, j, what)
 				}
 			}
 		}

@@ -180,3 +180,125 @@ func TestAnalysisBudget(t *testing.T) {
 		t.Errorf("%d of %d policies flagged unreachable: want the ones checked within the budget only", unreachable, policies)
 	}
 }
+
+// manyNamespaces is a cluster of n namespaces labelled team=i, and one
+// tenant namespace of one pod app=0; it counts what the analysis reads.
+type manyNamespaces struct {
+	tenant                     string
+	n                          int
+	namespaceVisits, podVisits int
+}
+
+func (m *manyNamespaces) namespaceLabels(name string) (labels.Labels, bool) {
+	return labels.Set{namespaceNameKey: name}, true
+}
+func (m *manyNamespaces) eachNamespace(fn func(string, labels.Labels) bool) {
+	for i := range m.n {
+		m.namespaceVisits++
+		name := fmt.Sprintf("ns%d", i)
+		if !fn(name, labels.Set{namespaceNameKey: name, "team": fmt.Sprint(i)}) {
+			return
+		}
+	}
+}
+func (m *manyNamespaces) eachPod(ns string, fn func(labels.Labels) bool) {
+	if ns == m.tenant {
+		m.podVisits++
+		fn(labels.Set{"app": "0"})
+	}
+}
+
+// A tenant's policies of thousands of namespaceSelector peers that match
+// no namespace made one analysis read every namespace once per peer,
+// outside the budget (25,000 peers and 1,000 namespaces: 3.75 s, retriggered
+// by relabelling the tenant's own pods). Namespaces read are charged like
+// pods, and the peers left unchecked raise no finding.
+func TestNamespaceWalkWithinBudget(t *testing.T) {
+	const namespaces, policies = 1000, 2000
+	var pols []*policy
+	for i := range policies {
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: fmt.Sprintf("p%04d", i)}}
+		np.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "0"}}
+		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+		np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+			{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "ghost"}}},
+		}}}
+		pols = append(pols, newPolicy(np))
+	}
+	cfg := DefaultConfig()
+	cfg.MaxPodVisits = 10_000
+	w := &manyNamespaces{tenant: "tenant", n: namespaces}
+	res := analyseNamespace(&cfg, w, "tenant", pols)
+	if !res.truncated {
+		t.Fatal("analysis of 2,000 namespaceSelector peers over 1,000 namespaces was not truncated")
+	}
+	// The budget, plus the read that finds it spent and the one pod the
+	// default-deny check reads to know the namespace has any.
+	if read := w.namespaceVisits + w.podVisits; read > cfg.MaxPodVisits+2 {
+		t.Errorf("analysis read %d namespaces and %d pods, budget %d", w.namespaceVisits, w.podVisits, cfg.MaxPodVisits)
+	}
+	unreachable := 0
+	for _, of := range res.objects {
+		for _, f := range of.Findings {
+			if f.RuleName() == CheckUnreachableSelector {
+				unreachable++
+			}
+		}
+	}
+	if unreachable == 0 || unreachable >= policies {
+		t.Errorf("%d of %d policies flagged unreachable: want the ones checked within the budget only", unreachable, policies)
+	}
+}
+
+// A tenant writes the policy a message describes: 40,000 broad ipBlocks
+// (1.3 MB) made a 4.7 MB message, and a selector of hundreds of labels one
+// item of tens of KB. A message lists MaxMessageItems problems, each cut to
+// MaxMessageItemBytes, within MaxMessageBytes, and counts the rest.
+func TestFindingMessagesBounded(t *testing.T) {
+	const blocks = 40_000
+	wide := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "wide"}}
+	wide.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "0"}}
+	wide.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
+	var peers []networkingv1.NetworkPolicyPeer
+	for i := range blocks {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: fmt.Sprintf("%d.0.0.0/8", 1+i%2)}})
+	}
+	wide.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: peers}}
+
+	long := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "long"}}
+	long.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "0"}}
+	long.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+	sel := map[string]string{}
+	for i := range 500 {
+		sel[fmt.Sprintf("k%03d-%s", i, strings.Repeat("x", 56))] = strings.Repeat("v", 63)
+	}
+	var from []networkingv1.NetworkPolicyPeer
+	for range 50 {
+		from = append(from, networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: sel}})
+	}
+	long.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: from}}
+
+	cfg := DefaultConfig()
+	res := analyseNamespace(&cfg, &manyPods{ns: "tenant", n: 1}, "tenant", []*policy{newPolicy(wide), newPolicy(long)})
+	want := map[string]string{
+		"wide " + CheckBroadCIDR:           fmt.Sprintf("and %d more not listed", blocks-MaxMessageItems),
+		"long " + CheckUnreachableSelector: "more not listed",
+	}
+	for _, of := range res.objects {
+		for _, f := range of.Findings {
+			key := of.Object.Name + " " + f.RuleName()
+			if len(f.Message) > MaxMessageBytes {
+				t.Errorf("%s: message of %d bytes, bound %d", key, len(f.Message), MaxMessageBytes)
+			}
+			if s, ok := want[key]; ok {
+				if !strings.HasSuffix(f.Message, s) {
+					t.Errorf("%s: message ends %q, want it to end %q", key, f.Message[max(0, len(f.Message)-80):], s)
+				}
+				delete(want, key)
+			}
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("findings not raised: %v", want)
+	}
+}

@@ -97,9 +97,10 @@ type Config struct {
 	// except, is broad.
 	BroadCIDRIPv4Prefix int
 	BroadCIDRIPv6Prefix int
-	// MaxPodVisits bounds the pods one namespace's analysis reads while
-	// matching selectors: a tenant's pathological policies cannot make it
-	// run long. Selectors left unchecked when it runs out raise no
+	// MaxPodVisits bounds the pods and namespaces one namespace's
+	// analysis reads while matching selectors (a namespaceSelector peer
+	// reads every namespace): a tenant's pathological policies cannot make
+	// it run long. Selectors left unchecked when it runs out raise no
 	// finding (no false positive), and the analysis counts as truncated.
 	MaxPodVisits int
 }

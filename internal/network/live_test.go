@@ -343,3 +343,54 @@ func lines(ofs []core.ObjectFindings, only map[string]bool) []string {
 }
 
 func corev1Protocol(p string) corev1.Protocol { return corev1.Protocol(p) }
+
+// TestLargePolicyMessageBounded: a tenant's policy of 30,000 broad ipBlocks
+// (about 1 MB, stored by the API server) is one broad-cidr finding whose
+// message, in the PolicyReport and in the Alertmanager alert, lists a few
+// of them within network.MaxMessageBytes and counts the rest. Without the
+// bound the alert carried over 3 MB, and the report cut the message at
+// 1 KiB without saying how many more there were.
+func TestLargePolicyMessageBounded(t *testing.T) {
+	c := cluster(t)
+	am := amtest.Start(t)
+	start(t, am, network.DefaultConfig())
+	ns := namespace(t, c, "np-large")
+	const blocks = 30_000
+	peers := make([]networkingv1.NetworkPolicyPeer, blocks)
+	for i := range peers {
+		peers[i] = networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}
+	}
+	create(t, c, np(ns, "wide", networkingv1.NetworkPolicySpec{
+		PodSelector: *selector("app", "web"), PolicyTypes: egress,
+		Egress: []networkingv1.NetworkPolicyEgressRule{{To: peers}},
+	}))
+	key := network.CheckBroadCIDR + " NetworkPolicy/wide"
+	waitReported(t, c, ns, key, true)
+	got, err := reported(c, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suffix := fmt.Sprintf("; and %d more not listed", blocks-network.MaxMessageItems)
+	if msg := got[key]; len(msg) > network.MaxMessageBytes || !strings.HasSuffix(msg, suffix) {
+		t.Errorf("report message of %d bytes (bound %d), ending %q; want it to end %q", len(msg), network.MaxMessageBytes, msg[max(0, len(msg)-60):], suffix)
+	}
+	var alert amtest.Alert
+	eventually(t, 30*time.Second, "broad-cidr alert active", func() (bool, error) {
+		as, err := am.Alerts(ns)
+		if err != nil {
+			return false, nil
+		}
+		for _, a := range as {
+			if a.Status.State == "active" && a.Labels["rule"] == network.CheckBroadCIDR && a.Labels["name"] == "wide" {
+				alert = a
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	for k, v := range alert.Annotations {
+		if len(v) > network.MaxMessageBytes {
+			t.Errorf("alert annotation %s of %d bytes, bound %d", k, len(v), network.MaxMessageBytes)
+		}
+	}
+}

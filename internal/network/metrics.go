@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		Truncated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "portal_network_analyses_truncated_total",
-			Help: "Namespace analyses that read --network-max-pod-visits pods and left selectors unchecked (no finding raised for them).",
+			Help: "Namespace analyses that read --network-max-pod-visits pods and namespaces and left selectors unchecked (no finding raised for them).",
 		}),
 		Findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "portal_network_findings",

@@ -400,7 +400,7 @@ func (a *Analyser) analyse(ns string) {
 	a.metrics.Duration.Observe(time.Since(start).Seconds())
 	if res.truncated {
 		a.metrics.Truncated.Inc()
-		a.log.Warn("network analysis truncated: selectors left unchecked", "namespace", ns, "podVisits", res.visits, "maxPodVisits", a.cfg.MaxPodVisits)
+		a.log.Warn("network analysis truncated: selectors left unchecked", "namespace", ns, "visits", res.visits, "maxPodVisits", a.cfg.MaxPodVisits)
 	}
 	a.publish(ns, res.objects, observed)
 }

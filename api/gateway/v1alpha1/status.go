@@ -60,9 +60,14 @@ const (
 	// ReasonCrossNamespaceService: a service names another namespace. An
 	// APIRule may only expose Services of its own namespace.
 	ReasonCrossNamespaceService = "CrossNamespaceService"
-	// ReasonHostInUse: a host is already served by a VirtualService that is
-	// not this APIRule's, or claimed by an older APIRule.
+	// ReasonHostInUse: a host overlaps (equals, or a wildcard matches) one
+	// already served by a VirtualService that is not this APIRule's, or
+	// claimed by an older APIRule.
 	ReasonHostInUse = "HostInUse"
+	// ReasonJWKSNotAllowed: a jwksUri names a loopback, link-local, private
+	// or cluster-internal host, which istiod would fetch from inside the
+	// cluster; --apigateway-jwks-allow-internal lets named ones through.
+	ReasonJWKSNotAllowed = "JWKSNotAllowed"
 	// ReasonGatewayNotFound: spec.gateway names no Istio Gateway, or one
 	// that cannot complete a short host.
 	ReasonGatewayNotFound = "GatewayNotFound"

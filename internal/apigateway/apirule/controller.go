@@ -46,6 +46,9 @@ type Options struct {
 	IngressPrincipal string
 	// Resync is DefaultResync when zero.
 	Resync time.Duration
+	// JWKSAllow lists the internal hosts a jwksUri may name anyway; see
+	// ValidateJWKS.
+	JWKSAllow JWKSAllow
 }
 
 // Reconciler reconciles APIRules.
@@ -127,6 +130,9 @@ func (r *Reconciler) apply(ctx context.Context, api *gatewayv1alpha1.APIRule) ku
 	if p == nil {
 		p = ValidateSpec(api)
 	}
+	if p == nil {
+		p = ValidateJWKS(api, r.opts.JWKSAllow)
+	}
 	if p != nil {
 		if err := r.prune(ctx, api, nil); err != nil {
 			p.Message += "; removing its previous Istio objects failed: " + err.Error()
@@ -195,7 +201,7 @@ func (r *Reconciler) facts(ctx context.Context, api *gatewayv1alpha1.APIRule) (F
 	if f.Hosts, p = resolveHosts(api, gw); p != nil {
 		return f, p
 	}
-	if p := r.hostsFree(ctx, api, f.Hosts); p != nil {
+	if p := r.hostsFree(ctx, api, f.Hosts, gatewayDomain(gw)); p != nil {
 		return f, p
 	}
 	for i := range api.Spec.Rules {
@@ -287,12 +293,16 @@ func wins(a, b client.Object, serving map[string]bool) bool {
 	return claimKey(a) < claimKey(b)
 }
 
-// hostsFree refuses a host that a VirtualService not generated for this
-// APIRule serves, or that an APIRule which wins it (see wins) claims. A
-// losing APIRule's VirtualService does not count: that APIRule is refused
-// in turn and loses it, so the oldest claim wins whoever was reconciled
-// first.
-func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule, hosts []string) *Problem {
+// hostsFree refuses a host that overlaps (see hostsOverlap: a wildcard
+// and a host it matches, or two wildcards one of which covers the other) a
+// host that a VirtualService not generated for this APIRule serves, or that
+// an APIRule which wins it (see wins) claims. A losing APIRule's
+// VirtualService does not count: that APIRule is refused in turn and loses
+// it, so the oldest claim wins whoever was reconciled first.
+//
+// domain completes the short hosts of APIRules on the same gateway, as
+// resolveHosts completed this one's.
+func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule, hosts []string, domain string) *Problem {
 	// Every APIRule and VirtualService of the cluster, read in place from
 	// the cache and never written: a deep copy of each per reconcile made
 	// a tenant's large APIRules cost every reconcile their whole size.
@@ -324,7 +334,7 @@ func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule
 	// serving: the APIRules whose VirtualService serves one of hosts.
 	serving := map[string]bool{}
 	for _, vs := range vss.Items {
-		if o := generatedBy(vs); o != nil && slices.ContainsFunc(vs.Spec.Hosts, func(h string) bool { return slices.Contains(hosts, strings.ToLower(h)) }) {
+		if o := generatedBy(vs); o != nil && slices.ContainsFunc(vs.Spec.Hosts, func(h string) bool { _, ok := overlapping(hosts, h); return ok }) {
 			serving[claimKey(o)] = true
 		}
 	}
@@ -334,12 +344,13 @@ func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule
 		}
 		for _, h := range o.Spec.Hosts {
 			host := strings.ToLower(string(h))
-			if !strings.Contains(host, ".") && o.Spec.Gateway == api.Spec.Gateway {
-				host = host + "." + domainOf(api, hosts)
+			if !strings.Contains(host, ".") && o.Spec.Gateway == api.Spec.Gateway && domain != "" {
+				host = host + "." + domain
 			}
-			if slices.Contains(hosts, host) {
+			if mine, ok := overlapping(hosts, host); ok {
 				return &Problem{Reason: gatewayv1alpha1.ReasonHostInUse, Message: fmt.Sprintf(
-					"host %s is claimed by APIRule %s/%s, which came first: a host is served by one APIRule; choose another host", host, o.Namespace, o.Name)}
+					"%s claimed by APIRule %s/%s, which came first: a host, and every host a wildcard matches (any number of labels deep), is served by one APIRule; choose another host",
+					collision(mine, host), o.Namespace, o.Name)}
 			}
 		}
 	}
@@ -348,30 +359,14 @@ func (r *Reconciler) hostsFree(ctx context.Context, api *gatewayv1alpha1.APIRule
 			continue
 		}
 		for _, h := range vs.Spec.Hosts {
-			if slices.Contains(hosts, strings.ToLower(h)) {
+			if mine, ok := overlapping(hosts, h); ok {
 				return &Problem{Reason: gatewayv1alpha1.ReasonHostInUse, Message: fmt.Sprintf(
-					"host %s is served by VirtualService %s/%s, which is not this APIRule's: choose another host", strings.ToLower(h), vs.Namespace, vs.Name)}
+					"%s served by VirtualService %s/%s, which is not this APIRule's: choose another host",
+					collision(mine, strings.ToLower(h)), vs.Namespace, vs.Name)}
 			}
 		}
 	}
 	return nil
-}
-
-// domainOf recovers the gateway domain a short host of api was completed
-// with.
-func domainOf(api *gatewayv1alpha1.APIRule, hosts []string) string {
-	for i, h := range api.Spec.Hosts {
-		if !strings.Contains(string(h), ".") && i < len(hosts) {
-			_, d, _ := strings.Cut(hosts[i], ".")
-			return d
-		}
-	}
-	for _, h := range hosts {
-		if _, d, ok := strings.Cut(h, "."); ok {
-			return d
-		}
-	}
-	return ""
 }
 
 func controlledBy(vs *networkingv1.VirtualService, owner *gatewayv1alpha1.APIRule) bool {
@@ -413,7 +408,8 @@ func (r *Reconciler) workload(ctx context.Context, ns, name string) (map[string]
 	return svc.Spec.Selector, nil
 }
 
-// sharingHosts enqueues the other APIRules that claim one of obj's hosts.
+// sharingHosts enqueues the other APIRules that claim one of obj's hosts,
+// or a host that overlaps one.
 func (r *Reconciler) sharingHosts(ctx context.Context, obj client.Object) []reconcile.Request {
 	api, ok := obj.(*gatewayv1alpha1.APIRule)
 	if !ok {
@@ -430,7 +426,9 @@ func (r *Reconciler) sharingHosts(ctx context.Context, obj client.Object) []reco
 			continue
 		}
 		for _, h := range o.Spec.Hosts {
-			if slices.ContainsFunc(api.Spec.Hosts, func(x gatewayv1alpha1.Host) bool { return strings.EqualFold(string(x), string(h)) }) {
+			if slices.ContainsFunc(api.Spec.Hosts, func(x gatewayv1alpha1.Host) bool {
+				return hostsOverlap(strings.ToLower(string(x)), strings.ToLower(string(h)))
+			}) {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
 				break
 			}
