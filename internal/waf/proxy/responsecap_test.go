@@ -150,13 +150,10 @@ func bigResponse(t *testing.T, h *harness, size int64) (growth int64, code int, 
 	return int64(peak - base), resp.StatusCode, n
 }
 
-var liveSample = []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-
 // liveHeap is the heap the last GC found live: garbage awaiting collection
 // does not count, a buffer holding the response does.
 func liveHeap() uint64 {
-	s := make([]metrics.Sample, 1)
-	copy(s, liveSample)
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
 }
