@@ -30,7 +30,7 @@ type wafProxyOptions struct {
 	caFile, tokenFile                                string
 	pollInterval                                     time.Duration
 	requestBodyLimit, responseBodyLimit              int64
-	maxRequestBody                                   int64
+	maxRequestBody, maxResponseBody                  int64
 	server                                           proxy.ServerOptions
 
 	// ready, when set, is called with the bound addresses once both
@@ -45,8 +45,9 @@ func newWAFProxyCommand() *cobra.Command {
 	o := &wafProxyOptions{
 		listen: ":8000", metricsAddr: ":9090", failurePolicy: "fail", logLevel: "info",
 		pollInterval: proxy.DefaultPollInterval, server: proxy.DefaultServerOptions(),
-		tokenFile:      "/var/run/secrets/portal/waf-cache/token",
-		maxRequestBody: proxy.DefaultMaxRequestBodyBytes,
+		tokenFile:       "/var/run/secrets/portal/waf-cache/token",
+		maxRequestBody:  proxy.DefaultMaxRequestBodyBytes,
+		maxResponseBody: proxy.DefaultMaxResponseBodyBytes,
 	}
 	cmd := &cobra.Command{
 		Use:   "waf-proxy",
@@ -85,8 +86,9 @@ request.`,
 	f.DurationVar(&o.pollInterval, "poll-interval", o.pollInterval, "time between polls of the cache (at least 1s)")
 	f.StringVar(&o.failurePolicy, "failure-policy", o.failurePolicy, "before any rule set has loaded: fail (answer 503) or allow (proxy uninspected)")
 	f.Int64Var(&o.requestBodyLimit, "request-body-limit", 0, "most request body bytes the WAF inspects; 0 keeps the rule set's SecRequestBodyLimit")
-	f.Int64Var(&o.responseBodyLimit, "response-body-limit", 0, "most response body bytes the WAF inspects; 0 keeps the rule set's SecResponseBodyLimit")
+	f.Int64Var(&o.responseBodyLimit, "response-body-limit", 0, "most response body bytes the WAF inspects, at most --max-response-body-bytes; 0 keeps the rule set's SecResponseBodyLimit")
 	f.Int64Var(&o.maxRequestBody, "max-request-body-bytes", o.maxRequestBody, "hard cap on a request body: larger bodies get 413, whatever the rule set says")
+	f.Int64Var(&o.maxResponseBody, "max-response-body-bytes", o.maxResponseBody, "hard cap on the part of a response the WAF buffers: SecResponseBodyLimit is clamped to it, whatever the rule set says")
 	f.DurationVar(&o.server.ReadTimeout, "read-timeout", o.server.ReadTimeout, "longest time to read a request, body included")
 	f.DurationVar(&o.server.WriteTimeout, "write-timeout", o.server.WriteTimeout, "longest time from the end of the request headers to the end of the answer")
 	f.DurationVar(&o.server.IdleTimeout, "idle-timeout", o.server.IdleTimeout, "longest time a keep-alive connection waits for its next request")
@@ -171,6 +173,12 @@ func (o *wafProxyOptions) checkFlags() (wafProxyTargets, error) {
 	if o.maxRequestBody <= 0 {
 		return t, errors.New("--max-request-body-bytes must be positive")
 	}
+	if o.maxResponseBody <= 0 {
+		return t, errors.New("--max-response-body-bytes must be positive")
+	}
+	if o.responseBodyLimit > o.maxResponseBody {
+		return t, fmt.Errorf("--response-body-limit %d is above --max-response-body-bytes %d", o.responseBodyLimit, o.maxResponseBody)
+	}
 	up, err := url.Parse(o.upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return t, fmt.Errorf("--upstream %q: want http(s)://host[:port][/prefix]", o.upstream)
@@ -211,7 +219,7 @@ func (o *wafProxyOptions) build(t wafProxyTargets, client *cache.Client, log *sl
 		return &proxy.Proxy{
 			Upstream: t.upstream, FailOpen: o.failurePolicy == "allow", Logger: l, Metrics: m,
 			RequestBodyLimit: o.requestBodyLimit, ResponseBodyLimit: o.responseBodyLimit,
-			MaxRequestBodyBytes: o.maxRequestBody,
+			MaxRequestBodyBytes: o.maxRequestBody, MaxResponseBodyBytes: o.maxResponseBody,
 		}
 	}
 	s := &wafProxySetup{registry: reg, log: log, failOpen: o.failurePolicy == "allow"}

@@ -83,6 +83,8 @@ func TestWAFProxyFlagErrors(t *testing.T) {
 		{append(base, "--token-file", "/nonexistent/token"), "--token-file"},
 		{append(base, "--token-file", empty), "is empty"},
 		{append(base, "--max-request-body-bytes", "0"), "--max-request-body-bytes must be positive"},
+		{append(base, "--max-response-body-bytes", "0"), "--max-response-body-bytes must be positive"},
+		{append(base, "--response-body-limit", "2097152"), "is above --max-response-body-bytes"},
 		{append(base, "--request-body-limit", "-1"), "must not be negative"},
 		{append(base, "--log-level", "loud"), "--log-level"},
 	} {
@@ -104,7 +106,8 @@ func TestWAFProxyCommand(t *testing.T) {
 
 	addrs := make(chan [2]string, 1)
 	o := &wafProxyOptions{
-		cacheURL: tc.url, caFile: tc.caFile, tokenFile: tc.tokenFile, maxRequestBody: proxy.DefaultMaxRequestBodyBytes,
+		cacheURL: tc.url, caFile: tc.caFile, tokenFile: tc.tokenFile,
+		maxRequestBody: proxy.DefaultMaxRequestBodyBytes, maxResponseBody: proxy.DefaultMaxResponseBodyBytes,
 		ruleSet: "ns/guard", upstream: up.URL, listen: "127.0.0.1:0", metricsAddr: "127.0.0.1:0",
 		failurePolicy: "fail", logLevel: "error", pollInterval: time.Second, server: proxy.DefaultServerOptions(),
 		ready: func(listen, metrics string) { addrs <- [2]string{listen, metrics} },
@@ -195,7 +198,8 @@ func TestWAFProxyGatewayWithDefaultRuleSet(t *testing.T) {
 
 	addrs := make(chan [2]string, 1)
 	o := &wafProxyOptions{
-		cacheURL: tc.url, caFile: tc.caFile, tokenFile: tc.tokenFile, maxRequestBody: proxy.DefaultMaxRequestBodyBytes,
+		cacheURL: tc.url, caFile: tc.caFile, tokenFile: tc.tokenFile,
+		maxRequestBody: proxy.DefaultMaxRequestBodyBytes, maxResponseBody: proxy.DefaultMaxResponseBodyBytes,
 		gateway: "shop/edge", ruleSet: "shop/engine-default", upstream: up.URL, listen: "127.0.0.1:0", metricsAddr: "127.0.0.1:0",
 		failurePolicy: "fail", logLevel: "error", pollInterval: time.Second, server: proxy.DefaultServerOptions(),
 		ready: func(listen, metrics string) { addrs <- [2]string{listen, metrics} },

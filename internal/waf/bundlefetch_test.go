@@ -19,6 +19,7 @@ import (
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/waf/bundle"
 	"github.com/vilaca/portal/internal/waf/bundle/s3test"
+	"github.com/vilaca/portal/internal/waf/cache"
 )
 
 // gate is a proxy in front of the test storage that holds the GETs of the
@@ -384,7 +385,7 @@ func TestBundleLocationsConfinedToNamespace(t *testing.T) {
 	// Moving to a location it may not read keeps the last good bundle.
 	poll(t, "stale", func() bool {
 		rs, ok, reason, _ := a.Bundle(evil, victim.loc, victim.sha)
-		return ok && reason == bundle.ReasonStaleBundle && rs.Name == "bundle-"+own.sha[:20]
+		return ok && reason == bundle.ReasonStaleBundle && rs.Name == cache.BundleName(own.sha)
 	})
 }
 

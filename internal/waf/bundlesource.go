@@ -12,6 +12,7 @@ import (
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/waf/bundle"
 	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/ruleset"
 )
 
 // Bounds of the bundle adapter.
@@ -28,8 +29,8 @@ const (
 // queues a fetch and answers "not yet" (the routes fail closed, a cold
 // miss); fetches run in the background within the fetchQueue's slots; when
 // one ends the verified bundle is put in the rule set cache under the
-// policy's namespace, as bundle-<sha256 prefix>, and the tables are
-// recomputed. Data planes then read it like a RuleSet of that namespace.
+// policy's namespace, as cache.BundleName (bundle:<sha256 prefix>, a name
+// no RuleSet can have), and the tables are recomputed. Data planes then read it like a RuleSet of that namespace.
 // A location the policy's namespace may not read (bundle.Access) is refused
 // before storage is asked.
 type bundleAdapter struct {
@@ -157,11 +158,8 @@ func (a *bundleAdapter) fetch(j fetchJob) {
 		return
 	}
 	if res.State != bundle.StateMissing && len(res.SHA256) >= 20 {
-		name := "bundle-" + res.SHA256[:20]
-		ck := cache.Key(j.policy.Namespace, name)
-		e := bundle.Install(a.cache, ck, res.Bundle)
-		a.installed[ck] = true
-		o.rs, o.ok = cache.TableRuleSet{Namespace: j.policy.Namespace, Name: name, UUID: e.UUID}, true
+		o.rs, o.ok = installBundle(a.cache, j.policy.Namespace, res.SHA256, res.Bundle), true
+		a.installed[cache.Key(o.rs.Namespace, o.rs.Name)] = true
 	}
 	a.results[j.key] = o
 	trigger := a.trigger
@@ -169,6 +167,15 @@ func (a *bundleAdapter) fetch(j fetchJob) {
 	if trigger != nil {
 		trigger()
 	}
+}
+
+// installBundle puts a verified bundle (sha256Hex of at least 20 digits) in
+// the rule set cache for the policies of namespace, under
+// cache.BundleName, and returns the rule set their routes' table rows name.
+func installBundle(c *cache.Cache, namespace, sha256Hex string, b ruleset.Bundle) cache.TableRuleSet {
+	name := cache.BundleName(sha256Hex)
+	e := bundle.Install(c, cache.Key(namespace, name), b)
+	return cache.TableRuleSet{Namespace: namespace, Name: name, UUID: e.UUID}
 }
 
 // Retain implements binding.BundleFetcher: results of bundles no policy

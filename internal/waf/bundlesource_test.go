@@ -34,7 +34,7 @@ func (b bundleFixture) ref() wafv1alpha1.BundleReference {
 
 // cacheKey is the rule set cache key the adapter installs b under for a
 // policy of ns.
-func (b bundleFixture) cacheKey(ns string) string { return cache.Key(ns, "bundle-"+b.sha[:20]) }
+func (b bundleFixture) cacheKey(ns string) string { return cache.Key(ns, cache.BundleName(b.sha)) }
 
 func storeBundle(t *testing.T, s *s3test.Storage, key string, id int) bundleFixture {
 	t.Helper()

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,8 +82,41 @@ func (e *Entry) Size() int64 {
 	return n
 }
 
-// Key is the cache key of a RuleSet.
+// Key is the cache key of a RuleSet, or of a bundle named by BundleName.
 func Key(namespace, name string) string { return namespace + "/" + name }
+
+// bundlePrefix starts the names of S3 bundles. A Kubernetes object name
+// cannot hold ':', so no RuleSet of the namespace can be named like a
+// bundle: a RuleSet named "bundle-<digest>" neither replaces a bundle a
+// policy enforces nor is deleted with it, as it was when bundles were
+// named "bundle-<digest>" in the same key space.
+const bundlePrefix = "bundle:"
+
+// bundleDigits is how many hex digits of a bundle's sha256 its name keeps.
+const bundleDigits = 20
+
+// BundleName is the name a verified WAF bundle (WAFGatewayBindingPolicy
+// spec.bundle) is cached and served under in its policy's namespace:
+// "bundle:" and the first 20 hex digits of its sha256. It is served at
+// /rules/{namespace}/bundle:{digits} like a RuleSet. sha256Hex must have
+// at least 20 digits.
+func BundleName(sha256Hex string) string {
+	return bundlePrefix + strings.ToLower(sha256Hex[:bundleDigits])
+}
+
+// isBundleName reports whether name is one BundleName makes.
+func isBundleName(name string) bool {
+	digits, ok := strings.CutPrefix(name, bundlePrefix)
+	if !ok || len(digits) != bundleDigits {
+		return false
+	}
+	for _, c := range digits {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // Cache holds the revisions of every rule set, oldest first; the last
 // revision of a key is its latest and is never evicted. Revisions are held

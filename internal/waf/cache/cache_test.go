@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -117,3 +118,31 @@ func TestGCBySizeOldestFirst(t *testing.T) {
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A bundle's name is served at /rules/{namespace}/{name} but is no name a
+// Kubernetes object can have, so no RuleSet shares its cache key; only the
+// exact form BundleName makes is accepted, and not as a Gateway's name.
+func TestBundleNamesAreNoObjectNames(t *testing.T) {
+	name := BundleName("0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef")
+	if name != "bundle:0123456789abcdef0123" {
+		t.Fatalf("BundleName = %q", name)
+	}
+	if len(validation.IsDNS1123Subdomain(name)) == 0 {
+		t.Fatalf("%q is a valid Kubernetes object name: a RuleSet could share its key", name)
+	}
+	if ns, got, latest, err := ParsePath("/rules/shop/" + name + "/latest"); err != nil || ns != "shop" || got != name || !latest {
+		t.Fatalf("ParsePath of a bundle: %q %q %v %v", ns, got, latest, err)
+	}
+	for _, p := range []string{
+		"/tables/shop/" + name, "/rules/shop/bundle:0123", "/rules/shop/bundle:0123456789ABCDEF0123",
+		"/rules/shop/bundle:0123456789abcdef0123x", "/rules/shop/bundle:", "/rules/shop/xbundle:0123456789abcdef0123",
+	} {
+		parse := ParsePath
+		if strings.HasPrefix(p, "/tables/") {
+			parse = ParseTablePath
+		}
+		if _, _, _, err := parse(p); err == nil {
+			t.Errorf("%s accepted", p)
+		}
+	}
+}

@@ -9,11 +9,13 @@ import (
 )
 
 // FuzzParsePath: the path parser never panics, and what it accepts is a
-// valid namespace and name that render back to the same path.
+// valid namespace and a name that is either a Kubernetes object name or a
+// bundle's name, never both, and renders back to the same path.
 func FuzzParsePath(f *testing.F) {
 	for _, s := range []string{
 		"/rules/ns/name", "/rules/ns/name/latest", "/rules/", "/rules//", "/rules/ns/name/latest/x",
 		"/rules/NS/x", "/rules/a/b.c-d", "/rules/a/..", "/x", "",
+		"/rules/ns/bundle:0123456789abcdef0123", "/rules/ns/bundle-0123456789abcdef0123/latest", "/rules/ns/bundle:0123",
 	} {
 		f.Add(s)
 	}
@@ -22,7 +24,8 @@ func FuzzParsePath(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		objectName := len(validation.IsDNS1123Subdomain(name)) == 0
+		if len(validation.IsDNS1123Label(ns)) > 0 || objectName == isBundleName(name) {
 			t.Fatalf("%q accepted as %q/%q", p, ns, name)
 		}
 		back := "/rules/" + ns + "/" + name

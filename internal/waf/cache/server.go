@@ -393,7 +393,8 @@ func bearerToken(r *http.Request) (string, bool) {
 }
 
 // ParsePath reads /rules/{namespace}/{name}[/latest]. The namespace must be
-// a DNS-1123 label and the name a DNS-1123 subdomain, as Kubernetes requires.
+// a DNS-1123 label and the name a DNS-1123 subdomain, as Kubernetes requires,
+// or a bundle's name (BundleName).
 func ParsePath(p string) (namespace, name string, latest bool, err error) {
 	return parsePath(p, "rules")
 }
@@ -420,6 +421,9 @@ func parsePath(p, prefix string) (namespace, name string, latest bool, err error
 	namespace, name = parts[0], parts[1]
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
 		return "", "", false, fmt.Errorf("namespace %q: %s", namespace, errs[0])
+	}
+	if prefix == "rules" && isBundleName(name) {
+		return namespace, name, latest, nil
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return "", "", false, fmt.Errorf("name %q: %s", name, errs[0])

@@ -28,6 +28,10 @@ const (
 	ProxyCAPath     = ProxyCADir + "/ca.crt"
 	proxyListenPort = 8000
 	proxyMetricPort = 9090
+	// The waf-proxy's body caps, its defaults (proxy.DefaultMax*BodyBytes,
+	// which this package cannot import: the proxy's tests import it).
+	proxyMaxRequestBody  = 32 << 20
+	proxyMaxResponseBody = 1 << 20
 	// proxyTokenSeconds is the projected token's lifetime; the kubelet
 	// renews it at 80% and the proxy re-reads the file before each poll.
 	proxyTokenSeconds = 3600
@@ -173,7 +177,10 @@ func (r *Reconciler) proxyObjects(eng *wafv1alpha1.Engine, cfg wafv1alpha1.WAFPr
 // ProxyArgs are the arguments of `portal waf-proxy` for an Engine: the
 // Gateway's route table decides per request, so the WAFGatewayBindingPolicies
 // and RuleSetOverrides attached to the Gateway and its routes apply, and the
-// Engine's RuleSet guards the requests no policy covers.
+// Engine's RuleSet guards the requests no policy covers. The body caps are
+// spelled out because the pod's memory limit is sized against them: one
+// proxy serves every route of a shared Gateway, so no tenant's rule set may
+// make it buffer more of a request or a response than they allow.
 func (r *Reconciler) ProxyArgs(eng *wafv1alpha1.Engine, upstream string) []string {
 	return []string{
 		"waf-proxy",
@@ -187,6 +194,8 @@ func (r *Reconciler) ProxyArgs(eng *wafv1alpha1.Engine, upstream string) []strin
 		"--failure-policy=" + failurePolicy(eng),
 		fmt.Sprintf("--listen=:%d", proxyListenPort),
 		fmt.Sprintf("--metrics-bind-address=:%d", proxyMetricPort),
+		fmt.Sprintf("--max-request-body-bytes=%d", proxyMaxRequestBody),
+		fmt.Sprintf("--max-response-body-bytes=%d", proxyMaxResponseBody),
 	}
 }
 
@@ -213,7 +222,8 @@ func (r *Reconciler) proxyPod(eng *wafv1alpha1.Engine, name, image, upstream str
 			},
 			// Requests let the pods schedule under a ResourceQuota; the
 			// memory limit bounds a proxy that buffers request bodies
-			// (--max-request-body-bytes).
+			// and responses (--max-request-body-bytes,
+			// --max-response-body-bytes).
 			Resources: corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},

@@ -19,6 +19,7 @@ import (
 	"github.com/vilaca/portal/internal/waf"
 	"github.com/vilaca/portal/internal/waf/cache"
 	"github.com/vilaca/portal/internal/waf/engine"
+	"github.com/vilaca/portal/internal/waf/proxy"
 	"github.com/vilaca/portal/test/waftest"
 )
 
@@ -101,6 +102,9 @@ func checkProxyDeployment(t *testing.T, ns, name string) (appsv1.Deployment, str
 		"--failure-policy=fail",
 		"--listen=:8000",
 		"--metrics-bind-address=:9090",
+		// The proxy's own defaults, which the pod's memory limit assumes.
+		fmt.Sprintf("--max-request-body-bytes=%d", proxy.DefaultMaxRequestBodyBytes),
+		fmt.Sprintf("--max-response-body-bytes=%d", proxy.DefaultMaxResponseBodyBytes),
 	}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args\n got %q\nwant %q", c.Args, wantArgs)

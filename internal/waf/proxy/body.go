@@ -44,17 +44,26 @@ type bodyWriter func([]byte) (*types.Interruption, int, error)
 // interruption if the WAF raised one (a Reject over the limit, or a rule of
 // the phase the limit made Coraza run), or, when the limit cut the body
 // short (ProcessPartial), a reader of the rest, which goes on uninspected.
-// rest is nil when the transaction holds the whole body.
-func (b *buffers) feed(write bodyWriter, body io.Reader) (it *types.Interruption, rest io.Reader, err error) {
+// rest is nil when the transaction holds the whole body. When max is
+// positive, feed writes no more than max bytes whatever the transaction
+// would take (a ctl:responseBodyLimit can raise a transaction's limit) and
+// the rest goes on uninspected, as with ProcessPartial.
+func (b *buffers) feed(write bodyWriter, body io.Reader, max int64) (it *types.Interruption, rest io.Reader, err error) {
 	buf := b.Get()
 	defer b.Put(buf)
+	var fed int64
 	for {
 		n, rerr := body.Read(buf)
 		if n > 0 {
-			it, took, err := write(buf[:n])
+			m := n
+			if max > 0 && fed+int64(m) > max {
+				m = int(max - fed)
+			}
+			it, took, err := write(buf[:m])
 			if err != nil || it != nil {
 				return it, nil, err
 			}
+			fed += int64(took)
 			if took < n {
 				return nil, io.MultiReader(bytes.NewReader(bytes.Clone(buf[took:n])), body), nil
 			}

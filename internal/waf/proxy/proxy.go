@@ -45,6 +45,12 @@ type Revision struct {
 // Proxy.MaxRequestBodyBytes is not set.
 const DefaultMaxRequestBodyBytes = 32 << 20
 
+// DefaultMaxResponseBodyBytes is the most of a response the WAF buffers
+// when Proxy.MaxResponseBodyBytes is not set: twice the Core Rule Set's
+// recommended SecResponseBodyLimit (512 KiB), so rule sets written for it
+// keep their limit.
+const DefaultMaxResponseBodyBytes = 1 << 20
+
 // Proxy is a reverse proxy guarded by a WAF. Set Upstream, then serve it;
 // until Load has succeeded once, FailOpen decides what happens to requests.
 // Change the fields before the first request only.
@@ -71,7 +77,8 @@ type Proxy struct {
 	// rule set's SecRequestBodyLimit and SecResponseBodyLimit: the most
 	// bytes of a body the WAF buffers and inspects. What happens beyond
 	// them is the rule set's Sec*BodyLimitAction (Reject: 413 or 500,
-	// ProcessPartial: the rest passes uninspected).
+	// ProcessPartial: the rest passes uninspected). ResponseBodyLimit
+	// cannot exceed MaxResponseBodyBytes.
 	RequestBodyLimit  int64
 	ResponseBodyLimit int64
 
@@ -84,6 +91,19 @@ type Proxy struct {
 	// so it also bounds what a rule set can make the proxy hold in memory
 	// for one request.
 	MaxRequestBodyBytes int64
+
+	// MaxResponseBodyBytes is a hard cap on how much of one response the
+	// WAF buffers, whatever the rule set says (DefaultMaxResponseBodyBytes
+	// when <= 0). SecResponseBodyLimit is clamped to it when the rule set is
+	// compiled (ruleset.Options.MaxResponseBodyBytes), ResponseBodyLimit
+	// too, and the proxy never feeds the WAF more of a body even when
+	// ctl:responseBodyLimit raised a transaction's limit. Unlike the request
+	// cap it does not refuse larger responses: past it the rule set's
+	// SecResponseBodyLimitAction decides (Reject answers 500,
+	// ProcessPartial inspects the first part and streams the rest), so a
+	// download larger than the cap passes with ProcessPartial while the
+	// proxy's memory stays bounded either way.
+	MaxResponseBodyBytes int64
 
 	// Logger receives the matched-rule log lines and the proxy's own logs
 	// (slog.Default() when nil).
@@ -178,7 +198,7 @@ func (p *Proxy) Load(rev Revision) error {
 	p.init()
 	p.loadMu.Lock()
 	defer p.loadMu.Unlock()
-	compiled, err := ruleset.Compile(rev.Bundle, ruleset.Options{Configure: p.configure})
+	compiled, err := ruleset.Compile(rev.Bundle, ruleset.Options{Configure: p.configure, MaxResponseBodyBytes: p.maxResponseBody()})
 	if err != nil {
 		return fmt.Errorf("compile rule set revision %s: %w", rev.UUID, err)
 	}
@@ -206,7 +226,7 @@ func (p *Proxy) configure(cfg coraza.WAFConfig) coraza.WAFConfig {
 		cfg = cfg.WithRequestBodyLimit(clampInt(p.RequestBodyLimit))
 	}
 	if p.ResponseBodyLimit > 0 {
-		cfg = cfg.WithResponseBodyLimit(clampInt(p.ResponseBodyLimit))
+		cfg = cfg.WithResponseBodyLimit(clampInt(min(p.ResponseBodyLimit, p.maxResponseBody())))
 	}
 	return cfg
 }
@@ -217,6 +237,14 @@ func (p *Proxy) maxBody() int64 {
 		return p.MaxRequestBodyBytes
 	}
 	return DefaultMaxRequestBodyBytes
+}
+
+// maxResponseBody is the hard cap on the part of a response the WAF buffers.
+func (p *Proxy) maxResponseBody() int64 {
+	if p.MaxResponseBodyBytes > 0 {
+		return p.MaxResponseBodyBytes
+	}
+	return DefaultMaxResponseBodyBytes
 }
 
 func clampInt(n int64) int {

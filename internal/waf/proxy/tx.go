@@ -59,7 +59,7 @@ func processRequest(tx types.Transaction, r *http.Request, bufs *buffers) (*type
 		return it, nil
 	}
 	if tx.IsRequestBodyAccessible() && r.Body != nil && r.Body != http.NoBody {
-		it, rest, err := bufs.feed(tx.WriteRequestBody, r.Body)
+		it, rest, err := bufs.feed(tx.WriteRequestBody, r.Body, 0)
 		if err != nil {
 			return nil, fmt.Errorf("request body: %w", err)
 		}
@@ -118,7 +118,8 @@ func (e *interruptedError) Error() string {
 // inspectResponse is the ReverseProxy's ModifyResponse: it runs the
 // response phases (3 and 4) on the upstream's answer before any of it
 // reaches the client. The body is buffered only when the rules inspect it
-// and its content type is one of SecResponseBodyMimeType.
+// and its content type is one of SecResponseBodyMimeType, and never more of
+// it than MaxResponseBodyBytes: the rest streams to the client uninspected.
 func (p *Proxy) inspectResponse(resp *http.Response) error {
 	tx, ok := resp.Request.Context().Value(txKey{}).(types.Transaction)
 	if !ok {
@@ -133,7 +134,7 @@ func (p *Proxy) inspectResponse(resp *http.Response) error {
 		return &interruptedError{it: it, txID: tx.ID()}
 	}
 	if tx.IsResponseBodyAccessible() && tx.IsResponseBodyProcessable() {
-		it, rest, err := p.bufs.feed(tx.WriteResponseBody, resp.Body)
+		it, rest, err := p.bufs.feed(tx.WriteResponseBody, resp.Body, p.maxResponseBody())
 		if err != nil {
 			return fmt.Errorf("read upstream response body: %w", err)
 		}

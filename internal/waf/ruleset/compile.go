@@ -24,6 +24,12 @@ type Options struct {
 	// reads: Coraza builds a matcher from the whole file in memory. 0 means
 	// DefaultMaxDataFileBytes.
 	MaxDataFileBytes int
+	// MaxResponseBodyBytes, when positive, clamps SecResponseBodyLimit: a
+	// rule set that asks for more (itself or through the Core Rule Set
+	// files it includes) gets this limit instead, so no rule set can make
+	// the WAF buffer more of one response (see clampResponseBody). The
+	// waf-proxy sets it from --max-response-body-bytes.
+	MaxResponseBodyBytes int64
 }
 
 // DefaultMaxDataFileBytes is the default of Options.MaxDataFileBytes.
@@ -123,6 +129,7 @@ func CompileContext(ctx context.Context, b Bundle, opts Options) (*Compiled, err
 	if len(problems) > 0 {
 		return nil, &Error{Problems: problems}
 	}
+	opts = opts.clampResponseBody(an.responseLimit)
 	if ctx.Err() != nil {
 		return nil, timeoutError()
 	}

@@ -93,6 +93,8 @@ type analysis struct {
 	// removedIDs and removedTags are what SecRuleRemoveById/-ByTag remove.
 	removedIDs  [][2]int
 	removedTags []string
+	// responseLimit is the SecResponseBodyLimit the rules end with.
+	responseLimit responseLimit
 }
 
 type operatorUse struct {
@@ -158,6 +160,9 @@ func (c *checker) directive(d directive) {
 	case "include":
 		c.include(d)
 		c.includedCRS = true
+		c.analysis.responseLimit.include(c.crs, d.Opts)
+	case "secresponsebodylimit":
+		c.analysis.responseLimit.note(d.Opts)
 	// The arguments below are compared exactly as Coraza receives them: it
 	// trims nothing, so " /dev/stdout" is a file name, not the console.
 	case "secauditlog":
