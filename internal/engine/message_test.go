@@ -58,7 +58,7 @@ func TestMessageHolesShareTheRuleBudget(t *testing.T) {
 		limits                     exprlang.Limits
 	}{
 		{"operations", busy + ` == 1000`, busy, "1000", exprlang.Limits{Operations: 12_000}},
-		{"bytes", `true`, `len(toJSON(object)) > 0`, "true", exprlang.Limits{Bytes: 100_000}},
+		{"bytes", `true`, `len(toJSON(object)) > 0`, "true", exprlang.Limits{Bytes: 50_000}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := strings.Repeat("{{ "+tc.hole+" }};", 3)

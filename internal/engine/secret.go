@@ -132,6 +132,11 @@ func secretSafeError(env core.Env, err error) error {
 		return err
 	}
 	if be, ok := errors.AsType[*core.BudgetError](err); ok {
+		// The kind and limit say why; what it wraps (a pattern the rule
+		// built from the Secret's data) may quote a value.
+		if be.Err != nil && be.Kind != core.BudgetDeadline {
+			return &core.BudgetError{Kind: be.Kind, Limit: be.Limit, Err: errWithheld}
+		}
 		return be
 	}
 	return fmt.Errorf("evaluating the rule failed: %w", errWithheld)

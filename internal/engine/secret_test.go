@@ -107,6 +107,17 @@ func TestSecretBudgetErrorsStay(t *testing.T) {
 	}
 }
 
+// TestSecretPatternErrorsWithheld: a budget error may wrap what a rule built
+// from the Secret (a pattern of its value that does not compile): its kind
+// stays, its text does not.
+func TestSecretPatternErrorsWithheld(t *testing.T) {
+	res := evaluateSecret(t, `"x" matches ("*" + object.stringData.token)`, "")
+	if res.Outcome != core.OutcomeError || !strings.Contains(res.Message, "a pattern the rule built is too large") {
+		t.Fatalf("got %s %q, want the pattern budget error", res.Outcome, res.Message)
+	}
+	mustNotLeak(t, "the pattern error", res.Message)
+}
+
 // TestMessagesOfOtherKindsUnchanged: only Secrets are redacted.
 func TestMessagesOfOtherKindsUnchanged(t *testing.T) {
 	cm := configMap(4)

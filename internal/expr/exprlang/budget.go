@@ -32,6 +32,8 @@ const (
 	replaceName  = "$portal.replace"
 	trimName     = "$portal.trim"
 	splitName    = "$portal.split"
+	jsonName     = "$portal.json"
+	elemsName    = "$portal.elems"
 	globName     = "$portal.glob"
 	inflateName  = "$portal.inflate"
 	matchName    = "$portal.match"
@@ -97,6 +99,12 @@ func (p *budgetPatch) Visit(node *ast.Node) {
 		}
 	case *ast.CallNode:
 		p.patchCall(node, n)
+	case *ast.MemberNode:
+		// a[k] hashes k: a megabyte key in a loop cost a second of CPU
+		// at one operation a lookup.
+		if !isLiteral(n.Property) {
+			n.Property = helper(strName, n.Property)
+		}
 	}
 }
 
@@ -201,6 +209,14 @@ func patchSpecialBuiltin(n *ast.BuiltinNode) (charged bool) {
 	case (n.Name == "split" || n.Name == "splitAfter") && len(n.Arguments) >= 2:
 		n.Arguments[0] = helper(splitName, n.Arguments[0], n.Arguments[1])
 		return true
+	case n.Name == "toJSON" && len(n.Arguments) == 1:
+		n.Arguments[0] = helper(jsonName, n.Arguments[0])
+		return true
+	case n.Name == "concat":
+		// Every argument is charged its elements before concat builds
+		// the whole: 50 ranges of 300,000 built 1.35 GiB first.
+		wrapArgs(n.Arguments, elemsName)
+		return true
 	case n.Name == "trim" && len(n.Arguments) == 2:
 		n.Arguments[0] = helper(trimName, n.Arguments[0], n.Arguments[1])
 	default:
@@ -231,6 +247,10 @@ func (p *budgetPatch) patchBinary(node *ast.Node, n *ast.BinaryNode) {
 	case "in", "not in":
 		if !isLiteral(n.Right) {
 			n.Right = helper(scanInName, n.Right)
+		}
+		// A map lookup hashes the key.
+		if !isLiteral(n.Left) {
+			n.Left = helper(strName, n.Left)
 		}
 	case "contains":
 		if !isLiteral(n.Left) {
@@ -360,6 +380,23 @@ func staticCost(n ast.Node) int64 {
 	return c
 }
 
+// staticBytes is what the ranges with literal bounds in n build when the
+// rule runs: expr-lang makes each an array.
+func staticBytes(n ast.Node) int64 {
+	var b int64
+	if x, ok := n.(*ast.BinaryNode); ok && x.Operator == ".." {
+		l, ok1 := x.Left.(*ast.IntegerNode)
+		r, ok2 := x.Right.(*ast.IntegerNode)
+		if ok1 && ok2 && r.Value >= l.Value {
+			b = satMul(int64(r.Value)-int64(l.Value)+1, elemBytes)
+		}
+	}
+	for _, ch := range children(n) {
+		b = satAdd(b, staticBytes(ch))
+	}
+	return b
+}
+
 // children are the nodes ast.Walk visits under n.
 func children(n ast.Node) []ast.Node {
 	switch x := n.(type) {
@@ -456,6 +493,13 @@ func budgetOptions(rx *regexps) []expr.Option {
 		expr.Function(joinName, meteredJoin),
 		expr.Function(replaceName, meteredReplace),
 		expr.Function(trimName, meteredTrim),
+		expr.Function(jsonName, func(p ...any) (any, error) {
+			return p[1], p[0].(*meter).indentedJSON(p[1])
+		}),
+		expr.Function(elemsName, func(p ...any) (any, error) {
+			n := length(p[1])
+			return p[1], p[0].(*meter).charge(n+1, satMul(n, elemBytes))
+		}),
 		expr.Function(splitName, meteredSplit),
 		expr.Function(globName, meteredGlob),
 		expr.Function(matchLitName, meteredMatchLiteral),
@@ -500,7 +544,9 @@ func match(m *meter, subject any, re *compiledRegexp) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("matches: the subject is %s, not a string", typeName(subject))
 	}
-	if err := m.charge(satMul(int64(len(s))+1, re.insts)/bytesPerOp+1, 0); err != nil {
+	// A step of Go's matcher (one instruction on one byte) costs about
+	// what an operation does; Unicode classes cost a few times more.
+	if err := m.charge(satMul(int64(len(s))+1, re.insts), 0); err != nil {
 		return nil, err
 	}
 	return re.re.MatchString(s), nil

@@ -103,7 +103,7 @@ var builtinCosts = map[string]cost{
 	"round":   {meterConstant, chargeConstant},
 	"first":   {meterConstant, chargeConstant},
 	"last":    {meterConstant, chargeConstant},
-	"get":     {meterConstant, chargeConstant},
+	"get":     {meterStrings, chargeStrings + " (a key is hashed)"},
 	"bitnot":  {meterConstant, chargeConstant},
 	"bitand":  {meterConstant, chargeConstant},
 	"bitor":   {meterConstant, chargeConstant},
@@ -114,7 +114,7 @@ var builtinCosts = map[string]cost{
 	"bitushr": {meterConstant, chargeConstant},
 
 	"string":  {meterExpand, "1 per element and per 16 bytes of its argument fully expanded; + as many bytes, charged before it builds"},
-	"toJSON":  {meterExpand, "1 per element and per 16 bytes of its argument fully expanded; + as many bytes, charged before it builds"},
+	"toJSON":  {meterSpecial, "1 per element and per 16 bytes of its argument fully expanded; + the indented JSON it makes (two spaces per level on every line, escapes included), charged before it builds"},
 	"flatten": {meterExpand, "1 per element and per 16 bytes of its argument fully expanded; + as many bytes, charged before it builds"},
 
 	"upper":      {meterLinear, chargeBuilt},
@@ -125,7 +125,7 @@ var builtinCosts = map[string]cost{
 	"values":     {meterLinear, chargeBuilt},
 	"toPairs":    {meterLinear, chargeBuilt},
 	"fromPairs":  {meterLinear, chargeBuilt},
-	"concat":     {meterLinear, chargeBuilt},
+	"concat":     {meterSpecial, "1 + 1 per element of its arguments; + 16 bytes per element, charged before it builds"},
 	"reverse":    {meterLinear, chargeBuilt},
 	"take":       {meterLinear, chargeBuilt},
 
@@ -182,11 +182,11 @@ var operatorCosts = map[string]cost{
 	"<=": {meterScan, chargeCompare},
 	">=": {meterScan, chargeCompare},
 
-	"in":         {meterScan, "1 on a map; an array: 1 per element and per 16 bytes, read deeply"},
+	"in":         {meterScan, "1 per 16 bytes of a string on the left (hashed); + 1 on a map, or on an array 1 per element and per 16 bytes, read deeply"},
 	"contains":   {meterScan, "1 per 16 bytes of both operands"},
 	"startsWith": {meterScan, "1 per 16 bytes of the prefix"},
 	"endsWith":   {meterScan, "1 per 16 bytes of the suffix"},
-	"matches": {meterSpecial, "(1 + 1 per 16 bytes of the subject) x the pattern's program size, at most " +
+	"matches": {meterSpecial, "(1 + the subject's length in bytes) x the pattern's program size, at most " +
 		"2,000 instructions; a pattern that is not a literal: its compilation too, 64 bytes per instruction"},
 }
 
@@ -206,7 +206,8 @@ var functionCosts = map[string]cost{
 // expression's size when the evaluation starts.
 var nodeCosts = []struct{ node, charge string }{
 	{"literals, names, `#`, `#acc`, `#index`", chargeConstant},
-	{"member access `a.b`, `a?.b`, `a[k]`", chargeConstant + " (a map lookup or an index)"},
+	{"member access `a.b`, `a?.b`", chargeConstant + " (a map lookup)"},
+	{"computed member access `a[k]`, `a?.[k]`", chargeStrings + " (a string key is hashed; an index is 1)"},
 	{"slices `a[i:j]`", chargeConstant + " (strings and arrays are sliced in place)"},
 	{"`c ? x : y`, `if c { x } else { y }`, `let x = ...; e`, `e1; e2`", chargeConstant},
 	{"array and map literals `[...]`, `{...}`", "1 per element written"},

@@ -165,7 +165,7 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 	if err != nil {
 		return nil, compileError(err)
 	}
-	return &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(expression, e.names), lookups: reads, base: staticCost(p.Node()), metered: readsMeter(p.Node())}, nil
+	return &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(expression, e.names), lookups: reads, base: staticCost(p.Node()), baseBytes: staticBytes(p.Node()), metered: readsMeter(p.Node())}, nil
 }
 
 // compileError places err at its offset in the expression, when it has one.
@@ -204,8 +204,9 @@ type program struct {
 	members []core.Member
 	// lookups are the cluster.* reads it makes.
 	lookups []core.Lookup
-	// base is what running every node once costs.
-	base int64
+	// base is what running every node once costs, and baseBytes what its
+	// ranges with literal bounds build.
+	base, baseBytes int64
 	// metered is false for expressions without loops or costly operators.
 	metered bool
 }
@@ -227,7 +228,7 @@ func (p *program) EvalShared(ctx context.Context, env core.Env, acct *core.Accou
 	r.meter.reset(ctx, p.engine.limits, acct)
 	// Every node once, loops over array literals included, costs base
 	// whatever the input; an account already spent stops here too.
-	err = r.meter.charge(p.base, 0)
+	err = r.meter.charge(p.base, p.baseBytes)
 	if err == nil {
 		if p.metered {
 			env[meterName] = &r.meter

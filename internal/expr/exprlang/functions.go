@@ -32,6 +32,9 @@ var portalFunctions = []struct {
 	{"selects", selects, new(func(any, any) bool)},
 }
 
+// maxQuantityBytes bounds a quantity string.
+const maxQuantityBytes = 64
+
 // quantity converts a Kubernetes quantity ("500m", "1Gi") to a number in base
 // units, so limits can be compared: quantity(x) <= quantity("2Gi").
 func quantity(params ...any) (any, error) {
@@ -49,9 +52,15 @@ func quantity(params ...any) (any, error) {
 	default:
 		return nil, fmt.Errorf("quantity: want a string or number, got %T", params[0])
 	}
+	// ParseQuantity goes through big-number arithmetic that grows faster
+	// than the string (a megabyte of digits took seconds and gigabytes);
+	// no quantity is anywhere near this long.
+	if len(s) > maxQuantityBytes {
+		return nil, fmt.Errorf("quantity(%s): %d characters, more than a quantity has (%d)", quoteShort(s), len(s), maxQuantityBytes)
+	}
 	q, err := resource.ParseQuantity(s)
 	if err != nil {
-		return nil, fmt.Errorf("quantity(%q): %w", s, err)
+		return nil, fmt.Errorf("quantity(%s): %w", quoteShort(s), err)
 	}
 	return q.AsApproximateFloat64(), nil
 }

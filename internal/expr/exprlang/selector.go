@@ -24,9 +24,14 @@ func Selector(v any) (labels.Selector, error) {
 	case nil:
 		return labels.Everything(), nil
 	case string:
+		// Parsing costs far more than reading: no selector a rule needs is
+		// anywhere near this long.
+		if len(s) > maxSelectorBytes {
+			return nil, fmt.Errorf("selector %s: %d bytes, longer than %d", quoteShort(s), len(s), maxSelectorBytes)
+		}
 		sel, err := labels.Parse(s)
 		if err != nil {
-			return nil, fmt.Errorf("selector %q: %w", s, err)
+			return nil, fmt.Errorf("selector %s: %w", quoteShort(s), err)
 		}
 		return sel, nil
 	case map[string]any:
@@ -52,6 +57,9 @@ func Selector(v any) (labels.Selector, error) {
 	}
 	return nil, fmt.Errorf("selector: want a string, a map of labels or a LabelSelector (matchLabels, matchExpressions), got %T", v)
 }
+
+// maxSelectorBytes bounds a selector string.
+const maxSelectorBytes = 4096
 
 // labelSelector converts a LabelSelector-shaped map without a JSON round
 // trip, which would cost more than the lookup.
