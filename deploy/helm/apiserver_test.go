@@ -389,7 +389,8 @@ func TestAntiAffinityAutoFollowsNodeCount(t *testing.T) {
 		// A release of its own: the RBAC test's objects in releaseNS belong
 		// to no release, which a server-side dry run refuses to adopt.
 		cmd := exec.Command(helmBinary(t), "template", "affinity", chartDir, "--namespace", "portal-affinity",
-			"--dry-run=server", "--kubeconfig", kcPath, "--show-only", "templates/deployment.yaml")
+			"--dry-run=server", "--kubeconfig", kcPath, "--show-only", "templates/deployment.yaml",
+			"--set", "networkPolicy.webhookFromAnywhere=true")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("helm template --dry-run=server: %v\n%s", err, out)

@@ -70,6 +70,9 @@ func render(t testing.TB, valuesFile string, set ...string) ([]byte, error) {
 	args := []string{"template", releaseName, chartDir, "--namespace", releaseNS}
 	if valuesFile != "" {
 		args = append(args, "--values", valuesFile)
+	} else {
+		// The one choice the chart cannot make (TestWebhookNetworkPolicyNeedsAChoice).
+		args = append(args, "--set", "networkPolicy.webhookFromAnywhere=true")
 	}
 	for _, s := range set {
 		args = append(args, "--set", s)
@@ -260,6 +263,39 @@ func TestLint(t *testing.T) {
 		out, err := exec.Command(helmBinary(t), args...).CombinedOutput()
 		if err != nil {
 			t.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// TestWebhookNetworkPolicyNeedsAChoice: the webhook port's NetworkPolicy no
+// longer admits every source by default. The API server's source addresses
+// are cluster specific, so the chart refuses to render until the operator
+// names them, sets a client CA (the port then authenticates its callers), or
+// admits any source knowingly; each renders what it says.
+func TestWebhookNetworkPolicyNeedsAChoice(t *testing.T) {
+	cmd := exec.Command(helmBinary(t), "template", releaseName, chartDir, "--namespace", releaseNS)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("networkPolicy: choose who may reach the webhook port")) {
+		t.Fatalf("the chart rendered without a choice for the webhook port (err %v):\n%.400s", err, out)
+	}
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"}, "cidr: 10.0.0.0/24"},
+		{[]string{"admission.clientCA.configMap=apiserver-ca"}, "the webhook accepts only the API server's client"},
+		{[]string{"networkPolicy.webhookFromAnywhere=false", "networkPolicy.enabled=false"}, ""},
+	} {
+		args := []string{"template", releaseName, chartDir, "--namespace", releaseNS, "--show-only", "templates/deployment.yaml"}
+		if tc.want != "" {
+			args[len(args)-1] = "templates/networkpolicy.yaml"
+		}
+		for _, s := range tc.set {
+			args = append(args, "--set", s)
+		}
+		out, err := exec.Command(helmBinary(t), args...).CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte(tc.want)) {
+			t.Errorf("%v: %v\n%.600s", tc.set, err, out)
 		}
 	}
 }

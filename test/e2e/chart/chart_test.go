@@ -147,7 +147,9 @@ func (e *env) install(t testing.TB, set ...string) {
 	args := []string{"install", releaseName, filepath.Join(root, "deploy", "helm", "portal"),
 		"--namespace", releaseNS, "--create-namespace", "--wait", "--timeout", "4m",
 		// Plain HTTP metrics, so the test reads the dryrun counter from each pod.
-		"--set", "metrics.secure=false"}
+		"--set", "metrics.secure=false",
+		// The dev node enforces no NetworkPolicy; the chart still needs the choice.
+		"--set", "networkPolicy.webhookFromAnywhere=true"}
 	for _, v := range append(imageValues(), set...) {
 		args = append(args, "--set", v)
 	}

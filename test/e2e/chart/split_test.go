@@ -173,7 +173,7 @@ func (e *env) installSplit(t testing.TB, layers []string, replicas int, set ...s
 	}
 	args := []string{"install", releaseName, filepath.Join(root, "deploy", "helm", "portal"),
 		"--namespace", releaseNS, "--create-namespace", "--wait", "--timeout", "4m"}
-	set = append(append(imageValues(), set...), "global.mode=split",
+	set = append(append(imageValues(), set...), "global.mode=split", "networkPolicy.webhookFromAnywhere=true",
 		// Up to eight pods on one node: small requests so they fit.
 		"resources.requests.cpu=20m", "resources.requests.memory=64Mi")
 	for _, l := range layers {
