@@ -199,6 +199,10 @@ func TestWAFProxyOnRealNode(t *testing.T) {
 		{hostB, attackAQuery, http.StatusForbidden},
 		{hostA, xssQuery, http.StatusForbidden},
 	})
+
+	// A tenant's rule set asks the shared proxy to buffer answers of up
+	// to 1 GiB: the proxy holds its cap, and the other route answers.
+	e.checkResponseCap(t, ns, proxy, "strict-route-a")
 }
 
 func decodeObjects(t testing.TB, docs string) []*unstructured.Unstructured {

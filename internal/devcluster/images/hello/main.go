@@ -1,7 +1,8 @@
 // Command hello is the workload image of the node tests and of
 // `portal dev --node`: an HTTP server on :8080 that answers every request
 // with "hello from <hostname>", so a test through a Service can tell which
-// pod answered.
+// pod answered; and GET /bytes?n=N with N bytes of application/octet-stream,
+// streamed, for tests of what a data plane buffers.
 //
 // `hello get <url>` instead prints the body of one GET of url and exits (1
 // when the request fails): a test's client inside the cluster, resolving
@@ -9,11 +10,13 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 )
 
@@ -29,11 +32,35 @@ func main() {
 	srv := &http.Server{
 		Addr:              ":8080",
 		ReadHeaderTimeout: 5 * time.Second,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/bytes" {
+				stream(w, r.URL.Query().Get("n"))
+				return
+			}
 			fmt.Fprintf(w, "hello from %s\n", host)
 		}),
 	}
 	log.Fatal(srv.ListenAndServe())
+}
+
+// stream writes n bytes from one small buffer, so the image's own memory
+// stays small whatever n is.
+func stream(w http.ResponseWriter, n string) {
+	size, err := strconv.ParseInt(n, 10, 64)
+	if err != nil || size < 0 {
+		http.Error(w, "n: want a byte count", http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	buf := bytes.Repeat([]byte("a"), 64<<10)
+	for size > 0 {
+		k, err := w.Write(buf[:min(int64(len(buf)), size)])
+		if err != nil {
+			return
+		}
+		size -= int64(k)
+	}
 }
 
 func get(url string) {
