@@ -163,9 +163,33 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 		err = budget.err
 	}
 	if err != nil {
-		return nil, compileError(err)
+		return nil, compileError(operatorHint(expression, err))
 	}
 	return &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(expression, e.names), lookups: reads, base: staticCost(p.Node()), baseBytes: staticBytes(p.Node()), metered: readsMeter(p.Node())}, nil
+}
+
+// operatorHint says what to write when an operator that reads like a
+// function (contains, matches, startsWith, endsWith, in) is called as one:
+// expr-lang only says it did not expect the operator.
+func operatorHint(expression string, err error) error {
+	fe, ok := errors.AsType[*file.Error](err)
+	if !ok {
+		return err
+	}
+	op, ok := strings.CutPrefix(fe.Message, `unexpected token Operator("`)
+	if !ok {
+		return err
+	}
+	op, _, _ = strings.Cut(op, `")`)
+	switch op {
+	case "contains", "matches", "startsWith", "endsWith", "in":
+	default:
+		return err
+	}
+	if rest := expression[min(max(fe.From, 0), len(expression)):]; !strings.HasPrefix(strings.TrimLeft(strings.TrimPrefix(rest, op), " "), "(") {
+		return err
+	}
+	return fmt.Errorf("%s is an operator, not a function: write `a %s b`: %w", op, op, err)
 }
 
 // compileError places err at its offset in the expression, when it has one.

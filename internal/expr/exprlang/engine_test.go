@@ -124,3 +124,18 @@ var ruleNames = []string{"object", "metadata", "request", "container", "spec", "
 func testEngine(opts ...Option) *Engine {
 	return New(append([]Option{WithNames(ruleNames...)}, opts...)...)
 }
+
+// TestOperatorCalledAsAFunction: contains(a, b) says to write a contains b,
+// where expr-lang only said it did not expect the operator.
+func TestOperatorCalledAsAFunction(t *testing.T) {
+	e := testEngine()
+	for _, op := range []string{"contains", "matches", "startsWith", "endsWith"} {
+		_, err := e.Compile(op + `(metadata.name, "a")`)
+		if err == nil || !strings.HasPrefix(err.Error(), op+" is an operator, not a function: write `a "+op+" b`") {
+			t.Errorf("%s(a, b): %v", op, err)
+		}
+	}
+	if _, err := e.Compile(`metadata.name contains`); err == nil || strings.Contains(err.Error(), "not a function") {
+		t.Errorf("a dangling operator: %v, want no function hint", err)
+	}
+}
