@@ -208,6 +208,13 @@ func (m *meter) deep(v any, limit int64) (elems, bytes int64, err error) {
 			if n := length(x); n > 0 {
 				elems += n
 			}
+		case []string:
+			// What split and keys return: counted in place, where the
+			// reflection below would box every element.
+			elems += int64(len(x))
+			for _, e := range x {
+				bytes += int64(len(e))
+			}
 		default:
 			rv := reflect.ValueOf(x)
 			switch rv.Kind() {
