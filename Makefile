@@ -281,7 +281,11 @@ build: ## Build bin/portal (stamped with the git commit: portal version)
 # Demo: evaluate the example manifests against the pod-security rules. Exit status 1
 # means "deny found", which is what the demo shows, so it does not fail the target.
 # `portal dev` (a local control plane with the admission webhook) replaces this later.
-run: tools build ## Run portal dev: a local control plane with Portal in it (Ctrl-C stops it)
+# What `portal dev` runs without a node: nothing else of `tools` (no node
+# binaries, no apt packages, no root), so the first `make run` builds only these.
+DEV_BINS := $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd
+
+run: $(DEV_BINS) build ## Run portal dev: a local control plane with Portal in it (Ctrl-C stops it); builds only kube-apiserver, etcd, kubectl and bin/portal
 	@$(BIN)/portal dev
 
 # Needs root: the node changes mounts, cgroups, interfaces and iptables (and undoes it).
