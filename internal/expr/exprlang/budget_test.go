@@ -75,6 +75,7 @@ func TestPathologicalRulesEndInBudgetError(t *testing.T) {
 		"membership of a large key in a loop":     {`all(1..150000, {not (object.data.big in object.data)})`, core.BudgetOperations},
 		"get with a large key in a loop":          {`all(1..150000, {get(object.data, object.data.big) == nil})`, core.BudgetOperations},
 		"a match of Unicode classes":              {`object.data.big[0:8000] matches "(?:[\\pL\\pN]*\\pL){300}b"`, core.BudgetOperations},
+		"loops started in a loop":                 {`none(1..100000, {one([], false)})`, core.BudgetBytes},
 		"a method reading a large layout":         {`none(1..40000, {date("2024-01-02").Format(object.data.big) == ""})`, core.BudgetOperations},
 		"split scanning a large string in a loop": {`none(1..100000, {len(split(object.data.big, "zzz")) > 1})`, core.BudgetOperations},
 		"sort in a loop":                          {`all(1..100000, {len(sort(object.items | map(.i))) > 0})`, ""},

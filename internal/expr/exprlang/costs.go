@@ -64,7 +64,7 @@ type cost struct {
 // Charges shared by several rows.
 const (
 	chargeConstant = "1"
-	chargeLoop     = "the body's size per iteration, charged as each iteration ends"
+	chargeLoop     = "1 and 512 bytes to start; the body's size per iteration, charged as each iteration ends"
 	chargeBuilt    = "1 + what it builds (bytes, 16 per element)"
 	chargeStrings  = "1 + 1 per 16 bytes of each string argument"
 	chargeScan     = "1 per element and per 16 bytes of its arguments, read deeply; + what it builds"
