@@ -5,12 +5,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	arv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -99,9 +101,13 @@ func TestTenantKindsStayInTheirNamespace(t *testing.T) {
 			t.Errorf("delete %s: %v", config, err)
 		}
 	})
-	eventually(t, "each tenant's kind in its namespace's webhook", func() bool {
-		return intercepts(webhooksFor(t, config, a), "services") && intercepts(webhooksFor(t, config, b), "configmaps")
-	})
+	// The configuration manager applies with backoff; on a busy CI machine
+	// its first applies can take longer than eventually's 20 s.
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return intercepts(webhooksFor(t, config, a), "services") && intercepts(webhooksFor(t, config, b), "configmaps"), nil
+	}); err != nil {
+		t.Fatalf("waiting for each tenant's kind in its namespace's webhook: %v (webhooks of %s: %v)", err, a, names(webhooksFor(t, config, a)))
+	}
 	if ws := webhooksFor(t, config, a); intercepts(ws, "configmaps") {
 		t.Errorf("tenant B's ConfigMap rule puts namespace %s's ConfigMaps behind the webhook (webhooks %v)", a, names(ws))
 	}
