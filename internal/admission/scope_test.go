@@ -88,6 +88,17 @@ func TestTenantKindsStayInTheirNamespace(t *testing.T) {
 	namespace(t, b, nil)
 	tenantRule(t, a, "a-services", serviceGVK)
 	tenantRule(t, b, "b-configmaps", configMapGVK)
+	// This Portal's configuration manager hears of no later rule change:
+	// start it once both rules are loaded.
+	eventually(t, "both tenants' rules loaded", func() bool {
+		n := 0
+		for _, r := range env.engine.Rules() {
+			if r.Name == "a-services" || r.Name == "b-configmaps" {
+				n++
+			}
+		}
+		return n == 2
+	})
 
 	// A Portal of its own, to stop while its configuration stays.
 	p, err := startPortal(portalOptions{name: config, logs: &syncWriter{}, evaluator: env.engine, rules: env.engine})
