@@ -346,6 +346,7 @@ const (
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.enforcementAction`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Actions",type=string,JSONPath=`.status.conditions[?(@.type=="ActionsReady")].reason`,description="Whether the rule's response actions can run (ActionsRunnable, ActionsLayerOff, ActionNotPermitted, ...); empty for rules without actions"
 // +kubebuilder:printcolumn:name="Violations",type=integer,JSONPath=`.status.violationCount`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PortalClusterRule struct {
@@ -373,6 +374,7 @@ type PortalClusterRuleList struct {
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.enforcementAction`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Actions",type=string,JSONPath=`.status.conditions[?(@.type=="ActionsReady")].reason`,description="Whether the rule's response actions can run (ActionsRunnable, ActionsLayerOff, ActionNotPermitted, ...); empty for rules without actions"
 // +kubebuilder:printcolumn:name="Violations",type=integer,JSONPath=`.status.violationCount`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PortalRule struct {
