@@ -211,6 +211,9 @@ func (o *evalOptions) evaluate(cmd *cobra.Command, eng *engine.Engine, docs []ma
 	if report.Objects() == 0 && !o.allowEmpty {
 		return usageError(fmt.Errorf("no Kubernetes object found in --file %s: an empty input usually means the command feeding it failed (use set -o pipefail), or pass --allow-empty", strings.Join(o.files, ",")))
 	}
+	for _, name := range report.Unmatched(eng, opts.Mode) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "portal eval: warning: rule %q matched no object in --file: check its match (gvk, namespaces, labelSelector) against the input\n", name)
+	}
 	netFound := false
 	if o.network {
 		found, err := o.analyseNetwork(cmd)

@@ -58,6 +58,34 @@ type Report struct {
 	// keeps bytes, not structs, and never copies them.
 	encoded [][]byte
 	isJSON  bool
+	// matched holds the rules that gave at least one result.
+	matched map[string]struct{}
+}
+
+// Unmatched returns the names of the rules of eng that the run could apply
+// (enabled, in mode when one is set) and that matched no object at all: a
+// typo in match.gvk, a namespace include that nothing in the input has, a
+// kind the input does not contain.
+func (r *Report) Unmatched(eng *engine.Engine, mode core.Mode) []string {
+	var out []string
+	for _, rl := range eng.Rules() {
+		if !rl.Enabled || (mode != "" && !rl.HasMode(mode)) {
+			continue
+		}
+		if _, ok := r.matched[rl.Name]; !ok {
+			out = append(out, rl.Name)
+		}
+	}
+	return out
+}
+
+func (r *Report) addMatched(names map[string]struct{}) {
+	if r.matched == nil {
+		r.matched = make(map[string]struct{}, len(names))
+	}
+	for n := range names {
+		r.matched[n] = struct{}{}
+	}
 }
 
 // Objects counts the Kubernetes objects the run read, matched by a rule or not.
@@ -107,6 +135,8 @@ type batch struct {
 	objects     int
 	denied      bool
 	errs        []error
+	// matched holds the names of the rules that gave a result.
+	matched map[string]struct{}
 }
 
 // Evaluate is Run with options: opts.Jobs workers decode and evaluate
@@ -168,6 +198,7 @@ func (r *Report) Merge(other *Report) {
 	r.Summary.Error += other.Summary.Error
 	r.Results = append(r.Results, other.Results...)
 	r.encoded = append(r.encoded, other.encoded...)
+	r.addMatched(other.matched)
 }
 
 // NewReport returns an empty report for format, to Merge runs into.
@@ -194,6 +225,7 @@ func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (
 		rep.Summary.Fail += b.summary.Fail
 		rep.Summary.Error += b.summary.Error
 		rep.Results = append(rep.Results, b.results...)
+		rep.addMatched(b.matched)
 		if len(b.encoded) > 0 {
 			rep.encoded = append(rep.encoded, b.encoded)
 		}
@@ -290,6 +322,12 @@ func (w *worker) run(b *batch) {
 }
 
 func (b *batch) add(res *core.Result, encode bool) {
+	if _, ok := b.matched[res.Rule.Name]; !ok {
+		if b.matched == nil {
+			b.matched = map[string]struct{}{}
+		}
+		b.matched[res.Rule.Name] = struct{}{}
+	}
 	switch res.Outcome {
 	case core.OutcomePass:
 		b.summary.Pass++
