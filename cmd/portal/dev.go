@@ -281,8 +281,11 @@ func (o *devOptions) prepareWAFProxy(ctx context.Context, c client.Client, clust
 	if err != nil {
 		return "", fmt.Errorf("--waf-cache-addr %q: %w", o.cfg.WAFOptions.CacheAddr, err)
 	}
+	// The hint's curl names the host: the CRS flags a numeric Host header
+	// (rule 920350) on every request to 127.0.0.1:8000.
 	return fmt.Sprintf("\nA waf-proxy in front of an app on 127.0.0.1:8080, enforcing examples/waf (token valid %s):\n"+
-		"  %s waf-proxy --cache-url https://127.0.0.1:%s --ca-file %s --token-file %s --ruleset default/crs --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8000 --metrics-bind-address 127.0.0.1:9090\n",
+		"  %s waf-proxy --cache-url https://127.0.0.1:%s --ca-file %s --token-file %s --ruleset default/crs --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8000 --metrics-bind-address 127.0.0.1:9090\n"+
+		"  curl http://localhost:8000/   # by name: the CRS flags a numeric Host header (rule 920350)\n",
 		devTokenTTL, relative(os.Args[0]), port, relative(caFile), relative(tokenFile)), nil
 }
 
