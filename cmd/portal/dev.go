@@ -89,7 +89,7 @@ binary, written next to the kubeconfig.`,
 	f.StringSliceVar(&o.manifests, "install-manifests", o.manifests, "manifest files or directories to create (namespaced objects without a namespace go to default)")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (logs go to stderr)")
 	f.StringVar(&o.binDir, "k8s-bin-dir", o.binDir, "directory of kube-apiserver, etcd and kubectl (default: beside the portal binary, then bin/k8s of the checkout)")
-	f.BoolVar(&o.node, "node", o.node, "also run a node with real pods (containerd, kubelet, kube-proxy; needs root, `make tools` and the source checkout); Portal stays in this process")
+	f.BoolVar(&o.node, "node", o.node, "also run a node with real pods (containerd, kubelet, kube-proxy; needs root, the binaries make tools builds and the source checkout); Portal stays in this process")
 	addManagerFlags(f, &o.cfg)
 	return cmd
 }
