@@ -119,7 +119,7 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	}
 	docs, err := manifests()
 	if err != nil {
-		return usageError(err)
+		return usageError(fmt.Errorf("cannot read --file: %w", err))
 	}
 	return o.evaluate(cmd, eng, docs, opts)
 }

@@ -164,6 +164,7 @@ func TestEvalNeverPassesOnNothing(t *testing.T) {
 		{"no rules", "", []string{"--rules", emptyDir, "--file", good}, exitUsage, "no rule found"},
 		{"allowed empty stdin", "", []string{"--rules", evalRules, "--file", "-", "--allow-empty"}, exitOK, ""},
 		{"allowed no rules", "", []string{"--rules", emptyDir, "--file", good, "--allow-empty"}, exitOK, ""},
+		{"missing file", "", []string{"--rules", evalRules, "--file", filepath.Join(dir, "missing.yaml")}, exitUsage, "cannot read --file: stat " + filepath.Join(dir, "missing.yaml") + ": no such file or directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
