@@ -66,11 +66,19 @@ func TestRuleSetLifecycle(t *testing.T) {
 	create(t, source(ns, "crs", crs), src, words, rs)
 
 	// A good rule set: Ready, cached, served; the CRS holds rules the Istio
-	// WASM driver cannot run, so it is Degraded for them.
+	// WASM driver cannot run, which do not degrade it while no Engine with
+	// that driver uses it, and do once one does.
 	readyWith(t, rs, metav1.ConditionTrue, wafv1alpha1.ReasonRulesCached)
+	eventually(t, "Degraded=False UnsupportedRulesUnused", func() bool {
+		_, d := conditionsOf(t, rs)
+		return d != nil && d.Status == metav1.ConditionFalse && d.Reason == wafv1alpha1.ReasonUnsupportedRulesUnused && contains(d.Message, "920171")
+	})
+	create(t, &wafv1alpha1.Engine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "edge"}, Spec: wafv1alpha1.EngineSpec{
+		RuleSet: wafv1alpha1.EngineRuleSetReference{Name: "guard"}, Target: wafv1alpha1.EngineTarget{Name: "gw"},
+		Driver: wafv1alpha1.DriverConfig{Type: wafv1alpha1.DriverIstioWASM}}})
 	eventually(t, "Degraded=UnsupportedRules", func() bool {
 		_, d := conditionsOf(t, rs)
-		return d != nil && d.Status == metav1.ConditionTrue && d.Reason == wafv1alpha1.ReasonUnsupportedRules && contains(d.Message, "920171")
+		return d != nil && d.Status == metav1.ConditionTrue && d.Reason == wafv1alpha1.ReasonUnsupportedRules && contains(d.Message, "920171") && contains(d.Message, "used by Engine edge")
 	})
 	first := rs.Status.CachedRevision
 	if first == nil || rs.Status.RuleCount < 600 || len(rs.Status.UnsupportedRules) == 0 || rs.Status.Error != nil {
