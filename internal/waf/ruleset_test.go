@@ -3,6 +3,7 @@ package waf_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -227,4 +228,36 @@ func brokenEdits(t *testing.T, rs *wafv1alpha1.RuleSet, src *wafv1alpha1.RuleSou
 	if rs.Status.CachedRevision.UUID != second.UUID || env.layer.Cache.Revisions(key) != 2 {
 		t.Fatalf("revision %s, %d revisions; want %s, 2", rs.Status.CachedRevision.UUID, env.layer.Cache.Revisions(key), second.UUID)
 	}
+}
+
+// TestRuleSourceAndDataSayWhoUsesThem: kubectl get wrsrc / wrd showed only
+// NAME and AGE. Their status (and the RULESETS column) says which RuleSets
+// use them, updated when a RuleSet starts or stops naming them.
+func TestRuleSourceAndDataSayWhoUsesThem(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "waf-usage")
+	src, words := source(ns, "custom", custom), data(ns, "words", map[string]string{"words.txt": "evil\n"})
+	a, b := ruleSet(ns, "a", []string{"custom"}, "words"), ruleSet(ns, "b", []string{"custom"})
+	create(t, src, words, a, b)
+	usage := func(o client.Object) wafv1alpha1.UsageStatus {
+		if err := env.client.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
+			t.Fatal(err)
+		}
+		switch o := o.(type) {
+		case *wafv1alpha1.RuleSource:
+			return o.Status
+		case *wafv1alpha1.RuleData:
+			return o.Status
+		}
+		return wafv1alpha1.UsageStatus{}
+	}
+	eventually(t, "RuleSource custom used by a and b, RuleData words by a", func() bool {
+		s, d := usage(src), usage(words)
+		return s.RuleSetCount == 2 && strings.Join(s.RuleSets, ",") == "a,b" && d.RuleSetCount == 1 && strings.Join(d.RuleSets, ",") == "a"
+	})
+	update(t, a, func() { a.Spec.Data = nil })
+	eventually(t, "RuleData words used by nothing once a stops naming it", func() bool {
+		d := usage(words)
+		return d.RuleSetCount == 0 && len(d.RuleSets) == 0
+	})
 }
