@@ -29,7 +29,7 @@ type RuleData struct {
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec   RuleDataSpec `json:"spec"`
-	Status UsageStatus `json:"status,omitempty"`
+	Status UsageStatus  `json:"status,omitempty"`
 }
 
 // RuleDataList is a list of RuleData objects.

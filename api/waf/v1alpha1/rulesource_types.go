@@ -34,7 +34,7 @@ type RuleSource struct {
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec   RuleSourceSpec `json:"spec"`
-	Status UsageStatus `json:"status,omitempty"`
+	Status UsageStatus    `json:"status,omitempty"`
 }
 
 // RuleSourceList is a list of RuleSources.

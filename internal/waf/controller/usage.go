@@ -57,7 +57,7 @@ var usageKinds = []usageKind{
 func (u *UsageWriter) SetupWithManager(mgr ctrl.Manager) error {
 	for _, k := range usageKinds {
 		err := ctrl.NewControllerManagedBy(mgr).
-			Named("waf-" + k.name + "-usage").
+			Named("waf-"+k.name+"-usage").
 			For(k.obj()).
 			// On an update the map runs for the old and the new RuleSet,
 			// so an object a RuleSet stops naming is written too.
