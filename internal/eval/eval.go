@@ -34,6 +34,9 @@ type Result struct {
 	Result            string   `json:"result"`
 	Container         string   `json:"container,omitempty"`
 	Message           string   `json:"message,omitempty"`
+	// Exception names the exception behind a skip (--exceptions), or the
+	// one that keeps a failure's actions off the object.
+	Exception string `json:"exception,omitempty"`
 
 	denies bool
 }
@@ -43,6 +46,8 @@ type Summary struct {
 	Pass  int `json:"pass"`
 	Fail  int `json:"fail"`
 	Error int `json:"error"`
+	// Skip counts the results exceptions exempted (--exceptions).
+	Skip int `json:"skip,omitempty"`
 }
 
 // Report is the output of one evaluation run.
@@ -166,6 +171,7 @@ func (r *Report) Merge(other *Report) {
 	r.Summary.Pass += other.Summary.Pass
 	r.Summary.Fail += other.Summary.Fail
 	r.Summary.Error += other.Summary.Error
+	r.Summary.Skip += other.Summary.Skip
 	r.Results = append(r.Results, other.Results...)
 	r.encoded = append(r.encoded, other.encoded...)
 }
@@ -193,6 +199,7 @@ func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (
 		rep.Summary.Pass += b.summary.Pass
 		rep.Summary.Fail += b.summary.Fail
 		rep.Summary.Error += b.summary.Error
+		rep.Summary.Skip += b.summary.Skip
 		rep.Results = append(rep.Results, b.results...)
 		if len(b.encoded) > 0 {
 			rep.encoded = append(rep.encoded, b.encoded)
@@ -297,6 +304,8 @@ func (b *batch) add(res *core.Result, encode bool) {
 		b.summary.Fail++
 	case core.OutcomeError:
 		b.summary.Error++
+	case core.OutcomeSkip:
+		b.summary.Skip++
 	}
 	r := Result{
 		Resource: Resource{
@@ -312,6 +321,9 @@ func (b *batch) add(res *core.Result, encode bool) {
 		Container:         res.Container,
 		Message:           res.Message,
 		denies:            res.Denies(),
+	}
+	if res.Exception != nil {
+		r.Exception = res.Exception.String()
 	}
 	b.denied = b.denied || r.denies
 	if encode {

@@ -78,6 +78,11 @@ func (l *auditLayer) Setup(d Deps) error {
 		return err
 	}
 	d.Rules.OnChange(layer.Source.RulesChanged)
+	if d.Exceptions != nil {
+		// Findings of past evaluations hold or lack an exception's skip:
+		// re-evaluate what its kinds' objects now get.
+		d.Exceptions.OnChange(layer.Source.RequeueKinds)
+	}
 	d.RuleSeries.Track(layer.Metrics.RuleErrors.MetricVec)
 	if d.Lookups != nil {
 		src := layer.Source
