@@ -90,7 +90,7 @@ func (e *Engine) CompileException(x *core.Exception) (*Exception, error) {
 		}
 	}
 	if slices.Contains(ids, "container") {
-		return nil, fmt.Errorf("exception %s: condition reads container: an exception exempts whole objects; use containers or object.spec", x.Ref())
+		return nil, fmt.Errorf("exception %s: condition reads container: an exception exempts whole objects; use pod.* or object.spec", x.Ref())
 	}
 	r := &core.Rule{Name: "exception " + x.Ref(), Match: core.Match{GVKs: x.Match.GVKs}}
 	if err := e.checkBuilderNames(r, ids); err != nil {
