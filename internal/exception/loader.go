@@ -214,7 +214,9 @@ func (l *Loader) scheduleLocked(kind, k string, obj policyv1alpha1.ExceptionObje
 	if expires.IsZero() {
 		return
 	}
-	l.timers[k] = l.clock.AfterFunc(expires.Sub(l.clock.Now()), func() { l.expire(kind, k, obj) })
+	// The callback reads the clock, which a fake clock holds locked while
+	// it runs its callbacks: expire on a goroutine of its own.
+	l.timers[k] = l.clock.AfterFunc(expires.Sub(l.clock.Now()), func() { go l.expire(kind, k, obj) })
 }
 
 func (l *Loader) stopTimerLocked(k string) {
