@@ -69,6 +69,9 @@ type Loader struct {
 	states map[string]State
 	active map[string]*engine.Exception
 	timers map[string]clock.Timer
+	// exempted counts the audited objects each exception exempts now,
+	// by key.
+	exempted map[string]int
 	// onChange are told the kinds whose exceptions changed, after the
 	// engine holds the new set: audit re-evaluates their objects.
 	onChange []func([]schema.GroupKind)
@@ -93,6 +96,7 @@ func NewLoader(c client.Reader, eng Engine, o Options) *Loader {
 		client: c, engine: eng, clock: o.Clock, log: o.Logger, metrics: o.Metrics,
 		allowed: slices.Clone(o.AllowedNamespaces),
 		states:  map[string]State{}, active: map[string]*engine.Exception{}, timers: map[string]clock.Timer{},
+		exempted: map[string]int{},
 		changed: map[string]chan event.GenericEvent{
 			KindCluster:    make(chan event.GenericEvent, 1024),
 			KindNamespaced: make(chan event.GenericEvent, 1024),
@@ -255,6 +259,7 @@ func (l *Loader) forget(k string) {
 	}
 	delete(l.states, k)
 	delete(l.active, k)
+	delete(l.exempted, k)
 	l.stopTimerLocked(k)
 	l.publishLocked(kinds(prev, nil))
 	l.mu.Unlock()
@@ -304,6 +309,36 @@ func kinds(xs ...*engine.Exception) []schema.GroupKind {
 		}
 	}
 	return out
+}
+
+// SetExempted implements findings.ExemptionCounter: audit's count of the
+// objects x exempts now, which the status reconciler writes.
+func (l *Loader) SetExempted(x *core.Exception, n int) {
+	k := key(x.Kind, x.Namespace, x.Name)
+	l.mu.Lock()
+	if _, known := l.states[k]; !known && n > 0 {
+		// Findings that outlive their exception drain to zero as audit
+		// evaluates their objects again; only those are counted.
+		l.mu.Unlock()
+		return
+	}
+	if n <= 0 {
+		delete(l.exempted, k)
+	} else {
+		l.exempted[k] = n
+	}
+	l.mu.Unlock()
+	obj := newObject(x.Kind)
+	obj.SetNamespace(x.Namespace)
+	obj.SetName(x.Name)
+	l.notify(x.Kind, obj)
+}
+
+// Exempted returns audit's count of the objects an exception exempts now.
+func (l *Loader) Exempted(kind, namespace, name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.exempted[key(kind, namespace, name)]
 }
 
 func (l *Loader) notify(kind string, obj policyv1alpha1.ExceptionObject) {

@@ -43,12 +43,18 @@ type StatusReconciler struct {
 
 	mu      sync.Mutex
 	emitted map[string]string
+	// counted is when each object's exemptedCount was last written.
+	counted map[string]time.Time
 }
+
+// countEvery bounds how often an exception's exemptedCount is written: audit
+// changes it with every object it evaluates.
+const countEvery = 2 * time.Second
 
 // NewStatusReconciler returns a status writer for the loader's results;
 // rules lists the loaded rules, for matchedRules.
 func NewStatusReconciler(c client.Client, l *Loader, rules func() []*core.Rule, rec events.EventRecorder) *StatusReconciler {
-	return &StatusReconciler{client: c, loader: l, rules: rules, recorder: rec, emitted: map[string]string{},
+	return &StatusReconciler{client: c, loader: l, rules: rules, recorder: rec, emitted: map[string]string{}, counted: map[string]time.Time{},
 		rulesChanged: map[string]chan event.GenericEvent{
 			KindCluster:    make(chan event.GenericEvent, 1),
 			KindNamespaced: make(chan event.GenericEvent, 1),
@@ -117,6 +123,7 @@ func (s *StatusReconciler) reconcile(ctx context.Context, kind string, req ctrl.
 		if apierrors.IsNotFound(err) {
 			s.mu.Lock()
 			delete(s.emitted, key(kind, req.Namespace, req.Name))
+			delete(s.counted, key(kind, req.Namespace, req.Name))
 			s.mu.Unlock()
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -137,8 +144,11 @@ func (s *StatusReconciler) reconcile(ctx context.Context, kind string, req ctrl.
 	}
 	status.ObservedGeneration = st.Generation
 	status.MatchedRules = matchedRules(st.Exception, s.rules())
+	// A count that may not be written yet is written by the reconcile
+	// this wait schedules.
+	wait := s.countWait(kind, req, status)
 	if equality.Semantic.DeepEqual(before.GetExceptionStatus(), status) {
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if err := s.client.Status().Patch(ctx, obj, client.MergeFromWithOptions(before.(client.Object), client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) {
@@ -150,7 +160,26 @@ func (s *StatusReconciler) reconcile(ctx context.Context, kind string, req ctrl.
 		return ctrl.Result{}, fmt.Errorf("update status of %s %s: %w", kind, req, err)
 	}
 	s.event(key(kind, req.Namespace, req.Name), obj, ready)
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: wait}, nil
+}
+
+// countWait sets status.exemptedCount from audit's count when it was not
+// written in the last countEvery; otherwise it returns how long to wait
+// before writing it (0 when it is current).
+func (s *StatusReconciler) countWait(kind string, req ctrl.Request, status *policyv1alpha1.ExceptionStatus) time.Duration {
+	n := int64(s.loader.Exempted(kind, req.Namespace, req.Name))
+	if n == status.ExemptedCount {
+		return 0
+	}
+	k := key(kind, req.Namespace, req.Name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if wait := countEvery - time.Since(s.counted[k]); wait > 0 {
+		return wait
+	}
+	s.counted[k] = time.Now()
+	status.ExemptedCount = n
+	return 0
 }
 
 // matchedRules lists the loaded rules x exempts from: "name" for cluster

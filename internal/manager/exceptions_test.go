@@ -200,7 +200,8 @@ func (e *excEnv) denied(ns, name string) bool {
 // TestExceptionsAgainstTheAPIServer runs admission and audit with
 // exceptions against a real API server. A matching PortalException admits
 // a pod its rule would refuse, with a warning naming it, and audit reports
-// the pod as skip with properties.exception; the same pod in another
+// the pod as skip with properties.exception, and the exception's status
+// counts it as exempted; the same pod in another
 // namespace is refused. Once the clock passes expires, admission refuses at
 // once, audit reports fail, and the status says Expired with an Event. A
 // PortalException outside --exception-namespaces is refused in its status
@@ -243,6 +244,10 @@ func TestExceptionsAgainstTheAPIServer(t *testing.T) {
 		res, exc := e.reportResult(excBilling, "legacy-0")
 		return res == "skip" && exc == "PortalException exc-billing/legacy"
 	})
+	e.poll("status.exemptedCount 1", func() bool {
+		_, got = e.ready(legacy)
+		return got.Status.ExemptedCount == 1
+	})
 	if n := testutil.ToFloat64(mustCounter(t, e.reg, "portal_exceptions_applied_total", "exc-billing/legacy", "exc-no-privileged")); n < 2 {
 		t.Errorf("portal_exceptions_applied_total = %v, want admission and audit counted", n)
 	}
@@ -262,6 +267,10 @@ func TestExceptionsAgainstTheAPIServer(t *testing.T) {
 		t.Errorf("Expired condition %+v, want True", c)
 	}
 	e.poll("the Expired event", func() bool { return e.hasEvent(excBilling, "legacy", policyv1alpha1.ReasonExpired) })
+	e.poll("status.exemptedCount 0", func() bool {
+		_, got = e.ready(legacy)
+		return got.Status.ExemptedCount == 0
+	})
 
 	// Outside --exception-namespaces: refused, and nothing is exempted.
 	tenant := legacy.DeepCopy()
