@@ -59,10 +59,15 @@ func (x *Exception) Ref() string {
 // String reads "PortalException billing/legacy-billing".
 func (x *Exception) String() string { return fmt.Sprintf("%s %s", x.Kind, x.Ref()) }
 
-// AppliesIn reports whether the exception applies in mode m. An empty mode
-// (an offline evaluation that names no loop) is covered by any exception.
+// AppliesIn reports whether the exception skips rules in mode m. An empty
+// mode (an offline evaluation that names no loop) is covered by every
+// exception that skips in some loop: all but one of mode actions alone,
+// which never skips, only keeps actions off.
 func (x *Exception) AppliesIn(m Mode) bool {
-	return m == "" || len(x.Modes) == 0 || slices.Contains(x.Modes, m)
+	if len(x.Modes) == 0 || slices.Contains(x.Modes, m) {
+		return true
+	}
+	return m == "" && slices.ContainsFunc(x.Modes, func(y Mode) bool { return y != ModeActions })
 }
 
 // ExpiredAt reports whether the exception no longer applies at t.

@@ -233,6 +233,16 @@ func sameFindings(a, b []core.Finding) bool {
 	return slices.EqualFunc(a, b, func(x, y core.Finding) bool {
 		return x.ID() == y.ID() && x.Outcome == y.Outcome && x.Message == y.Message &&
 			x.ContainerType == y.ContainerType && x.Severity() == y.Severity() &&
-			x.FirstSeen.Equal(y.FirstSeen)
+			x.FirstSeen.Equal(y.FirstSeen) && exceptionRef(x.Exception) == exceptionRef(y.Exception)
 	})
+}
+
+// exceptionRef names an exception for comparison: a failure that an
+// exception of mode actions starts or stops covering changes what the
+// actions do, though its message does not change.
+func exceptionRef(x *core.Exception) string {
+	if x == nil {
+		return ""
+	}
+	return x.String()
 }
