@@ -175,9 +175,7 @@ func (l *Loader) reconcile(ctx context.Context, kind string, req ctrl.Request) e
 	return nil
 }
 
-// Load compiles one exception object and makes it apply, or not. It is
-// what the controller does with each object; portal eval calls it for
-// exceptions read from files.
+// load compiles one exception object and makes it apply, or not.
 func (l *Loader) load(kind string, obj policyv1alpha1.ExceptionObject) State {
 	k := key(kind, obj.GetNamespace(), obj.GetName())
 	st := State{Generation: obj.GetGeneration()}
@@ -195,7 +193,6 @@ func (l *Loader) load(kind string, obj policyv1alpha1.ExceptionObject) State {
 		}
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	prev := l.active[k]
 	delete(l.active, k)
 	l.stopTimerLocked(k)
@@ -208,7 +205,10 @@ func (l *Loader) load(kind string, obj policyv1alpha1.ExceptionObject) State {
 		}
 	}
 	l.states[k] = st
-	l.publishLocked(kinds(prev, l.active[k]))
+	l.publishLocked()
+	changed := kinds(prev, l.active[k])
+	l.mu.Unlock()
+	l.tell(changed)
 	return st
 }
 
@@ -244,8 +244,9 @@ func (l *Loader) expire(kind, k string, obj policyv1alpha1.ExceptionObject) {
 	st := l.states[k]
 	st.Expired = true
 	l.states[k] = st
-	l.publishLocked(kinds(x, nil))
+	l.publishLocked()
 	l.mu.Unlock()
+	l.tell(kinds(x))
 	l.metrics.Expired.Inc()
 	l.log.Info("exception expired", "kind", kind, "namespace", obj.GetNamespace(), "name", obj.GetName(), "expires", x.Expires)
 	l.notify(kind, obj)
@@ -261,13 +262,14 @@ func (l *Loader) forget(k string) {
 	delete(l.active, k)
 	delete(l.exempted, k)
 	l.stopTimerLocked(k)
-	l.publishLocked(kinds(prev, nil))
+	l.publishLocked()
 	l.mu.Unlock()
+	l.tell(kinds(prev))
 }
 
-// publishLocked hands the engine the active set, in key order, counts the
-// states and tells the subscribers which kinds changed.
-func (l *Loader) publishLocked(changed []schema.GroupKind) {
+// publishLocked hands the engine the active set, in key order, and counts
+// the states.
+func (l *Loader) publishLocked() {
 	set := make([]*engine.Exception, 0, len(l.active))
 	for _, k := range slices.Sorted(maps.Keys(l.active)) {
 		set = append(set, l.active[k])
@@ -287,10 +289,19 @@ func (l *Loader) publishLocked(changed []schema.GroupKind) {
 	for s, n := range counts {
 		l.metrics.Loaded.WithLabelValues(s).Set(float64(n))
 	}
+}
+
+// tell calls the subscribers with the kinds that changed, without holding
+// mu: audit takes its own locks to requeue, and holds them while its
+// findings reach SetExempted, which takes mu.
+func (l *Loader) tell(changed []schema.GroupKind) {
 	if len(changed) == 0 {
 		return
 	}
-	for _, fn := range l.onChange {
+	l.mu.Lock()
+	subs := slices.Clone(l.onChange)
+	l.mu.Unlock()
+	for _, fn := range subs {
 		fn(changed)
 	}
 }
