@@ -12,6 +12,7 @@ import (
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/eval"
+	"github.com/vilaca/portal/internal/exception"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/manifest"
@@ -23,6 +24,7 @@ type evalOptions struct {
 	rules        []string
 	files        []string
 	clusterState []string
+	exceptions   []string
 	kubeconfig   string
 	kubeContext  string
 	output       string
@@ -54,6 +56,11 @@ PortalRule of another namespace.
 (cluster.<resource>.byName and .list) read, so rules that read other objects
 are testable offline.
 
+--exceptions loads PortalException and PortalClusterException manifests and
+applies them as Portal does: a rule an exception exempts an object from is
+reported as skip, naming the exception, and never denies. An exception past
+its expires exempts nothing.
+
 --network runs the NetworkPolicy analyser's checks (as portal run --network
 does on a live cluster) on the Namespaces, Pods and NetworkPolicies of --file
 and --cluster-state, and adds their findings to the report; --rules is then
@@ -73,6 +80,7 @@ not pass a CI check; --allow-empty accepts it).`,
 		Example: `  portal eval --rules examples/rules/pod-security --file deploy/
   kustomize build overlays/prod | portal eval --rules rules/ --file - -o junit > report.xml
   portal eval --rules rules/ --file app/ --cluster-state cluster-fixtures/
+  portal eval --rules rules/ --file app/ --exceptions exceptions/
   portal eval --rules rules/ --kubeconfig ~/.kube/config --context prod -o json
   portal eval --network --file k8s/`,
 		Args: cobra.NoArgs,
@@ -82,6 +90,7 @@ not pass a CI check; --allow-empty accepts it).`,
 	f.StringSliceVarP(&o.rules, "rules", "r", nil, "rule files or directories")
 	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest files or directories; - for stdin")
 	f.StringSliceVar(&o.clusterState, "cluster-state", nil, "manifest files or directories loaded as the cluster that cross-resource lookups read; - for stdin")
+	f.StringSliceVar(&o.exceptions, "exceptions", nil, "PortalException and PortalClusterException manifests (files or directories) to apply: the results they exempt are reported as skip")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "evaluate the live objects of the cluster in this kubeconfig, read-only, instead of --file")
 	f.StringVar(&o.kubeContext, "context", "", "the kubeconfig context to use with --kubeconfig (default: its current context)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(eval.Formats, "|"))
@@ -194,6 +203,13 @@ func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.En
 		return nil, opts, fmt.Errorf("no rule found in --rules %s: check the paths (rule files end in .yaml, .yml or .json), or pass --allow-empty", strings.Join(o.rules, ","))
 	}
 	eng.SetRules(rules)
+	if len(o.exceptions) > 0 {
+		xs, errs := exception.LoadPaths(eng, o.exceptions, cmd.InOrStdin())
+		if len(errs) > 0 {
+			return nil, opts, fmt.Errorf("cannot load --exceptions:\n  %w", joinLines(errs))
+		}
+		eng.SetExceptions(xs)
+	}
 	return eng, opts, nil
 }
 

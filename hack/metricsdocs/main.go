@@ -27,6 +27,7 @@ import (
 	"github.com/vilaca/portal/internal/audit"
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/exception"
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/network"
@@ -54,6 +55,7 @@ var layers = []layer{
 		rule.NewMetrics(r)
 		rule.NewBudgetStatus(nil, nil, rule.BudgetOptions{Registerer: r})
 	}},
+	{"Exceptions", "exceptions", func(r prometheus.Registerer) { exception.NewMetrics(r) }},
 	{"Admission", "admission", func(r prometheus.Registerer) {
 		admission.NewMetrics(r)
 		r.MustRegister(admission.NewClientCAMetrics().Collectors()...)

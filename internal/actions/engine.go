@@ -269,7 +269,9 @@ func (e *Engine) stateLocked(of *core.ObjectFindings, tasks []task) []task {
 	want := map[string]bool{}
 	for i := range of.Findings {
 		f := &of.Findings[i]
-		if f.Outcome != core.OutcomeFail || f.Rule == nil {
+		// A failure that carries an exception is exempted from the
+		// actions (an exception of mode actions): reported, not acted on.
+		if f.Outcome != core.OutcomeFail || f.Rule == nil || f.Exception != nil {
 			continue
 		}
 		mode := findingMode(f.Producer)

@@ -9,6 +9,9 @@ const (
 	OutcomePass  Outcome = "pass"
 	OutcomeFail  Outcome = "fail"
 	OutcomeError Outcome = "error"
+	// OutcomeSkip: an exception exempts the object from the rule, which was
+	// not evaluated. Result.Exception names it.
+	OutcomeSkip Outcome = "skip"
 )
 
 // ResourceRef identifies the object a result is about.
@@ -39,6 +42,10 @@ type Result struct {
 	// OutcomeFail, the budget error a hole of the message ran into, if
 	// any (the verdict stands, the message shows the error in the hole).
 	Err error `json:"-"`
+	// Exception is the exception behind OutcomeSkip; on a failing result,
+	// an exception of mode actions only, which keeps the rule's response
+	// actions off the object while the violation is still reported.
+	Exception *Exception `json:"-"`
 }
 
 // Denies reports whether this result rejects an admission request.

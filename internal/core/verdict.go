@@ -31,7 +31,7 @@ type VerdictSink interface {
 // WantsVerdict reports whether a failing admission result has an action to
 // run, so admission hands over nothing for rules without actions.
 func (r Result) WantsVerdict() bool {
-	if r.Outcome != OutcomeFail || r.Rule == nil {
+	if r.Outcome != OutcomeFail || r.Rule == nil || r.Exception != nil {
 		return false
 	}
 	for i := range r.Rule.Actions {

@@ -10,11 +10,13 @@ import (
 	"path"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/clock"
 
 	"github.com/vilaca/portal/internal/context/pod"
 	"github.com/vilaca/portal/internal/core"
@@ -52,6 +54,11 @@ type Engine struct {
 	binders  []Binder
 	rules    atomic.Pointer[ruleSet]
 	budget   atomic.Pointer[BudgetReporter]
+
+	exceptions        atomic.Pointer[exceptionSet]
+	exceptionReporter atomic.Pointer[ExceptionReporter]
+	// clock tells exceptions' expiry.
+	clock clock.PassiveClock
 }
 
 // A Binder binds one top-level name whose value depends on the rule being
@@ -133,7 +140,7 @@ type nameDeclarer interface {
 // expression engine that needs the top-level names up front is given
 // Names.
 func New(expr core.ExpressionEngine, opts ...Option) *Engine {
-	e := &Engine{expr: expr, builders: []ContextBuilder{pod.Builder{}}}
+	e := &Engine{expr: expr, builders: []ContextBuilder{pod.Builder{}}, clock: clock.RealClock{}}
 	for _, o := range opts {
 		o(e)
 	}
@@ -141,6 +148,7 @@ func New(expr core.ExpressionEngine, opts ...Option) *Engine {
 		e.expr = d.Declare(e.Names())
 	}
 	e.rules.Store(&ruleSet{byGK: map[schema.GroupKind][]*Rule{}})
+	e.exceptions.Store(&exceptionSet{byGK: map[schema.GroupKind][]*Exception{}})
 	return e
 }
 
@@ -338,7 +346,13 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 		ectx    *core.EvalContext
 		results []core.Result
 		ref     = core.ResourceRef{APIVersion: obj.GetAPIVersion(), Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID())}
+		xs      = e.exceptions.Load().byGK[gvk.GroupKind()]
+		now     time.Time
+		held    map[*Exception]bool
 	)
+	if len(xs) > 0 {
+		now, held = e.clock.Now(), map[*Exception]bool{}
+	}
 	for _, r := range candidates {
 		if !r.matches(obj, gvk, opts.Mode) || (opts.Request != nil && opts.Request.Operation != "" && !r.Match.ChecksOperation(opts.Request.Operation)) {
 			continue
@@ -350,6 +364,15 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 			}
 		}
 		n := len(results)
+		var x *Exception
+		if len(xs) > 0 {
+			var actionsOnly bool
+			if x, actionsOnly = e.exemption(ctx, xs, r, obj, gvk, opts.Mode, ectx, ref, now, held); x != nil && !actionsOnly {
+				results = append(results, skipped(r, ref, x))
+				e.reportApplied(x, r)
+				continue
+			}
+		}
 		for _, b := range r.binders {
 			ectx.Env[b.Name()] = b.Bind(ctx, r, obj, opts)
 		}
@@ -358,8 +381,32 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 			delete(ectx.Env, b.Name())
 		}
 		e.reportBudget(results[n:])
+		if x != nil {
+			e.keepActionsOff(results[n:], x, r)
+		}
 	}
 	return results, nil
+}
+
+// keepActionsOff marks r's failing results with x, an exception of mode
+// actions: the violations stand, their actions do not run.
+func (e *Engine) keepActionsOff(results []core.Result, x *Exception, r *Rule) {
+	applied := false
+	for i := range results {
+		if results[i].Outcome == core.OutcomeFail {
+			results[i].Exception = x.Exception
+			applied = true
+		}
+	}
+	if applied {
+		e.reportApplied(x, r)
+	}
+}
+
+func (e *Engine) reportApplied(x *Exception, r *Rule) {
+	if rep := e.exceptionReporter.Load(); rep != nil {
+		(*rep).ExceptionApplied(x.Exception, r.Rule)
+	}
 }
 
 func (e *Engine) reportBudget(results []core.Result) {

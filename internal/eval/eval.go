@@ -34,6 +34,9 @@ type Result struct {
 	Result            string   `json:"result"`
 	Container         string   `json:"container,omitempty"`
 	Message           string   `json:"message,omitempty"`
+	// Exception names the exception behind a skip (--exceptions), or the
+	// one that keeps a failure's actions off the object.
+	Exception string `json:"exception,omitempty"`
 
 	denies bool
 }
@@ -43,6 +46,8 @@ type Summary struct {
 	Pass  int `json:"pass"`
 	Fail  int `json:"fail"`
 	Error int `json:"error"`
+	// Skip counts the results exceptions exempted (--exceptions).
+	Skip int `json:"skip,omitempty"`
 }
 
 // Report is the output of one evaluation run.
@@ -196,6 +201,7 @@ func (r *Report) Merge(other *Report) {
 	r.Summary.Pass += other.Summary.Pass
 	r.Summary.Fail += other.Summary.Fail
 	r.Summary.Error += other.Summary.Error
+	r.Summary.Skip += other.Summary.Skip
 	r.Results = append(r.Results, other.Results...)
 	r.encoded = append(r.encoded, other.encoded...)
 	r.addMatched(other.matched)
@@ -224,6 +230,7 @@ func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (
 		rep.Summary.Pass += b.summary.Pass
 		rep.Summary.Fail += b.summary.Fail
 		rep.Summary.Error += b.summary.Error
+		rep.Summary.Skip += b.summary.Skip
 		rep.Results = append(rep.Results, b.results...)
 		rep.addMatched(b.matched)
 		if len(b.encoded) > 0 {
@@ -335,6 +342,8 @@ func (b *batch) add(res *core.Result, encode bool) {
 		b.summary.Fail++
 	case core.OutcomeError:
 		b.summary.Error++
+	case core.OutcomeSkip:
+		b.summary.Skip++
 	}
 	r := Result{
 		Resource: Resource{
@@ -350,6 +359,9 @@ func (b *batch) add(res *core.Result, encode bool) {
 		Container:         res.Container,
 		Message:           res.Message,
 		denies:            res.Denies(),
+	}
+	if res.Exception != nil {
+		r.Exception = res.Exception.String()
 	}
 	b.denied = b.denied || r.denies
 	if encode {

@@ -38,6 +38,10 @@ func appendResultElem(b []byte, r *Result) []byte {
 		b = append(b, ",\n      \"message\": "...)
 		b = appendJSONString(b, r.Message)
 	}
+	if r.Exception != "" {
+		b = append(b, ",\n      \"exception\": "...)
+		b = appendJSONString(b, r.Exception)
+	}
 	return append(b, "\n    }"...)
 }
 
@@ -92,6 +96,10 @@ func (r *Report) writeJSON(w io.Writer) error {
 	buf = strconv.AppendInt(buf, int64(r.Summary.Fail), 10)
 	buf = append(buf, ",\n    \"error\": "...)
 	buf = strconv.AppendInt(buf, int64(r.Summary.Error), 10)
+	if r.Summary.Skip > 0 {
+		buf = append(buf, ",\n    \"skip\": "...)
+		buf = strconv.AppendInt(buf, int64(r.Summary.Skip), 10)
+	}
 	buf = append(buf, "\n  }\n}\n"...)
 	_, err := w.Write(buf)
 	return err
