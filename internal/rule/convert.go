@@ -27,8 +27,8 @@ var (
 	// defaultModes are the loops of a rule that names none: runtime rules
 	// say so, and say which events.
 	defaultModes = []core.Mode{core.ModeAdmission, core.ModeAudit}
-	enforce    = []core.EnforcementAction{core.ActionDeny, core.ActionWarn, core.ActionDryRun}
-	actions    = []string{"alertmanager", "label", "annotate", "evict", "patch-networkpolicy", "revoke-sa-token"}
+	enforce      = []core.EnforcementAction{core.ActionDeny, core.ActionWarn, core.ActionDryRun}
+	actions      = []string{"alertmanager", "label", "annotate", "evict", "patch-networkpolicy", "revoke-sa-token"}
 )
 
 // OutputKinds are the kinds Portal writes its findings to (the policy report
