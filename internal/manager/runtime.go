@@ -49,7 +49,7 @@ type RuntimeConfig struct {
 
 func defaultRuntime() RuntimeConfig {
 	return RuntimeConfig{
-		Listen: ":9444", AuditLogState: "/var/lib/portal/audit-log.offset",
+		AuditLogState: "/var/lib/portal/audit-log.offset",
 		QueueSize: runtime.DefaultQueueSize, Workers: runtime.DefaultWorkers, MaxOpenFindings: runtime.DefaultMaxOpenFindings,
 		FindingWindow: runtime.DefaultFindingWindow, DedupWindow: runtime.DefaultDedupWindow, EvalTimeout: runtime.DefaultEvalTimeout,
 		MaxBodyBytes: runtime.DefaultMaxBodyBytes, MaxBatch: runtime.DefaultMaxBatch, RequestRate: runtime.DefaultRequestRate,
@@ -157,7 +157,7 @@ func (*runtimeLayer) fromConfig(cfg *Config) (Layer, error) {
 func (*runtimeLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	r := &cfg.Runtime
 	f.BoolVar(&r.Enabled, "runtime", r.Enabled, "evaluate rules of mode runtime on the API server's audit events and Falco alerts, feeding the actions and outputs")
-	f.StringVar(&r.Listen, "runtime-listen", r.Listen, "address of the runtime endpoint (HTTPS: /audit for the API server's audit webhook, /falco for Falco and Falcosidekick); 0 serves none")
+	f.StringVar(&r.Listen, "runtime-listen", r.Listen, "address of the runtime endpoint (HTTPS: /audit for the API server's audit webhook, /falco for Falco and Falcosidekick), e.g. :9444; empty serves none")
 	f.StringVar(&r.CertDir, "runtime-cert-dir", r.CertDir, "directory with the runtime endpoint's tls.crt and tls.key, reloaded when they change")
 	f.StringVar(&r.ClientCAFile, "runtime-client-ca", r.ClientCAFile, "PEM CA bundle: a client certificate it signed is accepted on both paths (the API server's audit webhook client certificate, Falco's mTLS one)")
 	f.StringVar(&r.AuditTokenFile, "runtime-audit-token-file", r.AuditTokenFile, "file holding a bearer token /audit accepts instead of a client certificate")
