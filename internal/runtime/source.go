@@ -245,11 +245,12 @@ func (s *Source) first(r *core.Result, ev *event.Event, now time.Time) bool {
 	return true
 }
 
-// actor names who caused the event: the requesting user, or the Falco rule
-// and host for an alert.
+// actor names who caused the event: the requesting user, or for an alert
+// the Falco rule that detected it (there is no acting credential), so two
+// detections on one pod are two findings.
 func actor(ev *event.Event) string {
 	if ev.Falco != nil {
-		return "falco\x00" + ev.Falco.Hostname
+		return "falco\x00" + ev.Falco.Rule
 	}
 	return ev.User.Username
 }
