@@ -50,7 +50,7 @@ type RuntimeConfig struct {
 func defaultRuntime() RuntimeConfig {
 	return RuntimeConfig{
 		AuditLogState: "/var/lib/portal/audit-log.offset",
-		QueueSize: runtime.DefaultQueueSize, Workers: runtime.DefaultWorkers, MaxOpenFindings: runtime.DefaultMaxOpenFindings,
+		QueueSize:     runtime.DefaultQueueSize, Workers: runtime.DefaultWorkers, MaxOpenFindings: runtime.DefaultMaxOpenFindings,
 		FindingWindow: runtime.DefaultFindingWindow, DedupWindow: runtime.DefaultDedupWindow, EvalTimeout: runtime.DefaultEvalTimeout,
 		MaxBodyBytes: runtime.DefaultMaxBodyBytes, MaxBatch: runtime.DefaultMaxBatch, RequestRate: runtime.DefaultRequestRate,
 	}
