@@ -101,8 +101,8 @@ func TestRuntimeFromTheAPIServersAuditWebhook(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cl, err := devcluster.Start(ctx, devcluster.Options{APIServerFlags: map[string]string{
-		"audit-policy-file":           filepath.Join(dir, "policy.yaml"),
-		"audit-webhook-config-file":   filepath.Join(dir, "webhook.kubeconfig"),
+		"audit-policy-file":            filepath.Join(dir, "policy.yaml"),
+		"audit-webhook-config-file":    filepath.Join(dir, "webhook.kubeconfig"),
 		"audit-webhook-batch-max-wait": "100ms",
 	}})
 	if err != nil {
