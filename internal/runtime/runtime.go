@@ -129,5 +129,17 @@ func (s *Source) Queue(ctx context.Context, input string, ev event.Event) error 
 	}
 }
 
+// Evaluate decides whether ev is the evaluation of its request and, if
+// so, evaluates it on the caller's goroutine: `portal eval --events`
+// replays a recorded log through it, in order.
+func (s *Source) Evaluate(ctx context.Context, input string, ev event.Event) []core.Result {
+	s.m.Received.WithLabelValues(input).Inc()
+	if !s.stage(&ev) {
+		s.m.Skipped.WithLabelValues(SkipStage).Inc()
+		return nil
+	}
+	return s.Process(ctx, input, &ev)
+}
+
 // OpenFindings returns the number of runtime findings open now.
 func (s *Source) OpenFindings() int { return s.open.Len() }
