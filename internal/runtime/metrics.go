@@ -23,7 +23,6 @@ const (
 	SkipStage    = "stage"
 	SkipNoObject = "no_object"
 	SkipResource = "unknown_resource"
-	SkipNoRule   = "no_rule"
 )
 
 // Metrics are the runtime layer's Prometheus metrics, documented in
@@ -55,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"input", "reason"}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_runtime_events_skipped_total",
-			Help: "Runtime events taken off the queue and not evaluated, by reason (stage: not the stage its request is evaluated at; no_object: no object named; unknown_resource: a resource the API server does not serve; no_rule: no runtime rule).",
+			Help: "Runtime events taken off the queue and not evaluated, by reason (stage: not the stage its request is evaluated at; no_object: no object named; unknown_resource: a resource the API server does not serve).",
 		}, []string{"reason"}),
 		Evaluated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "portal_runtime_events_evaluated_total",
