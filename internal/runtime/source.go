@@ -54,6 +54,9 @@ type Source struct {
 	// raised a finding.
 	dedupMu sync.Mutex
 	dedup   *lru.Cache
+	// resolved caches what the RESTMapper said of each resource events
+	// name: asking it per event costs more than evaluating the rules.
+	resolved *lru.Cache
 }
 
 // NewSource returns a source; Start runs its workers.
@@ -65,6 +68,8 @@ func NewSource(o Options, m *Metrics) *Source {
 		open:    newOpenFindings(o.Findings, o.FindingWindow, o.MaxOpenFindings, m),
 		started: lru.New(o.CacheSize),
 		dedup:   lru.New(o.CacheSize),
+		// The API server audits only resources it serves: a few hundred.
+		resolved: lru.New(4096),
 	}
 }
 
@@ -158,7 +163,7 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 	if ref.APIGroup != "" {
 		name += "." + ref.APIGroup
 	}
-	res, err := s.o.Targets.Resolve(name)
+	res, err := s.resolve(name)
 	if err != nil {
 		s.m.Skipped.WithLabelValues(SkipResource).Inc()
 		return nil
@@ -199,6 +204,21 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 		raised = append(raised, *r)
 	}
 	return raised
+}
+
+// resolve maps a resource as events name it to its kind, remembering the
+// answer; a resource the mapper does not know is asked again next time (a
+// CRD may just have been installed).
+func (s *Source) resolve(name string) (clustercache.Resource, error) {
+	if v, ok := s.resolved.Get(name); ok {
+		return v.(clustercache.Resource), nil
+	}
+	res, err := s.o.Targets.Resolve(name)
+	if err != nil {
+		return res, err
+	}
+	s.resolved.Add(name, res)
+	return res, nil
 }
 
 // target is the object a rule sees as object.* and event.target: the live
