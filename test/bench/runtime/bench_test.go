@@ -337,4 +337,3 @@ func gauge(reg *prometheus.Registry, name string) float64 {
 	}
 	return sum
 }
-
