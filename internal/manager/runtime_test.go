@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
@@ -14,6 +15,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +24,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
 )
 
 // runtimeAuditPolicy is the audit policy docs/concepts/runtime.md
@@ -54,8 +58,9 @@ runtime: {events: [exec]}
 match: {gvk: [{group: "", version: v1, kind: Pod}], namespaces: {include: [rt-prod]}}
 rule: event.user.serviceAccount != nil
 message: '{{ event.user.username }} exec into {{ object.metadata.name }}'
+alert: PortalExecByServiceAccount
 actions:
-- {type: label, key: portal.io/quarantine, value: "true"}
+- {type: label, key: portal.io/exec-by-serviceaccount, value: "true"}
 - {type: revoke-sa-token}
 `,
 	"secret.yaml": `name: rt-secret-read-by-ci
@@ -64,6 +69,15 @@ mode: [runtime]
 runtime: {events: [secret-read]}
 match: {gvk: [{group: "", version: v1, kind: Secret}], namespaces: {include: [rt-prod]}}
 rule: event.user.username startsWith "system:serviceaccount:rt-ci:"
+`,
+	"falco.yaml": `name: rt-falco-quarantine
+severity: critical
+mode: [runtime]
+runtime: {events: [falco]}
+match: {gvk: [{group: "", version: v1, kind: Pod}]}
+rule: event.falco.rule == "Terminal shell in container"
+actions:
+- {type: patch-networkpolicy}
 `,
 	"tenant.yaml": `apiVersion: portal.io/v1alpha1
 kind: PortalRule
@@ -93,8 +107,10 @@ func TestRuntimeFromTheAPIServersAuditWebhook(t *testing.T) {
 	}
 	dir := t.TempDir()
 	token := "runtime-audit-token-" + fmt.Sprint(time.Now().UnixNano())
+	falcoToken := "runtime-falco-token-" + fmt.Sprint(time.Now().UnixNano())
 	caPEM := writeServingCert(t, dir)
 	must(t, os.WriteFile(filepath.Join(dir, "token"), []byte(token), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "falco-token"), []byte(falcoToken), 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(runtimeAuditPolicy), 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "webhook.kubeconfig"), []byte(auditWebhookKubeconfig(port, caPEM, token)), 0o600))
 
@@ -118,8 +134,14 @@ func TestRuntimeFromTheAPIServersAuditWebhook(t *testing.T) {
 	cfg.Runtime.Listen = fmt.Sprintf("127.0.0.1:%d", port)
 	cfg.Runtime.CertDir = dir
 	cfg.Runtime.AuditTokenFile = filepath.Join(dir, "token")
+	cfg.Runtime.FalcoTokenFile = filepath.Join(dir, "falco-token")
+	// Short, so the test sees the alert resolve when the window ends.
+	cfg.Runtime.FindingWindow = 5 * time.Second
+	am := amtest.Start(t)
+	cfg.Audit.Sinks.AlertmanagerURL = am.URL()
+	cfg.Audit.Sinks.AlertResendInterval = time.Second
 	cfg.Actions.Enabled = true
-	cfg.Actions.Types = []string{"label", "revoke-sa-token"}
+	cfg.Actions.Types = []string{"label", "revoke-sa-token", "alertmanager", "patch-networkpolicy"}
 	cfg.Audit.Sinks.Stdout = true
 	cfg.Audit.Sinks.ReportFormat = "none"
 	cfg.RulesFolder = t.TempDir()
@@ -154,7 +176,7 @@ func TestRuntimeFromTheAPIServersAuditWebhook(t *testing.T) {
 	}
 	pod := &corev1.Pod{}
 	poll("the pod labelled", func() bool {
-		return c.Get(ctx, client.ObjectKey{Namespace: "rt-prod", Name: "web-0"}, pod) == nil && pod.Labels["portal.io/quarantine"] == "true"
+		return c.Get(ctx, client.ObjectKey{Namespace: "rt-prod", Name: "web-0"}, pod) == nil && pod.Labels["portal.io/exec-by-serviceaccount"] == "true"
 	})
 	poll("the account's token Secret deleted", func() bool {
 		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Namespace: "rt-ci", Name: "builder-token"}, &corev1.Secret{}))
@@ -171,6 +193,15 @@ func TestRuntimeFromTheAPIServersAuditWebhook(t *testing.T) {
 		}
 		return false
 	})
+	poll("the alert in Alertmanager", func() bool {
+		as, err := am.Alerts("rt-prod")
+		for _, a := range as {
+			if a.Labels["alertname"] == "PortalExecByServiceAccount" && a.Labels["name"] == "web-0" && a.Labels["producer"] == "runtime" {
+				return true
+			}
+		}
+		return err == nil && false
+	})
 	// A second exec within the deduplication window acts no more.
 	_ = ci.CoreV1().RESTClient().Post().Namespace("rt-prod").Resource("pods").Name("web-0").SubResource("exec").
 		Param("command", "id").Param("stdout", "true").Do(ctx).Error()
@@ -180,6 +211,59 @@ func TestRuntimeFromTheAPIServersAuditWebhook(t *testing.T) {
 	}
 	if n := len(actionLines(logs, "revoke-sa-token", "builder")); n != 1 {
 		t.Errorf("revoke attempts on the account = %d, want 1", n)
+	}
+	// The finding's window ends: the alert resolves; the label stays.
+	poll("the alert resolved", func() bool {
+		as, err := am.Alerts("rt-prod")
+		if err != nil {
+			return false
+		}
+		for _, a := range as {
+			if a.Labels["alertname"] == "PortalExecByServiceAccount" && a.Status.State == "active" && a.EndsAt.After(time.Now()) {
+				return false
+			}
+		}
+		return true
+	})
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: "rt-prod", Name: "web-0"}, pod))
+	if pod.Labels["portal.io/exec-by-serviceaccount"] != "true" {
+		t.Errorf("the label went with the finding's window: %v", pod.Labels)
+	}
+
+	// Falco, as Falcosidekick posts it, about the pod: quarantined.
+	alert, err := os.ReadFile("../runtime/testdata/falco/terminal-shell.json")
+	must(t, err)
+	alert = []byte(strings.ReplaceAll(string(alert), `"k8s.ns.name":"prod"`, `"k8s.ns.name":"rt-prod"`))
+	postFalco(t, port, caPEM, falcoToken, alert)
+	poll("the quarantine NetworkPolicy", func() bool {
+		nps := &networkingv1.NetworkPolicyList{}
+		if c.List(ctx, nps, client.InNamespace("rt-prod")) != nil {
+			return false
+		}
+		for _, np := range nps.Items {
+			if np.Annotations["portal.io/quarantine-of"] == "Pod/web-0" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// postFalco posts one alert to the runtime endpoint's /falco path, as
+// Falcosidekick's webhook output does with its custom Authorization header.
+func postFalco(t *testing.T, port int, caPEM []byte, token string, body []byte) {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}, Timeout: 10 * time.Second}
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("https://127.0.0.1:%d/falco", port), strings.NewReader(string(body)))
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := hc.Do(req)
+	must(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /falco: %s", resp.Status)
 	}
 }
 
