@@ -18,10 +18,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -101,151 +103,177 @@ func TestRuntimeFromTheAPIServersAuditWebhook(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts its own control plane")
 	}
+	e := startRuntimeEnv(t)
+	e.secretRead()
+	e.exec()
+	e.alertResolves()
+	e.falcoQuarantines()
+}
+
+// runtimeEnv is a control plane whose audit webhook posts to a running
+// Portal with --runtime, and what the test reads of them.
+type runtimeEnv struct {
+	t          *testing.T
+	ctx        context.Context
+	c          client.Client
+	ci         *kubernetes.Clientset // the ServiceAccount rt-ci/builder
+	am         *amtest.Server
+	reg        *prometheus.Registry
+	logs       *syncBuffer
+	port       int
+	caPEM      []byte
+	falcoToken string
+}
+
+func startRuntimeEnv(t *testing.T) *runtimeEnv {
 	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	dir := t.TempDir()
 	token := "runtime-audit-token-" + fmt.Sprint(time.Now().UnixNano())
-	falcoToken := "runtime-falco-token-" + fmt.Sprint(time.Now().UnixNano())
-	caPEM := writeServingCert(t, dir)
-	must(t, os.WriteFile(filepath.Join(dir, "token"), []byte(token), 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, "falco-token"), []byte(falcoToken), 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(runtimeAuditPolicy), 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, "webhook.kubeconfig"), []byte(auditWebhookKubeconfig(port, caPEM, token)), 0o600))
-
+	e := &runtimeEnv{t: t, port: port, falcoToken: "runtime-falco-token-" + fmt.Sprint(time.Now().UnixNano()), logs: &syncBuffer{}}
+	e.caPEM = writeServingCert(t, dir)
+	for name, data := range map[string]string{"token": token, "falco-token": e.falcoToken, "policy.yaml": runtimeAuditPolicy,
+		"webhook.kubeconfig": auditWebhookKubeconfig(port, e.caPEM, token)} {
+		must(t, os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
+	e.ctx = ctx
 	cl, err := devcluster.Start(ctx, devcluster.Options{APIServerFlags: map[string]string{
 		"audit-policy-file":            filepath.Join(dir, "policy.yaml"),
 		"audit-webhook-config-file":    filepath.Join(dir, "webhook.kubeconfig"),
 		"audit-webhook-batch-max-wait": "100ms",
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { _ = cl.Stop() })
-	c := clusterClient(t, cl, "rt-portal", "rt-prod", "rt-ci", "rt-other")
-	ci := setupRuntimeObjects(t, cl, c)
+	e.c = clusterClient(t, cl, "rt-portal", "rt-prod", "rt-ci", "rt-other")
+	e.ci = setupRuntimeObjects(t, cl, e.c)
 
 	cfg, reg, _ := layerConfig(t, "runtime")
+	e.reg = reg
 	cfg.Namespace = "rt-portal"
-	cfg.Runtime.Enabled = true
-	cfg.Runtime.Listen = fmt.Sprintf("127.0.0.1:%d", port)
-	cfg.Runtime.CertDir = dir
-	cfg.Runtime.AuditTokenFile = filepath.Join(dir, "token")
-	cfg.Runtime.FalcoTokenFile = filepath.Join(dir, "falco-token")
+	cfg.Runtime.Enabled, cfg.Runtime.Listen, cfg.Runtime.CertDir = true, fmt.Sprintf("127.0.0.1:%d", port), dir
+	cfg.Runtime.AuditTokenFile, cfg.Runtime.FalcoTokenFile = filepath.Join(dir, "token"), filepath.Join(dir, "falco-token")
 	// Short, so the test sees the alert resolve when the window ends.
 	cfg.Runtime.FindingWindow = 5 * time.Second
-	am := amtest.Start(t)
-	cfg.Audit.Sinks.AlertmanagerURL = am.URL()
-	cfg.Audit.Sinks.AlertResendInterval = time.Second
+	e.am = amtest.Start(t)
+	cfg.Audit.Sinks.AlertmanagerURL, cfg.Audit.Sinks.AlertResendInterval = e.am.URL(), time.Second
+	cfg.Audit.Sinks.Stdout, cfg.Audit.Sinks.ReportFormat = true, "none"
 	cfg.Actions.Enabled = true
 	cfg.Actions.Types = []string{"label", "revoke-sa-token", "alertmanager", "patch-networkpolicy"}
-	cfg.Audit.Sinks.Stdout = true
-	cfg.Audit.Sinks.ReportFormat = "none"
 	cfg.RulesFolder = t.TempDir()
 	for name, body := range runtimeRules {
 		must(t, os.WriteFile(filepath.Join(cfg.RulesFolder, name), []byte(body), 0o600))
 	}
-	logs := &syncBuffer{}
-	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	cfg.Logger = slog.New(slog.NewJSONHandler(e.logs, nil))
 	runUntilReady(t, cl, cfg)
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-			t.Fatalf("waiting for %s: %v\n%s", what, err, logs.String())
-		}
-	}
+	return e
+}
 
-	// The ServiceAccount reads a Secret of rt-prod, as its Role allows.
-	if _, err := ci.CoreV1().Secrets("rt-prod").Get(ctx, "db", metav1.GetOptions{}); err != nil {
+func (e *runtimeEnv) poll(what string, cond func() bool) {
+	e.t.Helper()
+	if err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		e.t.Fatalf("waiting for %s: %v\n%s", what, err, e.logs.String())
+	}
+}
+
+// secretRead: the ServiceAccount reads a Secret of rt-prod, as its Role
+// allows; the cluster rule raises a finding, rt-other's PortalRule nothing.
+func (e *runtimeEnv) secretRead() {
+	t := e.t
+	if _, err := e.ci.CoreV1().Secrets("rt-prod").Get(e.ctx, "db", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the ServiceAccount may read the Secret: %v", err)
 	}
-	poll("the secret-read finding", func() bool { return len(findingLines(logs, "rt-secret-read-by-ci")) > 0 })
-	if l := findingLines(logs, "rt-tenant-any"); len(l) > 0 {
+	e.poll("the secret-read finding", func() bool { return len(findingLines(e.logs, "rt-secret-read-by-ci")) > 0 })
+	if l := findingLines(e.logs, "rt-tenant-any"); len(l) > 0 {
 		t.Fatalf("a PortalRule of rt-other saw an event of rt-prod: %v", l)
 	}
+}
 
-	// The same account execs into the pod: refused (the pod has no node),
-	// and audited all the same.
-	err = ci.CoreV1().RESTClient().Post().Namespace("rt-prod").Resource("pods").Name("web-0").SubResource("exec").
-		Param("command", "sh").Param("stdout", "true").Do(ctx).Error()
-	if err == nil {
+// execInto posts an exec into rt-prod/web-0 as the ServiceAccount: refused
+// (the pod has no node), and audited all the same.
+func (e *runtimeEnv) execInto(command string) error {
+	return e.ci.CoreV1().RESTClient().Post().Namespace("rt-prod").Resource("pods").Name("web-0").SubResource("exec").
+		Param("command", command).Param("stdout", "true").Do(e.ctx).Error()
+}
+
+// exec: the account's exec labels the pod, revokes the account's token,
+// records an Event and raises an alert, once: a second exec within the
+// deduplication window acts no more.
+func (e *runtimeEnv) exec() {
+	t, ctx, c := e.t, e.ctx, e.c
+	if err := e.execInto("sh"); err == nil {
 		t.Fatal("exec into a pod without a node succeeded")
 	}
-	pod := &corev1.Pod{}
-	poll("the pod labelled", func() bool {
+	e.poll("the pod labelled", func() bool {
+		pod := &corev1.Pod{}
 		return c.Get(ctx, client.ObjectKey{Namespace: "rt-prod", Name: "web-0"}, pod) == nil && pod.Labels["portal.io/exec-by-serviceaccount"] == "true"
 	})
-	poll("the account's token Secret deleted", func() bool {
+	e.poll("the account's token Secret deleted", func() bool {
 		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Namespace: "rt-ci", Name: "builder-token"}, &corev1.Secret{}))
 	})
-	poll("an Event on the pod", func() bool {
+	e.poll("an Event on the pod", func() bool {
 		evs := &corev1.EventList{}
 		if c.List(ctx, evs, client.InNamespace("rt-prod")) != nil {
 			return false
 		}
-		for _, e := range evs.Items {
-			if e.InvolvedObject.Name == "web-0" && e.Reason == "ActionApplied" {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(evs.Items, func(ev corev1.Event) bool {
+			return ev.InvolvedObject.Name == "web-0" && ev.Reason == "ActionApplied"
+		})
 	})
-	poll("the alert in Alertmanager", func() bool {
-		as, err := am.Alerts("rt-prod")
-		for _, a := range as {
-			if a.Labels["alertname"] == "PortalExecByServiceAccount" && a.Labels["name"] == "web-0" && a.Labels["producer"] == "runtime" {
-				return true
-			}
-		}
-		return err == nil && false
-	})
-	// A second exec within the deduplication window acts no more.
-	_ = ci.CoreV1().RESTClient().Post().Namespace("rt-prod").Resource("pods").Name("web-0").SubResource("exec").
-		Param("command", "id").Param("stdout", "true").Do(ctx).Error()
-	poll("the second exec deduplicated", func() bool { return counter(t, reg, "portal_runtime_findings_deduplicated_total") >= 1 })
-	if n := len(actionLines(logs, "label", "web-0")); n != 1 {
+	e.poll("the alert in Alertmanager", func() bool { return e.execAlert(false) })
+	_ = e.execInto("id")
+	e.poll("the second exec deduplicated", func() bool { return counter(t, e.reg, "portal_runtime_findings_deduplicated_total") >= 1 })
+	if n := len(actionLines(e.logs, "label", "web-0")); n != 1 {
 		t.Errorf("label attempts on the pod = %d, want 1", n)
 	}
-	if n := len(actionLines(logs, "revoke-sa-token", "builder")); n != 1 {
+	if n := len(actionLines(e.logs, "revoke-sa-token", "builder")); n != 1 {
 		t.Errorf("revoke attempts on the account = %d, want 1", n)
 	}
-	// The finding's window ends: the alert resolves; the label stays.
-	poll("the alert resolved", func() bool {
-		as, err := am.Alerts("rt-prod")
-		if err != nil {
-			return false
-		}
-		for _, a := range as {
-			if a.Labels["alertname"] == "PortalExecByServiceAccount" && a.Status.State == "active" && a.EndsAt.After(time.Now()) {
-				return false
-			}
-		}
-		return true
-	})
-	must(t, c.Get(ctx, client.ObjectKey{Namespace: "rt-prod", Name: "web-0"}, pod))
-	if pod.Labels["portal.io/exec-by-serviceaccount"] != "true" {
-		t.Errorf("the label went with the finding's window: %v", pod.Labels)
-	}
+}
 
-	// Falco, as Falcosidekick posts it, about the pod: quarantined.
+// execAlert reports whether Alertmanager holds the exec's alert (still
+// firing, when firing is set).
+func (e *runtimeEnv) execAlert(firing bool) bool {
+	as, err := e.am.Alerts("rt-prod")
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(as, func(a amtest.Alert) bool {
+		return a.Labels["alertname"] == "PortalExecByServiceAccount" && a.Labels["name"] == "web-0" && a.Labels["producer"] == "runtime" &&
+			(!firing || a.Status.State == "active" && a.EndsAt.After(time.Now()))
+	})
+}
+
+// alertResolves: the finding's window ends, its alert resolves, and what
+// the actions did stays.
+func (e *runtimeEnv) alertResolves() {
+	e.poll("the alert resolved", func() bool {
+		_, err := e.am.Alerts("rt-prod")
+		return err == nil && !e.execAlert(true)
+	})
+	pod := &corev1.Pod{}
+	must(e.t, e.c.Get(e.ctx, client.ObjectKey{Namespace: "rt-prod", Name: "web-0"}, pod))
+	if pod.Labels["portal.io/exec-by-serviceaccount"] != "true" {
+		e.t.Errorf("the label went with the finding's window: %v", pod.Labels)
+	}
+}
+
+// falcoQuarantines: Falco's alert, as Falcosidekick posts it, about the
+// pod quarantines it.
+func (e *runtimeEnv) falcoQuarantines() {
 	alert, err := os.ReadFile("../runtime/testdata/falco/terminal-shell.json")
-	must(t, err)
+	must(e.t, err)
 	alert = []byte(strings.ReplaceAll(string(alert), `"k8s.ns.name":"prod"`, `"k8s.ns.name":"rt-prod"`))
-	postFalco(t, port, caPEM, falcoToken, alert)
-	poll("the quarantine NetworkPolicy", func() bool {
+	postFalco(e.t, e.port, e.caPEM, e.falcoToken, alert)
+	e.poll("the quarantine NetworkPolicy", func() bool {
 		nps := &networkingv1.NetworkPolicyList{}
-		if c.List(ctx, nps, client.InNamespace("rt-prod")) != nil {
+		if e.c.List(e.ctx, nps, client.InNamespace("rt-prod")) != nil {
 			return false
 		}
-		for _, np := range nps.Items {
-			if np.Annotations["portal.io/quarantine-of"] == "Pod/web-0" {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(nps.Items, func(np networkingv1.NetworkPolicy) bool {
+			return np.Annotations["portal.io/quarantine-of"] == "Pod/web-0"
+		})
 	})
 }
 
