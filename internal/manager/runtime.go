@@ -97,6 +97,9 @@ func (l *runtimeLayer) Setup(d Deps) error {
 	})); err != nil {
 		return err
 	}
+	if (c.Listen == "" || c.Listen == "0") && c.AuditLog == "" {
+		d.Logger.Warn("runtime: no input: set --runtime-listen (the audit webhook, Falco) or --runtime-audit-log; no runtime event will arrive")
+	}
 	if c.Listen != "" && c.Listen != "0" {
 		srv, err := l.server(d, src, m)
 		if err != nil {
