@@ -241,7 +241,10 @@ func (f *FileInput) lines(ctx context.Context, data []byte) ([]byte, int) {
 			continue
 		}
 		if err := f.src.Queue(ctx, InputFile, ev); err != nil {
-			return data[consumed:], consumed
+			// Stopping: this line was not queued, so the offset stays
+			// before it and the next start reads it.
+			start := consumed - i - 1
+			return append([]byte(nil), data[start:]...), start
 		}
 	}
 	rest := data[consumed:]

@@ -196,14 +196,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, input, token stri
 	if _, err := decode(body); err != nil {
 		s.m.Dropped.WithLabelValues(input, DropDecode).Inc()
 		code = http.StatusBadRequest
-		http.Error(w, core400(err), code)
+		http.Error(w, refusal(err), code)
 		return
 	}
 	w.WriteHeader(code)
 }
 
-// core400 is the error text a refused body gets back, bounded.
-func core400(err error) string {
+// refusal is the error text a refused body gets back, bounded.
+func refusal(err error) string {
 	msg := err.Error()
 	if len(msg) > 512 {
 		msg = msg[:512]
