@@ -104,6 +104,7 @@ func TestRuntimeFromTheAPIServersAuditWebhook(t *testing.T) {
 		t.Skip("starts its own control plane")
 	}
 	e := startRuntimeEnv(t)
+	e.leaderLabelled()
 	e.secretRead()
 	e.exec()
 	e.alertResolves()
@@ -152,6 +153,10 @@ func startRuntimeEnv(t *testing.T) *runtimeEnv {
 	cfg, reg, _ := layerConfig(t, "runtime")
 	e.reg = reg
 	cfg.Namespace = "rt-portal"
+	// This replica's pod, as the chart names it: labelled while it leads.
+	must(t, e.c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "rt-portal", Name: "portal-0"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "portal", Image: "registry.example/portal:1"}}}}))
+	cfg.Runtime.LeaderPod = "portal-0"
 	cfg.Runtime.Enabled, cfg.Runtime.Listen, cfg.Runtime.CertDir = true, fmt.Sprintf("127.0.0.1:%d", port), dir
 	cfg.Runtime.AuditTokenFile, cfg.Runtime.FalcoTokenFile = filepath.Join(dir, "token"), filepath.Join(dir, "falco-token")
 	// Short, so the test sees the alert resolve when the window ends.
@@ -175,6 +180,15 @@ func (e *runtimeEnv) poll(what string, cond func() bool) {
 	if err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
 		e.t.Fatalf("waiting for %s: %v\n%s", what, err, e.logs.String())
 	}
+}
+
+// leaderLabelled: the leading replica's pod carries the label the runtime
+// Service selects.
+func (e *runtimeEnv) leaderLabelled() {
+	e.poll("the leader's pod labelled", func() bool {
+		pod := &corev1.Pod{}
+		return e.c.Get(e.ctx, client.ObjectKey{Namespace: "rt-portal", Name: "portal-0"}, pod) == nil && pod.Labels[RuntimeLeaderLabel] == "true"
+	})
 }
 
 // secretRead: the ServiceAccount reads a Secret of rt-prod, as its Role
