@@ -30,6 +30,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -106,6 +108,7 @@ func TestRuntimeFromTheAPIServersAuditWebhook(t *testing.T) {
 	e := startRuntimeEnv(t)
 	e.leaderLabelled()
 	e.secretRead()
+	e.reportExpires()
 	e.exec()
 	e.alertResolves()
 	e.falcoQuarantines()
@@ -163,7 +166,7 @@ func startRuntimeEnv(t *testing.T) *runtimeEnv {
 	cfg.Runtime.FindingWindow = 5 * time.Second
 	e.am = amtest.Start(t)
 	cfg.Audit.Sinks.AlertmanagerURL, cfg.Audit.Sinks.AlertResendInterval = e.am.URL(), time.Second
-	cfg.Audit.Sinks.Stdout, cfg.Audit.Sinks.ReportFormat = true, "none"
+	cfg.Audit.Sinks.Stdout, cfg.Audit.Sinks.ReportFormat = true, "wgpolicyk8s"
 	cfg.Actions.Enabled = true
 	cfg.Actions.Types = []string{"label", "revoke-sa-token", "alertmanager", "patch-networkpolicy"}
 	cfg.RulesFolder = t.TempDir()
@@ -202,6 +205,29 @@ func (e *runtimeEnv) secretRead() {
 	if l := findingLines(e.logs, "rt-tenant-any"); len(l) > 0 {
 		t.Fatalf("a PortalRule of rt-other saw an event of rt-prod: %v", l)
 	}
+}
+
+// reportExpires: the Secret read's finding is a result in rt-prod's
+// PolicyReport for the finding's window, then no more.
+func (e *runtimeEnv) reportExpires() {
+	has := func() (bool, bool) {
+		l := &unstructured.UnstructuredList{}
+		l.SetGroupVersionKind(schema.GroupVersionKind{Group: "wgpolicyk8s.io", Version: "v1alpha2", Kind: "PolicyReportList"})
+		if err := e.c.List(e.ctx, l, client.InNamespace("rt-prod")); err != nil {
+			return false, false
+		}
+		for _, r := range l.Items {
+			results, _, _ := unstructured.NestedSlice(r.Object, "results")
+			for _, x := range results {
+				if m, ok := x.(map[string]any); ok && m["policy"] == "rt-secret-read-by-ci" {
+					return true, true
+				}
+			}
+		}
+		return false, true
+	}
+	e.poll("the runtime result in rt-prod's PolicyReport", func() bool { found, _ := has(); return found })
+	e.poll("the runtime result gone after the finding's window", func() bool { found, ok := has(); return ok && !found })
 }
 
 // execInto posts an exec into rt-prod/web-0 as the ServiceAccount: refused
