@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/internal/network"
 	"github.com/vilaca/portal/internal/rule"
+	prt "github.com/vilaca/portal/internal/runtime"
 )
 
 type evalOptions struct {
@@ -34,10 +36,12 @@ type evalOptions struct {
 	budget       exprlang.Limits
 	network      bool
 	netConfig    network.Config
+	events       string
+	dedupWindow  time.Duration
 }
 
 func newEvalCommand() *cobra.Command {
-	o := &evalOptions{budget: exprlang.DefaultLimits(), netConfig: network.DefaultConfig()}
+	o := &evalOptions{budget: exprlang.DefaultLimits(), netConfig: network.DefaultConfig(), dedupWindow: prt.DefaultDedupWindow}
 	cmd := &cobra.Command{
 		Use:   "eval --rules PATH... (--file PATH... | --kubeconfig PATH)",
 		Short: "Evaluate rules against manifests offline, or a live cluster read-only",
@@ -68,6 +72,14 @@ optional. The API server fills in each NetworkPolicy's policyTypes and each
 port's protocol, so np.missing-policy-types and np.port-without-protocol can
 find more in manifests than in a cluster.
 
+--events evaluates the rules of mode runtime against a recorded API server
+audit log (JSON lines, as --audit-log-path writes it) instead of manifests,
+as portal run --runtime would: one evaluation per request, deduplicated per
+rule, actor and target over --runtime-dedup-window of the events' own time.
+--cluster-state supplies the target objects (the pods exec'd into) the
+cluster cache would. Each finding is a line of the report (-o json: one JSON
+object a line); the exit status is 1 when there is one.
+
 --kubeconfig (with --context to pick one of its contexts) evaluates the live
 objects of that cluster instead of --file: "what would these rules flag
 today?". It only lists, a page at a time, the kinds the rules match; it writes
@@ -82,7 +94,8 @@ not pass a CI check; --allow-empty accepts it).`,
   portal eval --rules rules/ --file app/ --cluster-state cluster-fixtures/
   portal eval --rules rules/ --file app/ --exceptions exceptions/
   portal eval --rules rules/ --kubeconfig ~/.kube/config --context prod -o json
-  portal eval --network --file k8s/`,
+  portal eval --network --file k8s/
+  portal eval --rules examples/rules/runtime --events /var/log/kubernetes/audit.log`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -95,6 +108,8 @@ not pass a CI check; --allow-empty accepts it).`,
 	f.StringVar(&o.kubeContext, "context", "", "the kubeconfig context to use with --kubeconfig (default: its current context)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(eval.Formats, "|"))
 	f.StringVar(&o.mode, "mode", "", "only evaluate rules with this mode: admission|audit")
+	f.StringVar(&o.events, "events", "", "evaluate the runtime rules against this recorded audit log (JSON lines) instead of --file")
+	f.DurationVar(&o.dedupWindow, "runtime-dedup-window", o.dedupWindow, "with --events: a rule, actor and target raise one finding per window of the events' time (as portal run)")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when no rule or no object was read, instead of 2")
 	f.IntVarP(&o.jobs, "jobs", "j", runtime.GOMAXPROCS(0), "documents decoded and evaluated in parallel (the report keeps input order)")
 	// The same budget flags as portal run, so CI reproduces the verdicts of a
@@ -125,6 +140,9 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	}
 	if o.kubeconfig != "" {
 		return o.runLive(cmd, eng, opts)
+	}
+	if o.events != "" {
+		return o.runEvents(cmd, eng, opts)
 	}
 	docs, err := manifests()
 	if err != nil {

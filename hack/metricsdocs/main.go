@@ -32,6 +32,7 @@ import (
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/network"
 	"github.com/vilaca/portal/internal/rule"
+	"github.com/vilaca/portal/internal/runtime"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/policyreport"
 	sinkprometheus "github.com/vilaca/portal/internal/sink/prometheus"
@@ -73,6 +74,7 @@ var layers = []layer{
 	}},
 	{"Response actions", "response-actions", func(r prometheus.Registerer) { actions.NewMetrics(r) }},
 	{"Network analysis", "network-analysis", func(r prometheus.Registerer) { network.NewMetrics(r) }},
+	{"Runtime", "runtime", func(r prometheus.Registerer) { runtime.NewMetrics(r) }},
 	{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
 		wafcontroller.NewMetrics(r)
 		wafcache.NewMetrics(r)

@@ -145,7 +145,7 @@ func (e *Engine) event(req *Request, out Outcome) {
 	if e.o.Recorder == nil || out.Result == ResultDenied || out.Result == ResultDuplicate || req.Object.Name == "" {
 		return
 	}
-	if req.Mode == core.ModeAdmission && !req.Revert && !req.confirmed {
+	if req.fromVerdict() && !req.Revert && !req.confirmed {
 		return
 	}
 	obj := &metav1.PartialObjectMetadata{

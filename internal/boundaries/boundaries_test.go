@@ -29,6 +29,7 @@ var layers = []string{
 	"internal/network",
 	"internal/actions",
 	"internal/apigateway",
+	"internal/runtime",
 }
 
 // foundations is what every package may build on; none of them imports a

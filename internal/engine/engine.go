@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
 
+	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/context/pod"
 	"github.com/vilaca/portal/internal/core"
 )
@@ -156,7 +157,7 @@ func New(expr core.ExpressionEngine, opts ...Option) *Engine {
 // request for every object, and the names of its context builders and
 // binders.
 func (e *Engine) Names() []string {
-	names := pod.GenericNames()
+	names := append(pod.GenericNames(), event.Name)
 	for _, b := range e.builders {
 		names = append(names, b.Names()...)
 	}
@@ -196,6 +197,10 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 	}
 	if err := e.checkBuilderNames(r, slices.Concat(ids, msgIDs)); err != nil {
 		return nil, err
+	}
+	if slices.Contains(slices.Concat(ids, msgIDs), event.Name) && (len(r.Modes) != 1 || r.Modes[0] != core.ModeRuntime) {
+		// Admission and audit have no event: the rule would read nil there.
+		return nil, fmt.Errorf("rule %q: reads event, which only runtime evaluation binds: set mode to [runtime]", r.Name)
 	}
 	sel := labels.Everything()
 	if r.Match.LabelSelector != nil {
@@ -326,6 +331,11 @@ type Options struct {
 	Mode core.Mode
 	// Request is bound as request.* (admission only).
 	Request *core.Request
+	// Event is bound as event.* (runtime only; nil elsewhere).
+	Event map[string]any
+	// RuntimeEvents are the classes of the runtime event evaluated: a rule
+	// of mode runtime runs only when it lists one of them (or any).
+	RuntimeEvents []string
 }
 
 // Evaluate runs every enabled rule that matches obj and returns one result per
@@ -354,7 +364,8 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 		now, held = e.clock.Now(), map[*Exception]bool{}
 	}
 	for _, r := range candidates {
-		if !r.matches(obj, gvk, opts.Mode) || (opts.Request != nil && opts.Request.Operation != "" && !r.Match.ChecksOperation(opts.Request.Operation)) {
+		if !r.matches(obj, gvk, opts.Mode) || (opts.Request != nil && opts.Request.Operation != "" && !r.Match.ChecksOperation(opts.Request.Operation)) ||
+			(opts.Mode == core.ModeRuntime && !r.wantsEvent(opts.RuntimeEvents)) {
 			continue
 		}
 		if ectx == nil {
@@ -362,6 +373,7 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 			if ectx, err = e.buildContext(obj, opts.Request); err != nil {
 				return nil, fmt.Errorf("build context for %s %s/%s: %w: %w", gvk.Kind, ref.Namespace, ref.Name, ErrInvalidObject, err)
 			}
+			ectx.Env[event.Name] = opts.Event
 		}
 		n := len(results)
 		var x *Exception
@@ -433,6 +445,17 @@ func (e *Engine) buildContext(obj *unstructured.Unstructured, req *core.Request)
 		}
 	}
 	return &core.EvalContext{Env: pod.Generic(obj, req)}, nil
+}
+
+// wantsEvent reports whether a runtime rule lists one of the event's
+// classes; every event is of class any.
+func (r *Rule) wantsEvent(classes []string) bool {
+	for _, c := range r.Runtime.Events {
+		if c == event.Any || slices.Contains(classes, c) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Rule) matches(obj *unstructured.Unstructured, gvk schema.GroupVersionKind, m core.Mode) bool {

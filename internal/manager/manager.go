@@ -110,6 +110,8 @@ type Config struct {
 	Actions ActionsConfig
 	// Network runs the L6 NetworkPolicy analyser.
 	Network NetworkConfig
+	// Runtime evaluates runtime rules on audit events and Falco alerts.
+	Runtime RuntimeConfig
 
 	// WAF runs the L7 WAF rule pipeline and its cache server.
 	WAF        bool
@@ -150,6 +152,7 @@ func Defaults() Config {
 		Audit:             defaultAudit(),
 		Actions:           defaultActions(),
 		Network:           defaultNetwork(),
+		Runtime:           defaultRuntime(),
 		Lookup:            defaultLookup(),
 		Logger:            slog.Default(),
 	}
