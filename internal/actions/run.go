@@ -170,7 +170,14 @@ func (e *Engine) event(req *Request, out Outcome) {
 	default:
 		typ, reason = corev1.EventTypeWarning, "ActionFailed"
 	}
-	e.o.Recorder.Eventf(obj, nil, typ, reason, req.Spec.Type, "rule %s: %s", req.Rule.Name, out.Detail)
+	e.o.Recorder.Eventf(obj, nil, typ, reason, req.Spec.Type, "%s", eventNote(req.Rule.Name, out.Detail))
+}
+
+// eventNote is an Event's note for an attempt. The detail can quote a
+// rule's message or an API error; the API server refuses a note over 1 KiB,
+// and the Event would be lost.
+func eventNote(rule, detail string) string {
+	return core.Truncate("rule "+rule+": "+detail, core.MaxEventNoteBytes)
 }
 
 func target(r core.ResourceRef) string {

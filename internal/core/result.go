@@ -64,6 +64,10 @@ func (r Result) Denies() bool {
 // the outputs hold every other producer to the same.
 const MaxOutputMessageBytes = 4096
 
+// MaxEventNoteBytes is the longest note the API server accepts in an
+// events.k8s.io/v1 Event; a longer one is rejected and the Event lost.
+const MaxEventNoteBytes = 1024
+
 // Truncate cuts s to at most max bytes on a character boundary, marking the
 // cut: how every output bounds a free-text field a tenant controls.
 func Truncate(s string, limit int) string {
