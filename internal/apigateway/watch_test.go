@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,4 +110,30 @@ func TestRateLimitReactsToItsPods(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ratelimit.Name(rl)}, ef); err != nil {
 		t.Fatalf("Ready without its EnvoyFilter: %v", err)
 	}
+}
+
+// TestAPIRuleReactsToForeignVirtualService: an APIRule refused because a
+// hand-made VirtualService serves its host takes the host as soon as that
+// VirtualService is deleted.
+func TestAPIRuleReactsToForeignVirtualService(t *testing.T) {
+	ctx := setup(t)
+	istioGateway(t, ctx, "istio-system", "tenants-gateway", "*.tenants.example.com")
+	ns := namespace(t, ctx, "watch-foreign-vs")
+	workload(t, ctx, ns, "web", 8000, true, nil)
+	other := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hand-made"}}
+	other.Spec.Hosts = []string{"Foreign.Tenants.Example.com"}
+	other.Spec.Gateways = []string{"istio-system/tenants-gateway"}
+	if err := k8s.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	api := simpleRule(ns, "web", "istio-system/tenants-gateway", "web", "foreign.tenants.example.com")
+	if err := k8s.Create(ctx, api); err != nil {
+		t.Fatal(err)
+	}
+	waitReason(t, api, gatewayv1alpha1.StateError, gatewayv1alpha1.ReasonHostInUse)
+
+	if err := k8s.Delete(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	waitStateWithin(t, ctx, api, gatewayv1alpha1.StateReady, awaitedWithin)
 }

@@ -3,6 +3,8 @@ package apirule
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -72,7 +74,42 @@ func (r *Reconciler) watchAwaited(b *builder.Builder) *builder.Builder {
 	return b.
 		Watches(&networkingv1.Gateway{}, handler.EnqueueRequestsFromMapFunc(r.onGateway)).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.onService)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.onPod), builder.WithPredicates(kube.PodMembership()))
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.onPod), builder.WithPredicates(kube.PodMembership())).
+		Watches(&networkingv1.VirtualService{}, handler.EnqueueRequestsFromMapFunc(r.onForeignVirtualService))
+}
+
+// onForeignVirtualService enqueues the APIRules whose hosts a
+// VirtualService not generated for an APIRule serves, or may serve: one
+// refused with HostInUse takes the host when that VirtualService goes or
+// drops it. (Generated ones are the APIRules' own business: Owns and
+// sharingHosts cover them.) A short host is completed only by the
+// reconcile, so an APIRule with one is always enqueued.
+func (r *Reconciler) onForeignVirtualService(ctx context.Context, o client.Object) []reconcile.Request {
+	vs, ok := o.(*networkingv1.VirtualService)
+	if !ok || vs.Labels[LabelManagedBy] == managedBy {
+		return nil
+	}
+	rules := &gatewayv1alpha1.APIRuleList{}
+	if err := r.client.List(ctx, rules, client.UnsafeDisableDeepCopy); err != nil {
+		r.opts.Logger.Error("list APIRules for a VirtualService event", "error", err)
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range rules.Items {
+		api := &rules.Items[i]
+		if slices.ContainsFunc(api.Spec.Hosts, func(h gatewayv1alpha1.Host) bool {
+			host := strings.ToLower(string(h))
+			if !strings.Contains(host, ".") {
+				return true
+			}
+			return slices.ContainsFunc(vs.Spec.Hosts, func(theirs string) bool {
+				return hostsOverlap(host, strings.ToLower(theirs))
+			})
+		}) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(api)})
+		}
+	}
+	return out
 }
 
 // referring lists the APIRules matching opts as requests.
@@ -145,7 +182,8 @@ func (r *Reconciler) serviceSelects(ctx context.Context, key types.NamespacedNam
 // one of the watches above reports: it is not polled for it.
 func awaited(reason string) bool {
 	switch reason {
-	case gatewayv1alpha1.ReasonGatewayNotFound, gatewayv1alpha1.ReasonServiceNotFound, gatewayv1alpha1.ReasonNoSidecar:
+	case gatewayv1alpha1.ReasonGatewayNotFound, gatewayv1alpha1.ReasonServiceNotFound, gatewayv1alpha1.ReasonNoSidecar,
+		gatewayv1alpha1.ReasonHostInUse:
 		return true
 	}
 	return false
