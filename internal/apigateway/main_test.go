@@ -148,6 +148,7 @@ func waitStateWithin(t *testing.T, ctx context.Context, obj client.Object, want 
 	t.Helper()
 	var st *gatewayv1alpha1.Status
 	var last string
+	start := time.Now()
 	err := pollWithin(ctx, within, func() bool {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			last = err.Error()
@@ -161,6 +162,8 @@ func waitStateWithin(t *testing.T, ctx context.Context, obj client.Object, want 
 	if err != nil {
 		t.Fatalf("%T %s/%s did not reach state %s within %s: %s", obj, obj.GetNamespace(), obj.GetName(), want, within, last)
 	}
+	// The reaction times docs/performance.md quotes (go test -v).
+	t.Logf("%T %s/%s in state %s after %s", obj, obj.GetNamespace(), obj.GetName(), want, time.Since(start).Round(time.Millisecond))
 	return st
 }
 

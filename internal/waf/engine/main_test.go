@@ -179,6 +179,7 @@ const awaitedWithin = 10 * time.Second
 func waitWithin(t *testing.T, eng *wafv1alpha1.Engine, typ string, status metav1.ConditionStatus, reason string, within time.Duration) {
 	t.Helper()
 	var last *metav1.Condition
+	start := time.Now()
 	err := pollWithin(within, func() bool {
 		last = condition(t, eng, typ)
 		return last != nil && last.Status == status && last.Reason == reason && last.ObservedGeneration == eng.Generation
@@ -186,6 +187,8 @@ func waitWithin(t *testing.T, eng *wafv1alpha1.Engine, typ string, status metav1
 	if err != nil {
 		t.Fatalf("Engine %s/%s: waiting %s for %s=%s/%s; last %+v", eng.Namespace, eng.Name, within, typ, status, reason, last)
 	}
+	// The reaction times docs/performance.md quotes (go test -v).
+	t.Logf("Engine %s/%s: %s=%s/%s after %s", eng.Namespace, eng.Name, typ, status, reason, time.Since(start).Round(time.Millisecond))
 }
 
 // pollTimeout bounds the waits for the controller's verdict.
