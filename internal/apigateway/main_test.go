@@ -189,10 +189,6 @@ func reasonOf(st *gatewayv1alpha1.Status) string {
 // pollTimeout bounds the waits for a controller's verdict.
 const pollTimeout = 30 * time.Second
 
-func pollFor(ctx context.Context, cond func() bool) error {
-	return pollWithin(ctx, pollTimeout, cond)
-}
-
 func pollWithin(ctx context.Context, within time.Duration, cond func() bool) error {
 	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, within, true,
 		func(context.Context) (bool, error) { return cond(), nil })

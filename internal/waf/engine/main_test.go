@@ -194,8 +194,6 @@ func waitWithin(t *testing.T, eng *wafv1alpha1.Engine, typ string, status metav1
 // pollTimeout bounds the waits for the controller's verdict.
 const pollTimeout = 30 * time.Second
 
-func pollUntil(cond func() bool) error { return pollWithin(pollTimeout, cond) }
-
 func pollWithin(within time.Duration, cond func() bool) error {
 	return wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, within, true,
 		func(context.Context) (bool, error) { return cond(), nil })
