@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gatewayv1alpha1 "github.com/vilaca/portal/api/gateway/v1alpha1"
+	"github.com/vilaca/portal/internal/apigateway/apirule"
 	"github.com/vilaca/portal/internal/apigateway/ratelimit"
 )
 
@@ -114,13 +115,15 @@ func TestRateLimitReactsToItsPods(t *testing.T) {
 
 // TestAPIRuleReactsToForeignVirtualService: an APIRule refused because a
 // hand-made VirtualService serves its host takes the host as soon as that
-// VirtualService is deleted.
+// VirtualService is deleted, also when it carries the labels of a generated
+// one (anyone who may write one can copy them).
 func TestAPIRuleReactsToForeignVirtualService(t *testing.T) {
 	ctx := setup(t)
 	istioGateway(t, ctx, "istio-system", "tenants-gateway", "*.tenants.example.com")
 	ns := namespace(t, ctx, "watch-foreign-vs")
 	workload(t, ctx, ns, "web", 8000, true, nil)
-	other := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hand-made"}}
+	other := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hand-made",
+		Labels: map[string]string{apirule.LabelManagedBy: "portal", apirule.LabelAPIRule: "someone-else"}}}
 	other.Spec.Hosts = []string{"Foreign.Tenants.Example.com"}
 	other.Spec.Gateways = []string{"istio-system/tenants-gateway"}
 	if err := k8s.Create(ctx, other); err != nil {

@@ -66,27 +66,28 @@ func serviceNames(api *gatewayv1alpha1.APIRule) []string {
 }
 
 // watchAwaited adds the watches on what an APIRule waits for: its Istio
-// Gateway, its Services, and the pods behind them (a pod that gains its
-// sidecar, or a new pod without one). The informers are those the
-// reconciler already reads through, so the watches cost no memory beyond
-// the handlers.
+// Gateway, its Services, the pods behind them (a pod that gains its
+// sidecar, or a new pod without one), and the VirtualServices that hold its
+// hosts. The informers are those the reconcilers already read through, so
+// the watches cost no memory beyond the handlers.
 func (r *Reconciler) watchAwaited(b *builder.Builder) *builder.Builder {
 	return b.
 		Watches(&networkingv1.Gateway{}, handler.EnqueueRequestsFromMapFunc(r.onGateway)).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.onService)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.onPod), builder.WithPredicates(kube.PodMembership())).
-		Watches(&networkingv1.VirtualService{}, handler.EnqueueRequestsFromMapFunc(r.onForeignVirtualService))
+		Watches(&networkingv1.VirtualService{}, handler.EnqueueRequestsFromMapFunc(r.onVirtualService))
 }
 
-// onForeignVirtualService enqueues the APIRules whose hosts a
-// VirtualService not generated for an APIRule serves, or may serve: one
-// refused with HostInUse takes the host when that VirtualService goes or
-// drops it. (Generated ones are the APIRules' own business: Owns and
-// sharingHosts cover them.) A short host is completed only by the
-// reconcile, so an APIRule with one is always enqueued.
-func (r *Reconciler) onForeignVirtualService(ctx context.Context, o client.Object) []reconcile.Request {
+// onVirtualService enqueues the APIRules whose hosts a VirtualService
+// serves, or may serve: one refused with HostInUse takes the host when that
+// VirtualService goes or drops it. Generated ones are not skipped: their
+// labels are no proof (anyone who may write a VirtualService can copy
+// them), and they change only when their APIRule does. A short host is
+// completed only by the reconcile, so an APIRule with one is always
+// enqueued.
+func (r *Reconciler) onVirtualService(ctx context.Context, o client.Object) []reconcile.Request {
 	vs, ok := o.(*networkingv1.VirtualService)
-	if !ok || vs.Labels[LabelManagedBy] == managedBy {
+	if !ok {
 		return nil
 	}
 	rules := &gatewayv1alpha1.APIRuleList{}
