@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -173,7 +174,9 @@ func (o *evalOptions) readManifests(cmd *cobra.Command) func() ([]manifest.Docum
 
 // loadEngine loads --cluster-state and compiles --rules into an engine.
 func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.Engine, eval.Options, error) {
-	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output}
+	// A JSON report's results wait in a temporary file, not in memory, until
+	// the run has read every manifest and the report can be written.
+	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output, SpillDir: os.TempDir()}
 	var engOpts []engine.Option
 	if len(o.clusterState) > 0 {
 		state, errs := eval.LoadClusterState(o.clusterState, cmd.InOrStdin())
@@ -201,6 +204,7 @@ func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.En
 // report and turns a denial into the violation exit code.
 func (o *evalOptions) evaluate(cmd *cobra.Command, eng *engine.Engine, docs []manifest.Document, opts eval.Options) error {
 	report, errs := eval.Evaluate(cmd.Context(), eng, docs, opts)
+	defer report.Close()
 	if err := cmd.Context().Err(); err != nil {
 		// Interrupted (SIGINT, SIGTERM): an incomplete report must not pass.
 		return usageError(fmt.Errorf("interrupted before every manifest was evaluated: %w", err))

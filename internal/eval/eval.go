@@ -5,8 +5,11 @@ package eval
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"runtime"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -58,6 +61,8 @@ type Report struct {
 	// keeps bytes, not structs, and never copies them.
 	encoded [][]byte
 	isJSON  bool
+	// spill, when set, holds the encoded results instead of encoded.
+	spill *spill
 }
 
 // Objects counts the Kubernetes objects the run read, matched by a rule or not.
@@ -81,6 +86,11 @@ type Options struct {
 	// makes the workers encode results as they go and the report keep only
 	// the bytes; any other keeps Results.
 	Format string
+	// SpillDir, with Format "json", is where the report keeps its encoded
+	// results: a temporary file there, written as the run goes, so memory
+	// does not grow with the number of results; Close removes it. "" keeps
+	// them in memory, and so does a directory where no file can be created.
+	SpillDir string
 }
 
 // Run evaluates every document against the engine's rules, one at a time.
@@ -167,7 +177,53 @@ func (r *Report) Merge(other *Report) {
 	r.Summary.Fail += other.Summary.Fail
 	r.Summary.Error += other.Summary.Error
 	r.Results = append(r.Results, other.Results...)
-	r.encoded = append(r.encoded, other.encoded...)
+	for _, c := range other.encoded {
+		r.addEncoded(c)
+	}
+	if other.spill != nil {
+		r.addSpilled(other.spill)
+	}
+}
+
+// addEncoded appends a chunk of encoded results.
+func (r *Report) addEncoded(c []byte) {
+	if r.spill != nil {
+		r.spill.write(c)
+		return
+	}
+	r.encoded = append(r.encoded, c)
+}
+
+// addSpilled appends the results another report spilled.
+func (r *Report) addSpilled(s *spill) {
+	rd, err := s.contents(0)
+	switch {
+	case err != nil && r.spill != nil:
+		r.spill.err = cmp.Or(r.spill.err, err)
+	case err != nil:
+		// Kept for Write to report: a report missing results must not pass.
+		r.spill = &spill{err: err}
+	case r.spill != nil:
+		r.spill.readFrom(rd)
+	default:
+		b, err := io.ReadAll(rd)
+		if err != nil {
+			r.spill = &spill{err: err}
+			return
+		}
+		r.encoded = append(r.encoded, b)
+	}
+}
+
+// Close releases what the report holds outside memory (see
+// Options.SpillDir). The report cannot be written after.
+func (r *Report) Close() error {
+	if r.spill == nil || r.spill.f == nil {
+		return nil
+	}
+	err := r.spill.close()
+	r.spill = &spill{err: errors.New("the report was closed")}
+	return err
 }
 
 // NewReport returns an empty report for format, to Merge runs into.
@@ -179,13 +235,26 @@ func NewReport(format string) *Report {
 	return rep
 }
 
+// newReport is NewReport with the spill opts asks for.
+func newReport(opts Options) *Report {
+	rep := NewReport(opts.Format)
+	if rep.isJSON && opts.SpillDir != "" {
+		// Where no temporary file can be made, the run still works, in
+		// memory as it did before spilling.
+		if s, err := newSpill(opts.SpillDir); err == nil {
+			rep.spill = s
+		}
+	}
+	return rep
+}
+
 func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (*Report, []error) {
 	n := in.len()
 	jobs := opts.Jobs
 	if jobs <= 0 {
 		jobs = runtime.GOMAXPROCS(0)
 	}
-	rep := NewReport(opts.Format)
+	rep := newReport(opts)
 	var errs []error
 	merge := func(b *batch) {
 		rep.objects += b.objects
@@ -195,11 +264,11 @@ func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (
 		rep.Summary.Error += b.summary.Error
 		rep.Results = append(rep.Results, b.results...)
 		if len(b.encoded) > 0 {
-			rep.encoded = append(rep.encoded, b.encoded)
+			rep.addEncoded(b.encoded)
 		}
 		errs = append(errs, b.errs...)
 	}
-	w := worker{ctx: ctx, eng: eng, in: in, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON}
+	w := worker{ctx: ctx, eng: eng, in: in, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, keep: rep.spill == nil}
 	if jobs == 1 || n <= batchSize {
 		var results []Result
 		hint := 0
@@ -252,6 +321,8 @@ type worker struct {
 	in   input
 	opts engine.Options
 	json bool
+	// keep: the report keeps the batches' buffers (it does not spill).
+	keep bool
 }
 
 // encodedBatchCap is the smallest first buffer for a batch's JSON.
@@ -261,7 +332,7 @@ func (w *worker) run(b *batch) {
 	defer func() {
 		// The report keeps the buffer until the end: give back what a batch
 		// of few results did not use.
-		if cap(b.encoded) > 2*len(b.encoded) {
+		if w.keep && cap(b.encoded) > 2*len(b.encoded) {
 			b.encoded = bytes.Clone(b.encoded)
 		}
 	}()
