@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"runtime"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -105,9 +106,9 @@ func Run(eng *engine.Engine, docs []manifest.Document, mode core.Mode) (*Report,
 // until the end of a small input.
 const batchSize = 32
 
-// batch is the outcome of evaluating docs[lo:hi].
+// batch is the outcome of evaluating in, a few consecutive inputs.
 type batch struct {
-	lo, hi int
+	in input
 	// encodedHint sizes the JSON buffer: what the worker's previous batch
 	// took, so the buffer rarely grows (each growth copies it).
 	encodedHint int
@@ -138,6 +139,8 @@ func EvaluateObjects(ctx context.Context, eng *engine.Engine, objs []*unstructur
 // input is what a run evaluates: documents to decode, or objects.
 type input interface {
 	len() int
+	// sub is the inputs lo to hi.
+	sub(lo, hi int) input
 	// objects decodes the i-th input into the objects it holds.
 	objects(i int) ([]*unstructured.Unstructured, error)
 	// errorf locates an evaluation error of the i-th input.
@@ -147,12 +150,14 @@ type input interface {
 type documents []manifest.Document
 
 func (d documents) len() int                                            { return len(d) }
+func (d documents) sub(lo, hi int) input                                { return d[lo:hi] }
 func (d documents) objects(i int) ([]*unstructured.Unstructured, error) { return d[i].Objects() }
 func (d documents) errorf(i int, err error) error                       { return d[i].Errorf("%v", err) }
 
 type objects []*unstructured.Unstructured
 
-func (o objects) len() int { return len(o) }
+func (o objects) len() int             { return len(o) }
+func (o objects) sub(lo, hi int) input { return o[lo:hi] }
 func (o objects) objects(i int) ([]*unstructured.Unstructured, error) {
 	return o[i : i+1], nil
 }
@@ -250,6 +255,52 @@ func newReport(opts Options) *Report {
 
 func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (*Report, []error) {
 	n := in.len()
+	if n <= batchSize {
+		// One batch: workers would only cost their start.
+		opts.Jobs = 1
+	}
+	rep, errs, _ := evaluateBatches(ctx, eng, opts, func(emit func(input) bool) error {
+		for lo := 0; lo < n; lo += batchSize {
+			if !emit(in.sub(lo, min(lo+batchSize, n))) {
+				break
+			}
+		}
+		return nil
+	})
+	return rep, errs
+}
+
+// EvaluateStream is Evaluate on documents read as the run goes (see
+// manifest.Stream): each batch of documents is let go once evaluated, so
+// memory holds the batches in flight, not the input. A read error stops the
+// run and is returned as err; the report is then incomplete and must not be
+// written.
+func EvaluateStream(ctx context.Context, eng *engine.Engine, docs iter.Seq2[manifest.Document, error], opts Options) (rep *Report, errs []error, err error) {
+	return evaluateBatches(ctx, eng, opts, func(emit func(input) bool) error {
+		var cur documents
+		for d, err := range docs {
+			if err != nil {
+				return err
+			}
+			if cur = append(cur, d); len(cur) == batchSize {
+				if !emit(cur) {
+					return nil
+				}
+				cur = make(documents, 0, batchSize)
+			}
+		}
+		if len(cur) > 0 {
+			emit(cur)
+		}
+		return nil
+	})
+}
+
+// evaluateBatches evaluates the batches produce emits, in order, with
+// opts.Jobs workers, and merges their results in that order. emit reports
+// false once ctx has ended: produce should stop. produce's error is
+// returned as the third value.
+func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, produce func(emit func(input) bool) error) (*Report, []error, error) {
 	jobs := opts.Jobs
 	if jobs <= 0 {
 		jobs = runtime.GOMAXPROCS(0)
@@ -268,30 +319,35 @@ func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (
 		}
 		errs = append(errs, b.errs...)
 	}
-	w := worker{ctx: ctx, eng: eng, in: in, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, keep: rep.spill == nil}
-	if jobs == 1 || n <= batchSize {
+	w := worker{ctx: ctx, eng: eng, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, keep: rep.spill == nil}
+	if jobs == 1 {
 		var results []Result
 		hint := 0
-		for lo := 0; lo < n; lo += batchSize {
-			b := &batch{lo: lo, hi: min(lo+batchSize, n), results: results[:0], encodedHint: hint}
+		err := produce(func(in input) bool {
+			b := &batch{in: in, results: results[:0], encodedHint: hint}
 			w.run(b)
 			results, hint = b.results, len(b.encoded)+len(b.encoded)/8
 			merge(b)
-		}
-		return rep, errs
+			return ctx.Err() == nil
+		})
+		return rep, errs, err
 	}
 	// Each batch gets its own reply channel, queued in input order; the
-	// queue's capacity bounds how far the workers run ahead of the merge.
+	// queue's capacity bounds how far the workers (and the reading) run
+	// ahead of the merge.
 	work := make(chan *batchJob)
 	order := make(chan chan *batch, 2*jobs)
+	var produceErr error
 	go func() {
 		defer close(work)
 		defer close(order)
-		for lo := 0; lo < n; lo += batchSize {
-			j := &batchJob{b: &batch{lo: lo, hi: min(lo+batchSize, n)}, done: make(chan *batch, 1)}
+		// Read by the merge below only after order is closed.
+		produceErr = produce(func(in input) bool {
+			j := &batchJob{b: &batch{in: in}, done: make(chan *batch, 1)}
 			order <- j.done
 			work <- j
-		}
+			return ctx.Err() == nil
+		})
 	}()
 	for range jobs {
 		go func() {
@@ -307,7 +363,7 @@ func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (
 	for done := range order {
 		merge(<-done)
 	}
-	return rep, errs
+	return rep, errs, produceErr
 }
 
 type batchJob struct {
@@ -318,7 +374,6 @@ type batchJob struct {
 type worker struct {
 	ctx  context.Context
 	eng  *engine.Engine
-	in   input
 	opts engine.Options
 	json bool
 	// keep: the report keeps the batches' buffers (it does not spill).
@@ -336,12 +391,12 @@ func (w *worker) run(b *batch) {
 			b.encoded = bytes.Clone(b.encoded)
 		}
 	}()
-	for i := b.lo; i < b.hi; i++ {
+	for i := range b.in.len() {
 		if w.ctx.Err() != nil {
 			// Interrupted: the caller reports ctx's error, not a report.
 			return
 		}
-		objs, err := w.in.objects(i)
+		objs, err := b.in.objects(i)
 		if err != nil {
 			b.errs = append(b.errs, err)
 			continue
@@ -350,7 +405,7 @@ func (w *worker) run(b *batch) {
 		for _, obj := range objs {
 			results, err := w.eng.Evaluate(w.ctx, obj, w.opts)
 			if err != nil {
-				b.errs = append(b.errs, w.in.errorf(i, err))
+				b.errs = append(b.errs, b.in.errorf(i, err))
 				continue
 			}
 			for i := range results {
