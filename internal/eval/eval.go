@@ -62,6 +62,9 @@ type Report struct {
 	// keeps bytes, not structs, and never copies them.
 	encoded [][]byte
 	isJSON  bool
+	// failuresOnly: the report was evaluated for the table, which shows
+	// failures and errors and counts passes, so Results holds no pass.
+	failuresOnly bool
 	// spill, when set, holds the encoded results instead of encoded.
 	spill *spill
 }
@@ -85,7 +88,8 @@ type Options struct {
 	Cluster clustercache.Reader
 	// Format is the output format the report will be written in. "json"
 	// makes the workers encode results as they go and the report keep only
-	// the bytes; any other keeps Results.
+	// the bytes; "table" keeps only the Results that are not passes (the
+	// table counts them); any other keeps every Result.
 	Format string
 	// SpillDir, with Format "json", is where the report keeps its encoded
 	// results: a temporary file there, written as the run goes, so memory
@@ -233,7 +237,7 @@ func (r *Report) Close() error {
 
 // NewReport returns an empty report for format, to Merge runs into.
 func NewReport(format string) *Report {
-	rep := &Report{isJSON: format == "json"}
+	rep := &Report{isJSON: format == "json", failuresOnly: format == "table"}
 	if !rep.isJSON {
 		rep.Results = []Result{}
 	}
@@ -319,7 +323,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		}
 		errs = append(errs, b.errs...)
 	}
-	w := worker{ctx: ctx, eng: eng, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, keep: rep.spill == nil}
+	w := worker{ctx: ctx, eng: eng, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, keep: rep.spill == nil, dropPasses: rep.failuresOnly}
 	if jobs == 1 {
 		var results []Result
 		hint := 0
@@ -378,6 +382,8 @@ type worker struct {
 	json bool
 	// keep: the report keeps the batches' buffers (it does not spill).
 	keep bool
+	// dropPasses: passes are counted, not kept (see Report.failuresOnly).
+	dropPasses bool
 }
 
 // encodedBatchCap is the smallest first buffer for a batch's JSON.
@@ -409,13 +415,13 @@ func (w *worker) run(b *batch) {
 				continue
 			}
 			for i := range results {
-				b.add(&results[i], w.json)
+				b.add(&results[i], w.json, w.dropPasses)
 			}
 		}
 	}
 }
 
-func (b *batch) add(res *core.Result, encode bool) {
+func (b *batch) add(res *core.Result, encode, dropPasses bool) {
 	switch res.Outcome {
 	case core.OutcomePass:
 		b.summary.Pass++
@@ -445,6 +451,9 @@ func (b *batch) add(res *core.Result, encode bool) {
 			b.encoded = make([]byte, 0, max(b.encodedHint, encodedBatchCap))
 		}
 		b.encoded = appendResultElem(b.encoded, &r)
+		return
+	}
+	if dropPasses && res.Outcome == core.OutcomePass {
 		return
 	}
 	b.results = append(b.results, r)

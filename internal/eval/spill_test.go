@@ -89,3 +89,31 @@ func TestSpilledReportHoldsNoResults(t *testing.T) {
 		t.Fatalf("the spilled report holds %d bytes of a %d-byte report", spilled, size)
 	}
 }
+
+// TestTableReportKeepsNoPasses: a report evaluated for the table keeps
+// only the rows the table shows, prints the same table as one that kept
+// everything, and refuses the formats that list passes.
+func TestTableReportKeepsNoPasses(t *testing.T) {
+	eng := restrictedEngine(t)
+	docs := manifest.Split("pods.yaml", stream(t, 200))
+	all, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Jobs: 2, Format: "yaml"})
+	for _, jobs := range []int{1, 2} {
+		table, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Jobs: jobs, Format: "table"})
+		for _, r := range table.Results {
+			if r.Result == "pass" {
+				t.Fatalf("%d jobs: a pass kept for the table: %+v", jobs, r)
+			}
+		}
+		if len(table.Results) == 0 || table.Summary != all.Summary {
+			t.Fatalf("%d jobs: %d rows, summary %+v; want some rows and %+v", jobs, len(table.Results), table.Summary, all.Summary)
+		}
+		if render(t, table, "table") != render(t, all, "table") {
+			t.Fatalf("%d jobs: the table differs", jobs)
+		}
+		for _, format := range []string{"json", "yaml", "junit"} {
+			if err := table.Write(io.Discard, format); err == nil {
+				t.Fatalf("a table-only report was written as %s", format)
+			}
+		}
+	}
+}
