@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/actions"
+	"github.com/vilaca/portal/internal/admission"
+	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/manifest"
@@ -40,7 +44,10 @@ type devOptions struct {
 	logLevel      string
 	binDir        string
 	node          bool
-	cfg           manager.Config
+	// admissionRules counts the installed rules that run at admission:
+	// without one the webhook configuration has no rules to wait for.
+	admissionRules int
+	cfg            manager.Config
 }
 
 func newDevCommand() *cobra.Command {
@@ -59,6 +66,10 @@ func newDevCommand() *cobra.Command {
 	o.cfg.APIGateway = true
 	o.cfg.Audit.Enabled = true
 	o.cfg.Network.Enabled = true
+	// Every action type: the local cluster's only user is its admin, and
+	// the actions cookbook runs here.
+	o.cfg.Actions.Enabled = true
+	o.cfg.Actions.Types = actions.Types()
 	o.cfg.WAFOptions.CacheAddr = "127.0.0.1:18080"
 	o.rules = []string{filepath.Join("examples", "rules", "pod-security")}
 	// The legacy Deployment exists before Portal starts, as workloads do in a
@@ -89,7 +100,7 @@ binary, written next to the kubeconfig.`,
 	f.StringSliceVar(&o.manifests, "install-manifests", o.manifests, "manifest files or directories to create (namespaced objects without a namespace go to default)")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (logs go to stderr)")
 	f.StringVar(&o.binDir, "k8s-bin-dir", o.binDir, "directory of kube-apiserver, etcd and kubectl (default: beside the portal binary, then bin/k8s of the checkout)")
-	f.BoolVar(&o.node, "node", o.node, "also run a node with real pods (containerd, kubelet, kube-proxy; needs root, `make tools` and the source checkout); Portal stays in this process")
+	f.BoolVar(&o.node, "node", o.node, "also run a node with real pods (containerd, kubelet, kube-proxy; needs root, the binaries make tools builds and the source checkout); Portal stays in this process")
 	addManagerFlags(f, &o.cfg)
 	return cmd
 }
@@ -184,16 +195,23 @@ func (o *devOptions) seed(ctx context.Context, cluster *devcluster.Cluster) (cli
 	if err != nil {
 		return nil, 0, err
 	}
-	// demo is the namespace of examples/manifests, which the hints apply.
+	// demo is the namespace of examples/manifests, which the hints apply;
+	// playground is admitted without rules (the break-glass annotation), so
+	// pods that break the installed bundle can be created there and audit,
+	// lookups and actions shown on them.
 	for _, ns := range []string{o.cfg.Namespace, "demo"} {
-		if err := ensureNamespace(ctx, c, ns); err != nil {
+		if err := ensureNamespace(ctx, c, ns, nil); err != nil {
 			return nil, 0, err
 		}
 	}
-	n, err := installRules(ctx, c, o.rules)
+	if err := ensureNamespace(ctx, c, devPlayground, map[string]string{admission.BypassAnnotation: "true"}); err != nil {
+		return nil, 0, err
+	}
+	n, admissionRules, err := installRules(ctx, c, o.rules)
 	if err != nil {
 		return nil, 0, err
 	}
+	o.admissionRules = admissionRules
 	if err := installManifests(ctx, c, o.manifests); err != nil {
 		return nil, 0, err
 	}
@@ -207,7 +225,7 @@ func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client
 	kubectl := relative(filepath.Join(cluster.BinaryDir(), "kubectl"))
 	return func() {
 		if o.cfg.Admission.Enabled {
-			if err := waitForWebhook(ctx, c, o.cfg.Admission.ConfigName, n > 0); err != nil {
+			if err := waitForWebhook(ctx, c, o.cfg.Admission.ConfigName, o.admissionRules > 0); err != nil {
 				fmt.Fprintln(os.Stderr, "portal dev:", err)
 				return
 			}
@@ -233,6 +251,11 @@ func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client
 			relative(o.kubeconfigOut), kubectl, kubectl, relative(assets.path(filepath.Join("examples", "manifests", "pods.yaml"))), kubectl, proxyHint)
 	}
 }
+
+// devPlayground is the namespace portal dev admits everything in (the
+// break-glass annotation), for the cookbook pages whose pods the installed
+// bundle would deny.
+const devPlayground = "playground"
 
 // devProxyServiceAccount is the ServiceAccount whose token portal dev
 // writes for a local waf-proxy, in the namespace of examples/waf.
@@ -281,8 +304,11 @@ func (o *devOptions) prepareWAFProxy(ctx context.Context, c client.Client, clust
 	if err != nil {
 		return "", fmt.Errorf("--waf-cache-addr %q: %w", o.cfg.WAFOptions.CacheAddr, err)
 	}
+	// The hint's curl names the host: the CRS flags a numeric Host header
+	// (rule 920350) on every request to 127.0.0.1:8000.
 	return fmt.Sprintf("\nA waf-proxy in front of an app on 127.0.0.1:8080, enforcing examples/waf (token valid %s):\n"+
-		"  %s waf-proxy --cache-url https://127.0.0.1:%s --ca-file %s --token-file %s --ruleset default/crs --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8000 --metrics-bind-address 127.0.0.1:9090\n",
+		"  %s waf-proxy --cache-url https://127.0.0.1:%s --ca-file %s --token-file %s --ruleset default/crs --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8000 --metrics-bind-address 127.0.0.1:9090\n"+
+		"  curl http://localhost:8000/   # by name: the CRS flags a numeric Host header (rule 920350)\n",
 		devTokenTTL, relative(os.Args[0]), port, relative(caFile), relative(tokenFile)), nil
 }
 
@@ -300,8 +326,8 @@ func (o *devOptions) writeKubeconfig(cluster *devcluster.Cluster) error {
 	return os.WriteFile(o.kubeconfigOut, kc, 0o600)
 }
 
-func ensureNamespace(ctx context.Context, c client.Client, name string) error {
-	err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+func ensureNamespace(ctx context.Context, c client.Client, name string, annotations map[string]string) error {
+	err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", name, err)
 	}
@@ -310,24 +336,28 @@ func ensureNamespace(ctx context.Context, c client.Client, name string) error {
 
 // installRules creates a PortalClusterRule for every plain rule in paths, so
 // `kubectl get portalclusterrules` shows what is enforced.
-func installRules(ctx context.Context, c client.Client, paths []string) (int, error) {
+// It returns how many it installed, and how many of them run at admission
+// (no mode means admission and audit).
+func installRules(ctx context.Context, c client.Client, paths []string) (n, admission int, err error) {
 	docs, err := manifest.ReadPaths(paths, nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n := 0
 	for _, d := range docs {
 		var spec policyv1alpha1.RuleSpec
 		if err := yaml.UnmarshalStrict(d.Data, &spec); err != nil {
-			return n, d.Errorf("not a plain rule: %v", err)
+			return n, admission, d.Errorf("not a plain rule: %v", err)
 		}
 		pcr := &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}, Spec: spec}
 		if err := c.Create(ctx, pcr); err != nil && !apierrors.IsAlreadyExists(err) {
-			return n, d.Errorf("install rule %q: %v", spec.Name, err)
+			return n, admission, d.Errorf("install rule %q: %v", spec.Name, err)
 		}
 		n++
+		if len(spec.Mode) == 0 || slices.Contains(spec.Mode, policyv1alpha1.Mode(core.ModeAdmission)) {
+			admission++
+		}
 	}
-	return n, nil
+	return n, admission, nil
 }
 
 // relative shortens p to a path relative to the working directory when it is

@@ -184,13 +184,16 @@ func (o *evalOptions) evaluate(cmd *cobra.Command, eng *engine.Engine, docs iter
 	}
 	if err != nil {
 		// A file that cannot be read: what was evaluated is no report.
-		return usageError(err)
+		return usageError(fmt.Errorf("cannot read --file: %w", err))
 	}
 	if len(errs) > 0 {
 		return usageError(fmt.Errorf("cannot read manifests:\n  %w", joinLines(errs)))
 	}
 	if report.Objects() == 0 && !o.allowEmpty {
 		return usageError(fmt.Errorf("no Kubernetes object found in --file %s: an empty input usually means the command feeding it failed (use set -o pipefail), or pass --allow-empty", strings.Join(o.files, ",")))
+	}
+	for _, name := range report.Unmatched(eng, opts.Mode) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "portal eval: warning: rule %q matched no object in --file: check its match (gvk, namespaces, labelSelector) against the input\n", name)
 	}
 	netFound := false
 	if o.network {

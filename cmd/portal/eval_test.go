@@ -164,6 +164,7 @@ func TestEvalNeverPassesOnNothing(t *testing.T) {
 		{"no rules", "", []string{"--rules", emptyDir, "--file", good}, exitUsage, "no rule found"},
 		{"allowed empty stdin", "", []string{"--rules", evalRules, "--file", "-", "--allow-empty"}, exitOK, ""},
 		{"allowed no rules", "", []string{"--rules", emptyDir, "--file", good, "--allow-empty"}, exitOK, ""},
+		{"missing file", "", []string{"--rules", evalRules, "--file", filepath.Join(dir, "missing.yaml")}, exitUsage, "cannot read --file: stat " + filepath.Join(dir, "missing.yaml") + ": no such file or directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -323,5 +324,39 @@ func TestEvalBudgetFlags(t *testing.T) {
 	}
 	if _, err := runCLI(t, "", "eval", "-r", loop, "-f", cm, "--rule-max-bytes", "0"); exitCodeOf(err) != exitUsage {
 		t.Errorf("--rule-max-bytes 0: %v, want a usage error", err)
+	}
+}
+
+// TestEvalWarnsWhenARuleMatchesNothing: a rule whose match selects nothing
+// in the input (a kind the input lacks, a namespace it does not have) made
+// `0 passed, 0 failed` and exit 0, which reads as success; it now says so
+// on standard error, and only for that rule.
+func TestEvalWarnsWhenARuleMatchesNothing(t *testing.T) {
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	writeFile(t, rules, `name: namespace-owner
+match: {gvk: [{group: "", version: v1, kind: Namespace}]}
+rule: '!("owner" in object.metadata.labels)'
+---
+name: config-map-label
+match: {gvk: [{group: "", version: v1, kind: ConfigMap}]}
+rule: '!("app" in metadata.labels)'
+`)
+	cm := filepath.Join(dir, "cm.yaml")
+	writeFile(t, cm, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: x, labels: {app: a}}\n")
+	cmd := newRootCommand()
+	var out, errOut bytes.Buffer
+	cmd.SetArgs([]string{"eval", "--rules", rules, "--file", cm})
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	want := `portal eval: warning: rule "namespace-owner" matched no object in --file: check its match (gvk, namespaces, labelSelector) against the input`
+	if got := strings.TrimSpace(errOut.String()); got != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", got, want)
+	}
+	if !strings.Contains(out.String(), "1 passed, 0 failed, 0 errors") {
+		t.Errorf("stdout: %s", out.String())
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // TestRenamedFlagsKeepWorking: manifests and scripts written with the old
@@ -52,5 +55,38 @@ func TestWAFProxyMetricsAddrRenamed(t *testing.T) {
 	}
 	if got := cmd.Flags().Lookup("metrics-bind-address").Value.String(); got != "0" || !strings.Contains(stderr.String(), "use --metrics-bind-address instead") {
 		t.Errorf("--metrics-addr 0: --metrics-bind-address %q, stderr %q", got, stderr.String())
+	}
+}
+
+// TestFlagUsagesNameTheirValues: pflag takes a backquoted word in a flag's
+// usage as the name of its value, so "needs `make tools`" showed as
+// "--node make tools" in portal dev --help. No usage may hold one unless it
+// is meant as the value name (a single word in capitals).
+func TestFlagUsagesNameTheirValues(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			name, _ := pflag.UnquoteUsage(f)
+			if strings.Contains(f.Usage, "`") && (strings.Contains(name, " ") || strings.ToUpper(name) != name) {
+				t.Errorf("%s --%s: its usage backquotes %q, which --help shows as the value's name", c.CommandPath(), f.Name, name)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCommand())
+}
+
+// TestRunHelpSaysWhichLayersAreOn: portal run --help says which layers run
+// without flags and names every layer's flag.
+func TestRunHelpSaysWhichLayersAreOn(t *testing.T) {
+	out, err := runCLI(t, "", "run", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "No layer runs by default: switch each on with its flag (--admission, --audit, --network, --waf, --apigateway, --actions)."
+	if !strings.Contains(out, want) {
+		t.Errorf("portal run --help does not say %q:\n%s", want, out)
 	}
 }

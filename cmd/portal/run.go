@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -28,7 +29,9 @@ func newRunCommand() *cobra.Command {
 		Long: `Run Portal's controller manager: rule loading from PortalClusterRule and
 PortalRule objects (and --rules-folder), their status, and the layers enabled
 by flag. In a cluster it uses the pod's service account; outside, the
-kubeconfig ($KUBECONFIG or --kubeconfig).`,
+kubeconfig ($KUBECONFIG or --kubeconfig).
+
+` + layersHelp(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(logLevel)
@@ -153,4 +156,19 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, errors.New("--log-level: use debug, info, warn or error")
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// layersHelp says which layers run by default and which flags switch the
+// others on, from the layer registry.
+func layersHelp() string {
+	var flags []string
+	for _, l := range manager.Layers() {
+		flags = append(flags, "--"+l.Name())
+	}
+	defaults := manager.Defaults()
+	on := manager.EnabledLayerNames(&defaults)
+	if len(on) == 0 {
+		return fmt.Sprintf("No layer runs by default: switch each on with its flag (%s).\nWith none, Portal only loads rules and writes their status.", strings.Join(flags, ", "))
+	}
+	return fmt.Sprintf("Layers on by default: %s. Each has its flag (%s).", strings.Join(on, ", "), strings.Join(flags, ", "))
 }

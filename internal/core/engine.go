@@ -87,6 +87,11 @@ type ContextBuilder interface {
 type Schema struct {
 	Fields map[string]*Schema
 	Open   bool
+	// Type is a leaf's value type in the words of a load error
+	// ("a string", "a number", "a list", "a boolean"); empty when
+	// unknown. A rule whose whole expression is a leaf that is not a
+	// boolean cannot decide anything, so it is refused at load.
+	Type string
 }
 
 // Member is one chain of field reads in an expression, from a top-level

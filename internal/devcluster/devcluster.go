@@ -18,6 +18,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,6 +102,9 @@ func (e *MissingBinaryError) Unwrap() error { return fs.ErrNotExist }
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if opts.Node && runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("devcluster: a node (portal dev --node) runs only on Linux: it needs containerd, cgroups and iptables; this is %s", runtime.GOOS)
 	}
 
 	binDir, err := resolveBinaryDir(opts.BinaryDir)

@@ -394,7 +394,7 @@ func (n *node) run(name, path string, args ...string) error {
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("devcluster: starting %s: %w", name, err)

@@ -338,7 +338,7 @@ func unmountAll(match func(string) bool) error {
 		}
 		sort.Slice(mps, func(i, j int) bool { return len(mps[i]) > len(mps[j]) })
 		for _, mp := range mps {
-			_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+			_ = unmountDetached(mp)
 		}
 	}
 	mps, err := mountPoints(match)

@@ -170,6 +170,9 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 	if err == nil {
 		err = checkMembers(prog)
 	}
+	if err == nil {
+		err = checkBoolean(prog)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rule %q: compile expression: %w", r.Name, inField("rule", 0, err))
 	}

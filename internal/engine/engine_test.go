@@ -135,7 +135,7 @@ spec:
 }
 
 func TestNilIsPassAndNonBoolIsError(t *testing.T) {
-	e := load(t, newRule("nil", "object.spec?.missing?.field"), newRule("string", `"yes"`), newRule("fetch", "object.spec.missing.field"))
+	e := load(t, newRule("nil", "object.spec?.missing?.field"), newRule("string", `object.metadata.name`), newRule("fetch", "object.spec.missing.field"))
 	got := map[string]core.Outcome{}
 	for _, r := range evaluate(t, e, obj(t, twoBadContainers)) {
 		got[r.Rule.Name] = r.Outcome
@@ -147,6 +147,32 @@ func TestNilIsPassAndNonBoolIsError(t *testing.T) {
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s: %s, want %s", k, got[k], v)
+		}
+	}
+}
+
+// A rule whose type is known at load and is not a boolean cannot decide
+// anything: it is refused with a hint, instead of loading Ready and then
+// reporting an error on every object it matches.
+func TestNonBooleanRuleIsRefusedAtLoad(t *testing.T) {
+	e := engine.New(exprlang.New())
+	for expr, want := range map[string]string{
+		`container.image.tag`:                        `but container.image.tag is a string: compare it, as in container.image.tag == "value"`,
+		`securityContext.runAsUser`:                  `but securityContext.runAsUser is a number: compare it, as in securityContext.runAsUser > 0`,
+		`container.securityContext.capabilities.add`: `is a list: compare it, as in "value" in container.securityContext.capabilities.add`,
+		`"yes"`:                "the rule must evaluate to a boolean (true flags the object), but it is a string",
+		`len(object.spec)`:     "but it is a number",
+		`object`:               "but it is a map",
+		`upper(metadata.name)`: "but it is a string",
+	} {
+		_, err := e.Compile(newRule("r", expr))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want an error containing %q", expr, err, want)
+		}
+	}
+	for _, expr := range []string{`container.securityContext.privileged`, `spec.hostNetwork`, `object.spec.x`, `container.image.tag == "latest"`, `object.metadata.name`} {
+		if _, err := e.Compile(newRule("r", expr)); err != nil {
+			t.Errorf("%s: %v, want it to load (a boolean, or a type only the object decides)", expr, err)
 		}
 	}
 }

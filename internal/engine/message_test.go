@@ -100,7 +100,7 @@ func TestMessageIsBounded(t *testing.T) {
 		t.Errorf("message of %d holes is %d bytes, want at most %d, marked as cut", engine.MaxMessageHoles, n, engine.MaxMessageBytes)
 	}
 	for expr, why := range map[string]string{
-		`object`:                  "a rule that is not a boolean quotes its value",
+		`object.data`:             "a rule that is not a boolean quotes its value",
 		`int(object.data.k) == 1`: "an error quotes the string it failed on",
 	} {
 		res = evaluateMessage(t, generous, expr, "m", cm)

@@ -48,6 +48,54 @@ func checkMembers(p core.Program) error {
 	return nil
 }
 
+// resultTyper is implemented by programs that know, before any object is
+// seen, what type their expression evaluates to.
+type resultTyper interface {
+	ResultType() string
+	WholeMember() []string
+}
+
+// checkBoolean rejects a rule expression that cannot evaluate to a
+// boolean: a literal, arithmetic, a string function, or a sugar field that
+// is a string (rule: container.image.tag). Such a rule would load Ready and
+// then report an error on every object it matches.
+func checkBoolean(p core.Program) error {
+	rt, ok := p.(resultTyper)
+	if !ok {
+		return nil
+	}
+	if path := rt.WholeMember(); path != nil {
+		s := sugarSchema[path[0]]
+		for _, name := range path[1:] {
+			if s == nil || s.Open || s.Fields == nil {
+				s = nil
+				break
+			}
+			s = s.Fields[name]
+		}
+		if s != nil && s.Type != "" && s.Type != "a boolean" {
+			field := strings.Join(path, ".")
+			return fmt.Errorf("the rule must evaluate to a boolean (true flags the object), but %s is %s: compare it, as in %s", field, s.Type, comparison(field, s.Type))
+		}
+	}
+	if t := rt.ResultType(); t != "" {
+		return fmt.Errorf("the rule must evaluate to a boolean (true flags the object), but it is %s", t)
+	}
+	return nil
+}
+
+// comparison is a boolean expression over a field of type typ, for the
+// hint of checkBoolean.
+func comparison(field, typ string) string {
+	switch typ {
+	case "a number":
+		return field + " > 0"
+	case "a list":
+		return `"value" in ` + field
+	}
+	return field + ` == "value"`
+}
+
 func unknownField(parent, name string, s *core.Schema) error {
 	known := slices.Sorted(maps.Keys(s.Fields))
 	hint := ""

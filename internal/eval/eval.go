@@ -67,6 +67,34 @@ type Report struct {
 	failuresOnly bool
 	// spill, when set, holds the encoded results instead of encoded.
 	spill *spill
+	// matched holds the rules that gave at least one result.
+	matched map[string]struct{}
+}
+
+// Unmatched returns the names of the rules of eng that the run could apply
+// (enabled, in mode when one is set) and that matched no object at all: a
+// typo in match.gvk, a namespace include that nothing in the input has, a
+// kind the input does not contain.
+func (r *Report) Unmatched(eng *engine.Engine, mode core.Mode) []string {
+	var out []string
+	for _, rl := range eng.Rules() {
+		if !rl.Enabled || (mode != "" && !rl.HasMode(mode)) {
+			continue
+		}
+		if _, ok := r.matched[rl.Name]; !ok {
+			out = append(out, rl.Name)
+		}
+	}
+	return out
+}
+
+func (r *Report) addMatched(names map[string]struct{}) {
+	if r.matched == nil {
+		r.matched = make(map[string]struct{}, len(names))
+	}
+	for n := range names {
+		r.matched[n] = struct{}{}
+	}
 }
 
 // Objects counts the Kubernetes objects the run read, matched by a rule or not.
@@ -122,6 +150,8 @@ type batch struct {
 	objects     int
 	denied      bool
 	errs        []error
+	// matched holds the names of the rules that gave a result.
+	matched map[string]struct{}
 }
 
 // Evaluate is Run with options: opts.Jobs workers decode and evaluate
@@ -192,6 +222,7 @@ func (r *Report) Merge(other *Report) {
 	if other.spill != nil {
 		r.addSpilled(other.spill)
 	}
+	r.addMatched(other.matched)
 }
 
 // addEncoded appends a chunk of encoded results.
@@ -318,6 +349,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		rep.Summary.Fail += b.summary.Fail
 		rep.Summary.Error += b.summary.Error
 		rep.Results = append(rep.Results, b.results...)
+		rep.addMatched(b.matched)
 		if len(b.encoded) > 0 {
 			rep.addEncoded(b.encoded)
 		}
@@ -422,6 +454,12 @@ func (w *worker) run(b *batch) {
 }
 
 func (b *batch) add(res *core.Result, encode, dropPasses bool) {
+	if _, ok := b.matched[res.Rule.Name]; !ok {
+		if b.matched == nil {
+			b.matched = map[string]struct{}{}
+		}
+		b.matched[res.Rule.Name] = struct{}{}
+	}
 	switch res.Outcome {
 	case core.OutcomePass:
 		b.summary.Pass++

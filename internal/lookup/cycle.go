@@ -34,9 +34,13 @@ type cycleGuard struct {
 	// lock, from the timer's goroutine.
 	onDue func([]Dependent)
 
-	mu    sync.Mutex
-	seen  map[Dependent][]time.Time
-	swept time.Time
+	mu   sync.Mutex
+	seen map[Dependent][]time.Time
+	// streaks counts, per pair, the deferrals in a row that came within
+	// two windows of each other: a burst defers a pair once, a cycle in
+	// every window.
+	streaks map[Dependent]streak
+	swept   time.Time
 	// pending holds the pairs with a trailing re-evaluation, at most
 	// maxPending; due orders them by when they are due.
 	pending map[Dependent]*trailing
@@ -46,6 +50,18 @@ type cycleGuard struct {
 	timer    *time.Timer
 	stopped  bool
 }
+
+// streak is a pair's run of deferrals, each within two windows of the last.
+type streak struct {
+	n    int
+	last time.Time
+}
+
+// CycleWarnStreak is how many windows in a row a pair must be deferred
+// before the guard's deferral is logged as a warning (a likely cycle); a
+// burst of changes (four Ingresses applied at once, each read by the
+// others) is deferred once and logged at debug level.
+const CycleWarnStreak = 3
 
 // trailing is a pair's re-evaluation deferred to when the guard allows it.
 type trailing struct {
@@ -79,12 +95,13 @@ func newCycleGuard(limit int, window time.Duration, maxPending int, onDue func([
 		maxPending = DefaultMaxDependencies
 	}
 	return &cycleGuard{limit: limit, window: window, maxPending: maxPending, now: time.Now, onDue: onDue,
-		seen: map[Dependent][]time.Time{}, pending: map[Dependent]*trailing{}, byObject: map[ObjectKey][]*trailing{}}
+		seen: map[Dependent][]time.Time{}, streaks: map[Dependent]streak{}, pending: map[Dependent]*trailing{}, byObject: map[ObjectKey][]*trailing{}}
 }
 
 // allow records a re-evaluation of dep when it is within the limit, and
-// otherwise defers it to the pair's trailing re-evaluation.
-func (g *cycleGuard) allow(dep Dependent) verdict {
+// otherwise defers it to the pair's trailing re-evaluation. For a deferral
+// it also returns how many windows in a row the pair has been deferred.
+func (g *cycleGuard) allow(dep Dependent) (verdict, int) {
 	now := g.now()
 	cutoff := now.Add(-g.window)
 	g.mu.Lock()
@@ -98,16 +115,23 @@ func (g *cycleGuard) allow(dep Dependent) verdict {
 		if t := g.pending[dep]; t != nil {
 			g.unschedule(t)
 		}
-		return allowed
+		return allowed, 0
 	}
 	switch {
 	case g.pending[dep] != nil:
-		return coalesced
+		return coalesced, 0
 	case g.stopped || len(g.pending) >= g.maxPending:
-		return dropped
+		return dropped, 0
 	}
 	g.schedule(&trailing{dep: dep, at: ts[0].Add(g.window)}, now)
-	return deferred
+	st := g.streaks[dep]
+	if now.Sub(st.last) > 2*g.window {
+		st.n = 0
+	}
+	st.n++
+	st.last = now
+	g.streaks[dep] = st
+	return deferred, st.n
 }
 
 // inWindow returns dep's re-evaluations after cutoff.
@@ -233,6 +257,11 @@ func (g *cycleGuard) sweep(now, cutoff time.Time) {
 	for dep, ts := range g.seen {
 		if len(ts) == 0 || !ts[len(ts)-1].After(cutoff) {
 			delete(g.seen, dep)
+		}
+	}
+	for dep, st := range g.streaks {
+		if now.Sub(st.last) > 2*g.window {
+			delete(g.streaks, dep)
 		}
 	}
 }

@@ -393,9 +393,9 @@ func (w *Watcher) Changed(gvr schema.GroupVersionResource, ns, name string, old,
 	deps := w.o.Index.Affected(gvr, ns, name, old, new)
 	queued := map[ObjectKey]bool{}
 	for _, dep := range deps {
-		v := w.guard.allow(dep)
+		v, streak := w.guard.allow(dep)
 		if v != allowed {
-			w.suppressed(dep, v, gvr.Resource+" "+ns+"/"+name)
+			w.suppressed(dep, v, streak, gvr.Resource+" "+ns+"/"+name)
 			continue
 		}
 		if queued[dep.Object] {
@@ -410,13 +410,19 @@ func (w *Watcher) Changed(gvr schema.GroupVersionResource, ns, name string, old,
 // suppressed counts and logs a re-evaluation past the cycle limit: once per
 // pair and window when it is deferred, at most once a window when the
 // pending set is full.
-func (w *Watcher) suppressed(dep Dependent, v verdict, changed string) {
+func (w *Watcher) suppressed(dep Dependent, v verdict, streak int, changed string) {
 	w.o.Metrics.CycleSuppressed.Inc()
 	switch v {
 	case deferred:
-		w.o.Logger.Warn("lookup re-evaluation suppressed: the rule re-evaluated this object too often after changes to what it reads (a cycle?); it is evaluated once more when the window allows",
+		// A burst of changes defers a pair once; only a pair deferred
+		// window after window is likely a cycle worth a warning.
+		level, msg := slog.LevelDebug, "lookup re-evaluation deferred: a burst of changes to what the rule reads; it is evaluated once more when the window allows"
+		if streak >= CycleWarnStreak {
+			level, msg = slog.LevelWarn, "lookup re-evaluation suppressed: the rule re-evaluated this object too often, window after window, after changes to what it reads (a cycle?); it is evaluated once more when the window allows"
+		}
+		w.o.Logger.Log(context.Background(), level, msg,
 			"rule", dep.Rule.String(), "object", dep.Object.String(), "limit", w.guard.limit, "window", w.guard.window.String(),
-			"changed", changed)
+			"windows", streak, "changed", changed)
 	case dropped:
 		w.o.Metrics.CycleDropped.Inc()
 		now := time.Now().UnixNano()

@@ -102,3 +102,16 @@ func layerNames(ls []Layer) []string {
 	}
 	return names
 }
+
+// EnabledLayerNames lists the layers cfg switches on, in set-up order, for
+// help texts and the start-up log; a layer whose configuration is invalid
+// is left out (CheckFlags reports it).
+func EnabledLayerNames(cfg *Config) []string {
+	var names []string
+	for _, r := range registry() {
+		if l, err := r.fromConfig(cfg); err == nil && l != nil {
+			names = append(names, l.Name())
+		}
+	}
+	return names
+}

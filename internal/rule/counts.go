@@ -164,9 +164,18 @@ func (s *StatusCounts) SetViolations(r *core.Rule, n int) {
 	if c.violations != int64(n) {
 		c.violations = int64(n)
 		s.scheduleLocked(k, c)
+		// The VIOLATIONS column must follow the reports, not wait out
+		// an interval that evaluations keep restarting: a change of the
+		// number goes out within violationDelay of the last write (the
+		// token bucket still bounds all writes together).
+		s.queue.AddAfter(k, max(0, time.Until(c.lastWrite.Add(violationDelay))))
 	}
 	s.mu.Unlock()
 }
+
+// violationDelay is the least time between two writes of one rule's counts
+// when its number of violations changed.
+const violationDelay = time.Second
 
 // Counts returns the evaluations this replica counted and the open
 // violations of r, for tests and debugging.

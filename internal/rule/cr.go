@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -72,6 +73,9 @@ type CRLoader struct {
 	active      map[string][]*engine.Rule
 	// changed tells the status reconciler of each kind that a state moved.
 	changed map[string]chan event.GenericEvent
+	// mapper tells cluster-scoped kinds from namespaced ones (set up with
+	// the manager).
+	mapper meta.RESTMapper
 }
 
 // NewCRLoader returns a loader reading through c (the manager's cache).
@@ -117,6 +121,7 @@ func (l *CRLoader) State(kind, namespace, name string) (LoadState, bool) {
 // SetupWithManager registers one loading controller per kind. They do not
 // need leader election: every replica must hold the rules.
 func (l *CRLoader) SetupWithManager(mgr ctrl.Manager) error {
+	l.mapper = mgr.GetRESTMapper()
 	for _, kind := range []string{KindCluster, KindNamespaced} {
 		err := ctrl.NewControllerManagedBy(mgr).
 			Named("rule-loader-"+lower(kind)).
@@ -181,7 +186,7 @@ func (l *CRLoader) reconcile(ctx context.Context, kind string, req ctrl.Request)
 func (l *CRLoader) compile(obj policyv1alpha1.RuleObject, src core.Source) (*engine.Rule, error) {
 	r, err := FromSpec(obj.GetRuleSpec(), obj.GetName(), src)
 	if src.Kind == KindNamespaced {
-		if errs := checkTenantKinds(obj.GetRuleSpec().Match, l.allowedTenantKinds()); len(errs) > 0 {
+		if errs := checkTenantKinds(obj.GetRuleSpec().Match, l.allowedTenantKinds(), clusterScopedIn(l.mapper)); len(errs) > 0 {
 			err = errors.Join(append([]error{err}, errs...)...)
 		}
 	}

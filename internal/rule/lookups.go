@@ -99,7 +99,11 @@ func (s *LookupStatus) write(ctx context.Context, k countKey) {
 		if len(msg) > 1024 {
 			msg = msg[:1024]
 		}
-		status["reads"] = st.Reads
+		// A rule whose lookups resolved to no resource has no reads: a
+		// null would fail the CRD's schema and the write would retry forever.
+		if len(st.Reads) > 0 {
+			status["reads"] = st.Reads
+		}
 		status["conditions"] = []any{map[string]any{
 			"type": policyv1alpha1.ConditionLookupsReady, "status": cond,
 			"reason": st.Reason, "message": msg, "observedGeneration": gen,

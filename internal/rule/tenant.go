@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
@@ -42,6 +43,35 @@ var HighRateKinds = []schema.GroupKind{
 	{Group: "authorization.k8s.io", Kind: "LocalSubjectAccessReview"},
 	{Group: "authorization.k8s.io", Kind: "SelfSubjectAccessReview"},
 	{Group: "authorization.k8s.io", Kind: "SelfSubjectRulesReview"},
+}
+
+// ClusterScopedKinds are the well-known cluster-scoped kinds. A PortalRule
+// only matches objects in its own namespace, so one that names such a kind
+// would load and never apply; the CRD's CEL rule refuses exactly these (a
+// test keeps the two lists equal), and the loader asks the API server's
+// discovery about every other kind.
+var ClusterScopedKinds = []schema.GroupKind{
+	{Kind: "Namespace"}, {Kind: "Node"}, {Kind: "PersistentVolume"}, {Kind: "ComponentStatus"},
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"},
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"},
+	{Group: "storage.k8s.io", Kind: "StorageClass"},
+	{Group: "storage.k8s.io", Kind: "CSIDriver"},
+	{Group: "storage.k8s.io", Kind: "CSINode"},
+	{Group: "storage.k8s.io", Kind: "VolumeAttachment"},
+	{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"},
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"},
+	{Group: "admissionregistration.k8s.io", Kind: "MutatingWebhookConfiguration"},
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"},
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"},
+	{Group: "scheduling.k8s.io", Kind: "PriorityClass"},
+	{Group: "networking.k8s.io", Kind: "IngressClass"},
+	{Group: "node.k8s.io", Kind: "RuntimeClass"},
+	{Group: "apiregistration.k8s.io", Kind: "APIService"},
+	{Group: "certificates.k8s.io", Kind: "CertificateSigningRequest"},
+	{Group: "flowcontrol.apiserver.k8s.io", Kind: "FlowSchema"},
+	{Group: "flowcontrol.apiserver.k8s.io", Kind: "PriorityLevelConfiguration"},
+	{Group: "portal.io", Kind: "PortalClusterRule"},
+	{Group: "gateway.networking.k8s.io", Kind: "GatewayClass"},
 }
 
 // ParseTenantKinds reads the values of --allow-tenant-kinds, each Kind.group
@@ -88,9 +118,16 @@ func flagKind(gk schema.GroupKind) string {
 type TenantKindError struct {
 	Field string
 	Kind  schema.GroupKind
+	// ClusterScoped: the kind has no namespace, so the rule could never
+	// match an object.
+	ClusterScoped bool
 }
 
 func (e *TenantKindError) Error() string {
+	if e.ClusterScoped {
+		return fmt.Sprintf("%s: %s is cluster-scoped, and a PortalRule only matches objects in its own namespace, so the rule would never apply; use a PortalClusterRule",
+			e.Field, flagKind(e.Kind))
+	}
 	if e.Kind == secretKind {
 		return fmt.Sprintf("%s: PortalRules cannot match Secrets; a PortalClusterRule can", e.Field)
 	}
@@ -100,6 +137,9 @@ func (e *TenantKindError) Error() string {
 
 // Reason is the Ready condition's reason for the error.
 func (e *TenantKindError) Reason() string {
+	if e.ClusterScoped {
+		return policyv1alpha1.ReasonClusterScopedKind
+	}
 	if e.Kind == secretKind {
 		return policyv1alpha1.ReasonSecretNotAllowed
 	}
@@ -107,15 +147,33 @@ func (e *TenantKindError) Reason() string {
 }
 
 // checkTenantKinds refuses the kinds of a PortalRule's match that tenants may
-// not match: Secrets always, HighRateKinds unless allowed lists them.
-func checkTenantKinds(m policyv1alpha1.Match, allowed []schema.GroupKind) []error {
+// not match: Secrets always, HighRateKinds unless allowed lists them, and
+// cluster-scoped kinds (ClusterScopedKinds, or any kind clusterScoped says
+// is one), which it could never apply to.
+func checkTenantKinds(m policyv1alpha1.Match, allowed []schema.GroupKind, clusterScoped func(schema.GroupKind) bool) []error {
 	var errs []error
 	for i, g := range m.GVK {
 		gk := schema.GroupKind{Group: g.Group, Kind: g.Kind}
-		if gk == secretKind || (slices.Contains(HighRateKinds, gk) && !slices.Contains(allowed, gk)) {
-			field := fmt.Sprintf("match.gvk[%d]", i)
+		field := fmt.Sprintf("match.gvk[%d]", i)
+		switch {
+		case slices.Contains(ClusterScopedKinds, gk) || (clusterScoped != nil && clusterScoped(gk)):
+			errs = append(errs, &FieldError{Field: field, Err: &TenantKindError{Field: field, Kind: gk, ClusterScoped: true}})
+		case gk == secretKind || (slices.Contains(HighRateKinds, gk) && !slices.Contains(allowed, gk)):
 			errs = append(errs, &FieldError{Field: field, Err: &TenantKindError{Field: field, Kind: gk}})
 		}
 	}
 	return errs
+}
+
+// clusterScopedIn returns a check that asks mapper (the API server's
+// discovery, cached) whether a kind is cluster-scoped. A kind the API
+// server does not serve is not refused: its CRD may come later.
+func clusterScopedIn(mapper meta.RESTMapper) func(schema.GroupKind) bool {
+	if mapper == nil {
+		return nil
+	}
+	return func(gk schema.GroupKind) bool {
+		m, err := mapper.RESTMapping(gk)
+		return err == nil && m.Scope.Name() == meta.RESTScopeNameRoot
+	}
 }

@@ -3,6 +3,7 @@ package waf_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,11 +67,19 @@ func TestRuleSetLifecycle(t *testing.T) {
 	create(t, source(ns, "crs", crs), src, words, rs)
 
 	// A good rule set: Ready, cached, served; the CRS holds rules the Istio
-	// WASM driver cannot run, so it is Degraded for them.
+	// WASM driver cannot run, which do not degrade it while no Engine with
+	// that driver uses it, and do once one does.
 	readyWith(t, rs, metav1.ConditionTrue, wafv1alpha1.ReasonRulesCached)
+	eventually(t, "Degraded=False UnsupportedRulesUnused", func() bool {
+		_, d := conditionsOf(t, rs)
+		return d != nil && d.Status == metav1.ConditionFalse && d.Reason == wafv1alpha1.ReasonUnsupportedRulesUnused && contains(d.Message, "920171")
+	})
+	create(t, &wafv1alpha1.Engine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "edge"}, Spec: wafv1alpha1.EngineSpec{
+		RuleSet: wafv1alpha1.EngineRuleSetReference{Name: "guard"}, Target: wafv1alpha1.EngineTarget{Name: "gw"},
+		Driver: wafv1alpha1.DriverConfig{Type: wafv1alpha1.DriverIstioWASM}}})
 	eventually(t, "Degraded=UnsupportedRules", func() bool {
 		_, d := conditionsOf(t, rs)
-		return d != nil && d.Status == metav1.ConditionTrue && d.Reason == wafv1alpha1.ReasonUnsupportedRules && contains(d.Message, "920171")
+		return d != nil && d.Status == metav1.ConditionTrue && d.Reason == wafv1alpha1.ReasonUnsupportedRules && contains(d.Message, "920171") && contains(d.Message, "used by Engine edge")
 	})
 	first := rs.Status.CachedRevision
 	if first == nil || rs.Status.RuleCount < 600 || len(rs.Status.UnsupportedRules) == 0 || rs.Status.Error != nil {
@@ -219,4 +228,36 @@ func brokenEdits(t *testing.T, rs *wafv1alpha1.RuleSet, src *wafv1alpha1.RuleSou
 	if rs.Status.CachedRevision.UUID != second.UUID || env.layer.Cache.Revisions(key) != 2 {
 		t.Fatalf("revision %s, %d revisions; want %s, 2", rs.Status.CachedRevision.UUID, env.layer.Cache.Revisions(key), second.UUID)
 	}
+}
+
+// TestRuleSourceAndDataSayWhoUsesThem: kubectl get wrsrc / wrd showed only
+// NAME and AGE. Their status (and the RULESETS column) says which RuleSets
+// use them, updated when a RuleSet starts or stops naming them.
+func TestRuleSourceAndDataSayWhoUsesThem(t *testing.T) {
+	cluster(t)
+	ns := namespace(t, "waf-usage")
+	src, words := source(ns, "custom", custom), data(ns, "words", map[string]string{"words.txt": "evil\n"})
+	a, b := ruleSet(ns, "a", []string{"custom"}, "words"), ruleSet(ns, "b", []string{"custom"})
+	create(t, src, words, a, b)
+	usage := func(o client.Object) wafv1alpha1.UsageStatus {
+		if err := env.client.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
+			t.Fatal(err)
+		}
+		switch o := o.(type) {
+		case *wafv1alpha1.RuleSource:
+			return o.Status
+		case *wafv1alpha1.RuleData:
+			return o.Status
+		}
+		return wafv1alpha1.UsageStatus{}
+	}
+	eventually(t, "RuleSource custom used by a and b, RuleData words by a", func() bool {
+		s, d := usage(src), usage(words)
+		return s.RuleSetCount == 2 && strings.Join(s.RuleSets, ",") == "a,b" && d.RuleSetCount == 1 && strings.Join(d.RuleSets, ",") == "a"
+	})
+	update(t, a, func() { a.Spec.Data = nil })
+	eventually(t, "RuleData words used by nothing once a stops naming it", func() bool {
+		d := usage(words)
+		return d.RuleSetCount == 0 && len(d.RuleSets) == 0
+	})
 }

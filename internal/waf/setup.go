@@ -180,6 +180,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err := controller.NewStatusWriter(mgr.GetClient(), comp, mgr.GetEventRecorder(name)).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	if err := controller.NewUsageWriter(mgr.GetClient()).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
 	if err := setupEngine(mgr, opts, log, reg, name); err != nil {
 		return nil, err
 	}

@@ -77,6 +77,13 @@ func TestPortalDev(t *testing.T) {
 		t.Fatalf("privileged pod not denied with the rule's message: %v\n%s", err, out)
 	}
 	checkApplyHint(t, dev.hints, workDir)
+	// The playground namespace admits what the bundle denies, for the
+	// cookbook pages that show audit and actions on such a pod.
+	kubectl = exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", "-")
+	kubectl.Stdin = strings.NewReader(strings.Replace(privilegedPod, "namespace: default", "namespace: playground", 1))
+	if out, err := kubectl.CombinedOutput(); err != nil {
+		t.Fatalf("privileged pod in namespace playground: %v\n%s", err, out)
+	}
 	waitForLegacyFinding(t, root, kubeconfig)
 
 	select {
@@ -86,6 +93,40 @@ func TestPortalDev(t *testing.T) {
 		t.Fatal("portal dev printed no waf-proxy command line")
 	}
 
+	stopPortalDev(t, dev, kubeconfig)
+}
+
+// TestPortalDevWithAuditOnlyRules: portal dev with rules none of which runs
+// at admission (the cross-resource cookbook's audit rules) used to wait for
+// webhook rules that never come and print "not ready"; it is ready.
+func TestPortalDevWithAuditOnlyRules(t *testing.T) {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildPortalBesideK8s(t, root)
+	workDir := t.TempDir()
+	rules := filepath.Join(workDir, "rules")
+	if err := os.Mkdir(rules, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const auditOnly = `name: no-privileged-audit
+mode: [audit]
+match: {gvk: [{group: "", version: v1, kind: Pod}]}
+rule: container.securityContext.privileged == true
+`
+	if err := os.WriteFile(filepath.Join(rules, "rule.yaml"), []byte(auditOnly), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(workDir, ".portal-dev", "kubeconfig")
+	dev := startPortalDev(t, bin, workDir, kubeconfig, "--install-rules", rules, "--install-manifests=")
+	select {
+	case <-dev.ready:
+	case err := <-dev.exited:
+		t.Fatalf("portal dev exited before ready: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("portal dev with audit-only rules not ready within 2 minutes")
+	}
 	stopPortalDev(t, dev, kubeconfig)
 }
 
@@ -119,13 +160,13 @@ type portalDev struct {
 // startPortalDev starts `portal dev` in workDir on free ports, without
 // KUBEBUILDER_ASSETS (it must find the binaries beside itself), and follows
 // its output.
-func startPortalDev(t *testing.T, bin, workDir, kubeconfig string) *portalDev {
+func startPortalDev(t *testing.T, bin, workDir, kubeconfig string, args ...string) *portalDev {
 	t.Helper()
-	dev := exec.Command(bin, "dev", "--kubeconfig-out", kubeconfig,
+	dev := exec.Command(bin, append([]string{"dev", "--kubeconfig-out", kubeconfig,
 		"--webhook-port", fmt.Sprint(freePort(t)),
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		"--waf-cache-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+		"--waf-cache-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, args...)...)
 	dev.Dir = workDir
 	dev.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KUBEBUILDER_ASSETS=") })
 	dev.Stderr = os.Stderr

@@ -94,6 +94,7 @@ type Match struct {
 	// GVK lists the kinds the rule applies to. An empty version matches every
 	// version of the kind.
 	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	GVK []GroupVersionKind `json:"gvk"`
 
@@ -122,12 +123,14 @@ type Operation string
 type GroupVersionKind struct {
 	// Group is the API group; empty for the core group (Pod, ConfigMap).
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
 	Group string `json:"group"`
 	// Version is the API version; empty matches every version of the kind.
 	// +optional
 	Version string `json:"version,omitempty"`
 	// Kind is the kind, as in the object's kind field (Pod, Deployment).
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
 	Kind string `json:"kind"`
 }
 
@@ -287,6 +290,9 @@ const (
 	// controllers write at a high rate (Lease, Event, EndpointSlice, the
 	// review APIs), which Portal's --allow-tenant-kinds does not list.
 	ReasonHighRateKindNotAllowed = "HighRateKindNotAllowed"
+	// ReasonClusterScopedKind: a PortalRule matches a cluster-scoped kind
+	// (Namespace, Node), which it could never apply to.
+	ReasonClusterScopedKind = "ClusterScopedKind"
 
 	ConditionBudgetExceeded = "BudgetExceeded"
 
@@ -340,6 +346,7 @@ const (
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.enforcementAction`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Actions",type=string,JSONPath=`.status.conditions[?(@.type=="ActionsReady")].reason`,description="Whether the rule's response actions can run (ActionsRunnable, ActionsLayerOff, ActionNotPermitted, ...); empty for rules without actions"
 // +kubebuilder:printcolumn:name="Violations",type=integer,JSONPath=`.status.violationCount`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PortalClusterRule struct {
@@ -367,6 +374,7 @@ type PortalClusterRuleList struct {
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.enforcementAction`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Actions",type=string,JSONPath=`.status.conditions[?(@.type=="ActionsReady")].reason`,description="Whether the rule's response actions can run (ActionsRunnable, ActionsLayerOff, ActionNotPermitted, ...); empty for rules without actions"
 // +kubebuilder:printcolumn:name="Violations",type=integer,JSONPath=`.status.violationCount`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PortalRule struct {
@@ -379,6 +387,7 @@ type PortalRule struct {
 	// verdicts a bit of every Secret written there, without the right to
 	// read Secrets.
 	// +kubebuilder:validation:XValidation:rule="!self.match.gvk.exists(g, (!has(g.group) || g.group == '') && g.kind == 'Secret')",message="PortalRules cannot match Secrets; a PortalClusterRule can",fieldPath=".match.gvk"
+	// +kubebuilder:validation:XValidation:rule="!self.match.gvk.exists(g, ((has(g.group) ? g.group : '') + '/' + g.kind) in ['/Namespace', '/Node', '/PersistentVolume', '/ComponentStatus', 'rbac.authorization.k8s.io/ClusterRole', 'rbac.authorization.k8s.io/ClusterRoleBinding', 'storage.k8s.io/StorageClass', 'storage.k8s.io/CSIDriver', 'storage.k8s.io/CSINode', 'storage.k8s.io/VolumeAttachment', 'apiextensions.k8s.io/CustomResourceDefinition', 'admissionregistration.k8s.io/ValidatingWebhookConfiguration', 'admissionregistration.k8s.io/MutatingWebhookConfiguration', 'admissionregistration.k8s.io/ValidatingAdmissionPolicy', 'admissionregistration.k8s.io/ValidatingAdmissionPolicyBinding', 'scheduling.k8s.io/PriorityClass', 'networking.k8s.io/IngressClass', 'node.k8s.io/RuntimeClass', 'apiregistration.k8s.io/APIService', 'certificates.k8s.io/CertificateSigningRequest', 'flowcontrol.apiserver.k8s.io/FlowSchema', 'flowcontrol.apiserver.k8s.io/PriorityLevelConfiguration', 'portal.io/PortalClusterRule', 'gateway.networking.k8s.io/GatewayClass'])",message="PortalRules only match objects in their own namespace, and this kind is cluster-scoped, so the rule would never apply; use a PortalClusterRule",fieldPath=".match.gvk"
 	Spec   RuleSpec   `json:"spec"`
 	Status RuleStatus `json:"status,omitempty"`
 }

@@ -20,12 +20,16 @@ type RuleDataSpec struct {
 // RuleSets in the same namespace. A RuleData on its own does nothing.
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Namespaced,shortName=wrd,categories={portal,waf}
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="RuleSets",type=integer,JSONPath=`.status.ruleSetCount`,description="How many RuleSets of the namespace use it"
+// +kubebuilder:printcolumn:name="Used By",type=string,JSONPath=`.status.ruleSets`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RuleData struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec RuleDataSpec `json:"spec"`
+	Spec   RuleDataSpec `json:"spec"`
+	Status UsageStatus  `json:"status,omitempty"`
 }
 
 // RuleDataList is a list of RuleData objects.

@@ -244,6 +244,10 @@ const (
 	// ReasonUnsupportedRulesAllowed: it does, and the RuleSet acknowledges
 	// them with the allow-unsupported-rules annotation (Degraded=False).
 	ReasonUnsupportedRulesAllowed = "UnsupportedRulesAllowed"
+	// ReasonUnsupportedRulesUnused: it does, but no Engine with that data
+	// plane uses the RuleSet (Degraded=False); an Engine that starts to
+	// makes it Degraded.
+	ReasonUnsupportedRulesUnused = "UnsupportedRulesUnused"
 )
 
 // RuleSet compiles RuleSources and RuleData into one rule set, served by

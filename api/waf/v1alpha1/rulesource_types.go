@@ -25,12 +25,16 @@ type RuleSourceSpec struct {
 // use. A RuleSource on its own does nothing.
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Namespaced,shortName=wrsrc,categories={portal,waf}
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="RuleSets",type=integer,JSONPath=`.status.ruleSetCount`,description="How many RuleSets of the namespace use it"
+// +kubebuilder:printcolumn:name="Used By",type=string,JSONPath=`.status.ruleSets`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RuleSource struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec RuleSourceSpec `json:"spec"`
+	Spec   RuleSourceSpec `json:"spec"`
+	Status UsageStatus    `json:"status,omitempty"`
 }
 
 // RuleSourceList is a list of RuleSources.
@@ -39,4 +43,22 @@ type RuleSourceList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RuleSource `json:"items"`
+}
+
+// MaxUsageNames is the most RuleSet names a RuleSource's or RuleData's
+// status lists; ruleSetCount counts them all.
+const MaxUsageNames = 32
+
+// UsageStatus says which RuleSets use a RuleSource or RuleData, so `kubectl
+// get` shows what an edit reaches and what is safe to delete. Portal's
+// leader writes it when a RuleSet starts or stops naming the object.
+type UsageStatus struct {
+	// RuleSetCount is the number of RuleSets in the namespace that name it.
+	// +optional
+	RuleSetCount int32 `json:"ruleSetCount,omitempty"`
+	// RuleSets names them, sorted, at most 32.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	RuleSets []string `json:"ruleSets,omitempty"`
 }

@@ -62,5 +62,24 @@ func check(t *testing.T, path string, v any, s *core.Schema) {
 		if _, isMap := v.(map[string]any); isMap {
 			t.Errorf("%s: schema says leaf, value is a map", path)
 		}
+		if got := leafType(v); v != nil && got != s.Type {
+			t.Errorf("%s: schema says %q, value is %T (%s)", path, s.Type, v, got)
+		}
 	}
+}
+
+// leafType names a value's type as the schema does; unset fields are nil,
+// which any leaf type allows.
+func leafType(v any) string {
+	switch v.(type) {
+	case string:
+		return str
+	case bool:
+		return boolean
+	case int, int64, float64:
+		return number
+	case []any, []string:
+		return list
+	}
+	return "unknown"
 }

@@ -165,7 +165,12 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 	if err != nil {
 		return nil, compileError(operatorHint(expression, err))
 	}
-	return &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(expression, e.names), lookups: reads, base: staticCost(p.Node()), baseBytes: staticBytes(p.Node()), metered: readsMeter(p.Node())}, nil
+	prog := &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(expression, e.names), lookups: reads, base: staticCost(p.Node()), baseBytes: staticBytes(p.Node()), metered: readsMeter(p.Node())}
+	prog.result = e.resultType(expression)
+	if tree, err := parser.Parse(expression); err == nil {
+		prog.whole = wholeMember(tree, e.names)
+	}
+	return prog, nil
 }
 
 // operatorHint says what to write when an operator that reads like a
@@ -233,6 +238,10 @@ type program struct {
 	base, baseBytes int64
 	// metered is false for expressions without loops or costly operators.
 	metered bool
+	// result is the expression's type when known and not boolean; whole
+	// the field chain that is the whole expression, if one is.
+	result string
+	whole  []string
 }
 
 // Eval implements core.Program. It binds the evaluation's meter in env for

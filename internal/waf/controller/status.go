@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,11 +13,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
@@ -48,6 +51,15 @@ func (s *StatusWriter) SetupWithManager(mgr ctrl.Manager) error {
 		Named("waf-ruleset-status").
 		For(&wafv1alpha1.RuleSet{}, builder.WithPredicates(specOrAnnotations())).
 		WatchesRawSource(source.Channel(s.compiler.changed, &handler.EnqueueRequestForObject{})).
+		// Whether unsupported rules degrade a RuleSet depends on the
+		// data planes of the Engines that use it (old and new on update).
+		Watches(&wafv1alpha1.Engine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			e, ok := o.(*wafv1alpha1.Engine)
+			if !ok || e.Spec.RuleSet.Name == "" {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: e.Namespace, Name: e.Spec.RuleSet.Name}}}
+		})).
 		Complete(s)
 	if err != nil {
 		return fmt.Errorf("set up RuleSet status: %w", err)
@@ -77,8 +89,13 @@ func (s *StatusWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	st, ok := s.compiler.State(req.NamespacedName)
 	allow := rs.Annotations[wafv1alpha1.AnnotationAllowUnsupportedRules] == "true"
 	caughtUp := ok && st.Generation == rs.Generation && st.Allow == allow
+	var users []string
 	if caughtUp {
-		apply(&rs.Status, st)
+		var err error
+		if users, err = s.limitedUsers(ctx, &rs); err != nil {
+			return ctrl.Result{}, err
+		}
+		apply(&rs.Status, st, users)
 	} else {
 		meta.SetStatusCondition(&rs.Status.Conditions, metav1.Condition{
 			Type: wafv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, ObservedGeneration: rs.Generation,
@@ -96,13 +113,34 @@ func (s *StatusWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	if !caughtUp {
 		return ctrl.Result{RequeueAfter: notCompiledYet}, nil
 	}
-	s.event(req.String(), &rs, st)
+	s.event(req.String(), &rs, st, users)
 	return ctrl.Result{}, nil
 }
 
-// apply sets status from the compiler's state.
-func apply(status *wafv1alpha1.RuleSetStatus, st State) {
-	ready, degraded := conditions(st)
+// limitedUsers names the Engines of rs's namespace that use rs with a data
+// plane that has limits (ruleset.Drivers: the Istio WASM build of Coraza).
+func (s *StatusWriter) limitedUsers(ctx context.Context, rs *wafv1alpha1.RuleSet) ([]string, error) {
+	var engines wafv1alpha1.EngineList
+	if err := s.client.List(ctx, &engines, client.InNamespace(rs.Namespace)); err != nil {
+		return nil, fmt.Errorf("list the Engines using RuleSet %s/%s: %w", rs.Namespace, rs.Name, err)
+	}
+	var names []string
+	for _, e := range engines.Items {
+		driver := e.Spec.Driver.Type
+		if driver == "" {
+			driver = wafv1alpha1.DriverIstioWASM
+		}
+		if e.Spec.RuleSet.Name == rs.Name && slices.Contains(ruleset.Drivers(), ruleset.Driver(driver)) {
+			names = append(names, e.Name)
+		}
+	}
+	return names, nil
+}
+
+// apply sets status from the compiler's state and the names of the Engines
+// whose data plane has limits.
+func apply(status *wafv1alpha1.RuleSetStatus, st State, limitedUsers []string) {
+	ready, degraded := conditions(st, limitedUsers)
 	gen := st.Generation
 	for _, c := range []metav1.Condition{ready, degraded, {
 		Type: wafv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse,
@@ -129,8 +167,11 @@ func apply(status *wafv1alpha1.RuleSetStatus, st State) {
 	}
 }
 
-// conditions computes Ready and Degraded from the compiler's state.
-func conditions(st State) (ready, degraded metav1.Condition) {
+// conditions computes Ready and Degraded from the compiler's state. Rules
+// a data plane cannot run degrade the RuleSet only while an Engine with
+// that data plane (limitedUsers) uses it: a RuleSet served to waf-proxies
+// alone runs every rule.
+func conditions(st State, limitedUsers []string) (ready, degraded metav1.Condition) {
 	ready = metav1.Condition{Type: wafv1alpha1.ConditionReady}
 	degraded = metav1.Condition{Type: wafv1alpha1.ConditionDegraded}
 	if st.Reason != wafv1alpha1.ReasonRulesCached {
@@ -149,14 +190,17 @@ func conditions(st State) (ready, degraded metav1.Condition) {
 	case len(st.Findings) == 0:
 		degraded.Status, degraded.Reason = metav1.ConditionFalse, wafv1alpha1.ReasonAsExpected
 		degraded.Message = "every rule runs on every data plane"
+	case len(limitedUsers) == 0:
+		degraded.Status, degraded.Reason = metav1.ConditionFalse, wafv1alpha1.ReasonUnsupportedRulesUnused
+		degraded.Message = truncate(fmt.Sprintf("no Engine with the data plane these rules do not run on uses this RuleSet: %s", describe(st.Findings)))
 	case st.Allow:
 		degraded.Status, degraded.Reason = metav1.ConditionFalse, wafv1alpha1.ReasonUnsupportedRulesAllowed
 		degraded.Message = truncate(fmt.Sprintf("acknowledged by annotation %s: %s",
 			wafv1alpha1.AnnotationAllowUnsupportedRules, describe(st.Findings)))
 	default:
 		degraded.Status, degraded.Reason = metav1.ConditionTrue, wafv1alpha1.ReasonUnsupportedRules
-		degraded.Message = truncate(fmt.Sprintf("%s; set the annotation %s: \"true\" to acknowledge them",
-			describe(st.Findings), wafv1alpha1.AnnotationAllowUnsupportedRules))
+		degraded.Message = truncate(fmt.Sprintf("used by Engine %s; %s; set the annotation %s: \"true\" to acknowledge them",
+			strings.Join(limitedUsers, ", "), describe(st.Findings), wafv1alpha1.AnnotationAllowUnsupportedRules))
 	}
 	return ready, degraded
 }
@@ -192,11 +236,11 @@ func truncate(s string) string {
 }
 
 // event records a change of what is served or why it is not, once.
-func (s *StatusWriter) event(key string, rs *wafv1alpha1.RuleSet, st State) {
+func (s *StatusWriter) event(key string, rs *wafv1alpha1.RuleSet, st State, limitedUsers []string) {
 	if s.recorder == nil {
 		return
 	}
-	ready, degraded := conditions(st)
+	ready, degraded := conditions(st, limitedUsers)
 	rev := ""
 	if st.Revision != nil {
 		rev = st.Revision.UUID

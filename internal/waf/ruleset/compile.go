@@ -328,7 +328,28 @@ func locate(ctx context.Context, b Bundle, dir string, opts Options, leaked *orp
 	d := dirs[hi]
 	p.Line, p.Directive = d.Line, d.Name
 	p.Source, p.SourceLine = b.Locate(d.Line)
+	if unclosedQuote(d.Text) {
+		// Coraza only says the actions are invalid, quoting the rule.
+		p.Message = "a double quote is never closed in this directive (each of the variables, operator and actions arguments is quoted on its own, and a rule continued on the next line needs a \\ at the end of the line); Coraza says: " + p.Message
+	}
 	return p
+}
+
+// unclosedQuote reports whether text has an odd number of double quotes
+// that no backslash escapes.
+func unclosedQuote(text string) bool {
+	n, escaped := 0, false
+	for i := 0; i < len(text); i++ {
+		switch {
+		case escaped:
+			escaped = false
+		case text[i] == '\\':
+			escaped = true
+		case text[i] == '"':
+			n++
+		}
+	}
+	return n%2 == 1
 }
 
 // cleanError drops the wrappers Coraza puts around a directive's error.

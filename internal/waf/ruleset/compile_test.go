@@ -78,6 +78,8 @@ func TestCompileLocatesError(t *testing.T) {
 			{Name: "b", Rules: "SecRule ARGS \"@rx b\" \"id:7,deny\"\n"},
 		}, "b", 1, "duplicated rule id 7"},
 		{"unknown directive", []Source{{Name: "a", Rules: "SecRuleEngine On\nSecNope 1\n"}}, "a", 2, "unknown directive"},
+		{"unclosed double quote", []Source{{Name: "a", Rules: "SecRule ARGS \"@rx a\" \"id:1,deny,msg:'x'\nSecRule ARGS \"@rx b\" \"id:2,deny\"\n"}}, "a", 1,
+			`a double quote is never closed`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
