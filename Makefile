@@ -31,7 +31,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 GENERATED_DIRS := api deploy/crds
 
 .PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go fuzz test \
-	bench bench-admission bench-audit bench-eval-kyverno build run run-node eval-demo clean clean-tools
+	bench bench-admission bench-audit bench-runtime bench-eval-kyverno build run run-node eval-demo clean clean-tools
 
 help: ## List the targets
 	@echo 'Targets:'
@@ -242,6 +242,11 @@ bench-admission: tools ## Pod creates through kube-apiserver: no policy vs Porta
 # `make bench` runs this benchmark too (it is in ./...); this target runs it alone.
 bench-audit: tools ## 10,000 pods through kube-apiserver, Portal in audit mode: event-to-report/alert latency, RSS, API writes
 	@$(GO) test -run '^$$' -bench '^BenchmarkAudit$$' -benchtime 1x -timeout $(TEST_TIMEOUT) ./test/bench/audit/
+
+# `make bench` runs these benchmarks too (they are in ./...); this target runs them alone.
+bench-runtime: tools ## Runtime events: per core, memory at 10k/s, request to action and API create latency under an audited flood
+	@$(GO) test -run '^$$' -bench 'BenchmarkRuntime(Evaluate|MemoryAt10kPerSecond)' -cpu 1 ./internal/runtime/
+	@$(GO) test -run '^$$' -bench '^BenchmarkRuntime' -benchtime 1x -timeout $(TEST_TIMEOUT) ./test/bench/runtime/
 
 KYVERNO_TOOLS_DEPS := hack/tools/kyverno/go.mod hack/tools/kyverno/go.sum
 

@@ -5,8 +5,9 @@ package examples
 
 import "embed"
 
-// FS holds the files `portal dev` installs: rules/pod-security, manifests and
+// FS holds the files `portal dev` installs: rules/pod-security,
+// rules/runtime-demo (with --runtime), manifests and
 // waf, at those paths.
 //
-//go:embed rules/pod-security manifests waf
+//go:embed rules/pod-security rules/runtime-demo manifests waf
 var FS embed.FS

@@ -116,7 +116,15 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 	} else {
 		fmt.Fprintln(out, "portal dev: starting etcd and kube-apiserver")
 	}
-	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: o.crdPaths(out, changed, assets), Node: o.node})
+	var apiserverFlags map[string]string
+	if o.cfg.Runtime.Enabled {
+		// The API server's audit webhook must name Portal's endpoint
+		// before it starts.
+		if apiserverFlags, err = o.prepareRuntime(filepath.Join(filepath.Dir(o.kubeconfigOut), "runtime"), changed, assets); err != nil {
+			return err
+		}
+	}
+	cluster, err := devcluster.Start(ctx, devcluster.Options{BinaryDir: o.binDir, CRDDirectoryPaths: o.crdPaths(out, changed, assets), Node: o.node, APIServerFlags: apiserverFlags})
 	if err != nil {
 		return err
 	}
@@ -215,6 +223,11 @@ func (o *devOptions) seed(ctx context.Context, cluster *devcluster.Cluster) (cli
 	if err := installManifests(ctx, c, o.manifests); err != nil {
 		return nil, 0, err
 	}
+	if o.cfg.Runtime.Enabled {
+		if err := createRuntimeDemoPod(ctx, c); err != nil {
+			return nil, 0, err
+		}
+	}
 	return c, n, nil
 }
 
@@ -245,6 +258,9 @@ func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client
 				return
 			}
 			proxyHint += hint
+		}
+		if o.cfg.Runtime.Enabled {
+			proxyHint += runtimeHint(kubectl)
 		}
 		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
 		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",

@@ -8,23 +8,27 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/eval"
+	"github.com/vilaca/portal/internal/exception"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/internal/network"
 	"github.com/vilaca/portal/internal/rule"
+	prt "github.com/vilaca/portal/internal/runtime"
 )
 
 type evalOptions struct {
 	rules        []string
 	files        []string
 	clusterState []string
+	exceptions   []string
 	kubeconfig   string
 	kubeContext  string
 	output       string
@@ -34,10 +38,12 @@ type evalOptions struct {
 	budget       exprlang.Limits
 	network      bool
 	netConfig    network.Config
+	events       string
+	dedupWindow  time.Duration
 }
 
 func newEvalCommand() *cobra.Command {
-	o := &evalOptions{budget: exprlang.DefaultLimits(), netConfig: network.DefaultConfig()}
+	o := &evalOptions{budget: exprlang.DefaultLimits(), netConfig: network.DefaultConfig(), dedupWindow: prt.DefaultDedupWindow}
 	cmd := &cobra.Command{
 		Use:   "eval --rules PATH... (--file PATH... | --kubeconfig PATH)",
 		Short: "Evaluate rules against manifests offline, or a live cluster read-only",
@@ -56,12 +62,25 @@ PortalRule of another namespace.
 (cluster.<resource>.byName and .list) read, so rules that read other objects
 are testable offline.
 
+--exceptions loads PortalException and PortalClusterException manifests and
+applies them as Portal does: a rule an exception exempts an object from is
+reported as skip, naming the exception, and never denies. An exception past
+its expires exempts nothing.
+
 --network runs the NetworkPolicy analyser's checks (as portal run --network
 does on a live cluster) on the Namespaces, Pods and NetworkPolicies of --file
 and --cluster-state, and adds their findings to the report; --rules is then
 optional. The API server fills in each NetworkPolicy's policyTypes and each
 port's protocol, so np.missing-policy-types and np.port-without-protocol can
 find more in manifests than in a cluster.
+
+--events evaluates the rules of mode runtime against a recorded API server
+audit log (JSON lines, as --audit-log-path writes it) instead of manifests,
+as portal run --runtime would: one evaluation per request, deduplicated per
+rule, actor and target over --runtime-dedup-window of the events' own time.
+--cluster-state supplies the target objects (the pods exec'd into) the
+cluster cache would. Each finding is a line of the report (-o json: one JSON
+object a line); the exit status is 1 when there is one.
 
 --kubeconfig (with --context to pick one of its contexts) evaluates the live
 objects of that cluster instead of --file: "what would these rules flag
@@ -75,8 +94,10 @@ not pass a CI check; --allow-empty accepts it).`,
 		Example: `  portal eval --rules examples/rules/pod-security --file deploy/
   kustomize build overlays/prod | portal eval --rules rules/ --file - -o junit > report.xml
   portal eval --rules rules/ --file app/ --cluster-state cluster-fixtures/
+  portal eval --rules rules/ --file app/ --exceptions exceptions/
   portal eval --rules rules/ --kubeconfig ~/.kube/config --context prod -o json
-  portal eval --network --file k8s/`,
+  portal eval --network --file k8s/
+  portal eval --rules examples/rules/runtime --events /var/log/kubernetes/audit.log`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -84,10 +105,13 @@ not pass a CI check; --allow-empty accepts it).`,
 	f.StringSliceVarP(&o.rules, "rules", "r", nil, "rule files or directories")
 	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest files or directories; - for stdin")
 	f.StringSliceVar(&o.clusterState, "cluster-state", nil, "manifest files or directories loaded as the cluster that cross-resource lookups read; - for stdin")
+	f.StringSliceVar(&o.exceptions, "exceptions", nil, "PortalException and PortalClusterException manifests (files or directories) to apply: the results they exempt are reported as skip")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "evaluate the live objects of the cluster in this kubeconfig, read-only, instead of --file")
 	f.StringVar(&o.kubeContext, "context", "", "the kubeconfig context to use with --kubeconfig (default: its current context)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(eval.Formats, "|"))
 	f.StringVar(&o.mode, "mode", "", "only evaluate rules with this mode: admission|audit")
+	f.StringVar(&o.events, "events", "", "evaluate the runtime rules against this recorded audit log (JSON lines) instead of --file")
+	f.DurationVar(&o.dedupWindow, "runtime-dedup-window", o.dedupWindow, "with --events: a rule, actor and target raise one finding per window of the events' time (as portal run)")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when no rule or no object was read, instead of 2")
 	f.IntVarP(&o.jobs, "jobs", "j", runtime.GOMAXPROCS(0), "documents decoded and evaluated in parallel (the report keeps input order)")
 	// The same budget flags as portal run, so CI reproduces the verdicts of a
@@ -117,6 +141,9 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	}
 	if o.kubeconfig != "" {
 		return o.runLive(cmd, eng, opts)
+	}
+	if o.events != "" {
+		return o.runEvents(cmd, eng, opts)
 	}
 	// The manifests are read as they are evaluated, after the rules load,
 	// so rule errors come first and memory holds a few batches of them.
@@ -169,6 +196,13 @@ func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.En
 		return nil, opts, fmt.Errorf("no rule found in --rules %s: check the paths (rule files end in .yaml, .yml or .json), or pass --allow-empty", strings.Join(o.rules, ","))
 	}
 	eng.SetRules(rules)
+	if len(o.exceptions) > 0 {
+		xs, errs := exception.LoadPaths(eng, o.exceptions, cmd.InOrStdin())
+		if len(errs) > 0 {
+			return nil, opts, fmt.Errorf("cannot load --exceptions:\n  %w", joinLines(errs))
+		}
+		eng.SetExceptions(xs)
+	}
 	return eng, opts, nil
 }
 

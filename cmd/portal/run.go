@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -102,6 +103,11 @@ func checkManagerFlags(cfg *manager.Config) error {
 	if _, err := rule.ParseTenantKinds(cfg.AllowTenantKinds); err != nil {
 		return fmt.Errorf("--allow-tenant-kinds: %w", err)
 	}
+	for _, p := range cfg.ExceptionNamespaces {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			return fmt.Errorf("--exception-namespaces: %q is not a namespace name or shell glob", p)
+		}
+	}
 	if cfg.KubeAPIBurst < 0 {
 		return fmt.Errorf("--kube-api-burst %d is negative; use 0 for twice --kube-api-qps", cfg.KubeAPIBurst)
 	}
@@ -134,6 +140,8 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.Int64Var(&cfg.RuleBudget.Bytes, "rule-max-bytes", cfg.RuleBudget.Bytes, "bytes of strings, arrays and maps one rule evaluation may build before it ends in an error")
 
 	f.StringSliceVar(&cfg.AllowTenantKinds, "allow-tenant-kinds", cfg.AllowTenantKinds, "kinds that controllers write at a high rate (Lease, Event, EndpointSlice, Endpoints, the review APIs) which PortalRules may match anyway, as Kind.group (Lease.coordination.k8s.io) or Kind for the core group; by default a PortalRule on one of them is refused, so no tenant puts those writes behind the webhook")
+
+	f.StringSliceVar(&cfg.ExceptionNamespaces, "exception-namespaces", cfg.ExceptionNamespaces, "namespaces (names or shell globs) whose PortalExceptions Portal honours; a PortalException elsewhere is refused in its status and exempts nothing. Empty: every namespace. PortalClusterExceptions always apply")
 
 	// Cross-resource lookups (cluster.* in rules).
 	lk := &cfg.Lookup

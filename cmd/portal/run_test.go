@@ -26,3 +26,13 @@ func TestRunAllowTenantKindsChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestRunExceptionNamespacesChecked: a malformed glob in
+// --exception-namespaces is a usage error, not a list that silently honours
+// no PortalException.
+func TestRunExceptionNamespacesChecked(t *testing.T) {
+	_, err := runCLI(t, "", "run", "--exception-namespaces=team-*,[a-", "--kubeconfig=/nonexistent")
+	if code := exitCodeOf(err); code != exitUsage || err == nil || !strings.Contains(err.Error(), "--exception-namespaces") {
+		t.Errorf("exit %d: %v", code, err)
+	}
+}

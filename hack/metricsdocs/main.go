@@ -27,10 +27,12 @@ import (
 	"github.com/vilaca/portal/internal/audit"
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/exception"
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/network"
 	"github.com/vilaca/portal/internal/rule"
+	"github.com/vilaca/portal/internal/runtime"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/policyreport"
 	sinkprometheus "github.com/vilaca/portal/internal/sink/prometheus"
@@ -54,6 +56,7 @@ var layers = []layer{
 		rule.NewMetrics(r)
 		rule.NewBudgetStatus(nil, nil, rule.BudgetOptions{Registerer: r})
 	}},
+	{"Exceptions", "exceptions", func(r prometheus.Registerer) { exception.NewMetrics(r) }},
 	{"Admission", "admission", func(r prometheus.Registerer) {
 		admission.NewMetrics(r)
 		r.MustRegister(admission.NewClientCAMetrics().Collectors()...)
@@ -71,6 +74,7 @@ var layers = []layer{
 	}},
 	{"Response actions", "response-actions", func(r prometheus.Registerer) { actions.NewMetrics(r) }},
 	{"Network analysis", "network-analysis", func(r prometheus.Registerer) { network.NewMetrics(r) }},
+	{"Runtime", "runtime", func(r prometheus.Registerer) { runtime.NewMetrics(r) }},
 	{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
 		wafcontroller.NewMetrics(r)
 		wafcache.NewMetrics(r)

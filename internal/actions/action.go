@@ -97,7 +97,7 @@ func (r *Request) Param(k string) string { return r.Spec.Params[k] }
 // dry-run or refused CREATE can reuse a live object's name: only the UID
 // ties a verdict to one object. Audit findings and reverts pass unchecked.
 func (r *Request) reviewed(live types.UID) (Outcome, bool) {
-	if r.Mode != core.ModeAdmission || r.Revert {
+	if !r.fromVerdict() || r.Revert {
 		return Outcome{}, true
 	}
 	if live == "" || string(live) != r.Object.UID {
@@ -105,6 +105,16 @@ func (r *Request) reviewed(live types.UID) (Outcome, bool) {
 	}
 	r.confirmed = true
 	return Outcome{}, true
+}
+
+// fromVerdict reports whether the request comes from a verdict (an
+// admission decision or a runtime event) rather than a finding: such a
+// request names its object by UID, and acts only on the live object with
+// exactly that UID. A runtime event's UID is the target's as the cluster
+// cache held it, or the acting ServiceAccount's from the request's
+// credentials.
+func (r *Request) fromVerdict() bool {
+	return r.Mode == core.ModeAdmission || r.Mode == core.ModeRuntime
 }
 
 // gone is the outcome of a request whose target does not exist.
@@ -119,7 +129,7 @@ func gone(r *Request) Outcome {
 // precondition, so the API server refuses the change should the object be
 // replaced after the action read it; "" for audit findings.
 func (r *Request) reviewedUID() string {
-	if r.Mode != core.ModeAdmission || r.Revert {
+	if !r.fromVerdict() || r.Revert {
 		return ""
 	}
 	return r.Object.UID

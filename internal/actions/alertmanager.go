@@ -27,6 +27,9 @@ func (a *alert) Apply(_ context.Context, req *Request) (Outcome, error) {
 	case !a.env.AlertsSink:
 		return outcome(ResultDisabled, "no Alertmanager sink (--alertmanager-url) to raise alert %s", req.Param("template")), nil
 	}
+	if req.Mode == core.ModeRuntime {
+		return outcome(ResultSuccess, "alert %s raised by the Alertmanager sink for the runtime finding's window", req.Param("template")), nil
+	}
 	return outcome(ResultSuccess, "alert %s raised by the Alertmanager sink until the finding clears", req.Param("template")), nil
 }
 

@@ -254,8 +254,11 @@ func (e *Engine) Publish(ctx context.Context, b core.FindingBatch) error {
 
 // findingMode is the loop a producer's findings come from.
 func findingMode(producer string) core.Mode {
-	if producer == string(core.ModeAdmission) {
+	switch producer {
+	case string(core.ModeAdmission):
 		return core.ModeAdmission
+	case string(core.ModeRuntime):
+		return core.ModeRuntime
 	}
 	return core.ModeAudit
 }
@@ -269,10 +272,18 @@ func (e *Engine) stateLocked(of *core.ObjectFindings, tasks []task) []task {
 	want := map[string]bool{}
 	for i := range of.Findings {
 		f := &of.Findings[i]
-		if f.Outcome != core.OutcomeFail || f.Rule == nil {
+		// A failure that carries an exception is exempted from the
+		// actions (an exception of mode actions): reported, not acted on.
+		if f.Outcome != core.OutcomeFail || f.Rule == nil || f.Exception != nil {
 			continue
 		}
 		mode := findingMode(f.Producer)
+		if mode == core.ModeRuntime {
+			// A runtime finding is an event kept open for its window
+			// (alerts, reports): its actions ran from the runtime
+			// verdict, once, and are not undone when the window ends.
+			continue
+		}
 		for ai, a := range f.Rule.Actions {
 			if len(a.Modes) > 0 && !slices.Contains(a.Modes, mode) {
 				continue
@@ -421,7 +432,7 @@ func (e *Engine) Offer(v core.Verdict) {
 
 func (e *Engine) drop(reason string, v core.Verdict) {
 	e.metrics.Dropped.WithLabelValues(reason).Inc()
-	e.log.Warn("response action dropped", "audit", "action", "reason", reason, "rule", v.Rule.Name,
+	e.log.Warn("response action dropped", "audit", "action", "reason", reason, "mode", v.LoopMode(), "rule", v.Rule.Name,
 		"kind", v.Resource.Kind, "namespace", v.Resource.Namespace, "name", v.Resource.Name)
 }
 
@@ -446,17 +457,18 @@ func (e *Engine) verdictTasks(v core.Verdict) []task {
 	defer e.mu.Unlock()
 	var tasks []task
 	now := e.o.Now()
+	mode := v.LoopMode()
 	for ai, a := range v.Rule.Actions {
-		if len(a.Modes) > 0 && !slices.Contains(a.Modes, core.ModeAdmission) {
+		if len(a.Modes) > 0 && !slices.Contains(a.Modes, mode) {
 			continue
 		}
 		k := Key(v.Rule, v.Resource, a, ai)
-		req := Request{Rule: v.Rule, Spec: a, Index: ai, Object: v.Resource, Message: v.Message, Mode: core.ModeAdmission, Key: k}
+		req := Request{Rule: v.Rule, Spec: a, Index: ai, Object: v.Resource, Message: v.Message, Mode: mode, Key: k}
 		if v.Resource.UID == "" {
 			// Nothing ties the verdict to one object: a forged review,
 			// or a name the live object merely shares. Recorded without
 			// taking the key or the target's rate limit.
-			tasks = append(tasks, task{req: req, result: ResultSkipped, detail: "the admission verdict names no object UID, so the reviewed object cannot be told from the live " + target(v.Resource) + ": not acted on"})
+			tasks = append(tasks, task{req: req, result: ResultSkipped, detail: "the " + string(mode) + " verdict names no object UID, so its object cannot be told from the live " + target(v.Resource) + ": not acted on"})
 			continue
 		}
 		if x, ok := e.keys.Get(k); ok {

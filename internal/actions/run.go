@@ -145,7 +145,7 @@ func (e *Engine) event(req *Request, out Outcome) {
 	if e.o.Recorder == nil || out.Result == ResultDenied || out.Result == ResultDuplicate || req.Object.Name == "" {
 		return
 	}
-	if req.Mode == core.ModeAdmission && !req.Revert && !req.confirmed {
+	if req.fromVerdict() && !req.Revert && !req.confirmed {
 		return
 	}
 	obj := &metav1.PartialObjectMetadata{
@@ -170,7 +170,14 @@ func (e *Engine) event(req *Request, out Outcome) {
 	default:
 		typ, reason = corev1.EventTypeWarning, "ActionFailed"
 	}
-	e.o.Recorder.Eventf(obj, nil, typ, reason, req.Spec.Type, "rule %s: %s", req.Rule.Name, out.Detail)
+	e.o.Recorder.Eventf(obj, nil, typ, reason, req.Spec.Type, "%s", eventNote(req.Rule.Name, out.Detail))
+}
+
+// eventNote is an Event's note for an attempt. The detail can quote a
+// rule's message or an API error; the API server refuses a note over 1 KiB,
+// and the Event would be lost.
+func eventNote(rule, detail string) string {
+	return core.Truncate("rule "+rule+": "+detail, core.MaxEventNoteBytes)
 }
 
 func target(r core.ResourceRef) string {

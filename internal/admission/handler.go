@@ -122,10 +122,15 @@ func (h *handler) decide(ctx context.Context, req *admission.Request) (admission
 // onError allow) add warnings; dryrun rules are only counted. uid is the
 // reviewed object's, for the response actions.
 func (h *handler) verdict(req *admission.Request, results []core.Result, uid string) (admission.Response, outcome) {
-	var denials, warnings []string
+	var denials, warnings, exempted []string
 	for i := range results {
 		r := &results[i]
 		if r.Outcome == core.OutcomePass {
+			continue
+		}
+		if r.Outcome == core.OutcomeSkip {
+			warnings = append(warnings, warning(describe(r)))
+			exempted = append(exempted, exemption(r))
 			continue
 		}
 		if r.Outcome == core.OutcomeError {
@@ -147,14 +152,16 @@ func (h *handler) verdict(req *admission.Request, results []core.Result, uid str
 	}
 	h.handOver(req, results, uid, len(denials) > 0)
 	warnings = boundedList(warnings, MaxWarningBytes, "warnings")
+	annotations := h.exempted(req, exempted)
 	if len(denials) > 0 {
 		msg := strings.Join(boundedList(denials, MaxDenialBytes, "denials"), "; ")
 		h.log.Info("admission denied", append(requestAttrs(req), "reason", msg)...)
 		resp := admission.Denied(msg)
-		resp.Warnings = warnings
+		resp.Warnings, resp.AuditAnnotations = warnings, annotations
 		return resp, outcome{decision: DecisionDenied}
 	}
 	resp := admission.Allowed("")
+	resp.AuditAnnotations = annotations
 	if len(warnings) > 0 {
 		resp.Warnings = warnings
 		return resp, outcome{decision: DecisionWarned}
@@ -226,6 +233,9 @@ func describe(r *core.Result) string {
 		// lines; the first line says what failed, the log has the rest.
 		b.WriteString("evaluation error: ")
 		msg, _, _ = strings.Cut(msg, "\n")
+	}
+	if r.Outcome == core.OutcomeSkip {
+		b.WriteString("skipped: ")
 	}
 	b.WriteString(msg)
 	if r.Container != "" {

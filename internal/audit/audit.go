@@ -75,6 +75,9 @@ type Options struct {
 	// RuleCounter, when set, receives evaluation and violation counts for
 	// rule status.
 	RuleCounter RuleCounter
+	// Exemptions, when set, receives how many audited objects each
+	// exception exempts now, for its status.
+	Exemptions findings.ExemptionCounter
 	// Cache is the shared cluster cache the informers come from. Default:
 	// a cache of the audit layer's own, added to the manager.
 	Cache *clustercache.Cache
@@ -175,7 +178,7 @@ func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
 	}
 	m := NewMetrics(o.Registerer)
 	src := newSource(&o, eng, mgr.GetRESTMapper(), cc, nil, m)
-	store, err := pipe.Register(ProducerName, findings.ProducerOptions{Synced: src.Synced(), Counter: o.RuleCounter})
+	store, err := pipe.Register(ProducerName, findings.ProducerOptions{Synced: src.Synced(), Counter: o.RuleCounter, Exemptions: o.Exemptions})
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,4 +22,19 @@ func (s *Source) Requeue(gk schema.GroupKind, namespace, name string) bool {
 		}
 	}
 	return false
+}
+
+// RequeueKinds queues every watched object of the given kinds: what an
+// exception that appeared, changed, expired or went away concerns. The
+// objects keep their findings until they are evaluated again.
+func (s *Source) RequeueKinds(gks []schema.GroupKind) {
+	now := time.Now()
+	for _, w := range s.watches.list() {
+		if !slices.Contains(gks, w.gvk.GroupKind()) || w.stopped.Load() {
+			continue
+		}
+		for _, k := range w.keys() {
+			s.enqueueKey(w, k, now)
+		}
+	}
 }

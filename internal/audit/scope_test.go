@@ -106,9 +106,6 @@ func TestNamespacedRuleWatchesOnlyItsNamespace(t *testing.T) {
 	eventually(t, 30*time.Second, "instance leads", func() (bool, error) { return inst.leader(t), nil })
 
 	tenant := &policyv1alpha1.PortalRule{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "cm-flag"}, Spec: configMapRule()}
-	// A PortalRule never matches a cluster-scoped object: naming one
-	// watches nothing.
-	tenant.Spec.Match.GVK = append(tenant.Spec.Match.GVK, policyv1alpha1.GroupVersionKind{Kind: "Namespace"})
 	create(t, c, tenant)
 	deleteOnCleanup(t, c, tenant)
 	waitReport(t, c, nsA, "A's ConfigMap reported", func(st reportState) bool { return st.has("cm-flag/flagged/") })

@@ -486,7 +486,8 @@ func (s *Source) evaluate(k queueKey, observed time.Time) error {
 	var findings []core.Finding
 	var counted *core.Rule
 	for _, r := range results {
-		if s.counter != nil && r.Rule != counted {
+		// A skip is a rule an exception kept from being evaluated.
+		if s.counter != nil && r.Rule != counted && r.Outcome != core.OutcomeSkip {
 			s.counter.Evaluated(r.Rule)
 			counted = r.Rule
 		}

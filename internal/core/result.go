@@ -9,6 +9,9 @@ const (
 	OutcomePass  Outcome = "pass"
 	OutcomeFail  Outcome = "fail"
 	OutcomeError Outcome = "error"
+	// OutcomeSkip: an exception exempts the object from the rule, which was
+	// not evaluated. Result.Exception names it.
+	OutcomeSkip Outcome = "skip"
 )
 
 // ResourceRef identifies the object a result is about.
@@ -39,6 +42,10 @@ type Result struct {
 	// OutcomeFail, the budget error a hole of the message ran into, if
 	// any (the verdict stands, the message shows the error in the hole).
 	Err error `json:"-"`
+	// Exception is the exception behind OutcomeSkip; on a failing result,
+	// an exception of mode actions only, which keeps the rule's response
+	// actions off the object while the violation is still reported.
+	Exception *Exception `json:"-"`
 }
 
 // Denies reports whether this result rejects an admission request.
@@ -56,6 +63,10 @@ func (r Result) Denies() bool {
 // alerts, logs), whatever produced it: the engine renders at most 4 KiB, and
 // the outputs hold every other producer to the same.
 const MaxOutputMessageBytes = 4096
+
+// MaxEventNoteBytes is the longest note the API server accepts in an
+// events.k8s.io/v1 Event; a longer one is rejected and the Event lost.
+const MaxEventNoteBytes = 1024
 
 // Truncate cuts s to at most max bytes on a character boundary, marking the
 // cut: how every output bounds a free-text field a tenant controls.

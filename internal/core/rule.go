@@ -27,6 +27,9 @@ type Mode string
 const (
 	ModeAdmission Mode = "admission"
 	ModeAudit     Mode = "audit"
+	// ModeRuntime evaluates a rule on runtime events: the API server's
+	// audit events and Falco alerts, each one evaluation.
+	ModeRuntime Mode = "runtime"
 )
 
 // EnforcementAction says what a failing rule does at admission.
@@ -61,6 +64,8 @@ type Rule struct {
 	Message           string
 	Alert             string
 	Actions           []ActionSpec
+	// Runtime says which runtime events a rule of mode runtime sees.
+	Runtime RuntimeMatch
 
 	// Namespace is set for namespaced rules (PortalRule): such a rule only ever
 	// matches objects in this namespace.
@@ -102,6 +107,14 @@ func (r *Rule) AlertName() string {
 		}
 	}
 	return ""
+}
+
+// RuntimeMatch selects the runtime events a rule of mode runtime is
+// evaluated on.
+type RuntimeMatch struct {
+	// Events are the event classes ("exec", "secret-read", "any"); an
+	// event is evaluated by the rules that list one of its classes.
+	Events []string
 }
 
 // Match selects the objects a rule applies to.

@@ -18,6 +18,18 @@ type Verdict struct {
 	Denied bool
 	// Observed is when admission decided.
 	Observed time.Time
+	// Mode is the loop the verdict comes from: admission (empty) or
+	// runtime, whose events are verdicts too (an exec happened once; there
+	// is no state to clear).
+	Mode Mode
+}
+
+// LoopMode is the verdict's loop: Mode, or admission when unset.
+func (v *Verdict) LoopMode() Mode {
+	if v.Mode == "" {
+		return ModeAdmission
+	}
+	return v.Mode
 }
 
 // VerdictSink receives admission verdicts for the response actions. Offer
@@ -30,13 +42,17 @@ type VerdictSink interface {
 
 // WantsVerdict reports whether a failing admission result has an action to
 // run, so admission hands over nothing for rules without actions.
-func (r Result) WantsVerdict() bool {
-	if r.Outcome != OutcomeFail || r.Rule == nil {
+func (r Result) WantsVerdict() bool { return r.WantsVerdictIn(ModeAdmission) }
+
+// WantsVerdictIn reports whether a failing result of loop m has an action
+// to run there. An exempted result has none.
+func (r Result) WantsVerdictIn(m Mode) bool {
+	if r.Outcome != OutcomeFail || r.Rule == nil || r.Exception != nil {
 		return false
 	}
 	for i := range r.Rule.Actions {
 		a := &r.Rule.Actions[i]
-		if len(a.Modes) == 0 || contains(a.Modes, ModeAdmission) {
+		if len(a.Modes) == 0 || contains(a.Modes, m) {
 			return true
 		}
 	}

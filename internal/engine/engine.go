@@ -10,12 +10,15 @@ import (
 	"path"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/clock"
 
+	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/context/pod"
 	"github.com/vilaca/portal/internal/core"
 )
@@ -52,6 +55,11 @@ type Engine struct {
 	binders  []Binder
 	rules    atomic.Pointer[ruleSet]
 	budget   atomic.Pointer[BudgetReporter]
+
+	exceptions        atomic.Pointer[exceptionSet]
+	exceptionReporter atomic.Pointer[ExceptionReporter]
+	// clock tells exceptions' expiry.
+	clock clock.PassiveClock
 }
 
 // A Binder binds one top-level name whose value depends on the rule being
@@ -133,7 +141,7 @@ type nameDeclarer interface {
 // expression engine that needs the top-level names up front is given
 // Names.
 func New(expr core.ExpressionEngine, opts ...Option) *Engine {
-	e := &Engine{expr: expr, builders: []ContextBuilder{pod.Builder{}}}
+	e := &Engine{expr: expr, builders: []ContextBuilder{pod.Builder{}}, clock: clock.RealClock{}}
 	for _, o := range opts {
 		o(e)
 	}
@@ -141,6 +149,7 @@ func New(expr core.ExpressionEngine, opts ...Option) *Engine {
 		e.expr = d.Declare(e.Names())
 	}
 	e.rules.Store(&ruleSet{byGK: map[schema.GroupKind][]*Rule{}})
+	e.exceptions.Store(&exceptionSet{byGK: map[schema.GroupKind][]*Exception{}})
 	return e
 }
 
@@ -148,7 +157,7 @@ func New(expr core.ExpressionEngine, opts ...Option) *Engine {
 // request for every object, and the names of its context builders and
 // binders.
 func (e *Engine) Names() []string {
-	names := pod.GenericNames()
+	names := append(pod.GenericNames(), event.Name)
 	for _, b := range e.builders {
 		names = append(names, b.Names()...)
 	}
@@ -188,6 +197,10 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 	}
 	if err := e.checkBuilderNames(r, slices.Concat(ids, msgIDs)); err != nil {
 		return nil, err
+	}
+	if slices.Contains(slices.Concat(ids, msgIDs), event.Name) && (len(r.Modes) != 1 || r.Modes[0] != core.ModeRuntime) {
+		// Admission and audit have no event: the rule would read nil there.
+		return nil, fmt.Errorf("rule %q: reads event, which only runtime evaluation binds: set mode to [runtime]", r.Name)
 	}
 	sel := labels.Everything()
 	if r.Match.LabelSelector != nil {
@@ -318,6 +331,11 @@ type Options struct {
 	Mode core.Mode
 	// Request is bound as request.* (admission only).
 	Request *core.Request
+	// Event is bound as event.* (runtime only; nil elsewhere).
+	Event map[string]any
+	// RuntimeEvents are the classes of the runtime event evaluated: a rule
+	// of mode runtime runs only when it lists one of them (or any).
+	RuntimeEvents []string
 }
 
 // Evaluate runs every enabled rule that matches obj and returns one result per
@@ -338,9 +356,16 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 		ectx    *core.EvalContext
 		results []core.Result
 		ref     = core.ResourceRef{APIVersion: obj.GetAPIVersion(), Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID())}
+		xs      = e.exceptions.Load().byGK[gvk.GroupKind()]
+		now     time.Time
+		held    map[*Exception]bool
 	)
+	if len(xs) > 0 {
+		now, held = e.clock.Now(), map[*Exception]bool{}
+	}
 	for _, r := range candidates {
-		if !r.matches(obj, gvk, opts.Mode) || (opts.Request != nil && opts.Request.Operation != "" && !r.Match.ChecksOperation(opts.Request.Operation)) {
+		if !r.matches(obj, gvk, opts.Mode) || (opts.Request != nil && opts.Request.Operation != "" && !r.Match.ChecksOperation(opts.Request.Operation)) ||
+			(opts.Mode == core.ModeRuntime && !r.wantsEvent(opts.RuntimeEvents)) {
 			continue
 		}
 		if ectx == nil {
@@ -348,8 +373,18 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 			if ectx, err = e.buildContext(obj, opts.Request); err != nil {
 				return nil, fmt.Errorf("build context for %s %s/%s: %w: %w", gvk.Kind, ref.Namespace, ref.Name, ErrInvalidObject, err)
 			}
+			ectx.Env[event.Name] = opts.Event
 		}
 		n := len(results)
+		var x *Exception
+		if len(xs) > 0 {
+			var actionsOnly bool
+			if x, actionsOnly = e.exemption(ctx, xs, r, obj, gvk, opts.Mode, ectx, ref, now, held); x != nil && !actionsOnly {
+				results = append(results, skipped(r, ref, x))
+				e.reportApplied(x, r)
+				continue
+			}
+		}
 		for _, b := range r.binders {
 			ectx.Env[b.Name()] = b.Bind(ctx, r, obj, opts)
 		}
@@ -358,8 +393,32 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 			delete(ectx.Env, b.Name())
 		}
 		e.reportBudget(results[n:])
+		if x != nil {
+			e.keepActionsOff(results[n:], x, r)
+		}
 	}
 	return results, nil
+}
+
+// keepActionsOff marks r's failing results with x, an exception of mode
+// actions: the violations stand, their actions do not run.
+func (e *Engine) keepActionsOff(results []core.Result, x *Exception, r *Rule) {
+	applied := false
+	for i := range results {
+		if results[i].Outcome == core.OutcomeFail {
+			results[i].Exception = x.Exception
+			applied = true
+		}
+	}
+	if applied {
+		e.reportApplied(x, r)
+	}
+}
+
+func (e *Engine) reportApplied(x *Exception, r *Rule) {
+	if rep := e.exceptionReporter.Load(); rep != nil {
+		(*rep).ExceptionApplied(x.Exception, r.Rule)
+	}
 }
 
 func (e *Engine) reportBudget(results []core.Result) {
@@ -386,6 +445,17 @@ func (e *Engine) buildContext(obj *unstructured.Unstructured, req *core.Request)
 		}
 	}
 	return &core.EvalContext{Env: pod.Generic(obj, req)}, nil
+}
+
+// wantsEvent reports whether a runtime rule lists one of the event's
+// classes; every event is of class any.
+func (r *Rule) wantsEvent(classes []string) bool {
+	for _, c := range r.Runtime.Events {
+		if c == event.Any || slices.Contains(classes, c) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Rule) matches(obj *unstructured.Unstructured, gvk schema.GroupVersionKind, m core.Mode) bool {

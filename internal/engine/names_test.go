@@ -46,12 +46,13 @@ func TestRegisteredBinderNameIsKnown(t *testing.T) {
 }
 
 // TestNamesOfTheDefaultEngine keeps the names a rule can read as they
-// were when the expression language listed them itself, and cluster
+// were when the expression language listed them itself, plus event (the
+// runtime event, bound for rules of mode runtime only), and cluster
 // compiles without a lookup binder (it fails when it runs, saying lookups
 // are not available there).
 func TestNamesOfTheDefaultEngine(t *testing.T) {
 	e := engine.New(exprlang.New())
-	want := []string{"container", "metadata", "object", "pod", "request", "securityContext", "spec"}
+	want := []string{"container", "event", "metadata", "object", "pod", "request", "securityContext", "spec"}
 	if got := e.Names(); !slices.Equal(got, want) {
 		t.Errorf("Names() = %v, want %v", got, want)
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/context/pod"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/didyoumean"
@@ -21,7 +22,11 @@ type memberLister interface {
 // maps below labels, annotations, container.raw, pod.*) is open: everything
 // else the context builders compute, so a field they do not compute is a
 // typo that would read nil on every object.
-var sugarSchema = pod.Schema()
+var sugarSchema = func() map[string]*core.Schema {
+	s := pod.Schema()
+	s[event.Name] = event.Schema()
+	return s
+}()
 
 // checkMembers rejects a field chain that leaves the schema, located at the
 // first field that does not exist and naming the nearest one that does.

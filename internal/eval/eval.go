@@ -38,6 +38,9 @@ type Result struct {
 	Result            string   `json:"result"`
 	Container         string   `json:"container,omitempty"`
 	Message           string   `json:"message,omitempty"`
+	// Exception names the exception behind a skip (--exceptions), or the
+	// one that keeps a failure's actions off the object.
+	Exception string `json:"exception,omitempty"`
 
 	denies bool
 }
@@ -47,6 +50,8 @@ type Summary struct {
 	Pass  int `json:"pass"`
 	Fail  int `json:"fail"`
 	Error int `json:"error"`
+	// Skip counts the results exceptions exempted (--exceptions).
+	Skip int `json:"skip,omitempty"`
 }
 
 // Report is the output of one evaluation run.
@@ -215,6 +220,7 @@ func (r *Report) Merge(other *Report) {
 	r.Summary.Pass += other.Summary.Pass
 	r.Summary.Fail += other.Summary.Fail
 	r.Summary.Error += other.Summary.Error
+	r.Summary.Skip += other.Summary.Skip
 	r.Results = append(r.Results, other.Results...)
 	for _, c := range other.encoded {
 		r.addEncoded(c)
@@ -348,6 +354,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		rep.Summary.Pass += b.summary.Pass
 		rep.Summary.Fail += b.summary.Fail
 		rep.Summary.Error += b.summary.Error
+		rep.Summary.Skip += b.summary.Skip
 		rep.Results = append(rep.Results, b.results...)
 		rep.addMatched(b.matched)
 		if len(b.encoded) > 0 {
@@ -467,6 +474,8 @@ func (b *batch) add(res *core.Result, encode, dropPasses bool) {
 		b.summary.Fail++
 	case core.OutcomeError:
 		b.summary.Error++
+	case core.OutcomeSkip:
+		b.summary.Skip++
 	}
 	r := Result{
 		Resource: Resource{
@@ -482,6 +491,9 @@ func (b *batch) add(res *core.Result, encode, dropPasses bool) {
 		Container:         res.Container,
 		Message:           res.Message,
 		denies:            res.Denies(),
+	}
+	if res.Exception != nil {
+		r.Exception = res.Exception.String()
 	}
 	b.denied = b.denied || r.denies
 	if encode {

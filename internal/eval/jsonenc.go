@@ -38,6 +38,10 @@ func appendResultElem(b []byte, r *Result) []byte {
 		b = append(b, ",\n      \"message\": "...)
 		b = appendJSONString(b, r.Message)
 	}
+	if r.Exception != "" {
+		b = append(b, ",\n      \"exception\": "...)
+		b = appendJSONString(b, r.Exception)
+	}
 	return append(b, "\n    }"...)
 }
 
@@ -125,6 +129,10 @@ func appendSummary(buf []byte, s Summary) []byte {
 	buf = strconv.AppendInt(buf, int64(s.Fail), 10)
 	buf = append(buf, ",\n    \"error\": "...)
 	buf = strconv.AppendInt(buf, int64(s.Error), 10)
+	if s.Skip > 0 {
+		buf = append(buf, ",\n    \"skip\": "...)
+		buf = strconv.AppendInt(buf, int64(s.Skip), 10)
+	}
 	return append(buf, "\n  }\n}\n"...)
 }
 

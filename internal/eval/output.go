@@ -74,6 +74,10 @@ func (r *Report) writeTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if r.Summary.Skip > 0 {
+		_, err := fmt.Fprintf(w, "%d passed, %d failed, %d errors, %d skipped by exceptions\n", r.Summary.Pass, r.Summary.Fail, r.Summary.Error, r.Summary.Skip)
+		return err
+	}
 	_, err := fmt.Fprintf(w, "%d passed, %d failed, %d errors\n", r.Summary.Pass, r.Summary.Fail, r.Summary.Error)
 	return err
 }
@@ -103,6 +107,12 @@ type junitCase struct {
 	Classname string        `xml:"classname,attr"`
 	Failure   *junitProblem `xml:"failure,omitempty"`
 	Error     *junitProblem `xml:"error,omitempty"`
+	Skipped   *junitSkipped `xml:"skipped,omitempty"`
+}
+
+// junitSkipped marks a result an exception exempted.
+type junitSkipped struct {
+	Message string `xml:"message,attr"`
 }
 
 type junitProblem struct {
@@ -139,6 +149,8 @@ func (r *Report) writeJUnit(w io.Writer) error {
 		case "error":
 			tc.Error = problem
 			s.Errors++
+		case "skip":
+			tc.Skipped = &junitSkipped{Message: res.Message}
 		}
 		s.Cases = append(s.Cases, tc)
 	}

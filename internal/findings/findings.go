@@ -84,6 +84,17 @@ type ProducerOptions struct {
 	Synced <-chan struct{}
 	// Counter, when set, receives the producer's open violations per rule.
 	Counter RuleCounter
+	// Exemptions, when set, receives how many objects each exception
+	// exempts in the producer's findings.
+	Exemptions ExemptionCounter
+}
+
+// ExemptionCounter receives a producer's count of the objects each
+// exception exempts now (that have a skip finding naming it); it is called
+// under the pipeline's lock, so it must not block. *exception.Loader is
+// one.
+type ExemptionCounter interface {
+	SetExempted(x *core.Exception, n int)
 }
 
 // Adder is the part of a controller-runtime manager the pipeline needs: it
@@ -190,8 +201,8 @@ func (p *Pipeline) Register(name string, o ProducerOptions) (*Producer, error) {
 		return nil, fmt.Errorf("findings: producer %q is already registered", name)
 	}
 	pr := &Producer{
-		pipeline: p, name: name, synced: o.Synced, counter: o.Counter,
-		keys: map[core.ObjectKey]struct{}{}, open: map[core.FindingID]int{},
+		pipeline: p, name: name, synced: o.Synced, counter: o.Counter, exemptions: o.Exemptions,
+		keys: map[core.ObjectKey]struct{}{}, open: map[core.FindingID]int{}, exempted: map[string]int{},
 		gauge: p.metrics.Objects.WithLabelValues(name),
 	}
 	pr.gauge.Set(0)

@@ -21,11 +21,15 @@ type Producer struct {
 	synced   <-chan struct{}
 	counter  RuleCounter
 	gauge    prometheus.Gauge
+	// exemptions hears the exempted counts; exempted holds them, by
+	// exception (core.Exception.String).
+	exemptions ExemptionCounter
 
 	// Guarded by pipeline.mu. keys are the objects this producer has
 	// findings on; open counts its failing findings per rule.
-	keys map[core.ObjectKey]struct{}
-	open map[core.FindingID]int
+	keys     map[core.ObjectKey]struct{}
+	open     map[core.FindingID]int
+	exempted map[string]int
 }
 
 // Name returns the producer's name.
@@ -175,11 +179,34 @@ func (pr *Producer) countLocked(fs []core.Finding, delta int) {
 		}
 		seen[id] = fs[i].Rule
 	}
+	pr.countExemptedLocked(fs, delta)
 	if pr.counter == nil {
 		return
 	}
 	for id, r := range seen {
 		pr.counter.SetViolations(r, pr.open[id])
+	}
+}
+
+// countExemptedLocked counts fs, the findings of one object, once for each
+// exception with a skip among them.
+func (pr *Producer) countExemptedLocked(fs []core.Finding, delta int) {
+	if pr.exemptions == nil {
+		return
+	}
+	var seen []*core.Exception
+	for i := range fs {
+		x := fs[i].Exception
+		if fs[i].Outcome != core.OutcomeSkip || x == nil || slices.ContainsFunc(seen, func(y *core.Exception) bool { return y.String() == x.String() }) {
+			continue
+		}
+		seen = append(seen, x)
+		k := x.String()
+		pr.exempted[k] += delta
+		if pr.exempted[k] <= 0 {
+			delete(pr.exempted, k)
+		}
+		pr.exemptions.SetExempted(x, pr.exempted[k])
 	}
 }
 
@@ -206,6 +233,16 @@ func sameFindings(a, b []core.Finding) bool {
 	return slices.EqualFunc(a, b, func(x, y core.Finding) bool {
 		return x.ID() == y.ID() && x.Outcome == y.Outcome && x.Message == y.Message &&
 			x.ContainerType == y.ContainerType && x.Severity() == y.Severity() &&
-			x.FirstSeen.Equal(y.FirstSeen)
+			x.FirstSeen.Equal(y.FirstSeen) && exceptionRef(x.Exception) == exceptionRef(y.Exception)
 	})
+}
+
+// exceptionRef names an exception for comparison: a failure that an
+// exception of mode actions starts or stops covering changes what the
+// actions do, though its message does not change.
+func exceptionRef(x *core.Exception) string {
+	if x == nil {
+		return ""
+	}
+	return x.String()
 }

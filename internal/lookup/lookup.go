@@ -104,13 +104,18 @@ func (*Lookups) Name() string { return "cluster" }
 
 // Bind implements engine.Binder: the view r's evaluation of obj reads
 // through. In audit, the rule's earlier reads of obj are forgotten here and
-// its new ones recorded as it reads.
+// its new ones recorded as it reads; in runtime, nothing is recorded.
 func (l *Lookups) Bind(_ context.Context, r *engine.Rule, obj *unstructured.Unstructured, opts engine.Options) any {
 	v := &view{l: l, namespace: r.Namespace, rule: r.Rule}
 	switch {
 	case opts.Mode == core.ModeAdmission || opts.Request != nil:
 		v.admission = true
 		v.overlay = l.overlay(obj, opts.Request)
+	case opts.Mode == core.ModeRuntime:
+		// A runtime event reads the cache as audit does, but is evaluated
+		// once: nothing re-evaluates it when what it read changes, so its
+		// reads are not recorded (a flood of events must not evict
+		// audit's dependencies from the bounded index).
 	case l.o.Index != nil:
 		v.dep = Dependent{Rule: RuleKeyOf(r.Rule), Object: ObjectKeyOf(obj)}
 		l.o.Index.Forget(v.dep)

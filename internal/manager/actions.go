@@ -89,7 +89,7 @@ func (l *actionsLayer) Setup(d Deps) error {
 		return err
 	}
 	if d.Findings == nil && !l.admission {
-		return errors.New("nothing feeds the actions: enable --audit (findings) or --admission (verdicts)")
+		return errors.New("nothing feeds the actions: enable --audit (findings), --admission or --runtime (verdicts)")
 	}
 	return d.Manager.Add(eng)
 }

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/vilaca/portal/internal/audit"
+	"github.com/vilaca/portal/internal/exception"
+	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink"
@@ -71,6 +73,7 @@ func (l *auditLayer) Setup(d Deps) error {
 		Findings:     d.Findings,
 		Cache:        d.Cache,
 		RuleCounter:  counts,
+		Exemptions:   exemptionCounter(d.Exceptions),
 		Logger:       d.Logger,
 		Registerer:   d.Registerer,
 	})
@@ -78,6 +81,11 @@ func (l *auditLayer) Setup(d Deps) error {
 		return err
 	}
 	d.Rules.OnChange(layer.Source.RulesChanged)
+	if d.Exceptions != nil {
+		// Findings of past evaluations hold or lack an exception's skip:
+		// re-evaluate what its kinds' objects now get.
+		d.Exceptions.OnChange(layer.Source.RequeueKinds)
+	}
 	d.RuleSeries.Track(layer.Metrics.RuleErrors.MetricVec)
 	if d.Lookups != nil {
 		src := layer.Source
@@ -117,4 +125,13 @@ func (*auditLayer) CheckFlags(cfg *Config) error {
 		return fmt.Errorf("--audit-eval-timeout %s must be positive", cfg.Audit.EvalTimeout)
 	}
 	return nil
+}
+
+// exemptionCounter is l as the audit's exemption counter, or none: a nil
+// *exception.Loader must not become a non-nil interface.
+func exemptionCounter(l *exception.Loader) findings.ExemptionCounter {
+	if l == nil {
+		return nil
+	}
+	return l
 }

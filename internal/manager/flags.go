@@ -32,6 +32,7 @@ func registry() []registeredLayer {
 		&admissionLayer{},
 		&auditLayer{},
 		&networkLayer{},
+		&runtimeLayer{},
 		&wafLayer{},
 		&apiGatewayLayer{},
 		&actionsLayer{},

@@ -10,6 +10,7 @@ import (
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/exception"
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
@@ -66,6 +67,9 @@ type Deps struct {
 	// Lookups re-evaluates what read an object when it changes; the audit
 	// layer gives it its re-queue hook.
 	Lookups *lookup.Watcher
+	// Exceptions loads the exceptions into the engine; a layer that keeps
+	// results of past evaluations (audit) subscribes to its changes.
+	Exceptions *exception.Loader
 }
 
 // enabledLayers returns the layers cfg switches on, in the order they are

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -36,6 +37,7 @@ import (
 	"github.com/vilaca/portal/internal/apigateway"
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/exception"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/waf"
@@ -91,6 +93,14 @@ type Config struct {
 	// as Kind.group (--allow-tenant-kinds); by default they may match none.
 	AllowTenantKinds []string
 
+	// ExceptionNamespaces lists the namespaces (names or shell globs) whose
+	// PortalExceptions Portal honours (--exception-namespaces); empty means
+	// every namespace. PortalClusterExceptions always apply.
+	ExceptionNamespaces []string
+	// Clock decides when exceptions expire; nil is the real clock. Tests
+	// inject a fake one.
+	Clock clock.WithDelayedExecution
+
 	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
 	Audit     AuditConfig
@@ -100,6 +110,8 @@ type Config struct {
 	Actions ActionsConfig
 	// Network runs the L6 NetworkPolicy analyser.
 	Network NetworkConfig
+	// Runtime evaluates runtime rules on audit events and Falco alerts.
+	Runtime RuntimeConfig
 
 	// WAF runs the L7 WAF rule pipeline and its cache server.
 	WAF        bool
@@ -140,6 +152,7 @@ func Defaults() Config {
 		Audit:             defaultAudit(),
 		Actions:           defaultActions(),
 		Network:           defaultNetwork(),
+		Runtime:           defaultRuntime(),
 		Lookup:            defaultLookup(),
 		Logger:            slog.Default(),
 	}
@@ -218,8 +231,13 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	eng := engine.New(exprlang.New(exprlang.WithLimits(cfg.RuleBudget)), engine.WithBinder(lk.binder))
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	eng := engine.New(exprlang.New(exprlang.WithLimits(cfg.RuleBudget)), engine.WithBinder(lk.binder), engine.WithClock(clk))
 	index := rule.NewIndex(eng)
+	exceptions := newExceptions(mgr, eng, &cfg, clk, reg, log)
 	// loaded is closed once every rule source has been read, for the
 	// layers that must not answer before.
 	loaded := make(chan struct{})
@@ -232,7 +250,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	deps := Deps{
 		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded, Cache: ccache,
 		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Lookups: lk.watcher,
-		Draining: draining, RuleSeries: series,
+		Draining: draining, RuleSeries: series, Exceptions: exceptions,
 	}
 	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
 		return fmt.Errorf("findings pipeline: %w", err)
@@ -340,7 +358,10 @@ func setupRuleLoading(mgr ctrl.Manager, cfg *Config, d Deps, lk *lookups, loaded
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	ready := &readiness{mgr: mgr, crs: loader, folders: rulesLoaded, loaded: loaded, onReady: cfg.OnReady}
+	if err := setupExceptions(mgr, d); err != nil {
+		return err
+	}
+	ready := &readiness{mgr: mgr, crs: loader, exceptions: d.Exceptions, folders: rulesLoaded, loaded: loaded, onReady: cfg.OnReady}
 	if err := mgr.Add(ready); err != nil {
 		return err
 	}
@@ -354,12 +375,13 @@ func setupRuleLoading(mgr ctrl.Manager, cfg *Config, d Deps, lk *lookups, loaded
 // folder has been read once, so no replica answers admission with a partial
 // rule set.
 type readiness struct {
-	mgr     ctrl.Manager
-	crs     *rule.CRLoader
-	folders []<-chan struct{}
-	loaded  chan struct{}
-	ready   atomic.Bool
-	onReady func()
+	mgr        ctrl.Manager
+	crs        *rule.CRLoader
+	exceptions *exception.Loader
+	folders    []<-chan struct{}
+	loaded     chan struct{}
+	ready      atomic.Bool
+	onReady    func()
 }
 
 // Start implements manager.Runnable; it runs on every replica.
@@ -368,6 +390,10 @@ func (r *readiness) Start(ctx context.Context) error {
 		return nil
 	}
 	if err := r.crs.WaitLoaded(ctx); err != nil {
+		return nil
+	}
+	// An exception missing at start would refuse what it admits.
+	if err := r.exceptions.WaitLoaded(ctx); err != nil {
 		return nil
 	}
 	for _, ch := range r.folders {

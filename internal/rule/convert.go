@@ -14,16 +14,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/didyoumean"
 )
 
 var (
 	rateLimit  = regexp.MustCompile(`^[0-9]+/(s|min|h)$`)
 	minHealthy = regexp.MustCompile(`^[0-9]+%?$`)
 	severities = []core.Severity{core.SeverityCritical, core.SeverityHigh, core.SeverityMedium, core.SeverityLow, core.SeverityInfo}
-	modes      = []core.Mode{core.ModeAdmission, core.ModeAudit}
-	enforce    = []core.EnforcementAction{core.ActionDeny, core.ActionWarn, core.ActionDryRun}
-	actions    = []string{"alertmanager", "label", "annotate", "evict", "patch-networkpolicy", "revoke-sa-token"}
+	modes      = []core.Mode{core.ModeAdmission, core.ModeAudit, core.ModeRuntime}
+	// defaultModes are the loops of a rule that names none: runtime rules
+	// say so, and say which events.
+	defaultModes = []core.Mode{core.ModeAdmission, core.ModeAudit}
+	enforce      = []core.EnforcementAction{core.ActionDeny, core.ActionWarn, core.ActionDryRun}
+	actions      = []string{"alertmanager", "label", "annotate", "evict", "patch-networkpolicy", "revoke-sa-token"}
 )
 
 // OutputKinds are the kinds Portal writes its findings to (the policy report
@@ -88,15 +93,16 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 	}
 	switch {
 	case spec.Mode == nil:
-		r.Modes = slices.Clone(modes)
+		r.Modes = slices.Clone(defaultModes)
 	case len(spec.Mode) == 0:
-		errs = append(errs, fieldErr("mode", "mode is empty: list at least one of %v, or leave it out for both", modes))
+		errs = append(errs, fieldErr("mode", "mode is empty: list at least one of %v, or leave it out for admission and audit", modes))
 	default:
 		r.Modes, errs = convertModes("mode", spec.Mode, errs)
 	}
 	if spec.Rule == "" {
 		errs = append(errs, fieldErr("rule", "rule (the expression) is required"))
 	}
+	r.Runtime, errs = convertRuntime(spec.Runtime, r.HasMode(core.ModeRuntime), errs)
 	r.Match, errs = convertMatch(spec.Match, errs)
 	r.Actions, errs = convertActions(spec, src, errs)
 	if err := errors.Join(errs...); err != nil {
@@ -167,6 +173,43 @@ func convertActions(spec *policyv1alpha1.RuleSpec, src core.Source, errs []error
 		return a.Type == "alertmanager" && a.Params["template"] == spec.Alert
 	}) {
 		out = append(out, core.ActionSpec{Type: "alertmanager", Params: map[string]string{"template": spec.Alert}})
+	}
+	return out, errs
+}
+
+// maxRuntimeEvents bounds runtime.events, as the CRD does.
+const maxRuntimeEvents = 16
+
+// convertRuntime checks the runtime block: required with mode runtime,
+// refused without it, naming known event classes once each.
+func convertRuntime(rt *policyv1alpha1.RuntimeSpec, runtime bool, errs []error) (core.RuntimeMatch, []error) {
+	var out core.RuntimeMatch
+	switch {
+	case rt == nil && runtime:
+		return out, append(errs, fieldErr("runtime", "runtime.events is required with mode runtime: list the event classes the rule sees, e.g. [exec] (one of %v)", event.Names()))
+	case rt == nil:
+		return out, errs
+	case !runtime:
+		return out, append(errs, fieldErr("runtime", "runtime is only read by rules of mode runtime: add runtime to mode or remove it"))
+	case len(rt.Events) == 0:
+		return out, append(errs, fieldErr("runtime.events", "runtime.events is empty: list at least one of %v", event.Names()))
+	case len(rt.Events) > maxRuntimeEvents:
+		return out, append(errs, fieldErr("runtime.events", "runtime.events lists %d classes, more than %d", len(rt.Events), maxRuntimeEvents))
+	}
+	for i, c := range rt.Events {
+		at := fmt.Sprintf("runtime.events[%d]", i)
+		switch {
+		case !event.Known(string(c)):
+			msg := fmt.Sprintf("%s: %q is not an event class (one of %v)", at, c, event.Names())
+			if d := didyoumean.Closest(string(c), event.Names()); d != "" {
+				msg = fmt.Sprintf("%s: %q is not an event class: did you mean %q? (one of %v)", at, c, d, event.Names())
+			}
+			errs = append(errs, fieldErr(at, "%s", msg))
+		case slices.Contains(out.Events, string(c)):
+			errs = append(errs, fieldErr(at, "%s: %q is listed twice", at, c))
+		default:
+			out.Events = append(out.Events, string(c))
+		}
 	}
 	return out, errs
 }

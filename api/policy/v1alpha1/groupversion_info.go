@@ -1,5 +1,6 @@
 // Package v1alpha1 holds the portal.io/v1alpha1 API: PortalClusterRule and
-// PortalRule, the custom resources that carry Portal's rules.
+// PortalRule, the custom resources that carry Portal's rules, and
+// PortalClusterException and PortalException, which exempt objects from them.
 //
 // +kubebuilder:object:generate=true
 // +groupName=portal.io
@@ -15,7 +16,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "portal.io", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the types with a runtime.Scheme.
-	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes, addExceptionTypes)
 
 	// AddToScheme adds the types of this group version to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme

@@ -9,10 +9,28 @@ import (
 // +kubebuilder:validation:Enum=critical;high;medium;low;info
 type Severity string
 
-// Mode names a loop that evaluates a rule: admission (the validating webhook)
-// or audit (continuous evaluation of live objects).
-// +kubebuilder:validation:Enum=admission;audit
+// Mode names a loop that evaluates a rule: admission (the validating webhook),
+// audit (continuous evaluation of live objects) or runtime (the API server's
+// audit events and Falco alerts, with --runtime).
+// +kubebuilder:validation:Enum=admission;audit;runtime
 type Mode string
+
+// RuntimeEventClass names a class of runtime events: exec, attach,
+// port-forward, secret-read, ... or any. docs/reference/runtime-events.md
+// lists them with the audit verbs and resources each covers.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9-]*$`
+type RuntimeEventClass string
+
+// RuntimeSpec selects the runtime events a rule of mode runtime sees.
+type RuntimeSpec struct {
+	// Events lists the event classes the rule is evaluated on; any is every
+	// event.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=set
+	Events []RuntimeEventClass `json:"events"`
+}
 
 // EnforcementAction is what a failing rule does at admission: deny rejects the
 // request, warn admits it with a warning shown to the client, dryrun admits it
@@ -28,6 +46,7 @@ type OnError string
 
 // RuleSpec is one rule. Its fields are the rule YAML schema: the same document,
 // minus apiVersion/kind/metadata, is a rule in a rule file.
+// +kubebuilder:validation:XValidation:rule="has(self.mode) && 'runtime' in self.mode ? has(self.runtime) : !has(self.runtime)",message="runtime (the event classes) is required with mode runtime, and only read by it"
 type RuleSpec struct {
 	// Name is the rule's name in messages and reports. Defaults to the
 	// object's metadata.name.
@@ -61,6 +80,11 @@ type RuleSpec struct {
 	// for deny rules (fail closed) and allow for warn and dryrun rules.
 	// +optional
 	OnError OnError `json:"onError,omitempty"`
+
+	// Runtime selects the runtime events a rule of mode runtime is
+	// evaluated on; required with mode runtime, refused without it.
+	// +optional
+	Runtime *RuntimeSpec `json:"runtime,omitempty"`
 
 	// Match selects the objects the rule applies to.
 	Match Match `json:"match"`
@@ -170,7 +194,7 @@ type Action struct {
 	// the boolean true.)
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:MaxItems=3
 	Mode []Mode `json:"mode,omitempty"`
 	// Key is the label or annotation key (label, annotate): a qualified
 	// name, optionally prefixed ("portal.io/quarantine"). A PortalRule may

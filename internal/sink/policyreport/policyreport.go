@@ -78,10 +78,14 @@ const (
 	// ID (core.Finding.ResultID), by which Policy Reporter tells results
 	// apart across report rewrites.
 	PropertyResultID = "resultID"
-	ReportName       = "portal"
-	LabelManagedBy   = "app.kubernetes.io/managed-by"
-	ManagedBy        = "portal"
-	LabelShard       = "portal.io/shard"
+	// PropertyException names the exception behind a skip result
+	// ("PortalException billing/legacy-billing"), and on a failure, the
+	// exception that keeps the rule's actions off the object.
+	PropertyException = "exception"
+	ReportName        = "portal"
+	LabelManagedBy    = "app.kubernetes.io/managed-by"
+	ManagedBy         = "portal"
+	LabelShard        = "portal.io/shard"
 
 	// DefaultMaxResults bounds the results of one report. Small reports
 	// apply fast: every change rewrites its whole report, and an apply

@@ -46,14 +46,22 @@ func renderObject(of core.ObjectFindings) ([]result, int) {
 
 func renderFinding(f *core.Finding) result {
 	res := reportsv1alpha2.ResultFail
-	if f.Outcome == core.OutcomeError {
+	switch f.Outcome {
+	case core.OutcomeError:
 		res = reportsv1alpha2.ResultError
+	case core.OutcomeSkip:
+		res = reportsv1alpha2.ResultSkip
 	}
 	ref := f.Resource
 	props := map[string]string{PropertyResultID: f.ResultID()}
 	if f.Container != "" {
 		props["container"] = f.Container
 		props["containerType"] = f.ContainerType
+	}
+	if f.Exception != nil {
+		// On a skip, the exception that exempts the object; on a failure,
+		// the exception that keeps the rule's actions off it.
+		props[PropertyException] = f.Exception.String()
 	}
 	if f.Rule != nil && f.Rule.Source.Kind != "" {
 		props["ruleSource"] = f.Rule.Source.Kind
@@ -140,6 +148,8 @@ func buildReport(f format, sc *scope, i int, maxBytes int) (data []byte, digest 
 			summary.Fail++
 		case reportsv1alpha2.ResultError:
 			summary.Error++
+		case reportsv1alpha2.ResultSkip:
+			summary.Skip++
 		}
 	}
 	kind := f.kind(sc.namespace)

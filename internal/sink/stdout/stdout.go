@@ -65,6 +65,9 @@ func (s *Sink) line(ctx context.Context, event string, f *core.Finding, full boo
 	if f.Container != "" {
 		attrs = append(attrs, slog.String("container", f.Container))
 	}
+	if f.Exception != nil {
+		attrs = append(attrs, slog.String("exception", f.Exception.String()))
+	}
 	if event != "resolved" {
 		attrs = append(attrs, slog.String("message", core.Truncate(f.Message, core.MaxOutputMessageBytes)))
 	}

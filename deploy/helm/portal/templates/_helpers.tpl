@@ -62,7 +62,7 @@ every enabled layer. Split mode: one per enabled layer.
 {{- $v := .Values }}
 {{- $fullname := include "portal.fullname" . }}
 {{- $layers := list }}
-{{- range $l := list "admission" "audit" "network" "waf" "apigateway" }}
+{{- range $l := list "admission" "audit" "network" "runtime" "waf" "apigateway" }}
 {{- if (index $v $l).enabled }}{{ $layers = append $layers $l }}{{ end }}
 {{- end }}
 items:
@@ -158,8 +158,21 @@ Secrets Portal issues at run time, which the uninstall hook deletes.
 
 {{/* portal.checks fails the render on value combinations that cannot work. */}}
 {{- define "portal.checks" -}}
-{{- if not (or .Values.admission.enabled .Values.audit.enabled .Values.network.enabled .Values.waf.enabled .Values.apigateway.enabled) }}
-{{- fail "enable at least one of admission.enabled, audit.enabled, network.enabled, waf.enabled and apigateway.enabled" }}
+{{- if not (or .Values.admission.enabled .Values.audit.enabled .Values.network.enabled .Values.runtime.enabled .Values.waf.enabled .Values.apigateway.enabled) }}
+{{- fail "enable at least one of admission.enabled, audit.enabled, network.enabled, runtime.enabled, waf.enabled and apigateway.enabled" }}
+{{- end }}
+{{- with .Values.runtime }}
+{{- if .enabled }}
+{{- if not .certSecret }}
+{{- fail "runtime.certSecret: name the Secret with the runtime endpoint's tls.crt and tls.key: the API server posts audit events over HTTPS only" }}
+{{- end }}
+{{- if and .clientCA.configMap .clientCA.secret }}
+{{- fail "runtime.clientCA: set configMap or secret, not both" }}
+{{- end }}
+{{- if not (or .clientCA.configMap .clientCA.secret .auditTokenSecret .falcoTokenSecret) }}
+{{- fail "runtime: set runtime.clientCA (the API server's client certificate CA) or runtime.auditTokenSecret / runtime.falcoTokenSecret: the endpoint accepts no anonymous caller" }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- with .Values.admission.clientCA }}
 {{- if and .configMap .secret }}
@@ -215,6 +228,16 @@ action types whose actions.<name>.enabled is true.
 {{- if (index $a (index $pair 0)).enabled }}{{ $types = append $types (index $pair 1) }}{{ end }}
 {{- end }}
 {{- join "," $types }}
+{{- end }}
+
+{{/*
+portal.actionsOn is true (non-empty) when the Deployment of (dict root
+layers) runs the actions: with audit, with runtime, or with admission when
+audit is off.
+*/}}
+{{- define "portal.actionsOn" -}}
+{{- $v := .root.Values }}
+{{- if and (include "portal.actionTypes" .root) (or (has "audit" .layers) (has "runtime" .layers) (and (not $v.audit.enabled) (has "admission" .layers))) }}true{{ end }}
 {{- end }}
 
 {{/* portal.clientCA is true (non-empty) when the webhook requires client certificates. */}}

@@ -1,0 +1,33 @@
+package helm_test
+
+import "testing"
+
+// In split mode the runtime Deployment reads pods (the cluster cache the
+// targets of runtime events come from), writes reports and runs the
+// enabled actions, and nothing else: it never reads Secrets, though
+// secret-read rules are about them, nor writes webhook configurations.
+func TestSplitModeRuntimeRBAC(t *testing.T) {
+	manifest, err := render(t, "", "global.mode=split", "nameOverride=rt", "admission.enabled=false", "runtime.enabled=true",
+		"runtime.certSecret=rt-tls", "runtime.auditTokenSecret=rt-token", "actions.label.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sas := applyRBAC(t, manifest)
+	if sas["runtime"] == "" {
+		t.Fatalf("no runtime Deployment: %v", sas)
+	}
+	const team = "team-rt"
+	checkAccess(t, sas, []access{
+		{"runtime", "list", "", "pods", "", "", "", true},
+		{"runtime", "watch", "", "pods", "", "", "", true},
+		// The leader label on its own pod (--runtime-leader-pod).
+		{"runtime", "patch", "", "pods", "", releaseNS, "", true},
+		{"runtime", "patch", "", "pods", "", team, "", true},
+		{"runtime", "create", "wgpolicyk8s.io", "policyreports", "", team, "", true},
+		{"runtime", "watch", "portal.io", "portalclusterrules", "", "", "", true},
+		{"runtime", "get", "", "secrets", "", team, "", false},
+		{"runtime", "list", "", "secrets", "", "", "", false},
+		{"runtime", "create", "", "serviceaccounts", "token", team, "", false},
+		{"runtime", "list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "", false},
+	})
+}

@@ -1,0 +1,87 @@
+package event_test
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vilaca/portal/internal/context/event"
+)
+
+// TestEventsAreBounded: whatever a requester puts in a request (a user
+// agent, object names) or a workload in Falco's output fields reaches a
+// rule cut to its bound, and the request's and response's bodies not at
+// all.
+func TestEventsAreBounded(t *testing.T) {
+	huge := strings.Repeat("x", 1<<20)
+	groups := make([]string, 1000)
+	for i := range groups {
+		groups[i] = "g"
+	}
+	ev := map[string]any{
+		"kind": "Event", "apiVersion": "audit.k8s.io/v1", "stage": "ResponseComplete", "verb": "get",
+		"userAgent": huge, "user": map[string]any{"username": huge, "groups": groups, "extra": map[string]any{"k": []string{huge}}},
+		"objectRef":      map[string]any{"resource": "secrets", "namespace": "prod", "name": huge},
+		"requestObject":  map[string]any{"data": map[string]any{"password": "aHVudGVyMg=="}},
+		"responseObject": map[string]any{"data": map[string]any{"password": "aHVudGVyMg=="}},
+	}
+	list, _ := json.Marshal(map[string]any{"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "items": []any{ev}})
+	evs, err := event.DecodeList(list, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := event.Env(&evs[0], event.Classify(&evs[0]), nil)
+	b, _ := json.Marshal(env)
+	if strings.Contains(string(b), "aHVudGVyMg") {
+		t.Fatal("a request or response body reached the event context")
+	}
+	if len(b) > 16<<10 {
+		t.Fatalf("the event context is %d bytes", len(b))
+	}
+	if got := len(evs[0].User.Groups); got != event.MaxGroups {
+		t.Errorf("groups = %d, want %d", got, event.MaxGroups)
+	}
+	if !slices.Equal(event.Classify(&evs[0]), []string{"secret-read", "any"}) {
+		t.Errorf("classes = %v", event.Classify(&evs[0]))
+	}
+	fields := map[string]any{}
+	for i := range 500 {
+		fields[strings.Repeat("f", i%50+1)+string(rune(0x4e00+i))] = map[string]any{"nested": huge[:4096]}
+	}
+	alert, _ := json.Marshal(map[string]any{"rule": "r", "priority": "Warning", "output": huge, "output_fields": fields})
+	fe, err := event.DecodeFalco(alert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fe.Falco.OutputFields) != event.MaxOutputFields || len(fe.Falco.Output) > 4096 {
+		t.Errorf("falco output fields %d, output %d bytes", len(fe.Falco.OutputFields), len(fe.Falco.Output))
+	}
+}
+
+// TestDecodeRefusesOtherKinds: the endpoint takes audit.k8s.io/v1
+// EventLists and Falco alerts with a known priority, nothing else.
+func TestDecodeRefusesOtherKinds(t *testing.T) {
+	for _, body := range []string{`{"kind":"EventList","apiVersion":"audit.k8s.io/v1beta1","items":[]}`, `{"kind":"PodList","apiVersion":"v1"}`, `[`} {
+		if _, err := event.DecodeList([]byte(body), 10); err == nil {
+			t.Errorf("%s decoded", body)
+		}
+	}
+	if _, err := event.DecodeFalco([]byte(`{"rule":"r","priority":"Urgent"}`)); err == nil {
+		t.Error("a Falco alert of an unknown priority decoded")
+	}
+}
+
+// TestServiceAccountUser: only system:serviceaccount:NS:NAME is a
+// ServiceAccount.
+func TestServiceAccountUser(t *testing.T) {
+	for name, want := range map[string]bool{
+		"system:serviceaccount:ci:deployer": true, "system:serviceaccount:ci": false, "system:serviceaccount::x": false,
+		"system:serviceaccount:ci:a:b": false, "alice": false, "system:serviceaccounts:ci": false,
+	} {
+		u := event.UserInfo{Username: name}
+		if _, _, ok := u.ServiceAccount(); ok != want {
+			t.Errorf("%s: %v, want %v", name, ok, want)
+		}
+	}
+}

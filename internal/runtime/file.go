@@ -1,0 +1,292 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/vilaca/portal/internal/context/event"
+)
+
+// Defaults of FileOptions.
+const (
+	DefaultPollInterval = 250 * time.Millisecond
+	// MaxLineBytes bounds one line of the audit log: a longer one is
+	// skipped and counted.
+	MaxLineBytes = 1 << 20
+)
+
+// FileOptions configure the audit log file input.
+type FileOptions struct {
+	// Path is the audit log the API server writes (--audit-log-path),
+	// JSON lines, rotated by renaming (--audit-log-maxsize).
+	Path string
+	// StateFile records how far Path was read, so a restart resumes there
+	// without replaying; written atomically after every read.
+	StateFile string
+	// PollInterval is how often the file is checked for new lines.
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// fileState is what StateFile holds: the file read (by inode) and the
+// offset of the first byte not yet read.
+type fileState struct {
+	Inode  uint64 `json:"inode"`
+	Offset int64  `json:"offset"`
+}
+
+// FileInput follows an audit log: new lines as they are written, across
+// rotations, resuming after a restart at the offset it recorded. It waits
+// for room in the queue rather than drop: nobody waits on a file.
+type FileInput struct {
+	o   FileOptions
+	src *Source
+	m   *Metrics
+}
+
+// NewFileInput returns the input feeding src.
+func NewFileInput(o FileOptions, src *Source, m *Metrics) *FileInput {
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &FileInput{o: o, src: src, m: m}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every
+// replica reads its own node's log (run it as a DaemonSet on the control
+// plane nodes with leader election off; see docs/concepts/runtime.md).
+func (*FileInput) NeedLeaderElection() bool { return false }
+
+// Start implements manager.Runnable: it follows the file until ctx ends.
+func (f *FileInput) Start(ctx context.Context) error {
+	st := f.loadState()
+	var (
+		file *os.File
+		rest []byte
+	)
+	defer func() {
+		if file != nil {
+			file.Close()
+		}
+	}()
+	t := time.NewTicker(f.o.PollInterval)
+	defer t.Stop()
+	for {
+		var err error
+		file, rest, st, err = f.step(ctx, file, rest, st)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			f.o.Logger.Warn("audit log", "path", f.o.Path, "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// step reads what is new: from the open file, then, when Path names
+// another file now (rotation), the rest of the old one and the new one
+// from its start.
+func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fileState) (*os.File, []byte, fileState, error) {
+	if file == nil {
+		var err error
+		if file, st, err = f.open(st); err != nil {
+			return nil, nil, st, err
+		}
+		rest = nil
+	}
+	rest, st, err := f.drain(ctx, file, rest, st)
+	if err != nil {
+		return file, rest, st, err
+	}
+	fi, err := os.Stat(f.o.Path)
+	if err != nil {
+		return file, rest, st, nil // rotated away, the new one not there yet
+	}
+	if inode(fi) == st.Inode {
+		if fi.Size() < st.Offset { // truncated in place
+			st.Offset = 0
+			f.saveState(st)
+			if _, err := file.Seek(0, io.SeekStart); err != nil {
+				return file, nil, st, err
+			}
+			return file, nil, st, nil
+		}
+		return file, rest, st, nil
+	}
+	// Rotated: the old file is complete; read what it still holds, then
+	// move to the new one from its start.
+	if rest, st, err = f.drain(ctx, file, rest, st); err != nil {
+		return file, rest, st, err
+	}
+	file.Close()
+	st = fileState{Inode: inode(fi)}
+	f.saveState(st)
+	return nil, nil, st, nil
+}
+
+// open opens the file the state names: Path when it is the same file, the
+// rotated file holding that inode when the log rotated while Portal was
+// down, or Path from its start.
+func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
+	file, err := os.Open(f.o.Path)
+	if err != nil {
+		return nil, st, err
+	}
+	fi, err := file.Stat()
+	if err != nil {
+		file.Close()
+		return nil, st, err
+	}
+	switch {
+	case st.Inode == inode(fi) && st.Offset <= fi.Size():
+	case st.Inode != 0 && st.Inode != inode(fi):
+		if old := f.rotated(st.Inode); old != nil {
+			file.Close()
+			file = old
+		} else {
+			st = fileState{Inode: inode(fi)}
+		}
+	default:
+		st = fileState{Inode: inode(fi)}
+	}
+	if _, err := file.Seek(st.Offset, io.SeekStart); err != nil {
+		file.Close()
+		return nil, st, err
+	}
+	return file, st, nil
+}
+
+// rotated finds the file beside Path that has inode ino (Path renamed by
+// the API server's rotation: audit-2026-01-02T03-04-05.000.log).
+func (f *FileInput) rotated(ino uint64) *os.File {
+	entries, err := os.ReadDir(filepath.Dir(f.o.Path))
+	if err != nil {
+		return nil
+	}
+	for _, e := range entries {
+		p := filepath.Join(filepath.Dir(f.o.Path), e.Name())
+		fi, err := os.Stat(p)
+		if err != nil || !fi.Mode().IsRegular() || inode(fi) != ino {
+			continue
+		}
+		file, err := os.Open(p)
+		if err != nil {
+			return nil
+		}
+		return file
+	}
+	return nil
+}
+
+// drain reads the complete lines after the offset, queues their events and
+// records the new offset; a partial last line waits in rest.
+func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fileState) ([]byte, fileState, error) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := file.Read(buf)
+		if n > 0 {
+			rest = append(rest, buf[:n]...)
+			var consumed int
+			rest, consumed = f.lines(ctx, rest)
+			st.Offset += int64(consumed)
+		}
+		if errors.Is(err, io.EOF) || n == 0 {
+			f.saveState(st)
+			return rest, st, nil
+		}
+		if err != nil {
+			return rest, st, err
+		}
+		if ctx.Err() != nil {
+			return rest, st, ctx.Err()
+		}
+	}
+}
+
+// lines queues the events of the complete lines of data and returns what
+// follows the last newline, and how many bytes were consumed.
+func (f *FileInput) lines(ctx context.Context, data []byte) ([]byte, int) {
+	consumed := 0
+	for {
+		i := bytes.IndexByte(data[consumed:], '\n')
+		if i < 0 {
+			break
+		}
+		line := data[consumed : consumed+i]
+		consumed += i + 1
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		ev, err := event.DecodeLine(line)
+		if err != nil {
+			f.m.Received.WithLabelValues(InputFile).Inc()
+			f.m.Dropped.WithLabelValues(InputFile, DropDecode).Inc()
+			continue
+		}
+		if err := f.src.Queue(ctx, InputFile, ev); err != nil {
+			// Stopping: this line was not queued, so the offset stays
+			// before it and the next start reads it.
+			start := consumed - i - 1
+			return append([]byte(nil), data[start:]...), start
+		}
+	}
+	rest := data[consumed:]
+	if len(rest) > MaxLineBytes {
+		// No newline within the bound: skip up to the next one.
+		f.m.Dropped.WithLabelValues(InputFile, DropDecode).Inc()
+		return nil, len(data)
+	}
+	return append([]byte(nil), rest...), consumed
+}
+
+func (f *FileInput) loadState() fileState {
+	var st fileState
+	data, err := os.ReadFile(f.o.StateFile)
+	if err != nil {
+		return st
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		f.o.Logger.Warn("audit log state unreadable: reading the log from its start", "stateFile", f.o.StateFile, "error", err)
+		return fileState{}
+	}
+	return st
+}
+
+func (f *FileInput) saveState(st fileState) {
+	if f.o.StateFile == "" {
+		return
+	}
+	data, _ := json.Marshal(st)
+	tmp := f.o.StateFile + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		f.o.Logger.Warn("audit log state not saved", "stateFile", f.o.StateFile, "error", err)
+		return
+	}
+	if err := os.Rename(tmp, f.o.StateFile); err != nil {
+		f.o.Logger.Warn("audit log state not saved", "stateFile", f.o.StateFile, "error", fmt.Errorf("rename: %w", err))
+	}
+}
+
+func inode(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
+}

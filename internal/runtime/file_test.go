@@ -1,0 +1,106 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vilaca/portal/internal/context/event"
+	"github.com/vilaca/portal/internal/runtime"
+)
+
+// appendEvents writes the exec events of ids to path, one JSON line each.
+func appendEvents(t *testing.T, path string, ids ...string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, id := range ids {
+		// Every id its own actor, so deduplication hides nothing.
+		ev := auditEvent(id, "system:serviceaccount:ci:"+id, "create", "pods", "exec", "prod", "web-0")
+		ev.Stage = event.StageResponseStarted
+		b, _ := json.Marshal(ev)
+		if _, err := f.Write(append(b, '\n')); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func ids(prefix string, n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("%s%d", prefix, i))
+	}
+	return out
+}
+
+// runFile follows path until want events have been evaluated in all, then
+// stops it (as a restart would).
+func runFile(t *testing.T, h *harness, path, state string, want float64, during func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	in := runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 5 * time.Millisecond}, h.src, h.metrics)
+	done := make(chan struct{}, 2)
+	go func() { _ = in.Start(ctx); done <- struct{}{} }()
+	go func() { _ = h.src.Start(ctx); done <- struct{}{} }()
+	if during != nil {
+		during()
+	}
+	waitFor(t, func() bool { return counter(t, h.metrics.Evaluated) >= want })
+	cancel()
+	<-done
+	<-done
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 20s")
+		}
+		time.Sleep(2 * time.Millisecond) // polling with a deadline
+	}
+}
+
+// TestFileSurvivesRotationAndRestart: the audit log input reads every
+// event once: through a rotation while it runs (the API server renames
+// the log and starts a new one), through a restart (it resumes at the
+// offset it recorded), and through a rotation while it was stopped (it
+// finishes the rotated file before the new one).
+func TestFileSurvivesRotationAndRestart(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	appendEvents(t, path, ids("a", 5)...)
+	runFile(t, h, path, state, 10, func() {
+		waitFor(t, func() bool { return counter(t, h.metrics.Evaluated) >= 5 })
+		if err := os.Rename(path, filepath.Join(dir, "audit-2026-01-01T12-00-00.000.log")); err != nil {
+			t.Fatal(err)
+		}
+		appendEvents(t, path, ids("b", 5)...)
+	})
+	// Stopped: more lines, then a restart reads only those.
+	appendEvents(t, path, ids("c", 3)...)
+	runFile(t, h, path, state, 13, nil)
+	// Stopped again: lines, a rotation, lines in the new file.
+	appendEvents(t, path, ids("d", 2)...)
+	if err := os.Rename(path, filepath.Join(dir, "audit-2026-01-01T13-00-00.000.log")); err != nil {
+		t.Fatal(err)
+	}
+	appendEvents(t, path, ids("e", 4)...)
+	runFile(t, h, path, state, 19, nil)
+	if got := counter(t, h.metrics.Evaluated); got != 19 {
+		t.Errorf("evaluated %v events, want each of the 19 once", got)
+	}
+	if got := counter(t, h.metrics.Findings); got != 19 {
+		t.Errorf("findings = %v, want 19", got)
+	}
+}

@@ -1,0 +1,276 @@
+package runtime
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/lru"
+
+	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/context/event"
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/engine"
+)
+
+// Evaluator runs the rules; *engine.Engine is one.
+type Evaluator interface {
+	Evaluate(ctx context.Context, obj *unstructured.Unstructured, opts engine.Options) ([]core.Result, error)
+}
+
+// FindingSetter holds the runtime producer's findings; *findings.Producer
+// is one.
+type FindingSetter interface {
+	Set(ref core.ResourceRef, findings []core.Finding, observed time.Time) bool
+}
+
+// item is one event waiting for evaluation.
+type item struct {
+	ev       event.Event
+	input    string
+	received time.Time
+}
+
+// Source evaluates runtime events: inputs Offer them, never waiting; a
+// bounded queue holds them for the workers, which evaluate each once,
+// deduplicate per rule, actor and target, open an expiring finding and hand
+// the rule's actions a runtime verdict.
+type Source struct {
+	o       Options
+	m       *Metrics
+	log     *slog.Logger
+	queue   chan item
+	open    *openFindings
+	stageMu sync.Mutex
+	// started remembers the audit IDs of long-running requests whose
+	// ResponseStarted stage was offered, so their ResponseComplete is not
+	// evaluated again.
+	started *lru.Cache
+	// dedupMu guards dedup: the last time each rule, actor and target
+	// raised a finding.
+	dedupMu sync.Mutex
+	dedup   *lru.Cache
+	// resolved caches what the RESTMapper said of each resource events
+	// name: asking it per event costs more than evaluating the rules.
+	resolved *lru.Cache
+}
+
+// NewSource returns a source; Start runs its workers.
+func NewSource(o Options, m *Metrics) *Source {
+	o.defaults()
+	return &Source{
+		o: o, m: m, log: o.Logger,
+		queue:   make(chan item, o.QueueSize),
+		open:    newOpenFindings(o.Findings, o.FindingWindow, o.MaxOpenFindings, m),
+		started: lru.New(o.CacheSize),
+		dedup:   lru.New(o.CacheSize),
+		// The API server audits only resources it serves: a few hundred.
+		resolved: lru.New(4096),
+	}
+}
+
+// Offer queues ev for evaluation without ever blocking: an event that
+// finds the queue full is dropped and counted. It reports whether ev was
+// queued or deliberately not evaluated (a stage its request is not
+// evaluated at).
+func (s *Source) Offer(input string, ev event.Event) bool {
+	s.m.Received.WithLabelValues(input).Inc()
+	if !s.stage(&ev) {
+		s.m.Skipped.WithLabelValues(SkipStage).Inc()
+		return true
+	}
+	select {
+	case s.queue <- item{ev: ev, input: input, received: s.o.Now()}:
+		s.m.QueueDepth.Inc()
+		return true
+	default:
+		s.m.Dropped.WithLabelValues(input, DropQueueFull).Inc()
+		return false
+	}
+}
+
+// stage decides, in the order events arrive, whether ev is the one
+// evaluation of its request.
+func (s *Source) stage(ev *event.Event) bool {
+	if ev.Falco != nil || ev.AuditID == "" || !event.LongRunning(ev) {
+		return event.StageDecision(ev, false)
+	}
+	s.stageMu.Lock()
+	defer s.stageMu.Unlock()
+	_, seen := s.started.Get(ev.AuditID)
+	if ev.Stage == event.StageResponseStarted {
+		s.started.Add(ev.AuditID, struct{}{})
+	}
+	return event.StageDecision(ev, seen)
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: runtime
+// events are evaluated on the leader, where the actions run.
+func (*Source) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable: the workers and the expiry of open
+// findings, until ctx ends.
+func (s *Source) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range s.o.Workers {
+		wg.Go(func() { s.work(ctx) })
+	}
+	wg.Go(func() {
+		t := time.NewTicker(s.o.ExpiryInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.open.expire(s.o.Now())
+			}
+		}
+	})
+	wg.Wait()
+	return nil
+}
+
+// Expire closes the findings whose window has passed at now.
+func (s *Source) Expire(now time.Time) { s.open.expire(now) }
+
+func (s *Source) work(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-s.queue:
+			s.m.QueueDepth.Dec()
+			s.Process(ctx, it.input, &it.ev)
+		}
+	}
+}
+
+// Process evaluates one event now, on the caller's goroutine: the workers
+// call it, and so do `portal eval --events` and the benchmarks. It returns
+// the failing results raised as findings.
+func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []core.Result {
+	ref := ev.ObjectRef
+	if ref == nil || ref.Resource == "" {
+		s.m.Skipped.WithLabelValues(SkipNoObject).Inc()
+		return nil
+	}
+	name := ref.Resource
+	if ref.APIGroup != "" {
+		name += "." + ref.APIGroup
+	}
+	res, err := s.resolve(name)
+	if err != nil {
+		s.m.Skipped.WithLabelValues(SkipResource).Inc()
+		return nil
+	}
+	obj, target := s.target(res, ref)
+	classes := event.Classify(ev)
+	ectx, cancel := context.WithTimeout(ctx, s.o.EvalTimeout)
+	defer cancel()
+	results, err := s.o.Engine.Evaluate(ectx, obj, engine.Options{
+		Mode: core.ModeRuntime, Event: event.Env(ev, classes, target), RuntimeEvents: classes,
+	})
+	if err != nil {
+		s.log.Warn("runtime event not evaluated", "input", input, "auditID", ev.AuditID, "error", err)
+		return nil
+	}
+	s.m.Evaluated.Inc()
+	if !ev.StageTimestamp.IsZero() {
+		s.m.Latency.Observe(s.o.Now().Sub(ev.StageTimestamp).Seconds())
+	}
+	var raised []core.Result
+	now := s.o.Now()
+	for i := range results {
+		r := &results[i]
+		if r.Outcome == core.OutcomeError {
+			s.log.Warn("runtime rule failed", "rule", r.Rule.MetricLabel(), "auditID", ev.AuditID, "error", r.Message)
+			continue
+		}
+		if r.Outcome != core.OutcomeFail || !s.first(r, ev, now) {
+			continue
+		}
+		if r.Resource.Name == "" {
+			// A list or watch of every object of the namespace.
+			r.Resource.Name = "*"
+		}
+		s.m.Findings.Inc()
+		s.open.add(*r, now)
+		s.offer(r, ev, now)
+		raised = append(raised, *r)
+	}
+	return raised
+}
+
+// resolve maps a resource as events name it to its kind, remembering the
+// answer; a resource the mapper does not know is asked again next time (a
+// CRD may just have been installed).
+func (s *Source) resolve(name string) (clustercache.Resource, error) {
+	if v, ok := s.resolved.Get(name); ok {
+		return v.(clustercache.Resource), nil
+	}
+	res, err := s.o.Targets.Resolve(name)
+	if err != nil {
+		return res, err
+	}
+	s.resolved.Add(name, res)
+	return res, nil
+}
+
+// target is the object a rule sees as object.* and event.target: the live
+// object from the cluster cache where it holds one, else a stub of the
+// event's reference. A Secret is always a stub: what it holds never reaches
+// a rule.
+func (s *Source) target(res clustercache.Resource, ref *event.ObjectRef) (*unstructured.Unstructured, map[string]any) {
+	ns := ref.Namespace
+	if !res.Namespaced {
+		ns = ""
+	}
+	if res.GVR.Group == "" && res.GVR.Resource == "secrets" || ref.Name == "" {
+		return stub(res, ns, ref), nil
+	}
+	live, ok, err := s.o.Targets.Get(res.GVR, ns, ref.Name)
+	if err != nil || !ok {
+		return stub(res, ns, ref), nil
+	}
+	return live, live.Object
+}
+
+func stub(res clustercache.Resource, ns string, ref *event.ObjectRef) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetGroupVersionKind(res.GVK)
+	u.SetNamespace(ns)
+	u.SetName(ref.Name)
+	u.SetUID(types.UID(ref.UID))
+	return u
+}
+
+// first reports whether r is the first failing result of its rule, actor
+// and target within the deduplication window, and records it.
+func (s *Source) first(r *core.Result, ev *event.Event, now time.Time) bool {
+	src := r.Rule.Source
+	k := strings.Join([]string{src.Kind, src.Namespace, src.Name, r.Rule.Name, actor(ev),
+		r.Resource.APIVersion, r.Resource.Kind, r.Resource.Namespace, r.Resource.Name}, "\x00")
+	s.dedupMu.Lock()
+	defer s.dedupMu.Unlock()
+	if v, ok := s.dedup.Get(k); ok && now.Sub(v.(time.Time)) < s.o.DedupWindow {
+		s.m.Deduplicated.Inc()
+		return false
+	}
+	s.dedup.Add(k, now)
+	return true
+}
+
+// actor names who caused the event: the requesting user, or for an alert
+// the Falco rule that detected it (there is no acting credential), so two
+// detections on one pod are two findings.
+func actor(ev *event.Event) string {
+	if ev.Falco != nil {
+		return "falco\x00" + ev.Falco.Rule
+	}
+	return ev.User.Username
+}
