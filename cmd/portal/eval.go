@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"iter"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -133,7 +135,6 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return usageError(err)
 	}
-	manifests := o.readManifests(cmd)
 	eng, opts, err := o.loadEngine(cmd, mode)
 	if err != nil {
 		return usageError(err)
@@ -144,11 +145,9 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if o.events != "" {
 		return o.runEvents(cmd, eng, opts)
 	}
-	docs, err := manifests()
-	if err != nil {
-		return usageError(fmt.Errorf("cannot read --file: %w", err))
-	}
-	return o.evaluate(cmd, eng, docs, opts)
+	// The manifests are read as they are evaluated, after the rules load,
+	// so rule errors come first and memory holds a few batches of them.
+	return o.evaluate(cmd, eng, manifest.Stream(o.files, cmd.InOrStdin()), opts)
 }
 
 // checkFlags checks the flags that need no file, and returns the --mode.
@@ -172,35 +171,11 @@ func (o *evalOptions) checkFlags() (core.Mode, error) {
 	return mode, nil
 }
 
-// readManifests returns what reads --file. Reading the manifests does not
-// depend on the rules: with more than one job, they are read while the rules
-// compile. Rule errors still come first, as the caller waits for the
-// manifests only after loading the rules.
-func (o *evalOptions) readManifests(cmd *cobra.Command) func() ([]manifest.Document, error) {
-	type read struct {
-		docs []manifest.Document
-		err  error
-	}
-	manifests := make(chan read, 1)
-	readManifests := func() {
-		docs, err := manifest.ReadPaths(o.files, cmd.InOrStdin())
-		manifests <- read{docs, err}
-	}
-	if o.jobs > 1 && o.kubeconfig == "" {
-		go readManifests()
-	}
-	return func() ([]manifest.Document, error) {
-		if o.jobs == 1 {
-			readManifests()
-		}
-		m := <-manifests
-		return m.docs, m.err
-	}
-}
-
 // loadEngine loads --cluster-state and compiles --rules into an engine.
 func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.Engine, eval.Options, error) {
-	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output}
+	// A JSON report's results wait in a temporary file, not in memory, until
+	// the run has read every manifest and the report can be written.
+	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output, SpillDir: os.TempDir()}
 	var engOpts []engine.Option
 	if len(o.clusterState) > 0 {
 		state, errs := eval.LoadClusterState(o.clusterState, cmd.InOrStdin())
@@ -233,11 +208,17 @@ func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.En
 
 // evaluate runs the rules (and --network) on the manifests, writes the
 // report and turns a denial into the violation exit code.
-func (o *evalOptions) evaluate(cmd *cobra.Command, eng *engine.Engine, docs []manifest.Document, opts eval.Options) error {
-	report, errs := eval.Evaluate(cmd.Context(), eng, docs, opts)
+func (o *evalOptions) evaluate(cmd *cobra.Command, eng *engine.Engine, docs iter.Seq2[manifest.Document, error], opts eval.Options) error {
+	report, errs, err := eval.EvaluateStream(cmd.Context(), eng, docs, opts)
+	// The report is there even when the run failed: its temporary file goes.
+	defer func() { _ = report.Close() }()
 	if err := cmd.Context().Err(); err != nil {
 		// Interrupted (SIGINT, SIGTERM): an incomplete report must not pass.
 		return usageError(fmt.Errorf("interrupted before every manifest was evaluated: %w", err))
+	}
+	if err != nil {
+		// A file that cannot be read: what was evaluated is no report.
+		return usageError(fmt.Errorf("cannot read --file: %w", err))
 	}
 	if len(errs) > 0 {
 		return usageError(fmt.Errorf("cannot read manifests:\n  %w", joinLines(errs)))

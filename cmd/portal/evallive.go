@@ -77,6 +77,7 @@ func (o *evalOptions) runLive(cmd *cobra.Command, eng *engine.Engine, opts eval.
 		live.Progress = p.update
 	}
 	report, errs := eval.EvaluateLive(cmd.Context(), eng, dyn, mapper, live)
+	defer func() { _ = report.Close() }()
 	p.done()
 	if err := cmd.Context().Err(); err != nil {
 		return usageError(fmt.Errorf("interrupted before every object was evaluated: %w", err))

@@ -140,9 +140,16 @@ func istioGateway(t *testing.T, ctx context.Context, ns, name string, hosts ...s
 // the state is want; it fails with the last status otherwise.
 func waitState(t *testing.T, ctx context.Context, obj client.Object, want gatewayv1alpha1.State) *gatewayv1alpha1.Status {
 	t.Helper()
+	return waitStateWithin(t, ctx, obj, want, pollTimeout)
+}
+
+// waitStateWithin is waitState with a deadline of its own.
+func waitStateWithin(t *testing.T, ctx context.Context, obj client.Object, want gatewayv1alpha1.State, within time.Duration) *gatewayv1alpha1.Status {
+	t.Helper()
 	var st *gatewayv1alpha1.Status
 	var last string
-	err := pollFor(ctx, func() bool {
+	start := time.Now()
+	err := pollWithin(ctx, within, func() bool {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			last = err.Error()
 			return false
@@ -153,8 +160,10 @@ func waitState(t *testing.T, ctx context.Context, obj client.Object, want gatewa
 		return c != nil && c.ObservedGeneration == obj.GetGeneration() && st.State == want
 	})
 	if err != nil {
-		t.Fatalf("%s %s/%s never reached state %s: %s", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName(), want, last)
+		t.Fatalf("%T %s/%s did not reach state %s within %s: %s", obj, obj.GetNamespace(), obj.GetName(), want, within, last)
 	}
+	// The reaction times docs/performance.md quotes (go test -v).
+	t.Logf("%T %s/%s in state %s after %s", obj, obj.GetNamespace(), obj.GetName(), want, time.Since(start).Round(time.Millisecond))
 	return st
 }
 
@@ -177,8 +186,11 @@ func reasonOf(st *gatewayv1alpha1.Status) string {
 	return ""
 }
 
-func pollFor(ctx context.Context, cond func() bool) error {
-	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
+// pollTimeout bounds the waits for a controller's verdict.
+const pollTimeout = 30 * time.Second
+
+func pollWithin(ctx context.Context, within time.Duration, cond func() bool) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, within, true,
 		func(context.Context) (bool, error) { return cond(), nil })
 }
 

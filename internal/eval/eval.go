@@ -5,8 +5,12 @@ package eval
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"runtime"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -63,6 +67,11 @@ type Report struct {
 	// keeps bytes, not structs, and never copies them.
 	encoded [][]byte
 	isJSON  bool
+	// failuresOnly: the report was evaluated for the table, which shows
+	// failures and errors and counts passes, so Results holds no pass.
+	failuresOnly bool
+	// spill, when set, holds the encoded results instead of encoded.
+	spill *spill
 	// matched holds the rules that gave at least one result.
 	matched map[string]struct{}
 }
@@ -112,8 +121,14 @@ type Options struct {
 	Cluster clustercache.Reader
 	// Format is the output format the report will be written in. "json"
 	// makes the workers encode results as they go and the report keep only
-	// the bytes; any other keeps Results.
+	// the bytes; "table" keeps only the Results that are not passes (the
+	// table counts them); any other keeps every Result.
 	Format string
+	// SpillDir, with Format "json", is where the report keeps its encoded
+	// results: a temporary file there, written as the run goes, so memory
+	// does not grow with the number of results; Close removes it. "" keeps
+	// them in memory, and so does a directory where no file can be created.
+	SpillDir string
 }
 
 // Run evaluates every document against the engine's rules, one at a time.
@@ -128,9 +143,9 @@ func Run(eng *engine.Engine, docs []manifest.Document, mode core.Mode) (*Report,
 // until the end of a small input.
 const batchSize = 32
 
-// batch is the outcome of evaluating docs[lo:hi].
+// batch is the outcome of evaluating in, a few consecutive inputs.
 type batch struct {
-	lo, hi int
+	in input
 	// encodedHint sizes the JSON buffer: what the worker's previous batch
 	// took, so the buffer rarely grows (each growth copies it).
 	encodedHint int
@@ -163,6 +178,8 @@ func EvaluateObjects(ctx context.Context, eng *engine.Engine, objs []*unstructur
 // input is what a run evaluates: documents to decode, or objects.
 type input interface {
 	len() int
+	// sub is the inputs lo to hi.
+	sub(lo, hi int) input
 	// objects decodes the i-th input into the objects it holds.
 	objects(i int) ([]*unstructured.Unstructured, error)
 	// errorf locates an evaluation error of the i-th input.
@@ -172,12 +189,14 @@ type input interface {
 type documents []manifest.Document
 
 func (d documents) len() int                                            { return len(d) }
+func (d documents) sub(lo, hi int) input                                { return d[lo:hi] }
 func (d documents) objects(i int) ([]*unstructured.Unstructured, error) { return d[i].Objects() }
 func (d documents) errorf(i int, err error) error                       { return d[i].Errorf("%v", err) }
 
 type objects []*unstructured.Unstructured
 
-func (o objects) len() int { return len(o) }
+func (o objects) len() int             { return len(o) }
+func (o objects) sub(lo, hi int) input { return o[lo:hi] }
 func (o objects) objects(i int) ([]*unstructured.Unstructured, error) {
 	return o[i : i+1], nil
 }
@@ -203,26 +222,131 @@ func (r *Report) Merge(other *Report) {
 	r.Summary.Error += other.Summary.Error
 	r.Summary.Skip += other.Summary.Skip
 	r.Results = append(r.Results, other.Results...)
-	r.encoded = append(r.encoded, other.encoded...)
+	for _, c := range other.encoded {
+		r.addEncoded(c)
+	}
+	if other.spill != nil {
+		r.addSpilled(other.spill)
+	}
 	r.addMatched(other.matched)
+}
+
+// addEncoded appends a chunk of encoded results.
+func (r *Report) addEncoded(c []byte) {
+	if r.spill != nil {
+		r.spill.write(c)
+		return
+	}
+	r.encoded = append(r.encoded, c)
+}
+
+// addSpilled appends the results another report spilled.
+func (r *Report) addSpilled(s *spill) {
+	rd, err := s.contents(0)
+	switch {
+	case err != nil && r.spill != nil:
+		r.spill.err = cmp.Or(r.spill.err, err)
+	case err != nil:
+		// Kept for Write to report: a report missing results must not pass.
+		r.spill = &spill{err: err}
+	case r.spill != nil:
+		r.spill.readFrom(rd)
+	default:
+		b, err := io.ReadAll(rd)
+		if err != nil {
+			r.spill = &spill{err: err}
+			return
+		}
+		r.encoded = append(r.encoded, b)
+	}
+}
+
+// Close releases what the report holds outside memory (see
+// Options.SpillDir). The report cannot be written after.
+func (r *Report) Close() error {
+	if r.spill == nil || r.spill.f == nil {
+		return nil
+	}
+	err := r.spill.close()
+	r.spill = &spill{err: errors.New("the report was closed")}
+	return err
 }
 
 // NewReport returns an empty report for format, to Merge runs into.
 func NewReport(format string) *Report {
-	rep := &Report{isJSON: format == "json"}
+	rep := &Report{isJSON: format == "json", failuresOnly: format == "table"}
 	if !rep.isJSON {
 		rep.Results = []Result{}
 	}
 	return rep
 }
 
+// newReport is NewReport with the spill opts asks for.
+func newReport(opts Options) *Report {
+	rep := NewReport(opts.Format)
+	if rep.isJSON && opts.SpillDir != "" {
+		// Where no temporary file can be made, the run still works, in
+		// memory as it did before spilling.
+		if s, err := newSpill(opts.SpillDir); err == nil {
+			rep.spill = s
+		}
+	}
+	return rep
+}
+
 func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (*Report, []error) {
 	n := in.len()
+	if n <= batchSize {
+		// One batch: workers would only cost their start.
+		opts.Jobs = 1
+	}
+	rep, errs, _ := evaluateBatches(ctx, eng, opts, func(emit func(input) bool) error {
+		for lo := 0; lo < n; lo += batchSize {
+			if !emit(in.sub(lo, min(lo+batchSize, n))) {
+				break
+			}
+		}
+		return nil
+	})
+	return rep, errs
+}
+
+// EvaluateStream is Evaluate on documents read as the run goes (see
+// manifest.Stream): each batch of documents is let go once evaluated, so
+// memory holds the batches in flight, not the input. A read error stops the
+// run and is returned as err; the report is then incomplete and must not be
+// written.
+func EvaluateStream(ctx context.Context, eng *engine.Engine, docs iter.Seq2[manifest.Document, error], opts Options) (rep *Report, errs []error, err error) {
+	return evaluateBatches(ctx, eng, opts, func(emit func(input) bool) error {
+		var cur documents
+		for d, err := range docs {
+			if err != nil {
+				return err
+			}
+			if cur = append(cur, d); len(cur) == batchSize {
+				if !emit(cur) {
+					return nil
+				}
+				cur = make(documents, 0, batchSize)
+			}
+		}
+		if len(cur) > 0 {
+			emit(cur)
+		}
+		return nil
+	})
+}
+
+// evaluateBatches evaluates the batches produce emits, in order, with
+// opts.Jobs workers, and merges their results in that order. emit reports
+// false once ctx has ended: produce should stop. produce's error is
+// returned as the third value.
+func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, produce func(emit func(input) bool) error) (*Report, []error, error) {
 	jobs := opts.Jobs
 	if jobs <= 0 {
 		jobs = runtime.GOMAXPROCS(0)
 	}
-	rep := NewReport(opts.Format)
+	rep := newReport(opts)
 	var errs []error
 	merge := func(b *batch) {
 		rep.objects += b.objects
@@ -234,34 +358,39 @@ func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (
 		rep.Results = append(rep.Results, b.results...)
 		rep.addMatched(b.matched)
 		if len(b.encoded) > 0 {
-			rep.encoded = append(rep.encoded, b.encoded)
+			rep.addEncoded(b.encoded)
 		}
 		errs = append(errs, b.errs...)
 	}
-	w := worker{ctx: ctx, eng: eng, in: in, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON}
-	if jobs == 1 || n <= batchSize {
+	w := worker{ctx: ctx, eng: eng, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, keep: rep.spill == nil, dropPasses: rep.failuresOnly}
+	if jobs == 1 {
 		var results []Result
 		hint := 0
-		for lo := 0; lo < n; lo += batchSize {
-			b := &batch{lo: lo, hi: min(lo+batchSize, n), results: results[:0], encodedHint: hint}
+		err := produce(func(in input) bool {
+			b := &batch{in: in, results: results[:0], encodedHint: hint}
 			w.run(b)
 			results, hint = b.results, len(b.encoded)+len(b.encoded)/8
 			merge(b)
-		}
-		return rep, errs
+			return ctx.Err() == nil
+		})
+		return rep, errs, err
 	}
 	// Each batch gets its own reply channel, queued in input order; the
-	// queue's capacity bounds how far the workers run ahead of the merge.
+	// queue's capacity bounds how far the workers (and the reading) run
+	// ahead of the merge.
 	work := make(chan *batchJob)
 	order := make(chan chan *batch, 2*jobs)
+	var produceErr error
 	go func() {
 		defer close(work)
 		defer close(order)
-		for lo := 0; lo < n; lo += batchSize {
-			j := &batchJob{b: &batch{lo: lo, hi: min(lo+batchSize, n)}, done: make(chan *batch, 1)}
+		// Read by the merge below only after order is closed.
+		produceErr = produce(func(in input) bool {
+			j := &batchJob{b: &batch{in: in}, done: make(chan *batch, 1)}
 			order <- j.done
 			work <- j
-		}
+			return ctx.Err() == nil
+		})
 	}()
 	for range jobs {
 		go func() {
@@ -277,7 +406,7 @@ func evaluate(ctx context.Context, eng *engine.Engine, in input, opts Options) (
 	for done := range order {
 		merge(<-done)
 	}
-	return rep, errs
+	return rep, errs, produceErr
 }
 
 type batchJob struct {
@@ -288,9 +417,12 @@ type batchJob struct {
 type worker struct {
 	ctx  context.Context
 	eng  *engine.Engine
-	in   input
 	opts engine.Options
 	json bool
+	// keep: the report keeps the batches' buffers (it does not spill).
+	keep bool
+	// dropPasses: passes are counted, not kept (see Report.failuresOnly).
+	dropPasses bool
 }
 
 // encodedBatchCap is the smallest first buffer for a batch's JSON.
@@ -300,16 +432,16 @@ func (w *worker) run(b *batch) {
 	defer func() {
 		// The report keeps the buffer until the end: give back what a batch
 		// of few results did not use.
-		if cap(b.encoded) > 2*len(b.encoded) {
+		if w.keep && cap(b.encoded) > 2*len(b.encoded) {
 			b.encoded = bytes.Clone(b.encoded)
 		}
 	}()
-	for i := b.lo; i < b.hi; i++ {
+	for i := range b.in.len() {
 		if w.ctx.Err() != nil {
 			// Interrupted: the caller reports ctx's error, not a report.
 			return
 		}
-		objs, err := w.in.objects(i)
+		objs, err := b.in.objects(i)
 		if err != nil {
 			b.errs = append(b.errs, err)
 			continue
@@ -318,17 +450,17 @@ func (w *worker) run(b *batch) {
 		for _, obj := range objs {
 			results, err := w.eng.Evaluate(w.ctx, obj, w.opts)
 			if err != nil {
-				b.errs = append(b.errs, w.in.errorf(i, err))
+				b.errs = append(b.errs, b.in.errorf(i, err))
 				continue
 			}
 			for i := range results {
-				b.add(&results[i], w.json)
+				b.add(&results[i], w.json, w.dropPasses)
 			}
 		}
 	}
 }
 
-func (b *batch) add(res *core.Result, encode bool) {
+func (b *batch) add(res *core.Result, encode, dropPasses bool) {
 	if _, ok := b.matched[res.Rule.Name]; !ok {
 		if b.matched == nil {
 			b.matched = map[string]struct{}{}
@@ -369,6 +501,9 @@ func (b *batch) add(res *core.Result, encode bool) {
 			b.encoded = make([]byte, 0, max(b.encodedHint, encodedBatchCap))
 		}
 		b.encoded = appendResultElem(b.encoded, &r)
+		return
+	}
+	if dropPasses && res.Outcome == core.OutcomePass {
 		return
 	}
 	b.results = append(b.results, r)

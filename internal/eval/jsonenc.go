@@ -48,6 +48,9 @@ func appendResultElem(b []byte, r *Result) []byte {
 // writeJSON writes the report; the results are the chunks appendResultElem
 // encoded during the run, or encoded now from Results.
 func (r *Report) writeJSON(w io.Writer) error {
+	if r.spill != nil {
+		return r.writeSpilledJSON(w)
+	}
 	chunks := r.encoded
 	if !r.isJSON {
 		var elems []byte
@@ -90,19 +93,47 @@ func (r *Report) writeJSON(w io.Writer) error {
 	if !empty {
 		buf = append(buf, "\n  ]"...)
 	}
-	buf = append(buf, ",\n  \"summary\": {\n    \"pass\": "...)
-	buf = strconv.AppendInt(buf, int64(r.Summary.Pass), 10)
-	buf = append(buf, ",\n    \"fail\": "...)
-	buf = strconv.AppendInt(buf, int64(r.Summary.Fail), 10)
-	buf = append(buf, ",\n    \"error\": "...)
-	buf = strconv.AppendInt(buf, int64(r.Summary.Error), 10)
-	if r.Summary.Skip > 0 {
-		buf = append(buf, ",\n    \"skip\": "...)
-		buf = strconv.AppendInt(buf, int64(r.Summary.Skip), 10)
-	}
-	buf = append(buf, "\n  }\n}\n"...)
-	_, err := w.Write(buf)
+	_, err := w.Write(appendSummary(buf, r.Summary))
 	return err
+}
+
+// writeSpilledJSON is writeJSON for results spilled to a file: they are
+// copied to w in the same bytes.
+func (r *Report) writeSpilledJSON(w io.Writer) error {
+	// The first element's comma is skipped.
+	results, err := r.spill.contents(1)
+	if err != nil {
+		return err
+	}
+	buf := []byte("{\n  \"results\": [")
+	if results.Size() == 0 {
+		buf = append(buf, ']')
+	} else {
+		if _, err := w.Write(buf); err != nil {
+			return err
+		}
+		if _, err := io.Copy(w, results); err != nil {
+			return err
+		}
+		buf = append(buf[:0], "\n  ]"...)
+	}
+	_, err = w.Write(appendSummary(buf, r.Summary))
+	return err
+}
+
+// appendSummary ends a JSON report with its summary.
+func appendSummary(buf []byte, s Summary) []byte {
+	buf = append(buf, ",\n  \"summary\": {\n    \"pass\": "...)
+	buf = strconv.AppendInt(buf, int64(s.Pass), 10)
+	buf = append(buf, ",\n    \"fail\": "...)
+	buf = strconv.AppendInt(buf, int64(s.Fail), 10)
+	buf = append(buf, ",\n    \"error\": "...)
+	buf = strconv.AppendInt(buf, int64(s.Error), 10)
+	if s.Skip > 0 {
+		buf = append(buf, ",\n    \"skip\": "...)
+		buf = strconv.AppendInt(buf, int64(s.Skip), 10)
+	}
+	return append(buf, "\n  }\n}\n"...)
 }
 
 const hexDigits = "0123456789abcdef"

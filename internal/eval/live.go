@@ -50,7 +50,10 @@ type liveTarget struct {
 func EvaluateLive(ctx context.Context, eng *engine.Engine, dyn dynamic.Interface, mapper meta.RESTMapper, o LiveOptions) (*Report, []error) {
 	pageSize := cmp.Or(o.PageSize, DefaultPageSize)
 	targets := liveTargets(eng, mapper, o)
-	rep := NewReport(o.Format)
+	rep := newReport(o.Options)
+	// Pages are merged into rep at once: only rep spills.
+	page := o.Options
+	page.SpillDir = ""
 	var errs []error
 	for i, t := range targets {
 		var ri dynamic.ResourceInterface = dyn.Resource(t.resource)
@@ -70,11 +73,11 @@ func EvaluateLive(ctx context.Context, eng *engine.Engine, dyn dynamic.Interface
 				}
 				return rep, append(errs, fmt.Errorf("list %s: %w", label, err))
 			}
-			page := make(objects, len(list.Items))
+			objs := make(objects, len(list.Items))
 			for j := range list.Items {
-				page[j] = &list.Items[j]
+				objs[j] = &list.Items[j]
 			}
-			r, perrs := EvaluateObjects(ctx, eng, page, o.Options)
+			r, perrs := EvaluateObjects(ctx, eng, objs, page)
 			rep.Merge(r)
 			errs = append(errs, perrs...)
 			if o.Progress != nil {

@@ -27,6 +27,6 @@ func (r *Report) AddFindings(ofs []core.ObjectFindings) {
 		}
 	}
 	if len(encoded) > 0 {
-		r.encoded = append(r.encoded, encoded)
+		r.addEncoded(encoded)
 	}
 }

@@ -16,10 +16,14 @@ var Formats = []string{"table", "json", "yaml", "junit"}
 // Write renders the report in format.
 //
 // A report evaluated with Options.Format "json" keeps only the encoded
-// results, so it can only be written as JSON.
+// results, so it can only be written as JSON; one evaluated for "table"
+// keeps no passes, so it can only be written as a table.
 func (r *Report) Write(w io.Writer, format string) error {
 	if r.isJSON && format != "json" {
 		return fmt.Errorf("report was evaluated for json output, not %q", format)
+	}
+	if r.failuresOnly && format != "table" && format != "" {
+		return fmt.Errorf("report was evaluated for table output, which keeps no passes, not %q", format)
 	}
 	switch format {
 	case "table", "":

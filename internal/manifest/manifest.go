@@ -107,33 +107,11 @@ func blank(doc []byte) bool {
 // overlapping arguments never double the results.
 func ReadPaths(paths []string, stdin io.Reader) ([]Document, error) {
 	var docs []Document
-	seen := FileSet{}
-	for _, p := range paths {
-		if p == "-" {
-			data, err := io.ReadAll(io.LimitReader(stdin, MaxStdin+1))
-			if err != nil {
-				return nil, fmt.Errorf("read stdin: %w", err)
-			}
-			if len(data) > MaxStdin {
-				return nil, fmt.Errorf("read stdin: more than %d MiB", MaxStdin>>20)
-			}
-			docs = append(docs, Split("<stdin>", data)...)
-			continue
-		}
-		files, err := Files(p)
+	for d, err := range Stream(paths, stdin) {
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range files {
-			if !seen.First(f) {
-				continue
-			}
-			data, err := os.ReadFile(f)
-			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", f, err)
-			}
-			docs = append(docs, Split(f, data)...)
-		}
+		docs = append(docs, d)
 	}
 	return docs, nil
 }

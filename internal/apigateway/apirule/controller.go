@@ -36,7 +36,8 @@ const Finalizer = "portal.io/apirule"
 // anchor does: it repairs hand edits and picks up new pods.
 const DefaultResync = 30 * time.Minute
 
-// retryAfter is how soon an APIRule in state Error is looked at again.
+// retryAfter is how soon an APIRule in state Error is looked at again,
+// unless it waits for an object that a watch reports (see awaited).
 const retryAfter = time.Minute
 
 // Options configure the APIRule controller.
@@ -75,7 +76,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		},
 		opts: o,
 	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	if err := index(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("apirule").
 		For(&gatewayv1alpha1.APIRule{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&networkingv1.VirtualService{}).
@@ -84,8 +88,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		// When an APIRule changes or goes, the others that claim one of
 		// its hosts may win or lose it; its status writes change no claim.
 		Watches(&gatewayv1alpha1.APIRule{}, handler.EnqueueRequestsFromMapFunc(r.sharingHosts),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r)
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	err := r.watchAwaited(b).Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up APIRule controller: %w", err)
 	}
@@ -113,6 +117,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if res.State != gatewayv1alpha1.StateReady {
 		r.opts.Logger.Info("APIRule not applied", "namespace", api.Namespace, "name", api.Name, "reason", res.Reason, "message", res.Message)
+		if awaited(res.Reason) {
+			// The watch on what it waits for brings it back; the resync
+			// stays as a safety net.
+			return reconcile.Result{RequeueAfter: r.opts.Resync}, nil
+		}
 		return reconcile.Result{RequeueAfter: retryAfter}, nil
 	}
 	return reconcile.Result{RequeueAfter: r.opts.Resync}, nil

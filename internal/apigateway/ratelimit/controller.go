@@ -28,6 +28,8 @@ const Finalizer = "portal.io/ratelimit"
 // DefaultResync is how often an unchanged RateLimit is reconciled.
 const DefaultResync = 30 * time.Minute
 
+// retryAfter is how soon a RateLimit that is not Ready is looked at again,
+// unless it waits for pods, which the pod watch reports (see awaited).
 const retryAfter = time.Minute
 
 // Options configure the RateLimit controller.
@@ -63,6 +65,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Owns(&networkingv1alpha3.EnvoyFilter{}).
 		// A RateLimit that goes or changes may free a workload for another.
 		Watches(&gatewayv1alpha1.RateLimit{}, handler.EnqueueRequestsFromMapFunc(r.sameNamespace)).
+		// The pods it selects: the EnvoyFilter is written as soon as one
+		// appears or gains its sidecar. The informer is the one the
+		// reconciler reads pods through.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.selecting), builder.WithPredicates(kube.PodMembership())).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up RateLimit controller: %w", err)
@@ -98,6 +104,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if res.State != gatewayv1alpha1.StateReady {
 		r.opts.Logger.Info("RateLimit not applied", "namespace", rl.Namespace, "name", rl.Name, "reason", res.Reason, "message", res.Message)
+		if awaited(res.Reason) {
+			return reconcile.Result{RequeueAfter: r.opts.Resync}, nil
+		}
 		return reconcile.Result{RequeueAfter: retryAfter}, nil
 	}
 	return reconcile.Result{RequeueAfter: r.opts.Resync}, nil
@@ -236,4 +245,31 @@ func (r *Reconciler) sameNamespace(ctx context.Context, obj client.Object) []rec
 		}
 	}
 	return out
+}
+
+// selecting enqueues the RateLimits of the pod's namespace that select it.
+func (r *Reconciler) selecting(ctx context.Context, obj client.Object) []reconcile.Request {
+	list := &gatewayv1alpha1.RateLimitList{}
+	if err := r.client.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
+		r.opts.Logger.Error("list RateLimits for a pod event", "error", err)
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if selects(list.Items[i].Spec.SelectorLabels, obj.GetLabels()) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return out
+}
+
+// awaited reports whether reason says that a RateLimit waits for pods (to
+// appear, or to run a sidecar) or for an older RateLimit to go: the watches
+// report both, so it is not polled for them.
+func awaited(reason string) bool {
+	switch reason {
+	case gatewayv1alpha1.ReasonNoMatchingPods, gatewayv1alpha1.ReasonNoSidecar, gatewayv1alpha1.ReasonConflict:
+		return true
+	}
+	return false
 }

@@ -121,11 +121,14 @@ func ruleSet(t *testing.T, ns, name, rules string, perms *wafv1alpha1.OverridePe
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	start := time.Now()
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true,
 		func(context.Context) (bool, error) { return cond(), nil })
 	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
+	// The reaction times docs/performance.md quotes (go test -v).
+	t.Logf("%s after %s", what, time.Since(start).Round(time.Millisecond))
 }
 
 // gateway creates a Gateway with one HTTP listener that admits routes

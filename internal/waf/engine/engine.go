@@ -98,8 +98,9 @@ type Options struct {
 type Reconciler struct {
 	client client.Client
 	// reader reads without an informer the objects Portal looks up once
-	// per reconcile (Services, Deployments): watching every one of them in
-	// the cluster would cost more than the reads.
+	// per reconcile (Services, Deployments): caching every one of them in
+	// the cluster would cost more than the reads. Services are watched as
+	// metadata only, for the waf-proxy's upstream (watchGatewayServices).
 	reader client.Reader
 	opts   Options
 	tokens *tokenStore
@@ -138,8 +139,9 @@ func New(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 }
 
 // SetupWithManager indexes Engines and registers the controller: it
-// watches Engines, the RuleSets they name and, when the Gateway API is
-// installed, Gateways (metadata only).
+// watches Engines, the RuleSets they name, the Services of Gateways
+// (metadata only) and, when the Gateway API is installed, Gateways
+// (metadata only).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &wafv1alpha1.Engine{}, indexRuleSet, func(o client.Object) []string {
@@ -161,6 +163,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		}))).
 		Watches(&wafv1alpha1.RuleSet{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexRuleSet, client.Object.GetName))).
 		WatchesRawSource(r.caChanges())
+	b = r.watchGatewayServices(b)
 	if _, err := mgr.GetRESTMapper().RESTMapping(GatewayGVK.GroupKind(), GatewayGVK.Version); err == nil {
 		gw := &metav1.PartialObjectMetadata{}
 		gw.SetGroupVersionKind(GatewayGVK)

@@ -80,7 +80,7 @@ func TestTargetNotFound(t *testing.T) {
 		t.Error("a WasmPlugin for a missing Gateway")
 	}
 	gateway(t, ns, "edge")
-	waitFor(t, eng, wafv1alpha1.ConditionAccepted, metav1.ConditionTrue, wafv1alpha1.ReasonAccepted)
+	waitWithin(t, eng, wafv1alpha1.ConditionAccepted, metav1.ConditionTrue, wafv1alpha1.ReasonAccepted, awaitedWithin)
 	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
 	if _, ok := wasmPlugin(t, eng); !ok {
 		t.Fatal("no WasmPlugin once the Gateway exists")
@@ -118,7 +118,7 @@ func TestRuleSetNotFoundThenReady(t *testing.T) {
 		t.Error("a WasmPlugin without a RuleSet")
 	}
 	ruleSet(t, ns, "guard", guardRules)
-	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	waitWithin(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned, awaitedWithin)
 	waitFor(t, eng, wafv1alpha1.ConditionDegraded, metav1.ConditionFalse, wafv1alpha1.ReasonAsExpected)
 }
 

@@ -166,18 +166,36 @@ func condition(t *testing.T, eng *wafv1alpha1.Engine, typ string) *metav1.Condit
 // for its current generation.
 func waitFor(t *testing.T, eng *wafv1alpha1.Engine, typ string, status metav1.ConditionStatus, reason string) {
 	t.Helper()
+	waitWithin(t, eng, typ, status, reason, pollTimeout)
+}
+
+// awaitedWithin bounds how long the Engine may take to notice an object
+// it waits for (its Gateway, RuleSet or Gateway Service): far less than
+// the resync, which is all that brought it back before it watched them,
+// with a margin for a loaded test machine.
+const awaitedWithin = 10 * time.Second
+
+// waitWithin is waitFor with a deadline of its own.
+func waitWithin(t *testing.T, eng *wafv1alpha1.Engine, typ string, status metav1.ConditionStatus, reason string, within time.Duration) {
+	t.Helper()
 	var last *metav1.Condition
-	err := pollUntil(func() bool {
+	start := time.Now()
+	err := pollWithin(within, func() bool {
 		last = condition(t, eng, typ)
 		return last != nil && last.Status == status && last.Reason == reason && last.ObservedGeneration == eng.Generation
 	})
 	if err != nil {
-		t.Fatalf("Engine %s/%s: waiting for %s=%s/%s; last %+v", eng.Namespace, eng.Name, typ, status, reason, last)
+		t.Fatalf("Engine %s/%s: waiting %s for %s=%s/%s; last %+v", eng.Namespace, eng.Name, within, typ, status, reason, last)
 	}
+	// The reaction times docs/performance.md quotes (go test -v).
+	t.Logf("Engine %s/%s: %s=%s/%s after %s", eng.Namespace, eng.Name, typ, status, reason, time.Since(start).Round(time.Millisecond))
 }
 
-func pollUntil(cond func() bool) error {
-	return wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true,
+// pollTimeout bounds the waits for the controller's verdict.
+const pollTimeout = 30 * time.Second
+
+func pollWithin(within time.Duration, cond func() bool) error {
+	return wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, within, true,
 		func(context.Context) (bool, error) { return cond(), nil })
 }
 

@@ -51,14 +51,8 @@ func TestWAFProxyDriver(t *testing.T) {
 	svc(t, ns, "edge-istio", "edge", 8443)
 	// A Service without the Gateway's label is not the upstream.
 	create(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "aaa-unrelated"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 1}}}})
-	// The resync picks the Service up; nudge the Engine so the test does
-	// not wait for it.
-	patch := client.MergeFrom(eng.DeepCopy())
-	eng.Annotations = map[string]string{"touch": "1"}
-	if err := env.Client.Patch(context.Background(), eng, patch); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned)
+	// The watch on Gateway Services picks it up, long before the resync.
+	waitWithin(t, eng, wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned, awaitedWithin)
 
 	name := engine.ChildName(eng.Name)
 	key := client.ObjectKey{Namespace: ns, Name: name}

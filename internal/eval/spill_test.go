@@ -1,0 +1,119 @@
+package eval_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/vilaca/portal/internal/eval"
+	"github.com/vilaca/portal/internal/manifest"
+)
+
+// TestSpilledJSONIsTheSameReport: a JSON report whose results wait in a
+// temporary file reads byte for byte as the one kept in memory, with one
+// worker or several, empty or not, and leaves no file behind.
+func TestSpilledJSONIsTheSameReport(t *testing.T) {
+	eng := restrictedEngine(t)
+	docs := manifest.Split("pods.yaml", stream(t, 300, 5))
+	for _, n := range []int{0, 1, len(docs)} {
+		want, _ := eval.Evaluate(context.Background(), eng, docs[:n], eval.Options{Jobs: 1, Format: "json"})
+		for _, jobs := range []int{1, 3} {
+			dir := t.TempDir()
+			rep, _ := eval.Evaluate(context.Background(), eng, docs[:n], eval.Options{Jobs: jobs, Format: "json", SpillDir: dir})
+			// The file is unlinked at once: a killed run leaves nothing.
+			if left, _ := os.ReadDir(dir); len(left) != 0 {
+				t.Fatalf("%d documents, %d jobs: %d files in the spill directory during the run", n, jobs, len(left))
+			}
+			got := render(t, rep, "json")
+			if got != render(t, want, "json") {
+				t.Fatalf("%d documents, %d jobs: the spilled report differs\n got: %.1000s", n, jobs, got)
+			}
+			if again := render(t, rep, "json"); again != got {
+				t.Fatalf("%d documents, %d jobs: a second write differs", n, jobs)
+			}
+			if err := rep.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rep.Write(io.Discard, "json"); err == nil {
+				t.Fatal("a closed report was written")
+			}
+		}
+	}
+}
+
+// TestSpillDirUnusableKeepsResultsInMemory: where no temporary file can be
+// made, the run still reports everything.
+func TestSpillDirUnusableKeepsResultsInMemory(t *testing.T) {
+	eng := restrictedEngine(t)
+	docs := manifest.Split("pods.yaml", stream(t, 20))
+	want, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Format: "json"})
+	rep, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Format: "json", SpillDir: filepath.Join(t.TempDir(), "missing")})
+	defer rep.Close()
+	if render(t, rep, "json") != render(t, want, "json") {
+		t.Fatal("the report differs without a spill directory")
+	}
+}
+
+// TestSpilledReportHoldsNoResults: the memory a spilled JSON report keeps
+// does not grow with its results, which the in-memory report holds.
+func TestSpilledReportHoldsNoResults(t *testing.T) {
+	eng := restrictedEngine(t)
+	docs := manifest.Split("pods.yaml", stream(t, 2000))
+	held := func(o eval.Options) (heap uint64, size int) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		rep, errs := eval.Evaluate(context.Background(), eng, docs, o)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		size = len(render(t, rep, "json"))
+		runtime.KeepAlive(rep)
+		if err := rep.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return max(after.HeapAlloc, before.HeapAlloc) - before.HeapAlloc, size
+	}
+	inMemory, size := held(eval.Options{Jobs: 2, Format: "json"})
+	spilled, _ := held(eval.Options{Jobs: 2, Format: "json", SpillDir: t.TempDir()})
+	t.Logf("a %d-byte report: %d bytes held in memory, %d spilled", size, inMemory, spilled)
+	if inMemory < uint64(size)/2 {
+		t.Fatalf("the in-memory report holds %d bytes of a %d-byte report: the comparison measures nothing", inMemory, size)
+	}
+	if spilled > uint64(size)/20 {
+		t.Fatalf("the spilled report holds %d bytes of a %d-byte report", spilled, size)
+	}
+}
+
+// TestTableReportKeepsNoPasses: a report evaluated for the table keeps
+// only the rows the table shows, prints the same table as one that kept
+// everything, and refuses the formats that list passes.
+func TestTableReportKeepsNoPasses(t *testing.T) {
+	eng := restrictedEngine(t)
+	docs := manifest.Split("pods.yaml", stream(t, 200))
+	all, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Jobs: 2, Format: "yaml"})
+	for _, jobs := range []int{1, 2} {
+		table, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Jobs: jobs, Format: "table"})
+		for _, r := range table.Results {
+			if r.Result == "pass" {
+				t.Fatalf("%d jobs: a pass kept for the table: %+v", jobs, r)
+			}
+		}
+		if len(table.Results) == 0 || table.Summary != all.Summary {
+			t.Fatalf("%d jobs: %d rows, summary %+v; want some rows and %+v", jobs, len(table.Results), table.Summary, all.Summary)
+		}
+		if render(t, table, "table") != render(t, all, "table") {
+			t.Fatalf("%d jobs: the table differs", jobs)
+		}
+		for _, format := range []string{"json", "yaml", "junit"} {
+			if err := table.Write(io.Discard, format); err == nil {
+				t.Fatalf("a table-only report was written as %s", format)
+			}
+		}
+	}
+}
