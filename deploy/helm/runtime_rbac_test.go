@@ -7,7 +7,7 @@ import "testing"
 // enabled actions, and nothing else: it never reads Secrets, though
 // secret-read rules are about them, nor writes webhook configurations.
 func TestSplitModeRuntimeRBAC(t *testing.T) {
-	manifest, err := render(t, "", "global.mode=split", "nameOverride=rt", "admission.enabled=false", "runtime.enabled=true",
+	manifest, err := render(t, "", "global.mode=split", "fullnameOverride=rt", "admission.enabled=false", "runtime.enabled=true",
 		"runtime.certSecret=rt-tls", "runtime.auditTokenSecret=rt-token", "actions.label.enabled=true")
 	if err != nil {
 		t.Fatal(err)

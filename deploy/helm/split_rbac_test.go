@@ -38,7 +38,8 @@ func applyRBAC(t *testing.T, manifest []byte) map[string]string {
 			if err := c.Create(ctx, u); err != nil {
 				t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
 			}
-			t.Cleanup(func() { _ = c.Delete(ctx, u) })
+			// Not ctx: a test's context is cancelled before its cleanups run.
+			t.Cleanup(func() { _ = c.Delete(context.Background(), u) })
 		case "Deployment", "Job":
 			sa, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
 			sas[u.GetLabels()["app.kubernetes.io/component"]] = sa

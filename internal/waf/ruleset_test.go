@@ -3,6 +3,7 @@ package waf_test
 import (
 	"context"
 	"errors"
+	"k8s.io/client-go/util/retry"
 	"strings"
 	"testing"
 
@@ -47,13 +48,18 @@ func served(t *testing.T, ns, name, word string) (string, int) {
 	return e.UUID, 0
 }
 
+// update changes the latest version of obj, again on a conflict: Portal
+// writes the status of RuleSets, RuleSources and RuleData meanwhile.
 func update(t *testing.T, obj client.Object, change func()) {
 	t.Helper()
-	if err := env.client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
-		t.Fatal(err)
-	}
-	change()
-	if err := env.client.Update(context.Background(), obj); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change()
+		return env.client.Update(context.Background(), obj)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }

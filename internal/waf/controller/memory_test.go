@@ -3,6 +3,8 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"strings"
 	"testing"
 
@@ -45,8 +47,16 @@ func TestFailingEditsDoNotGrowMemory(t *testing.T) {
 	create(t, src, rs)
 	edit := func(round int) {
 		t.Helper()
-		src.Spec.Rules = failingRules(round, size)
-		if err := env.client.Update(context.Background(), src); err != nil {
+		// Portal writes the RuleSource's status (which RuleSets use it):
+		// edit the latest version.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := env.client.Get(context.Background(), client.ObjectKeyFromObject(src), src); err != nil {
+				return err
+			}
+			src.Spec.Rules = failingRules(round, size)
+			return env.client.Update(context.Background(), src)
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		// The compile of this edit is done when its error is reported.
