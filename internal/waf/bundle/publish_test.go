@@ -2,7 +2,9 @@ package bundle_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"k8s.io/apimachinery/pkg/types"
 	"log/slog"
 	"strings"
 	"testing"
@@ -118,12 +120,10 @@ func TestRuleSetPublishesItsBundle(t *testing.T) {
 	})
 
 	s.Stop()
-	var src wafv1alpha1.RuleSource
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "base"}, &src); err != nil {
-		t.Fatal(err)
-	}
-	src.Spec.Rules = strings.Replace(rules, "attack", "exploit", 1)
-	if err := c.Update(context.Background(), &src); err != nil {
+	// A merge patch: Portal writes the RuleSource's status meanwhile.
+	src := &wafv1alpha1.RuleSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "base"}}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"rules": strings.Replace(rules, "attack", "exploit", 1)}})
+	if err := c.Patch(context.Background(), src, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
 	devtest.Eventually(t, "status.bundle processing while storage is down", func() bool {

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/types"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -91,12 +93,10 @@ func guardedRuleSet(tb testing.TB, prefix, word string) string {
 // setTuning rewrites the tuning RuleSource to block word.
 func setTuning(tb testing.TB, ns, word string) {
 	tb.Helper()
-	src := &wafv1alpha1.RuleSource{}
-	if err := clusterEnv.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "tuning"}, src); err != nil {
-		tb.Fatal(err)
-	}
-	src.Spec.Rules = tuning(word)
-	if err := clusterEnv.client.Update(context.Background(), src); err != nil {
+	// A merge patch: Portal writes the RuleSource's status meanwhile.
+	src := &wafv1alpha1.RuleSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tuning"}}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"rules": tuning(word)}})
+	if err := clusterEnv.client.Patch(context.Background(), src, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		tb.Fatal(err)
 	}
 }
