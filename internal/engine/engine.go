@@ -458,28 +458,39 @@ func (r *Rule) wantsEvent(classes []string) bool {
 	return false
 }
 
+// matchesKindAndNamespace is the part of a match rules and exceptions
+// share: obj's kind is one of gvks (an empty version matches every
+// version), obj is in owner's namespace when owner is one (a PortalRule's,
+// a PortalException's), and its namespace passes ns (a cluster-scoped
+// object only an empty include).
+func matchesKindAndNamespace(gvks []core.GVK, ns core.NamespaceMatch, owner string, obj *unstructured.Unstructured, gvk schema.GroupVersionKind) bool {
+	kindOK := false
+	for _, g := range gvks {
+		if g.Group == gvk.Group && g.Kind == gvk.Kind && (g.Version == "" || g.Version == gvk.Version) {
+			kindOK = true
+			break
+		}
+	}
+	if !kindOK {
+		return false
+	}
+	objNS := obj.GetNamespace()
+	switch {
+	case owner != "" && objNS != owner:
+		return false
+	case len(ns.Include) > 0 && (objNS == "" || !anyGlob(ns.Include, objNS)):
+		return false
+	case objNS != "" && anyGlob(ns.Exclude, objNS):
+		return false
+	}
+	return true
+}
+
 func (r *Rule) matches(obj *unstructured.Unstructured, gvk schema.GroupVersionKind, m core.Mode) bool {
 	if !r.Enabled || (m != "" && !r.HasMode(m)) {
 		return false
 	}
-	versionOK := false
-	for _, g := range r.Match.GVKs {
-		if g.Group == gvk.Group && g.Kind == gvk.Kind && (g.Version == "" || g.Version == gvk.Version) {
-			versionOK = true
-			break
-		}
-	}
-	if !versionOK {
-		return false
-	}
-	ns := obj.GetNamespace()
-	if r.Namespace != "" && ns != r.Namespace {
-		return false
-	}
-	if inc := r.Match.Namespaces.Include; len(inc) > 0 && (ns == "" || !anyGlob(inc, ns)) {
-		return false
-	}
-	if ns != "" && anyGlob(r.Match.Namespaces.Exclude, ns) {
+	if !matchesKindAndNamespace(r.Match.GVKs, r.Match.Namespaces, r.Namespace, obj, gvk) {
 		return false
 	}
 	return r.selector.Empty() || r.selector.Matches(labels.Set(obj.GetLabels()))

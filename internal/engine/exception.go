@@ -183,24 +183,7 @@ func (e *Engine) conditionHolds(ctx context.Context, x *Exception, ectx *core.Ev
 }
 
 func (x *Exception) matches(obj *unstructured.Unstructured, gvk schema.GroupVersionKind) bool {
-	versionOK := false
-	for _, g := range x.Match.GVKs {
-		if g.Group == gvk.Group && g.Kind == gvk.Kind && (g.Version == "" || g.Version == gvk.Version) {
-			versionOK = true
-			break
-		}
-	}
-	if !versionOK {
-		return false
-	}
-	ns := obj.GetNamespace()
-	if x.Namespace != "" && ns != x.Namespace {
-		return false
-	}
-	if inc := x.Match.Namespaces.Include; len(inc) > 0 && (ns == "" || !anyGlob(inc, ns)) {
-		return false
-	}
-	if ns != "" && anyGlob(x.Match.Namespaces.Exclude, ns) {
+	if !matchesKindAndNamespace(x.Match.GVKs, x.Match.Namespaces, x.Namespace, obj, gvk) {
 		return false
 	}
 	if len(x.Match.Names) > 0 && !anyGlob(x.Match.Names, obj.GetName()) {
