@@ -154,13 +154,26 @@ func (s *Status) Condition(r *core.Rule) (status, reason, message string) {
 }
 
 func (s *Status) writeAll(ctx context.Context) {
-	for _, r := range s.o.Rules() {
+	rules := s.o.Rules()
+	// A rule deleted and created again under its name starts with no
+	// condition: forgetting what was written for rules that are gone makes
+	// the new one get its condition.
+	loaded := make(map[string]bool, len(rules))
+	for _, r := range rules {
+		loaded[statusID(r)] = true
+	}
+	for id := range s.written {
+		if !loaded[id] {
+			delete(s.written, id)
+		}
+	}
+	for _, r := range rules {
 		kind := r.Source.Kind
 		if len(r.Actions) == 0 || (kind != "PortalRule" && kind != "PortalClusterRule") {
 			continue
 		}
 		st, reason, msg := s.Condition(r)
-		id := kind + "/" + r.Namespace + "/" + r.Name
+		id := statusID(r)
 		if s.written[id] == st+reason+msg {
 			continue
 		}
@@ -175,6 +188,11 @@ func (s *Status) writeAll(ctx context.Context) {
 		}
 		s.written[id] = st + reason + msg
 	}
+}
+
+// statusID names the object whose status a rule's condition is written to.
+func statusID(r *core.Rule) string {
+	return r.Source.Kind + "/" + r.Namespace + "/" + r.Name
 }
 
 func (s *Status) write(ctx context.Context, r *core.Rule, st, reason, msg string) error {
