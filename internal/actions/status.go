@@ -36,7 +36,10 @@ type StatusOptions struct {
 	Enabled []string
 	// DryRun is --actions-dry-run.
 	DryRun bool
-	Logger *slog.Logger
+	// AlertSink is true when --alertmanager-url names an Alertmanager;
+	// without one an alertmanager action has nowhere to send its alert.
+	AlertSink bool
+	Logger    *slog.Logger
 }
 
 // Status writes the ActionsReady condition of every PortalRule and
@@ -134,10 +137,13 @@ func (s *Status) Condition(r *core.Rule) (status, reason, message string) {
 		return "False", policyv1alpha1.ReasonActionsLayerOff, "the actions layer is off (--actions): none of " + strings.Join(types, ", ") + " runs"
 	}
 	var off, denied []string
+	noSink := false
 	for _, t := range types {
 		switch {
 		case !slices.Contains(s.o.Enabled, t):
 			off = append(off, t)
+		case t == "alertmanager" && !s.o.AlertSink:
+			noSink = true
 		case s.denied[t] != "":
 			denied = append(denied, fmt.Sprintf("%s (missing %s)", t, s.denied[t]))
 		}
@@ -145,6 +151,8 @@ func (s *Status) Condition(r *core.Rule) (status, reason, message string) {
 	switch {
 	case len(off) > 0:
 		return "False", policyv1alpha1.ReasonActionDisabled, "not enabled by --actions-enabled: " + strings.Join(off, ", ")
+	case noSink:
+		return "False", policyv1alpha1.ReasonActionDisabled, "alertmanager has no Alertmanager to send to (--alertmanager-url is empty)"
 	case len(denied) > 0:
 		return "False", policyv1alpha1.ReasonActionNotPermitted, "Portal's RBAC does not allow: " + strings.Join(denied, "; ")
 	case s.o.DryRun:

@@ -244,3 +244,23 @@ func TestActionsReadyAfterRecreate(t *testing.T) {
 	st.Notify()
 	devtest.Eventually(t, "ActionsRunnable on the recreated rule", runnable)
 }
+
+// TestActionsReadyWithoutAlertmanager: an alertmanager action cannot run
+// while Portal has no Alertmanager to send to, and its rule says so rather
+// than ActionsRunnable.
+func TestActionsReadyWithoutAlertmanager(t *testing.T) {
+	r := clusterRule("page", spec("alertmanager", "template", "PortalHostNetwork"))
+	for _, tc := range []struct {
+		sink               bool
+		status, reason, in string
+	}{
+		{false, "False", policyv1alpha1.ReasonActionDisabled, "--alertmanager-url"},
+		{true, "True", policyv1alpha1.ReasonActionsRunnable, "every action can run: alertmanager"},
+	} {
+		st := actions.NewStatus(actions.StatusOptions{Layer: true, Enabled: []string{"alertmanager"}, AlertSink: tc.sink})
+		status, reason, msg := st.Condition(r)
+		if status != tc.status || reason != tc.reason || !strings.Contains(msg, tc.in) {
+			t.Errorf("with an Alertmanager %v: ActionsReady %s %s %q, want %s %s containing %q", tc.sink, status, reason, msg, tc.status, tc.reason, tc.in)
+		}
+	}
+}
