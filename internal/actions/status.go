@@ -36,7 +36,10 @@ type StatusOptions struct {
 	Enabled []string
 	// DryRun is --actions-dry-run.
 	DryRun bool
-	Logger *slog.Logger
+	// AlertSink is true when --alertmanager-url names an Alertmanager;
+	// without one an alertmanager action has nowhere to send its alert.
+	AlertSink bool
+	Logger    *slog.Logger
 }
 
 // Status writes the ActionsReady condition of every PortalRule and
@@ -134,10 +137,13 @@ func (s *Status) Condition(r *core.Rule) (status, reason, message string) {
 		return "False", policyv1alpha1.ReasonActionsLayerOff, "the actions layer is off (--actions): none of " + strings.Join(types, ", ") + " runs"
 	}
 	var off, denied []string
+	noSink := false
 	for _, t := range types {
 		switch {
 		case !slices.Contains(s.o.Enabled, t):
 			off = append(off, t)
+		case t == "alertmanager" && !s.o.AlertSink:
+			noSink = true
 		case s.denied[t] != "":
 			denied = append(denied, fmt.Sprintf("%s (missing %s)", t, s.denied[t]))
 		}
@@ -145,6 +151,8 @@ func (s *Status) Condition(r *core.Rule) (status, reason, message string) {
 	switch {
 	case len(off) > 0:
 		return "False", policyv1alpha1.ReasonActionDisabled, "not enabled by --actions-enabled: " + strings.Join(off, ", ")
+	case noSink:
+		return "False", policyv1alpha1.ReasonActionDisabled, "alertmanager has no Alertmanager to send to (--alertmanager-url is empty)"
 	case len(denied) > 0:
 		return "False", policyv1alpha1.ReasonActionNotPermitted, "Portal's RBAC does not allow: " + strings.Join(denied, "; ")
 	case s.o.DryRun:
@@ -154,13 +162,26 @@ func (s *Status) Condition(r *core.Rule) (status, reason, message string) {
 }
 
 func (s *Status) writeAll(ctx context.Context) {
-	for _, r := range s.o.Rules() {
+	rules := s.o.Rules()
+	// A rule deleted and created again under its name starts with no
+	// condition: forgetting what was written for rules that are gone makes
+	// the new one get its condition.
+	loaded := make(map[string]bool, len(rules))
+	for _, r := range rules {
+		loaded[statusID(r)] = true
+	}
+	for id := range s.written {
+		if !loaded[id] {
+			delete(s.written, id)
+		}
+	}
+	for _, r := range rules {
 		kind := r.Source.Kind
 		if len(r.Actions) == 0 || (kind != "PortalRule" && kind != "PortalClusterRule") {
 			continue
 		}
 		st, reason, msg := s.Condition(r)
-		id := kind + "/" + r.Namespace + "/" + r.Name
+		id := statusID(r)
 		if s.written[id] == st+reason+msg {
 			continue
 		}
@@ -175,6 +196,11 @@ func (s *Status) writeAll(ctx context.Context) {
 		}
 		s.written[id] = st + reason + msg
 	}
+}
+
+// statusID names the object whose status a rule's condition is written to.
+func statusID(r *core.Rule) string {
+	return r.Source.Kind + "/" + r.Namespace + "/" + r.Name
 }
 
 func (s *Status) write(ctx context.Context, r *core.Rule, st, reason, msg string) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -170,4 +171,96 @@ func TestActionNotPermitted(t *testing.T) {
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == policyv1alpha1.ReasonActionNotPermitted &&
 			strings.Contains(cond.Message, "create pods/eviction")
 	})
+}
+
+// TestActionsReadyAfterRecreate: a rule deleted and created again under the
+// same name gets its ActionsReady condition again, though the condition is
+// the same as the one the deleted rule had.
+func TestActionsReadyAfterRecreate(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cl := shared.Cluster(t)
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, policyv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(cl.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "recreated"
+	newCR := func() *policyv1alpha1.PortalClusterRule {
+		return &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: policyv1alpha1.RuleSpec{
+			Match: policyv1alpha1.Match{GVK: []policyv1alpha1.GroupVersionKind{{Kind: "Pod"}}}, Rule: "true",
+			Actions: []policyv1alpha1.Action{{Type: "label", Key: "portal.io/x", Value: "y"}}}}
+	}
+	runnable := func() bool {
+		cr := &policyv1alpha1.PortalClusterRule{}
+		if c.Get(ctx, client.ObjectKey{Name: name}, cr) != nil {
+			return false
+		}
+		cond := meta.FindStatusCondition(cr.Status.Conditions, policyv1alpha1.ConditionActionsReady)
+		return cond != nil && cond.Reason == policyv1alpha1.ReasonActionsRunnable
+	}
+	// The rules the loader has, and how often the status writer read them.
+	var mu sync.Mutex
+	var loaded []*core.Rule
+	reads := 0
+	setLoaded := func(rs ...*core.Rule) {
+		mu.Lock()
+		defer mu.Unlock()
+		loaded, reads = rs, 0
+	}
+	rule := clusterRule(name, spec("label", "key", "portal.io/x", "value", "y"))
+	if err := c.Create(ctx, newCR()); err != nil {
+		t.Fatal(err)
+	}
+	setLoaded(rule)
+	st := actions.NewStatus(actions.StatusOptions{Client: c, Layer: true, Enabled: []string{"label"}, Rules: func() []*core.Rule {
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		return loaded
+	}})
+	go func() { _ = st.Start(ctx) }()
+	devtest.Eventually(t, "ActionsRunnable on the first rule", runnable)
+
+	if err := c.Delete(ctx, newCR()); err != nil {
+		t.Fatal(err)
+	}
+	setLoaded()
+	st.Notify()
+	devtest.Eventually(t, "the status writer sees the rule gone", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return reads > 0
+	})
+	if err := c.Create(ctx, newCR()); err != nil {
+		t.Fatal(err)
+	}
+	setLoaded(rule)
+	st.Notify()
+	devtest.Eventually(t, "ActionsRunnable on the recreated rule", runnable)
+}
+
+// TestActionsReadyWithoutAlertmanager: an alertmanager action cannot run
+// while Portal has no Alertmanager to send to, and its rule says so rather
+// than ActionsRunnable.
+func TestActionsReadyWithoutAlertmanager(t *testing.T) {
+	r := clusterRule("page", spec("alertmanager", "template", "PortalHostNetwork"))
+	for _, tc := range []struct {
+		sink               bool
+		status, reason, in string
+	}{
+		{false, "False", policyv1alpha1.ReasonActionDisabled, "--alertmanager-url"},
+		{true, "True", policyv1alpha1.ReasonActionsRunnable, "every action can run: alertmanager"},
+	} {
+		st := actions.NewStatus(actions.StatusOptions{Layer: true, Enabled: []string{"alertmanager"}, AlertSink: tc.sink})
+		status, reason, msg := st.Condition(r)
+		if status != tc.status || reason != tc.reason || !strings.Contains(msg, tc.in) {
+			t.Errorf("with an Alertmanager %v: ActionsReady %s %s %q, want %s %s containing %q", tc.sink, status, reason, msg, tc.status, tc.reason, tc.in)
+		}
+	}
 }

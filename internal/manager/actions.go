@@ -119,7 +119,7 @@ func verdictSink(ls []Layer, d Deps) (core.VerdictSink, error) {
 func actionsStatus(cfg *Config, d Deps) error {
 	st := actions.NewStatus(actions.StatusOptions{
 		Client: d.Manager.GetClient(), Layer: cfg.Actions.Enabled, Enabled: cfg.Actions.Types, DryRun: cfg.Actions.DryRun,
-		Logger: d.Logger,
+		AlertSink: cfg.Audit.Sinks.AlertmanagerURL != "", Logger: d.Logger,
 		Rules: func() []*core.Rule {
 			rs := d.Rules.Rules()
 			out := make([]*core.Rule, 0, len(rs))

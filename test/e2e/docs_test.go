@@ -22,13 +22,16 @@ import (
 // Pages whose marked blocks TestRunnableDocBlocks runs, in this order, against
 // one portal dev. Getting-started pages run in a directory of their own, as a
 // reader following them would; the cookbook's commands name repository paths
-// and run from the repository.
+// and run from the repository. Each cookbook page cleans up what it created
+// that would change a later page's output.
 var runnablePages = []struct {
 	glob   string
 	inRepo bool
 }{
 	{"docs/getting-started/first-rule.md", false},
 	{"docs/cookbook/[a-z]*-*.md", true},
+	{"docs/cookbook/actions/[a-z]*-*.md", true},
+	{"docs/cookbook/cross-resource/[a-z]*-*.md", true},
 }
 
 // A block is runnable when the line before its opening fence is a marker:
@@ -139,12 +142,12 @@ func TestRunnableDocBlocks(t *testing.T) {
 	kubeconfig := filepath.Join(workDir, ".portal-dev", "kubeconfig")
 	startDocsPortalDev(t, root, bin, kubeconfig)
 
-	r := &docRunner{root: root, workDir: workDir, env: append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+	r := &docRunner{repoView: repoView(t, root), workDir: workDir, env: append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "KUBECONFIG=") || strings.HasPrefix(kv, "PATH=")
 	}), "KUBECONFIG="+kubeconfig, "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))}
 	for _, b := range blocks {
 		if b.save != "" {
-			if err := os.WriteFile(filepath.Join(workDir, b.save), []byte(b.content), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(r.dir(b), b.save), []byte(b.content), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -254,13 +257,39 @@ func startDocsPortalDev(t *testing.T, root, bin, kubeconfig string) {
 	}
 }
 
+// repoView returns a directory that links every top-level entry of the
+// checkout, where the cookbook's blocks run: their commands see the
+// repository's paths, and the files they save stay out of the checkout.
+func repoView(t *testing.T, root string) string {
+	t.Helper()
+	view := t.TempDir()
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.Symlink(filepath.Join(root, e.Name()), filepath.Join(view, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return view
+}
+
 // docRunner runs the pages' commands as a reader's shell would: in the work
-// directory (or the checkout, for blocks that say so), keeping each
-// command's exit status for the next one's $?.
+// directory (or the view of the checkout, for blocks that say so), keeping
+// each command's exit status for the next one's $?.
 type docRunner struct {
-	root, workDir string
-	env           []string
-	lastStatus    int
+	repoView, workDir string
+	env               []string
+	lastStatus        int
+}
+
+// dir is where block b's commands run and its files are saved.
+func (r *docRunner) dir(b docBlock) string {
+	if b.inRepo {
+		return r.repoView
+	}
+	return r.workDir
 }
 
 // run runs command c of block b with prevStatus as $? and returns its
@@ -269,10 +298,7 @@ func (r *docRunner) run(t *testing.T, b docBlock, c docCommand, prevStatus int) 
 	t.Helper()
 	// $? is the status of the previous command, as in a terminal.
 	sh := exec.Command("sh", "-c", fmt.Sprintf("(exit %d); %s", prevStatus, c.cmd))
-	sh.Dir, sh.Env = r.workDir, r.env
-	if b.inRepo {
-		sh.Dir = r.root
-	}
+	sh.Dir, sh.Env = r.dir(b), r.env
 	var out bytes.Buffer
 	sh.Stdout, sh.Stderr = &out, &out
 	err := sh.Run()
