@@ -130,6 +130,25 @@ func (w *Watcher) Notify() {
 	}
 }
 
+// ResourcesChanged tells the watcher that the API server's resources
+// changed (a CustomResourceDefinition was created or became established):
+// a rule whose lookups named a resource not served yet is resolved again,
+// so it starts reading it without an edit. It never blocks.
+func (w *Watcher) ResourcesChanged() {
+	w.mu.Lock()
+	unknown := false
+	for _, st := range w.statuses {
+		if st.Reason == ReasonUnknownResource {
+			unknown = true
+			break
+		}
+	}
+	w.mu.Unlock()
+	if unknown {
+		w.Notify()
+	}
+}
+
 // Start implements manager.Runnable: it follows the rule set until ctx
 // ends, then releases every watch. It runs on every replica, since
 // admission reads the cache on each.

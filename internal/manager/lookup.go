@@ -1,15 +1,20 @@
 package manager
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
+	crmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/engine"
@@ -78,7 +83,32 @@ func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, cache *clusterca
 			}
 		},
 	})
-	return mgr.Add(l.watcher)
+	if err := mgr.Add(l.watcher); err != nil {
+		return err
+	}
+	if !cfg.Admission.Enabled && !cfg.Audit.Enabled && !cfg.Runtime.Enabled {
+		// No layer evaluates rules here (a split-mode WAF component),
+		// and the chart grants no CRD reads.
+		return nil
+	}
+	// A rule may read a custom resource whose CRD comes later: watch the
+	// CRDs' metadata (not their schemas, which can be megabytes each) and
+	// resolve such rules again when one appears or changes.
+	return mgr.Add(crmanager.RunnableFunc(func(ctx context.Context) error {
+		crds := &metav1.PartialObjectMetadata{}
+		crds.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+		inf, err := mgr.GetCache().GetInformer(ctx, crds)
+		if err != nil {
+			log.Warn("lookups: CustomResourceDefinitions not watched; a rule reading a resource whose CRD comes later is resolved again only when it changes", "error", err)
+			return nil
+		}
+		notify := func(any) { l.watcher.ResourcesChanged() }
+		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    notify,
+			UpdateFunc: func(_, o any) { notify(o) },
+		})
+		return err
+	}))
 }
 
 // lookupSource tells the rule status writer what the watcher made of each

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -373,6 +374,37 @@ func checkUnservedLookup(ctx context.Context, t *testing.T, c client.Client) {
 	}
 	if cond.Status != metav1.ConditionFalse || cond.Reason != policyv1alpha1.ReasonLookupResourceUnknown {
 		t.Errorf("LookupsReady %s %s %q, want False %s", cond.Status, cond.Reason, cond.Message, policyv1alpha1.ReasonLookupResourceUnknown)
+	}
+	// The CRD comes after the rule: the rule starts reading it without
+	// an edit.
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.nowhere.example"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "nowhere.example", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: new(true)}}}},
+		},
+	}
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: raw}
+	u.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+	if err := c.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var got policyv1alpha1.PortalClusterRule
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pcr), &got); err != nil {
+			return false, err
+		}
+		cond = meta.FindStatusCondition(got.Status.Conditions, policyv1alpha1.ConditionLookupsReady)
+		return cond != nil && cond.Status == metav1.ConditionTrue, nil
+	})
+	if err != nil {
+		t.Errorf("LookupsReady %s %s %q after the CRD was installed, want True", cond.Status, cond.Reason, cond.Message)
 	}
 }
 
