@@ -159,7 +159,7 @@ func runGet(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name
 
 func waitNode(t *testing.T, ctx context.Context, what string, cond wait.ConditionWithContextFunc) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, cond); err != nil {
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, cond); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
