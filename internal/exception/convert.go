@@ -58,8 +58,14 @@ func FromSpec(spec *policyv1alpha1.ExceptionSpec, kind, namespace, name string) 
 		x.Expires = spec.Expires.Time
 	}
 	m := &spec.Match
-	for _, g := range m.GVK {
+	for i, g := range m.GVK {
 		x.Match.GVKs = append(x.Match.GVKs, core.GVK{Group: g.Group, Version: g.Version, Kind: g.Kind})
+		// Whether a Secret is exempted (status.exemptedCount, a skip in
+		// the PolicyReport) would answer the condition about its data: a
+		// tenant could read Secrets a bit at a time without the right to.
+		if kind == KindNamespaced && g.Group == "" && g.Kind == "Secret" {
+			errs = append(errs, fmt.Errorf("match.gvk[%d]: PortalExceptions cannot match Secrets; a PortalClusterException can", i))
+		}
 	}
 	x.Match.Names = slices.Clone(m.Names)
 	if m.Namespaces != nil {

@@ -45,6 +45,11 @@ func TestFromSpecRefusesWhatTheSchemaCannotBound(t *testing.T) {
 		"reason": {exception.KindCluster, func(s *policyv1alpha1.ExceptionSpec) { s.Reason = "" }, "reason is required"},
 		"rules":  {exception.KindCluster, func(s *policyv1alpha1.ExceptionSpec) { s.Rules = nil }, "rules is empty"},
 		"mode":   {exception.KindCluster, func(s *policyv1alpha1.ExceptionSpec) { s.Modes = []policyv1alpha1.ExceptionMode{"always"} }, `"always"`},
+		// Which Secrets it exempts would answer its condition about their
+		// data, a bit at a time, to someone who may not read them.
+		"secret": {exception.KindNamespaced, func(s *policyv1alpha1.ExceptionSpec) {
+			s.Match.GVK = append(s.Match.GVK, policyv1alpha1.GroupVersionKind{Version: "v1", Kind: "Secret"})
+		}, "match.gvk[1]: PortalExceptions cannot match Secrets"},
 	} {
 		s := spec()
 		tc.mut(s)

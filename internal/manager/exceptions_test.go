@@ -220,6 +220,13 @@ func TestExceptionsAgainstTheAPIServer(t *testing.T) {
 		},
 	}
 	e.create(legacy)
+	// A tenant's exception on Secrets would tell its author, through what
+	// it exempts, what they hold: the API server refuses it.
+	peek := legacy.DeepCopy()
+	peek.Name, peek.Spec.Match.GVK = "peek", []policyv1alpha1.GroupVersionKind{{Version: "v1", Kind: "Secret"}}
+	if err := e.c.Create(context.Background(), peek, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "PortalExceptions cannot match Secrets") {
+		t.Errorf("a PortalException on Secrets: %v, want the CRD's refusal", err)
+	}
 	got := e.waitReady(legacy, metav1.ConditionTrue, policyv1alpha1.ReasonExceptionActive)
 	e.poll("matchedRules", func() bool {
 		_, got = e.ready(legacy)

@@ -186,6 +186,7 @@ type PortalException struct {
 	// Spec is the exception. A PortalException applies only to objects in
 	// its own namespace, so it has no match.namespaces.
 	// +kubebuilder:validation:XValidation:rule="!has(self.match.namespaces)",message="a PortalException applies only in its own namespace; match.namespaces is for PortalClusterExceptions",fieldPath=".match.namespaces"
+	// +kubebuilder:validation:XValidation:rule="!self.match.gvk.exists(g, (!has(g.group) || g.group == '') && g.kind == 'Secret')",message="PortalExceptions cannot match Secrets: which Secrets an exception exempts would tell its author what they hold; a PortalClusterException can",fieldPath=".match.gvk"
 	Spec   ExceptionSpec   `json:"spec"`
 	Status ExceptionStatus `json:"status,omitempty"`
 }
