@@ -9,6 +9,7 @@
 package event
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -102,22 +103,86 @@ type EventList struct {
 }
 
 // DecodeList reads an audit.k8s.io/v1 EventList. It refuses another
-// kind or version, and more than maxItems events.
+// kind or version, and more than maxItems events. The items are decoded one
+// at a time and counted as they come: decoded whole, a body of empty items
+// ({},{},...) takes hundreds of bytes of memory per byte sent before the
+// count could refuse it.
 func DecodeList(data []byte, maxItems int) ([]Event, error) {
-	var l EventList
-	if err := json.Unmarshal(data, &l); err != nil {
-		return nil, fmt.Errorf("decode EventList: %w", err)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, err
 	}
-	if l.Kind != "EventList" || l.APIVersion != "audit.k8s.io/v1" {
-		return nil, fmt.Errorf("decode EventList: kind %q apiVersion %q, want EventList audit.k8s.io/v1", l.Kind, l.APIVersion)
+	var (
+		kind, apiVersion string
+		items            []Event
+	)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("decode EventList: %w", err)
+		}
+		key, _ := tok.(string)
+		switch key {
+		case "kind":
+			err = dec.Decode(&kind)
+		case "apiVersion":
+			err = dec.Decode(&apiVersion)
+		case "items":
+			items, err = decodeItems(dec, maxItems)
+		default:
+			var skip json.RawMessage
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decode EventList: %w", err)
+		}
 	}
-	if len(l.Items) > maxItems {
-		return nil, fmt.Errorf("decode EventList: %d events, more than %d", len(l.Items), maxItems)
+	if err := expectDelim(dec, '}'); err != nil {
+		return nil, err
 	}
-	for i := range l.Items {
-		l.Items[i].Bound()
+	if kind != "EventList" || apiVersion != "audit.k8s.io/v1" {
+		return nil, fmt.Errorf("decode EventList: kind %q apiVersion %q, want EventList audit.k8s.io/v1", kind, apiVersion)
 	}
-	return l.Items, nil
+	return items, nil
+}
+
+// decodeItems reads the items array, refusing it at its maxItems+1st event.
+func decodeItems(dec *json.Decoder, maxItems int) ([]Event, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if tok == nil {
+		return nil, nil // "items": null, an empty batch
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return nil, fmt.Errorf("items: want an array, got %v", tok)
+	}
+	var items []Event
+	for dec.More() {
+		if len(items) == maxItems {
+			return nil, fmt.Errorf("more than %d events", maxItems)
+		}
+		var ev Event
+		if err := dec.Decode(&ev); err != nil {
+			return nil, err
+		}
+		ev.Bound()
+		items = append(items, ev)
+	}
+	return items, expectDelim(dec, ']')
+}
+
+// expectDelim reads the next token and refuses anything but d.
+func expectDelim(dec *json.Decoder, d json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("decode EventList: %w", err)
+	}
+	if got, ok := tok.(json.Delim); !ok || got != d {
+		return fmt.Errorf("decode EventList: want %q, got %v", d, tok)
+	}
+	return nil
 }
 
 // DecodeLine reads one event of a JSON-lines audit log.

@@ -2,6 +2,7 @@ package event_test
 
 import (
 	"encoding/json"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -69,6 +70,29 @@ func TestDecodeRefusesOtherKinds(t *testing.T) {
 	}
 	if _, err := event.DecodeFalco([]byte(`{"rule":"r","priority":"Urgent"}`)); err == nil {
 		t.Error("a Falco alert of an unknown priority decoded")
+	}
+}
+
+// TestDecodeListRefusesABatchBeforeBuildingIt: a body of empty items
+// ({},{},...) took, decoded whole, about 550 MiB for 1 MiB sent before the
+// batch limit could refuse it, and the endpoint takes 16 MiB bodies. Items
+// are counted as they are decoded: past the limit, the rest is never built.
+func TestDecodeListRefusesABatchBeforeBuildingIt(t *testing.T) {
+	body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{}` + strings.Repeat(`,{}`, 1<<20/3) + `]}`)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := event.DecodeList(body, 5000)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "more than 5000 events") {
+		t.Fatalf("a batch of %d events: %v, want refused", 1<<20/3, err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+		t.Errorf("refusing a 1 MiB batch allocated %d MiB, want under 32", alloc>>20)
+	}
+	evs, err := event.DecodeList([]byte(`{"items":[{"kind":"Event","apiVersion":"audit.k8s.io/v1","verb":"get"}],"apiVersion":"audit.k8s.io/v1","kind":"EventList","extra":{"x":[1]}}`), 5000)
+	if err != nil || len(evs) != 1 || evs[0].Verb != "get" {
+		t.Errorf("a batch with its kind after its items: %v %v", evs, err)
 	}
 }
 
