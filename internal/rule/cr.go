@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/time/rate"
 	"log/slog"
 	"slices"
 	"sync"
@@ -74,16 +75,19 @@ type CRLoader struct {
 	// changed tells the status reconciler of each kind that a state moved.
 	changed map[string]chan event.GenericEvent
 	// mapper tells cluster-scoped kinds from namespaced ones (set up with
-	// the manager).
-	mapper meta.RESTMapper
+	// the manager); discoveryAsks bounds how often it is asked, since a
+	// kind it does not know makes it read the API server's discovery.
+	mapper        meta.RESTMapper
+	discoveryAsks *rate.Limiter
 }
 
 // NewCRLoader returns a loader reading through c (the manager's cache).
 func NewCRLoader(c client.Reader, comp Compiler, index *Index, log *slog.Logger, m *Metrics) *CRLoader {
 	return &CRLoader{
 		client: c, compiler: comp, index: index, log: log, metrics: m,
-		states: map[string]LoadState{},
-		active: map[string][]*engine.Rule{},
+		states:        map[string]LoadState{},
+		discoveryAsks: rate.NewLimiter(5, 50),
+		active:        map[string][]*engine.Rule{},
 		changed: map[string]chan event.GenericEvent{
 			KindCluster:    make(chan event.GenericEvent, 1024),
 			KindNamespaced: make(chan event.GenericEvent, 1024),
@@ -186,7 +190,7 @@ func (l *CRLoader) reconcile(ctx context.Context, kind string, req ctrl.Request)
 func (l *CRLoader) compile(obj policyv1alpha1.RuleObject, src core.Source) (*engine.Rule, error) {
 	r, err := FromSpec(obj.GetRuleSpec(), obj.GetName(), src)
 	if src.Kind == KindNamespaced {
-		if errs := checkTenantKinds(obj.GetRuleSpec().Match, l.allowedTenantKinds(), clusterScopedIn(l.mapper)); len(errs) > 0 {
+		if errs := checkTenantKinds(obj.GetRuleSpec().Match, l.allowedTenantKinds(), clusterScopedIn(l.mapper, l.discoveryAsks)); len(errs) > 0 {
 			err = errors.Join(append([]error{err}, errs...)...)
 		}
 	}

@@ -3,6 +3,7 @@ package rule
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/time/rate"
 	"slices"
 	"strings"
 
@@ -167,12 +168,18 @@ func checkTenantKinds(m policyv1alpha1.Match, allowed []schema.GroupKind, cluste
 
 // clusterScopedIn returns a check that asks mapper (the API server's
 // discovery, cached) whether a kind is cluster-scoped. A kind the API
-// server does not serve is not refused: its CRD may come later.
-func clusterScopedIn(mapper meta.RESTMapper) func(schema.GroupKind) bool {
+// server does not serve is not refused: its CRD may come later. A kind the
+// mapper does not know makes it read discovery again, and a tenant can
+// name 32 new ones per edit, so asks beyond asks' rate are not made (the
+// kind is not refused, and the rule simply never matches).
+func clusterScopedIn(mapper meta.RESTMapper, asks *rate.Limiter) func(schema.GroupKind) bool {
 	if mapper == nil {
 		return nil
 	}
 	return func(gk schema.GroupKind) bool {
+		if asks != nil && !asks.Allow() {
+			return false
+		}
 		m, err := mapper.RESTMapping(gk)
 		return err == nil && m.Scope.Name() == meta.RESTScopeNameRoot
 	}

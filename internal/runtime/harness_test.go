@@ -122,7 +122,10 @@ func newHarness(t *testing.T, rulesYAML string, objects []string, o runtime.Opti
 		}
 	}
 	h := &harness{reports: &reports{}, verdicts: &verdicts{}, clock: &clock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}}
-	o.Engine, o.Targets, o.Findings, o.Verdicts, o.Now = eng, b.Build(), h.reports, h.verdicts, h.clock.Now
+	if o.Targets == nil {
+		o.Targets = b.Build()
+	}
+	o.Engine, o.Findings, o.Verdicts, o.Now = eng, h.reports, h.verdicts, h.clock.Now
 	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	h.metrics = runtime.NewMetrics(prometheus.NewRegistry())
 	h.src = runtime.NewSource(o, h.metrics)

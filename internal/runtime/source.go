@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"golang.org/x/time/rate"
 	"log/slog"
 	"strings"
 	"sync"
@@ -55,21 +56,41 @@ type Source struct {
 	dedupMu sync.Mutex
 	dedup   *lru.Cache
 	// resolved caches what the RESTMapper said of each resource events
-	// name: asking it per event costs more than evaluating the rules.
+	// name: asking it per event costs more than evaluating the rules. A
+	// resource it did not know is remembered as the time until which it
+	// is not asked again.
 	resolved *lru.Cache
+	// unknownAsks bounds how often the RESTMapper is asked about a
+	// resource not in resolved: a miss makes it read the API server's
+	// discovery again, and any API user can send audited requests for
+	// resources that do not exist, each name new.
+	unknownAsks *rate.Limiter
 }
+
+// Bounds of asking the RESTMapper about resources events name.
+const (
+	unknownResourceTTL = 30 * time.Second
+	unknownAsksPerSec  = 10
+	unknownAsksBurst   = 100
+	errResolveDeferred = resolveError("too many resources to look up: the event is skipped")
+	errResourceUnknown = resolveError("resource not served (remembered for a while)")
+)
+
+type resolveError string
+
+func (e resolveError) Error() string { return string(e) }
 
 // NewSource returns a source; Start runs its workers.
 func NewSource(o Options, m *Metrics) *Source {
 	o.defaults()
 	return &Source{
 		o: o, m: m, log: o.Logger,
-		queue:   make(chan item, o.QueueSize),
-		open:    newOpenFindings(o.Findings, o.FindingWindow, o.MaxOpenFindings, m),
-		started: lru.New(o.CacheSize),
-		dedup:   lru.New(o.CacheSize),
-		// The API server audits only resources it serves: a few hundred.
-		resolved: lru.New(4096),
+		queue:       make(chan item, o.QueueSize),
+		open:        newOpenFindings(o.Findings, o.FindingWindow, o.MaxOpenFindings, m),
+		started:     lru.New(o.CacheSize),
+		dedup:       lru.New(o.CacheSize),
+		resolved:    lru.New(4096),
+		unknownAsks: rate.NewLimiter(unknownAsksPerSec, unknownAsksBurst),
 	}
 }
 
@@ -163,7 +184,7 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 	if ref.APIGroup != "" {
 		name += "." + ref.APIGroup
 	}
-	res, err := s.resolve(name)
+	res, err := s.resolve(name, s.o.Now())
 	if err != nil {
 		s.m.Skipped.WithLabelValues(SkipResource).Inc()
 		return nil
@@ -207,14 +228,27 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 }
 
 // resolve maps a resource as events name it to its kind, remembering the
-// answer; a resource the mapper does not know is asked again next time (a
-// CRD may just have been installed).
-func (s *Source) resolve(name string) (clustercache.Resource, error) {
+// answer. A resource the mapper does not know is remembered for
+// unknownResourceTTL (a CRD may be installed meanwhile), and new names are
+// asked at a bounded rate: the API server audits requests for resources it
+// does not serve too.
+func (s *Source) resolve(name string, now time.Time) (clustercache.Resource, error) {
 	if v, ok := s.resolved.Get(name); ok {
-		return v.(clustercache.Resource), nil
+		switch v := v.(type) {
+		case clustercache.Resource:
+			return v, nil
+		case time.Time:
+			if now.Before(v) {
+				return clustercache.Resource{}, errResourceUnknown
+			}
+		}
+	}
+	if !s.unknownAsks.AllowN(now, 1) {
+		return clustercache.Resource{}, errResolveDeferred
 	}
 	res, err := s.o.Targets.Resolve(name)
 	if err != nil {
+		s.resolved.Add(name, now.Add(unknownResourceTTL))
 		return res, err
 	}
 	s.resolved.Add(name, res)
