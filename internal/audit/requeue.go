@@ -24,17 +24,20 @@ func (s *Source) Requeue(gk schema.GroupKind, namespace, name string) bool {
 	return false
 }
 
-// RequeueKinds queues every watched object of the given kinds: what an
-// exception that appeared, changed, expired or went away concerns. The
-// objects keep their findings until they are evaluated again.
-func (s *Source) RequeueKinds(gks []schema.GroupKind) {
+// RequeueKinds queues every watched object of the given kinds in namespace
+// ("" for every namespace): what an exception that appeared, changed,
+// expired or went away concerns. The objects keep their findings until they
+// are evaluated again.
+func (s *Source) RequeueKinds(namespace string, gks []schema.GroupKind) {
 	now := time.Now()
 	for _, w := range s.watches.list() {
 		if !slices.Contains(gks, w.gvk.GroupKind()) || w.stopped.Load() {
 			continue
 		}
 		for _, k := range w.keys() {
-			s.enqueueKey(w, k, now)
+			if namespace == "" || k.Namespace == namespace {
+				s.enqueueKey(w, k, now)
+			}
 		}
 	}
 }

@@ -74,7 +74,7 @@ type Loader struct {
 	exempted map[string]int
 	// onChange are told the kinds whose exceptions changed, after the
 	// engine holds the new set: audit re-evaluates their objects.
-	onChange []func([]schema.GroupKind)
+	onChange []func(string, []schema.GroupKind)
 	// changed tells the status reconciler of each kind that a state moved.
 	changed map[string]chan event.GenericEvent
 }
@@ -114,9 +114,12 @@ func NewLoader(c client.Reader, eng Engine, o Options) *Loader {
 	return l
 }
 
-// OnChange calls fn with the kinds an exception change concerns, after the
-// engine holds the new set. Subscribe before the manager starts.
-func (l *Loader) OnChange(fn func([]schema.GroupKind)) {
+// OnChange calls fn with the namespace and kinds an exception change
+// concerns (namespace "" for a PortalClusterException: every namespace),
+// after the engine holds the new set. A tenant editing its PortalException
+// in a loop thereby re-evaluates only its own namespace's objects.
+// Subscribe before the manager starts.
+func (l *Loader) OnChange(fn func(namespace string, kinds []schema.GroupKind)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.onChange = append(l.onChange, fn)
@@ -206,9 +209,9 @@ func (l *Loader) load(kind string, obj policyv1alpha1.ExceptionObject) State {
 	}
 	l.states[k] = st
 	l.publishLocked()
-	changed := kinds(prev, l.active[k])
+	changed, ns := kinds(prev, l.active[k]), scope(prev, l.active[k])
 	l.mu.Unlock()
-	l.tell(changed)
+	l.tell(ns, changed)
 	return st
 }
 
@@ -246,7 +249,7 @@ func (l *Loader) expire(kind, k string, obj policyv1alpha1.ExceptionObject) {
 	l.states[k] = st
 	l.publishLocked()
 	l.mu.Unlock()
-	l.tell(kinds(x))
+	l.tell(scope(x), kinds(x))
 	l.metrics.Expired.Inc()
 	l.log.Info("exception expired", "kind", kind, "namespace", obj.GetNamespace(), "name", obj.GetName(), "expires", x.Expires)
 	l.notify(kind, obj)
@@ -264,7 +267,7 @@ func (l *Loader) forget(k string) {
 	l.stopTimerLocked(k)
 	l.publishLocked()
 	l.mu.Unlock()
-	l.tell(kinds(prev))
+	l.tell(scope(prev), kinds(prev))
 }
 
 // publishLocked hands the engine the active set, in key order, and counts
@@ -294,7 +297,7 @@ func (l *Loader) publishLocked() {
 // tell calls the subscribers with the kinds that changed, without holding
 // mu: audit takes its own locks to requeue, and holds them while its
 // findings reach SetExempted, which takes mu.
-func (l *Loader) tell(changed []schema.GroupKind) {
+func (l *Loader) tell(namespace string, changed []schema.GroupKind) {
 	if len(changed) == 0 {
 		return
 	}
@@ -302,8 +305,24 @@ func (l *Loader) tell(changed []schema.GroupKind) {
 	subs := slices.Clone(l.onChange)
 	l.mu.Unlock()
 	for _, fn := range subs {
-		fn(changed)
+		fn(namespace, changed)
 	}
+}
+
+// scope is the namespace the objects of xs are in: a PortalException's
+// own, or "" (every namespace) when one is a PortalClusterException.
+func scope(xs ...*engine.Exception) string {
+	ns := ""
+	for _, x := range xs {
+		if x == nil {
+			continue
+		}
+		if x.Namespace == "" || (ns != "" && ns != x.Namespace) {
+			return ""
+		}
+		ns = x.Namespace
+	}
+	return ns
 }
 
 // kinds lists the kinds either generation of an exception matches.
