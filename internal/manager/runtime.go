@@ -183,7 +183,7 @@ func (*runtimeLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.StringVar(&r.AuditLogState, "runtime-audit-log-state", r.AuditLogState, "file recording how far --runtime-audit-log was read")
 	f.IntVar(&r.QueueSize, "runtime-queue-size", r.QueueSize, "runtime events waiting for evaluation; an event from the endpoint that finds the queue full is dropped and counted")
 	f.IntVar(&r.Workers, "runtime-workers", r.Workers, "concurrent runtime evaluations")
-	f.IntVar(&r.MaxOpenFindings, "runtime-max-open-findings", r.MaxOpenFindings, "runtime findings open at once; beyond, the oldest closes early")
+	f.IntVar(&r.MaxOpenFindings, "runtime-max-open-findings", r.MaxOpenFindings, "runtime findings open at once; beyond, the oldest of the namespace holding the most closes early")
 	f.DurationVar(&r.FindingWindow, "runtime-finding-window", r.FindingWindow, "how long a runtime finding stays open: its alert resolves and its report result goes after it")
 	f.DurationVar(&r.DedupWindow, "runtime-dedup-window", r.DedupWindow, "a rule, actor and target raise one finding, and run their actions once, per window")
 	f.DurationVar(&r.EvalTimeout, "runtime-eval-timeout", r.EvalTimeout, "deadline of one event's evaluation by every runtime rule")

@@ -12,8 +12,10 @@ import (
 // openFindings keeps each runtime finding open for a window, so the
 // state-based outputs show an event: an alert that resolves when the
 // window ends, a PolicyReport result per rule and target that goes away,
-// the open-findings gauge. At most max are open: the oldest closes early,
-// so a flood of events never grows the reports without bound.
+// the open-findings gauge. At most max are open: past it, the oldest of the
+// namespace holding the most closes early, so a flood of events never grows
+// the reports without bound, and one tenant's flood closes its own findings,
+// not other namespaces'.
 type openFindings struct {
 	set    FindingSetter
 	window time.Duration
@@ -24,10 +26,12 @@ type openFindings struct {
 	// byObj holds the open findings of each target, by finding.
 	byObj map[core.ObjectKey]*openObject
 	n     int
-	// fifo is the order findings were opened or renewed in, which is
-	// the order they expire in (one window for all); an entry whose
-	// finding was renewed since is stale and skipped.
-	fifo []fifoEntry
+	// fifos is, per namespace of the target, the order findings were
+	// opened or renewed in, which is the order they expire in (one window
+	// for all); an entry whose finding was renewed since is stale and
+	// skipped. perNS counts the open findings of each namespace.
+	fifos map[string][]fifoEntry
+	perNS map[string]int
 }
 
 type openObject struct {
@@ -47,7 +51,8 @@ type fifoEntry struct {
 }
 
 func newOpenFindings(set FindingSetter, window time.Duration, limit int, m *Metrics) *openFindings {
-	return &openFindings{set: set, window: window, max: limit, m: m, byObj: map[core.ObjectKey]*openObject{}}
+	return &openFindings{set: set, window: window, max: limit, m: m, byObj: map[core.ObjectKey]*openObject{},
+		fifos: map[string][]fifoEntry{}, perNS: map[string]int{}}
 }
 
 // add opens r's finding on its target, or renews it, until now+window.
@@ -68,15 +73,32 @@ func (o *openFindings) add(r core.Result, now time.Time) {
 	obj.ref = r.Resource
 	if _, ok := obj.findings[id]; !ok {
 		o.n++
+		o.perNS[key.Namespace]++
 	}
 	exp := now.Add(o.window)
 	obj.findings[id] = openFinding{f: f, expires: exp}
-	o.fifo = append(o.fifo, fifoEntry{key: key, id: id, expires: exp})
+	o.fifos[key.Namespace] = append(o.fifos[key.Namespace], fifoEntry{key: key, id: id, expires: exp})
 	dirty := map[core.ObjectKey]bool{key: true}
-	for o.n > o.max && len(o.fifo) > 0 {
-		o.popLocked(true, dirty)
+	for o.n > o.max {
+		ns, ok := o.fullestLocked()
+		if !ok {
+			break
+		}
+		o.popLocked(ns, true, dirty)
 	}
 	o.publishLocked(dirty, now)
+}
+
+// fullestLocked returns the namespace with the most open findings (the
+// first by name among equals).
+func (o *openFindings) fullestLocked() (string, bool) {
+	best, most := "", 0
+	for ns, n := range o.perNS {
+		if n > most || (n == most && ns < best) {
+			best, most = ns, n
+		}
+	}
+	return best, most > 0 && len(o.fifos[best]) > 0
 }
 
 // expire closes the findings whose window ended at or before now.
@@ -84,20 +106,24 @@ func (o *openFindings) expire(now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	dirty := map[core.ObjectKey]bool{}
-	for len(o.fifo) > 0 && !o.fifo[0].expires.After(now) {
-		o.popLocked(false, dirty)
-	}
-	if len(o.fifo) == 0 {
-		o.fifo = nil // let the backing array go
+	for ns, fifo := range o.fifos {
+		for len(fifo) > 0 && !fifo[0].expires.After(now) {
+			o.popLocked(ns, false, dirty)
+			fifo = o.fifos[ns]
+		}
 	}
 	o.publishLocked(dirty, now)
 }
 
 // popLocked takes the oldest fifo entry and closes its finding unless it
 // was renewed since.
-func (o *openFindings) popLocked(capacity bool, dirty map[core.ObjectKey]bool) {
-	e := o.fifo[0]
-	o.fifo = o.fifo[1:]
+func (o *openFindings) popLocked(ns string, capacity bool, dirty map[core.ObjectKey]bool) {
+	e := o.fifos[ns][0]
+	if rest := o.fifos[ns][1:]; len(rest) > 0 {
+		o.fifos[ns] = rest
+	} else {
+		delete(o.fifos, ns) // let the backing array go
+	}
 	obj := o.byObj[e.key]
 	if obj == nil {
 		return
@@ -108,6 +134,9 @@ func (o *openFindings) popLocked(capacity bool, dirty map[core.ObjectKey]bool) {
 	}
 	delete(obj.findings, e.id)
 	o.n--
+	if o.perNS[ns]--; o.perNS[ns] <= 0 {
+		delete(o.perNS, ns)
+	}
 	dirty[e.key] = true
 	reason := "window"
 	if capacity {

@@ -209,6 +209,39 @@ rule: "true"
 	}
 }
 
+// TestOneNamespaceFloodClosesItsOwnFindings: open findings are bounded
+// for the whole process, and a tenant's flood of events in its namespace
+// (a rule: true, 404 probes that are still audited) closed every other
+// namespace's oldest findings first. Past the bound, the namespace holding
+// the most gives way.
+func TestOneNamespaceFloodClosesItsOwnFindings(t *testing.T) {
+	rules := `
+mode: [runtime]
+name: secret-read
+runtime: {events: [secret-read]}
+match: {gvk: [{group: "", kind: Secret}]}
+rule: "true"
+`
+	h := newHarness(t, rules, nil, runtime.Options{MaxOpenFindings: 4})
+	for i := range 2 {
+		ev := auditEvent("p", "bob", "get", "secrets", "", "prod", "p"+string(rune('0'+i)))
+		h.src.Process(t.Context(), runtime.InputWebhook, &ev)
+	}
+	for i := range 20 {
+		ev := auditEvent("f", "mallory", "get", "secrets", "", "tenant", "f"+string(rune('a'+i)))
+		h.src.Process(t.Context(), runtime.InputWebhook, &ev)
+	}
+	if got := h.src.OpenFindings(); got != 4 {
+		t.Fatalf("open = %d, want the bound of 4", got)
+	}
+	for i := range 2 {
+		key := core.ObjectKey{APIVersion: "v1", Kind: "Secret", Namespace: "prod", Name: "p" + string(rune('0'+i))}
+		if len(h.reports.rules(key)) == 0 {
+			t.Errorf("prod's finding on %s was closed by another namespace's flood", key.Name)
+		}
+	}
+}
+
 // TestQueueFullDropsAndCounts: with no worker running, events beyond the
 // queue are dropped and counted, and Offer returns at once.
 func TestQueueFullDropsAndCounts(t *testing.T) {
