@@ -254,6 +254,17 @@ func TestRevokeServiceAccountToken(t *testing.T) {
 	if err := e.c.Get(ctx, client.ObjectKey{Namespace: other, Name: "app"}, other2); err != nil {
 		t.Fatal(err)
 	}
+	// The attempt says what it deleted, by name (it once printed "[]" for
+	// none, and a bracketed list otherwise).
+	want := "deleted 1 legacy token Secrets of ServiceAccount " + ns + "/app: app-token; recreated it with UID "
+	devtest.Eventually(t, "the audit line naming the deleted Secret", func() bool {
+		for _, l := range e.log.lines("revoke-sa-token", "leaky") {
+			if d, _ := l["detail"].(string); strings.HasPrefix(d, want) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestDryRun: nothing changes; the audit log says what would happen.

@@ -72,7 +72,10 @@ func (a *revokeToken) Apply(ctx context.Context, req *Request) (Outcome, error) 
 		}
 		deleted = append(deleted, s.Name)
 	}
-	detail := fmt.Sprintf("deleted %d legacy token Secrets of ServiceAccount %s/%s [%s]", len(deleted), ns, sa, strings.Join(deleted, ", "))
+	detail := fmt.Sprintf("no legacy token Secret of ServiceAccount %s/%s to delete", ns, sa)
+	if len(deleted) > 0 {
+		detail = fmt.Sprintf("deleted %d legacy token Secrets of ServiceAccount %s/%s: %s", len(deleted), ns, sa, strings.Join(deleted, ", "))
+	}
 	if req.Param("recreateServiceAccount") == "true" {
 		uid, err := a.recreate(ctx, ns, sa)
 		if err != nil {
