@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -341,70 +340,6 @@ func checkTenantConfined(ctx context.Context, t *testing.T, c client.Client, pee
 	}
 	if pr.Status.Reads[0] != "/configmaps" {
 		t.Errorf("status.reads = %v, want [/configmaps]", pr.Status.Reads)
-	}
-}
-
-// checkUnservedLookup: a rule reading a custom resource whose CRD is not
-// installed (cert-manager's Certificates, in the cookbook) says so in its
-// LookupsReady condition. Its reads are empty, which was once written as
-// null, refused by the CRD's schema and retried forever.
-func checkUnservedLookup(ctx context.Context, t *testing.T, c client.Client) {
-	pcr := &policyv1alpha1.PortalClusterRule{
-		ObjectMeta: metav1.ObjectMeta{Name: "reads-nothing-served"},
-		Spec: policyv1alpha1.RuleSpec{
-			Mode:  []policyv1alpha1.Mode{"audit"},
-			Match: policyv1alpha1.Match{GVK: []policyv1alpha1.GroupVersionKind{{Group: "networking.k8s.io", Version: "v1", Kind: "Ingress"}}},
-			Rule:  `len(cluster["widgets.nowhere.example"].list(object.metadata.namespace, {})) > 0`,
-		},
-	}
-	if err := c.Create(ctx, pcr); err != nil {
-		t.Fatal(err)
-	}
-	var cond *metav1.Condition
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		var got policyv1alpha1.PortalClusterRule
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pcr), &got); err != nil {
-			return false, err
-		}
-		cond = meta.FindStatusCondition(got.Status.Conditions, policyv1alpha1.ConditionLookupsReady)
-		return cond != nil, nil
-	})
-	if err != nil {
-		t.Fatalf("no LookupsReady condition on a rule reading a resource the API server does not serve: %v", err)
-	}
-	if cond.Status != metav1.ConditionFalse || cond.Reason != policyv1alpha1.ReasonLookupResourceUnknown {
-		t.Errorf("LookupsReady %s %s %q, want False %s", cond.Status, cond.Reason, cond.Message, policyv1alpha1.ReasonLookupResourceUnknown)
-	}
-	// The CRD comes after the rule: the rule starts reading it without
-	// an edit.
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets.nowhere.example"},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "nowhere.example", Scope: apiextensionsv1.NamespaceScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: new(true)}}}},
-		},
-	}
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{Object: raw}
-	u.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
-	if err := c.Create(ctx, u); err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		var got policyv1alpha1.PortalClusterRule
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pcr), &got); err != nil {
-			return false, err
-		}
-		cond = meta.FindStatusCondition(got.Status.Conditions, policyv1alpha1.ConditionLookupsReady)
-		return cond != nil && cond.Status == metav1.ConditionTrue, nil
-	})
-	if err != nil {
-		t.Errorf("LookupsReady %s %s %q after the CRD was installed, want True", cond.Status, cond.Reason, cond.Message)
 	}
 }
 

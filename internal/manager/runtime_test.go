@@ -102,9 +102,6 @@ spec:
 // no node, but the request is audited) labels the pod and revokes the
 // account's token, once, with an Event on the pod.
 func TestRuntimeFromTheAPIServersAuditWebhook(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts its own control plane")
-	}
 	e := startRuntimeEnv(t)
 	e.leaderLabelled()
 	e.secretRead()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"os"
 	"path/filepath"
 	"testing"
@@ -61,12 +62,11 @@ func runFile(t *testing.T, h *harness, path, state string, want float64, during 
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 20s")
-		}
-		time.Sleep(2 * time.Millisecond) // polling with a deadline
+	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatal("condition not met within 20s")
 	}
 }
 

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"slices"
 	"testing"
 	"time"
@@ -47,12 +48,11 @@ func drain(t *testing.T, h *harness, evaluated float64) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { _ = h.src.Start(ctx); close(done) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for counter(t, h.metrics.QueueDepth) > 0 || counter(t, h.metrics.Evaluated) < evaluated {
-		if time.Now().After(deadline) {
-			t.Fatal("queue not drained")
-		}
-		time.Sleep(time.Millisecond) // polling with a deadline
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return counter(t, h.metrics.QueueDepth) == 0 && counter(t, h.metrics.Evaluated) >= evaluated, nil
+	})
+	if err != nil {
+		t.Fatal("queue not drained")
 	}
 	cancel()
 	<-done

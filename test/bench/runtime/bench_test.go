@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"log/slog"
 	"net"
 	"os"
@@ -231,16 +232,11 @@ func BenchmarkRuntimeRequestToAction(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
+		_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 			mu.Lock()
-			n := len(seen)
-			mu.Unlock()
-			if n == pods || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond) // polling with a deadline
-		}
+			defer mu.Unlock()
+			return len(seen) == pods, nil
+		})
 		b.StopTimer()
 		w.Stop()
 		var ds []time.Duration
