@@ -47,7 +47,11 @@ type devOptions struct {
 	// admissionRules counts the installed rules that run at admission:
 	// without one the webhook configuration has no rules to wait for.
 	admissionRules int
-	cfg            manager.Config
+	// edge: run the waf-proxy Engine in the node (--node with the WAF
+	// layer); waitImage waits for its image.
+	edge      bool
+	waitImage func() error
+	cfg       manager.Config
 }
 
 func newDevCommand() *cobra.Command {
@@ -137,6 +141,7 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 	if err := o.writeKubeconfig(cluster); err != nil {
 		return err
 	}
+	o.startEdge(ctx, out, cluster, changed)
 	c, n, err := o.seed(ctx, cluster)
 	if err != nil {
 		return err
@@ -169,6 +174,11 @@ func (o *devOptions) prepare(changed func(flag string) bool) (devAssets, error) 
 	}
 	if !changed("install-manifests") {
 		o.manifests = mapSlice(o.manifests, assets.path)
+	}
+	if o.node && !changed("waf-cache-addr") {
+		// The node's pods reach the host at its bridge address; the
+		// cache's certificate names the address it listens on.
+		o.cfg.WAFOptions.CacheAddr = net.JoinHostPort(devcluster.NodeIP, "18080")
 	}
 	return assets, nil
 }
@@ -228,6 +238,11 @@ func (o *devOptions) seed(ctx context.Context, cluster *devcluster.Cluster) (cli
 			return nil, 0, err
 		}
 	}
+	if o.edge {
+		if err := exposeCache(ctx, c, o.cfg.Namespace, o.cacheService(), o.cfg.WAFOptions.CacheAddr); err != nil {
+			return nil, 0, err
+		}
+	}
 	return c, n, nil
 }
 
@@ -253,6 +268,14 @@ func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client
 		}
 		if o.node {
 			hint, err := runHello(ctx, c)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "portal dev:", err)
+				return
+			}
+			proxyHint += hint
+		}
+		if o.edge {
+			hint, err := runEdge(ctx, c, o.waitImage)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "portal dev:", err)
 				return
@@ -316,16 +339,19 @@ func (o *devOptions) prepareWAFProxy(ctx context.Context, c client.Client, clust
 	if err := errors.Join(os.WriteFile(caFile, caPEM, 0o600), os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600)); err != nil {
 		return "", err
 	}
-	_, port, err := net.SplitHostPort(o.cfg.WAFOptions.CacheAddr)
+	host, port, err := net.SplitHostPort(o.cfg.WAFOptions.CacheAddr)
 	if err != nil {
 		return "", fmt.Errorf("--waf-cache-addr %q: %w", o.cfg.WAFOptions.CacheAddr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
 	}
 	// The hint's curl names the host: the CRS flags a numeric Host header
 	// (rule 920350) on every request to 127.0.0.1:8000.
 	return fmt.Sprintf("\nA waf-proxy in front of an app on 127.0.0.1:8080, enforcing examples/waf (token valid %s):\n"+
-		"  %s waf-proxy --cache-url https://127.0.0.1:%s --ca-file %s --token-file %s --ruleset default/crs --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8000 --metrics-bind-address 127.0.0.1:9090\n"+
+		"  %s waf-proxy --cache-url https://%s --ca-file %s --token-file %s --ruleset default/crs --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8000 --metrics-bind-address 127.0.0.1:9090\n"+
 		"  curl http://localhost:8000/   # by name: the CRS flags a numeric Host header (rule 920350)\n",
-		devTokenTTL, relative(os.Args[0]), port, relative(caFile), relative(tokenFile)), nil
+		devTokenTTL, relative(os.Args[0]), net.JoinHostPort(host, port), relative(caFile), relative(tokenFile)), nil
 }
 
 // devTokenTTL is the lifetime of the token portal dev writes.

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"fmt"
+	"net"
 
 	"github.com/spf13/pflag"
 
@@ -28,7 +29,9 @@ func (l *wafLayer) Setup(d Deps) error {
 	if secret == "" {
 		secret = waf.DefaultCacheCertSecret
 	}
-	cc, err := certs.Setup(d.Manager, certs.CacheOptions(d.Namespace, service, secret, d.Logger, d.Registerer), "waf-cache-certificate")
+	co := certs.CacheOptions(d.Namespace, service, secret, d.Logger, d.Registerer)
+	co.IPAddresses = append(co.IPAddresses, listenIPs(o.CacheAddr)...)
+	cc, err := certs.Setup(d.Manager, co, "waf-cache-certificate")
 	if err != nil {
 		return fmt.Errorf("cache certificate: %w", err)
 	}
@@ -42,6 +45,21 @@ func (*wafLayer) fromConfig(cfg *Config) (Layer, error) {
 		return nil, nil
 	}
 	return &wafLayer{opts: cfg.WAFOptions}, nil
+}
+
+// listenIPs is the address a listener on addr binds, when it names one
+// other than the loopback (which the certificate always holds) and the
+// unspecified address: clients that dial it verify the certificate.
+func listenIPs(addr string) []net.IP {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsLoopback() || ip.IsUnspecified() {
+		return nil
+	}
+	return []net.IP{ip}
 }
 
 // AddFlags binds the WAF rule pipeline's, the Engine controller's and the

@@ -18,12 +18,17 @@ import (
 	"github.com/vilaca/portal/internal/devcluster"
 )
 
-// helloURL is the curl line portal dev --node prints.
-var helloURL = regexp.MustCompile(`curl (http://[0-9.]+/)`)
+// helloURL is the curl line portal dev --node prints for the hello
+// Service; proxyURL the one for the waf-proxy Engine's Service.
+var (
+	helloURL = regexp.MustCompile(`curl (http://[0-9.]+/)`)
+	proxyURL = regexp.MustCompile(`-H 'Host: ([a-z.]+)' 'http://([0-9.]+)/\?q=<script>`)
+)
 
 // TestPortalDevNode: `portal dev --node` comes up with real pods, a pod
-// answers through the printed ClusterIP from the host, and Ctrl-C leaves
-// nothing of the node on the host.
+// answers through the printed ClusterIP from the host, the waf-proxy Engine
+// it deploys from Portal's own image blocks an attack and passes a plain
+// request, and Ctrl-C leaves nothing of the node on the host.
 func TestPortalDevNode(t *testing.T) {
 	root, err := devcluster.RepoRoot()
 	if err != nil {
@@ -40,7 +45,8 @@ func TestPortalDevNode(t *testing.T) {
 		"--webhook-port", itoa(freePort(t)),
 		"--metrics-bind-address", "127.0.0.1:"+itoa(freePort(t)),
 		"--health-probe-bind-address", "127.0.0.1:"+itoa(freePort(t)),
-		"--waf-cache-addr", "127.0.0.1:"+itoa(freePort(t)))
+		// The node's pods reach the cache at the node's address.
+		"--waf-cache-addr", devcluster.NodeIP+":"+itoa(freePort(t)))
 	// The node's images are built from the checkout.
 	dev.Dir = root
 	dev.Stderr = os.Stderr
@@ -52,13 +58,16 @@ func TestPortalDevNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	url := make(chan string, 1)
+	url, proxy := make(chan string, 1), make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			t.Log(sc.Text())
-			if m := helloURL.FindStringSubmatch(sc.Text()); m != nil {
+			if m := helloURL.FindStringSubmatch(sc.Text()); m != nil && !strings.Contains(sc.Text(), "Host:") {
 				url <- m[1]
+			}
+			if m := proxyURL.FindStringSubmatch(sc.Text()); m != nil {
+				proxy <- m[1:]
 			}
 		}
 		exited <- dev.Wait()
@@ -87,6 +96,19 @@ func TestPortalDevNode(t *testing.T) {
 	resp.Body.Close()
 	if !strings.HasPrefix(string(body), "hello from hello-") {
 		t.Fatalf("GET %s: %q, want an answer of a demo/hello pod", u, body)
+	}
+	// Printed after the hello line, once the proxy blocks.
+	var p []string
+	select {
+	case p = <-proxy:
+	case <-time.After(time.Minute):
+		t.Fatal("portal dev --node printed no waf-proxy Engine address")
+	}
+	if code, _ := get(t, "http://"+p[1]+"/?q=%3Cscript%3Ealert(1)%3C/script%3E", p[0]); code != http.StatusForbidden {
+		t.Errorf("an XSS probe through the waf-proxy Engine: %d, want 403", code)
+	}
+	if code, body := get(t, "http://"+p[1]+"/", p[0]); code != http.StatusOK || !strings.HasPrefix(body, "hello from edge-") {
+		t.Errorf("a plain request through the waf-proxy Engine: %d %q, want 200 from a default/edge pod", code, body)
 	}
 
 	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
@@ -118,3 +140,20 @@ func TestPortalDevNode(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// get sends GET url with Host header host and returns the status and body.
+func get(t *testing.T, url, host string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(body)
+}
