@@ -125,8 +125,8 @@ func (e *Engine) ReportBudget(r BudgetReporter) {
 }
 
 type ruleSet struct {
-	all  []*Rule
-	byGK map[schema.GroupKind][]*Rule
+	all   []*Rule
+	index *scoped[*Rule]
 }
 
 // A nameDeclarer is an expression engine that must know the top-level names
@@ -148,8 +148,8 @@ func New(expr core.ExpressionEngine, opts ...Option) *Engine {
 	if d, ok := expr.(nameDeclarer); ok {
 		e.expr = d.Declare(e.Names())
 	}
-	e.rules.Store(&ruleSet{byGK: map[schema.GroupKind][]*Rule{}})
-	e.exceptions.Store(&exceptionSet{byGK: map[schema.GroupKind][]*Exception{}})
+	e.rules.Store(&ruleSet{index: newScoped[*Rule]()})
+	e.exceptions.Store(&exceptionSet{index: newScoped[*Exception]()})
 	return e
 }
 
@@ -265,15 +265,10 @@ func (e *Engine) checkBuilderNames(r *core.Rule, ids []string) error {
 // SetRules replaces the rule set. Evaluations already running finish with the
 // rules they started with.
 func (e *Engine) SetRules(rules []*Rule) {
-	set := &ruleSet{all: rules, byGK: map[schema.GroupKind][]*Rule{}}
-	for _, r := range rules {
-		seen := map[schema.GroupKind]bool{}
+	set := &ruleSet{all: rules, index: newScoped[*Rule]()}
+	for i, r := range rules {
 		for _, g := range r.Match.GVKs {
-			gk := schema.GroupKind{Group: g.Group, Kind: g.Kind}
-			if !seen[gk] {
-				seen[gk] = true
-				set.byGK[gk] = append(set.byGK[gk], r)
-			}
+			set.index.add(schema.GroupKind{Group: g.Group, Kind: g.Kind}, r.Namespace, i, r)
 		}
 	}
 	e.rules.Store(set)
@@ -348,7 +343,7 @@ type Options struct {
 // the same error.
 func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, opts Options) ([]core.Result, error) {
 	gvk := obj.GroupVersionKind()
-	candidates := e.rules.Load().byGK[gvk.GroupKind()]
+	candidates := e.rules.Load().index.candidates(gvk.GroupKind(), obj.GetNamespace())
 	if len(candidates) == 0 {
 		return nil, nil
 	}
@@ -356,7 +351,7 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 		ectx    *core.EvalContext
 		results []core.Result
 		ref     = core.ResourceRef{APIVersion: obj.GetAPIVersion(), Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID())}
-		xs      = e.exceptions.Load().byGK[gvk.GroupKind()]
+		xs      = e.exceptions.Load().index.candidates(gvk.GroupKind(), obj.GetNamespace())
 		now     time.Time
 		held    map[*Exception]bool
 	)

@@ -33,7 +33,8 @@ type ExceptionReporter interface {
 }
 
 type exceptionSet struct {
-	byGK map[schema.GroupKind][]*Exception
+	all   []*Exception
+	index *scoped[*Exception]
 }
 
 // WithClock sets the clock exceptions' expiry is read from; the default is
@@ -103,31 +104,19 @@ func (e *Engine) CompileException(x *core.Exception) (*Exception, error) {
 // SetExceptions replaces the exception set. Evaluations already running
 // finish with the exceptions they started with.
 func (e *Engine) SetExceptions(xs []*Exception) {
-	set := &exceptionSet{byGK: map[schema.GroupKind][]*Exception{}}
-	for _, x := range xs {
-		seen := map[schema.GroupKind]bool{}
+	set := &exceptionSet{all: slices.Clone(xs), index: newScoped[*Exception]()}
+	for i, x := range xs {
 		for _, g := range x.Match.GVKs {
-			gk := schema.GroupKind{Group: g.Group, Kind: g.Kind}
-			if !seen[gk] {
-				seen[gk] = true
-				set.byGK[gk] = append(set.byGK[gk], x)
-			}
+			set.index.add(schema.GroupKind{Group: g.Group, Kind: g.Kind}, x.Namespace, i, x)
 		}
 	}
 	e.exceptions.Store(set)
 }
 
-// Exceptions returns the current exception set, in no particular order.
+// Exceptions returns the current exception set, in the order SetExceptions
+// was given it.
 func (e *Engine) Exceptions() []*Exception {
-	var out []*Exception
-	for _, xs := range e.exceptions.Load().byGK {
-		for _, x := range xs {
-			if !slices.Contains(out, x) {
-				out = append(out, x)
-			}
-		}
-	}
-	return out
+	return slices.Clone(e.exceptions.Load().all)
 }
 
 // exemption finds the exception that exempts obj from r in mode m, if any:
