@@ -142,6 +142,7 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringSliceVar(&cfg.AllowTenantKinds, "allow-tenant-kinds", cfg.AllowTenantKinds, "kinds that controllers write at a high rate (Lease, Event, EndpointSlice, Endpoints, the review APIs) which PortalRules may match anyway, as Kind.group (Lease.coordination.k8s.io) or Kind for the core group; by default a PortalRule on one of them is refused, so no tenant puts those writes behind the webhook")
 
 	f.StringSliceVar(&cfg.ExceptionNamespaces, "exception-namespaces", cfg.ExceptionNamespaces, "namespaces (names or shell globs) whose PortalExceptions Portal honours; a PortalException elsewhere is refused in its status and exempts nothing. Empty: every namespace. PortalClusterExceptions always apply")
+	f.DurationVar(&cfg.ExceptionMaxDuration, "exception-max-duration", cfg.ExceptionMaxDuration, "when set, a PortalException must set expires no later than this after its creation (e.g. 720h), or it is refused in its status and exempts nothing; 0: no bound. PortalClusterExceptions are not bound")
 
 	// Cross-resource lookups (cluster.* in rules).
 	lk := &cfg.Lookup

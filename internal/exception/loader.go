@@ -64,6 +64,9 @@ type Loader struct {
 	// allowed lists where PortalExceptions are honoured
 	// (--exception-namespaces); empty is everywhere.
 	allowed []string
+	// maxDuration bounds a PortalException's expires after its creation
+	// (--exception-max-duration); 0 is no bound.
+	maxDuration time.Duration
 
 	mu     sync.Mutex
 	states map[string]State
@@ -86,16 +89,18 @@ type Options struct {
 	Clock clock.WithDelayedExecution
 	// AllowedNamespaces is --exception-namespaces.
 	AllowedNamespaces []string
-	Logger            *slog.Logger
-	Metrics           *Metrics
+	// MaxDuration is --exception-max-duration.
+	MaxDuration time.Duration
+	Logger      *slog.Logger
+	Metrics     *Metrics
 }
 
 // NewLoader returns a loader reading through c (the manager's cache).
 func NewLoader(c client.Reader, eng Engine, o Options) *Loader {
 	l := &Loader{
 		client: c, engine: eng, clock: o.Clock, log: o.Logger, metrics: o.Metrics,
-		allowed: slices.Clone(o.AllowedNamespaces),
-		states:  map[string]State{}, active: map[string]*engine.Exception{}, timers: map[string]clock.Timer{},
+		allowed: slices.Clone(o.AllowedNamespaces), maxDuration: o.MaxDuration,
+		states: map[string]State{}, active: map[string]*engine.Exception{}, timers: map[string]clock.Timer{},
 		exempted: map[string]int{},
 		changed: map[string]chan event.GenericEvent{
 			KindCluster:    make(chan event.GenericEvent, 1024),
@@ -190,6 +195,8 @@ func (l *Loader) load(kind string, obj policyv1alpha1.ExceptionObject) State {
 		st.Error = fmt.Sprintf("PortalExceptions are honoured only in the namespaces %v (--exception-namespaces); ask the platform team for a PortalClusterException", l.allowed)
 	case err != nil:
 		st.Reason, st.Error = policyv1alpha1.ReasonInvalidException, err.Error()
+	case kind == KindNamespaced && l.tooLate(x, obj) != nil:
+		st.Reason, st.Error = policyv1alpha1.ReasonExpiresTooLate, l.tooLate(x, obj).Error()
 	default:
 		if compiled, err = l.engine.CompileException(x); err != nil {
 			st.Reason, st.Error = policyv1alpha1.ReasonInvalidException, err.Error()
@@ -420,4 +427,27 @@ func lower(kind string) string {
 		return "portalclusterexception"
 	}
 	return "portalexception"
+}
+
+func (l *Loader) tooLate(x *core.Exception, obj policyv1alpha1.ExceptionObject) error {
+	return ExpiresTooLate(x.Expires, obj.GetCreationTimestamp().Time, l.maxDuration)
+}
+
+// ExpiresTooLate says why a PortalException created at created, expiring at
+// expires (zero: never), is past the bound max (--exception-max-duration;
+// 0: none), or returns nil. The bound counts from creation, not from now:
+// an exception cannot be kept open by moving expires forward, only by a new
+// object, which is a new review.
+func ExpiresTooLate(expires, created time.Time, max time.Duration) error {
+	if max <= 0 {
+		return nil
+	}
+	latest := created.Add(max).UTC().Truncate(time.Second)
+	if expires.IsZero() {
+		return fmt.Errorf("spec.expires is required: PortalExceptions may apply for at most %s (--exception-max-duration); set it on or before %s", max, latest.Format(time.RFC3339))
+	}
+	if expires.After(latest) {
+		return fmt.Errorf("spec.expires %s is more than %s after the exception's creation (--exception-max-duration); set it on or before %s, or ask the platform team for a PortalClusterException", expires.UTC().Format(time.RFC3339), max, latest.Format(time.RFC3339))
+	}
+	return nil
 }

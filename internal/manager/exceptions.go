@@ -19,7 +19,7 @@ func newExceptions(mgr ctrl.Manager, eng *engine.Engine, cfg *Config, clk clock.
 	m := exception.NewMetrics(reg)
 	eng.ReportExceptions(m)
 	return exception.NewLoader(mgr.GetCache(), eng, exception.Options{
-		Clock: clk, AllowedNamespaces: cfg.ExceptionNamespaces, Logger: log, Metrics: m,
+		Clock: clk, AllowedNamespaces: cfg.ExceptionNamespaces, MaxDuration: cfg.ExceptionMaxDuration, Logger: log, Metrics: m,
 	})
 }
 

@@ -38,6 +38,9 @@ const (
 	excTenant  = "noexc-tenant"
 )
 
+// excMaxDuration is the test's --exception-max-duration.
+const excMaxDuration = 30 * 24 * time.Hour
+
 const excRule = `name: exc-no-privileged
 severity: high
 mode: [admission, audit]
@@ -90,6 +93,7 @@ func startExceptionPortal(t *testing.T) *excEnv {
 	cfg.Audit.ResyncPeriod = time.Hour
 	cfg.Audit.Sinks.ReportFormat = "wgpolicyk8s"
 	cfg.ExceptionNamespaces = []string{"exc-*"}
+	cfg.ExceptionMaxDuration = excMaxDuration
 	// The API server keeps expires in real time: the fake clock starts
 	// there, and the test moves it.
 	clk := clocktesting.NewFakeClock(time.Now())
@@ -306,7 +310,7 @@ func TestExceptionsAgainstTheAPIServer(t *testing.T) {
 
 	costly := legacy.DeepCopy()
 	costly.ObjectMeta = metav1.ObjectMeta{Name: "costly", Namespace: excBilling}
-	costly.Spec.Expires = nil
+	costly.Spec.Expires = &metav1.Time{Time: time.Now().Add(time.Hour)}
 	costly.Spec.Match.Names = []string{"costly-*"}
 	costly.Spec.Condition = `len(filter(1..100000000, {# > 0})) > 0`
 	e.create(costly)
@@ -317,6 +321,39 @@ func TestExceptionsAgainstTheAPIServer(t *testing.T) {
 	if n := testutil.ToFloat64(mustCounter(t, e.reg, "portal_exception_condition_errors_total", "exc-billing/costly")); n < 1 {
 		t.Errorf("portal_exception_condition_errors_total = %v, want the failed condition counted", n)
 	}
+
+	// --exception-max-duration: a PortalException that never expires, or
+	// expires past the bound after its creation, is refused and exempts
+	// nothing; a PortalClusterException is not bound.
+	for name, expires := range map[string]*metav1.Time{"forever": nil, "too-late": {Time: time.Now().Add(excMaxDuration + 24*time.Hour)}} {
+		x := legacy.DeepCopy()
+		x.ObjectMeta = metav1.ObjectMeta{Name: name, Namespace: excBilling}
+		x.Spec.Expires = expires
+		x.Spec.Match.Names = []string{name + "-*"}
+		e.create(x)
+		e.waitReady(x, metav1.ConditionFalse, policyv1alpha1.ReasonExpiresTooLate)
+		if c, _ := e.ready(x); !strings.Contains(c.Message, "--exception-max-duration") || !strings.Contains(c.Message, "on or before") {
+			t.Errorf("%s: status message %q does not say the bound and the latest expiry", name, c.Message)
+		}
+		if !e.denied(excBilling, name+"-0") {
+			t.Errorf("%s: a PortalException past --exception-max-duration exempted a pod", name)
+		}
+	}
+	platform := &policyv1alpha1.PortalClusterException{
+		ObjectMeta: metav1.ObjectMeta{Name: "exc-platform-forever"},
+		Spec:       legacy.Spec,
+	}
+	platform.Spec.Expires = nil
+	platform.Spec.Match.Names = []string{"platform-*"}
+	e.create(platform)
+	e.poll("a PortalClusterException without expires Ready", func() bool {
+		var got policyv1alpha1.PortalClusterException
+		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(platform), &got); err != nil {
+			return false
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, "Ready")
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == policyv1alpha1.ReasonExceptionActive
+	})
 }
 
 // hasEvent reports whether an Event with reason names the exception.

@@ -97,6 +97,10 @@ type Config struct {
 	// PortalExceptions Portal honours (--exception-namespaces); empty means
 	// every namespace. PortalClusterExceptions always apply.
 	ExceptionNamespaces []string
+	// ExceptionMaxDuration, when positive, refuses a PortalException
+	// without expires or expiring later than this after its creation
+	// (--exception-max-duration). PortalClusterExceptions are not bound.
+	ExceptionMaxDuration time.Duration
 	// Clock decides when exceptions expire; nil is the real clock. Tests
 	// inject a fake one.
 	Clock clock.WithDelayedExecution

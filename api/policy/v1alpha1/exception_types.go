@@ -104,7 +104,8 @@ type ExceptionStatus struct {
 	// Conditions: Ready is True when the exception is loaded and applies;
 	// False with NamespaceNotAllowed (a PortalException outside
 	// --exception-namespaces), InvalidException (its condition or match
-	// does not compile) or Expired. Expired is True once expires has
+	// does not compile), ExpiresTooLate (a PortalException without expires
+	// or past --exception-max-duration) or Expired. Expired is True once expires has
 	// passed.
 	// +optional
 	// +listType=map
@@ -136,8 +137,11 @@ const (
 	// ReasonNamespaceNotAllowed: a PortalException in a namespace that
 	// --exception-namespaces does not list.
 	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
-	ReasonExpired             = "Expired"
-	ReasonNotExpired          = "NotExpired"
+	// ReasonExpiresTooLate: a PortalException without expires, or expiring
+	// later than --exception-max-duration after its creation.
+	ReasonExpiresTooLate = "ExpiresTooLate"
+	ReasonExpired        = "Expired"
+	ReasonNotExpired     = "NotExpired"
 )
 
 // PortalClusterException exempts matching objects in any namespace (as its
