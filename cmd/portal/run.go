@@ -108,6 +108,9 @@ func checkManagerFlags(cfg *manager.Config) error {
 			return fmt.Errorf("--exception-namespaces: %q is not a namespace name or shell glob", p)
 		}
 	}
+	if cfg.ExceptionMaxDuration < 0 {
+		return fmt.Errorf("--exception-max-duration %s is negative; use 0 for no bound", cfg.ExceptionMaxDuration)
+	}
 	if cfg.KubeAPIBurst < 0 {
 		return fmt.Errorf("--kube-api-burst %d is negative; use 0 for twice --kube-api-qps", cfg.KubeAPIBurst)
 	}

@@ -36,3 +36,11 @@ func TestRunExceptionNamespacesChecked(t *testing.T) {
 		t.Errorf("exit %d: %v", code, err)
 	}
 }
+
+// TestRunExceptionMaxDurationChecked: a negative bound is a usage error.
+func TestRunExceptionMaxDurationChecked(t *testing.T) {
+	_, err := runCLI(t, "", "run", "--exception-max-duration=-1h", "--kubeconfig=/nonexistent")
+	if code := exitCodeOf(err); code != exitUsage || err == nil || !strings.Contains(err.Error(), "--exception-max-duration") {
+		t.Errorf("exit %d: %v", code, err)
+	}
+}
