@@ -102,6 +102,11 @@ func New(o Options) *Lookups {
 // Name implements engine.Binder.
 func (*Lookups) Name() string { return "cluster" }
 
+// Cache is the cache the binder reads. The Watcher of the same rules must
+// be given this one: reads are served from (and decoded once by) the
+// watches it holds.
+func (l *Lookups) Cache() Reader { return l.o.Cache }
+
 // Bind implements engine.Binder: the view r's evaluation of obj reads
 // through. In audit, the rule's earlier reads of obj are forgotten here and
 // its new ones recorded as it reads; in runtime, nothing is recorded.

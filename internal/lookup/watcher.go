@@ -513,3 +513,6 @@ func (w *Watcher) canWatch(ctx context.Context, k watchKey) (bool, string, error
 	w.mu.Unlock()
 	return allowed, why, nil
 }
+
+// Cache is the cache the watcher acquires watches in.
+func (w *Watcher) Cache() Cache { return w.o.Cache }

@@ -46,6 +46,10 @@ type lookups struct {
 	binder  *lookup.Lookups
 	watcher *lookup.Watcher
 	status  *rule.LookupStatus
+	// cache is the one lookup view of the cluster cache the binder and the
+	// watcher share: the binder's reads are served from the watches the
+	// watcher holds, each object decoded once for every evaluation.
+	cache *lookup.SharedCache
 }
 
 // newLookups builds the binder over the shared cluster cache; the index
@@ -61,19 +65,18 @@ func newLookups(restCfg *rest.Config, cache *clustercache.Cache, cfg *Config, lo
 	}
 	shared := lookup.NewSharedCache(cache)
 	b := lookup.New(lookup.Options{Cache: shared, API: lookup.DynamicAPI{Client: dyn}, Resolver: shared, Index: index, Logger: log})
-	return &lookups{binder: b}, index, nil
+	return &lookups{binder: b, cache: shared}, index, nil
 }
 
 // start adds the watcher and the rule status writer once the engine exists.
-func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, cache *clustercache.Cache, eng *engine.Engine, index *lookup.DepIndex,
+func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, eng *engine.Engine, index *lookup.DepIndex,
 	cfg *Config, reg prometheus.Registerer, log *slog.Logger) error {
 	cs, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("lookups: client: %w", err)
 	}
-	shared := lookup.NewSharedCache(cache)
 	l.watcher = lookup.NewWatcher(lookup.WatcherOptions{
-		Engine: eng, Cache: shared, Resolver: shared, Index: index,
+		Engine: eng, Cache: l.cache, Resolver: l.cache, Index: index,
 		Access:     lookup.AccessReview{Client: cs.AuthorizationV1().SelfSubjectAccessReviews()},
 		CycleLimit: cfg.Lookup.CycleLimit, CycleWindow: cfg.Lookup.CycleWindow, MaxPending: cfg.Lookup.MaxDependencies,
 		Metrics: lookup.NewMetrics(reg, index), Logger: log.With("layer", "lookup"),

@@ -245,7 +245,7 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	// loaded is closed once every rule source has been read, for the
 	// layers that must not answer before.
 	loaded := make(chan struct{})
-	if err := lk.start(mgr, restCfg, ccache, eng, depIndex, &cfg, reg, log); err != nil {
+	if err := lk.start(mgr, restCfg, eng, depIndex, &cfg, reg, log); err != nil {
 		return err
 	}
 	index.OnChange(lk.watcher.Notify)
