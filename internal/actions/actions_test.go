@@ -235,6 +235,10 @@ func TestRevokeServiceAccountToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	oldUID := sa.UID
+	otherSA := &corev1.ServiceAccount{}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: other, Name: "app"}, otherSA); err != nil {
+		t.Fatal(err)
+	}
 	pod := e.pod(ns, "leaky", nil, func(p *corev1.Pod) { p.Spec.ServiceAccountName = "app" })
 
 	e.open(clusterRule("revoke", spec("revoke-sa-token", "recreateServiceAccount", "true")), podRef(pod))
@@ -250,9 +254,13 @@ func TestRevokeServiceAccountToken(t *testing.T) {
 			t.Fatalf("Secret %s/%s of another account or namespace deleted: %v", s.Namespace, s.Name, err)
 		}
 	}
+	// The same name in another namespace is another account: untouched.
 	other2 := &corev1.ServiceAccount{}
 	if err := e.c.Get(ctx, client.ObjectKey{Namespace: other, Name: "app"}, other2); err != nil {
 		t.Fatal(err)
+	}
+	if other2.UID != otherSA.UID {
+		t.Fatalf("ServiceAccount %s/app was recreated (UID %s, was %s): revoke-sa-token reached another namespace", other, other2.UID, otherSA.UID)
 	}
 	// The attempt says what it deleted, by name (it once printed "[]" for
 	// none, and a bracketed list otherwise).

@@ -144,14 +144,10 @@ func TestWatchReconnect(t *testing.T) {
 	eventually(t, 30*time.Second, "watch reconnect counted", func() (bool, error) {
 		return inst.metric(t, "portal_cluster_cache_watch_reconnects_total", map[string]string{"resource": "pods"}) > 0, nil
 	})
-	created := time.Now()
+	// The resync is an hour away: only the reconnected watch can carry the
+	// change to the report. (How fast it does is a benchmark's question.)
 	create(t, c, pod(ns, "after", true, nil))
 	waitReport(t, c, ns, "finding after the reconnect", func(st reportState) bool { return st.has("audit-privileged/after/c") })
-	latency := time.Since(created)
-	t.Logf("event to report after the reconnect: %v", latency)
-	if latency > 2*time.Second {
-		t.Errorf("report updated %v after the change; the watch should carry it in well under a second", latency)
-	}
 	if n := inst.metric(t, "portal_audit_resyncs_total", nil); n != 0 {
 		t.Errorf("portal_audit_resyncs_total = %v: the resync ran, so the watch was not proven", n)
 	}

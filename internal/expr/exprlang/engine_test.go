@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vilaca/portal/internal/core"
 )
@@ -89,7 +90,10 @@ func TestIdentifiers(t *testing.T) {
 }
 
 // FuzzCompile feeds arbitrary expressions to the compiler and the VM: neither
-// may panic or hang, whatever the input.
+// may panic or hang, whatever the input. Go's fuzzing has no per-input
+// timeout, so a hang is caught here: the evaluation runs under the
+// engine's budget and a one-second deadline, and an input that has not
+// returned ten seconds later fails.
 func FuzzCompile(f *testing.F) {
 	for _, s := range []string{
 		`container.securityContext.privileged == true`,
@@ -108,11 +112,22 @@ func FuzzCompile(f *testing.F) {
 		"container": map[string]any{"name": "a"},
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		p, err := e.Compile(s)
-		if err != nil {
-			return
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p, err := e.Compile(s)
+			if err != nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, _ = p.Eval(ctx, env)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("compiling and evaluating %q has not returned 10 s after its 1 s deadline", s)
 		}
-		_, _ = p.Eval(context.Background(), env)
 	})
 }
 

@@ -181,9 +181,22 @@ func TestReferenceGrantMustMatch(t *testing.T) {
 			To:   []gatewayv1.ReferenceGrantTo{{Group: "waf.portal.io", Kind: "RuleSet"}}}},
 	)
 	policy(t, app, "p", "Gateway", []string{"gw"}, sec, "shared")
-	eventually(t, "RefNotPermitted", func() bool {
+	refused := func() bool {
 		return hasReason(ancestorCondition(t, app, "p", "gw", "ResolvedRefs"), metav1.ConditionFalse, "RefNotPermitted")
+	}
+	eventually(t, "RefNotPermitted", refused)
+	// RefNotPermitted is also where a policy starts: show the controller
+	// weighs the grants by adding the one that matches, then taking it
+	// away so only the three that do not are left.
+	right := &gatewayv1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: sec, Name: "right"}, Spec: gatewayv1.ReferenceGrantSpec{
+		From: []gatewayv1.ReferenceGrantFrom{{Group: "waf.portal.io", Kind: "WAFGatewayBindingPolicy", Namespace: gatewayv1.Namespace(app)}},
+		To:   []gatewayv1.ReferenceGrantTo{{Group: "waf.portal.io", Kind: "RuleSet", Name: ptr.To(gatewayv1.ObjectName("shared"))}}}}
+	create(t, right)
+	eventually(t, "ResolvedRefs with the matching grant", func() bool {
+		return hasReason(ancestorCondition(t, app, "p", "gw", "ResolvedRefs"), metav1.ConditionTrue, "ResolvedRefs")
 	})
+	remove(t, right)
+	eventually(t, "RefNotPermitted again with only the grants that do not match", refused)
 }
 
 // A route of namespace B that names a Gateway of namespace A as its parent

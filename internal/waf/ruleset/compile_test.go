@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/corazawaf/coraza/v3"
 )
@@ -222,15 +222,17 @@ func TestCompileLargeRulesInParts(t *testing.T) {
 	}
 }
 
-// TestCompileStopsAtDeadline: a large compile whose deadline passes stops
-// (at the next part) and reports KindTimeout instead of running to the end.
+// TestCompileStopsAtDeadline: a compile whose deadline passes while it
+// runs stops (at Coraza's next read of a part) and reports KindTimeout
+// instead of running to the end. The deadline is a context that reports it
+// has passed from its second check on: the check before Coraza starts sees
+// it open, so only a compile that checks again while it runs can stop.
 func TestCompileStopsAtDeadline(t *testing.T) {
 	var b strings.Builder
 	for i := 0; b.Len() < 1<<20; i++ {
 		fmt.Fprintf(&b, "SecRule ARGS \"@rx p-%d-(a|b)+c{2,9}[x-z]\" \"id:%d,phase:2,pass,nolog\"\n", i, 1000000+i)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
+	ctx := &passesAfter{Context: context.Background(), open: 1}
 	c, err := CompileContext(ctx, Bundle{Rules: b.String()}, Options{})
 	if e, ok := AsError(err); !ok || e.Kind() != KindTimeout {
 		if c != nil {
@@ -238,6 +240,21 @@ func TestCompileStopsAtDeadline(t *testing.T) {
 		}
 		t.Fatalf("got %v, want a timeout", err)
 	}
+}
+
+// passesAfter is a context whose deadline has passed once Err has been
+// called more than open times.
+type passesAfter struct {
+	context.Context
+	open  int32
+	calls atomic.Int32
+}
+
+func (c *passesAfter) Err() error {
+	if c.calls.Add(1) > c.open {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // TestRegexMemoryBound: a pattern of a few bytes whose RE2 program would
