@@ -124,7 +124,7 @@ func (o *devOptions) run(ctx context.Context, out io.Writer, changed func(flag s
 	if o.cfg.Runtime.Enabled {
 		// The API server's audit webhook must name Portal's endpoint
 		// before it starts.
-		if apiserverFlags, err = o.prepareRuntime(filepath.Join(filepath.Dir(o.kubeconfigOut), "runtime"), changed, assets); err != nil {
+		if apiserverFlags, err = o.prepareRuntime(changed, assets); err != nil {
 			return err
 		}
 	}
@@ -162,6 +162,9 @@ func (o *devOptions) prepare(changed func(flag string) bool) (devAssets, error) 
 		return devAssets{}, usageError(err)
 	}
 	o.cfg.Logger = log
+	if o.cfg.Runtime.Enabled {
+		o.presetRuntime(changed)
+	}
 	if err := checkManagerFlags(&o.cfg); err != nil {
 		return devAssets{}, usageError(err)
 	}
@@ -283,7 +286,7 @@ func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client
 			proxyHint += hint
 		}
 		if o.cfg.Runtime.Enabled {
-			proxyHint += runtimeHint(kubectl)
+			proxyHint += runtimeHint(kubectl, o.node)
 		}
 		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
 		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",

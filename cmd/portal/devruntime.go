@@ -49,12 +49,29 @@ rules:
 - level: None
 `
 
+// presetRuntime points the runtime endpoint at the address and the
+// certificate directory prepareRuntime fills, before the flags are checked:
+// the endpoint needs a certificate, and portal dev makes one.
+func (o *devOptions) presetRuntime(changed func(string) bool) {
+	r := &o.cfg.Runtime
+	if !changed("runtime-listen") {
+		r.Listen = devRuntimeAddr
+	}
+	r.CertDir, r.AuditTokenFile = o.runtimeDir(), filepath.Join(o.runtimeDir(), "token")
+}
+
+// runtimeDir is where portal dev writes the runtime endpoint's files.
+func (o *devOptions) runtimeDir() string {
+	return filepath.Join(filepath.Dir(o.kubeconfigOut), "runtime")
+}
+
 // prepareRuntime makes what the API server's audit webhook and Portal's
 // runtime endpoint need under dir (a serving certificate, a token, the
 // audit policy and the webhook kubeconfig), and returns the API server
 // flags that turn the webhook on. It points Portal's runtime endpoint at
 // them and adds the demo runtime rule.
-func (o *devOptions) prepareRuntime(dir string, changed func(string) bool, assets devAssets) (map[string]string, error) {
+func (o *devOptions) prepareRuntime(changed func(string) bool, assets devAssets) (map[string]string, error) {
+	dir := o.runtimeDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("portal dev: %w", err)
 	}
@@ -87,7 +104,7 @@ contexts:
 - name: portal
   context: {cluster: portal, user: kube-apiserver}
 current-context: portal
-`, devRuntimeAddr, base64.StdEncoding.EncodeToString(b.CABundle()), token)
+`, o.cfg.Runtime.Listen, base64.StdEncoding.EncodeToString(b.CABundle()), token)
 	for name, data := range map[string][]byte{
 		"tls.crt": chain, "tls.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}),
 		"token": []byte(token), "policy.yaml": []byte(devAuditPolicy), "webhook.kubeconfig": []byte(kubeconfig),
@@ -97,10 +114,6 @@ current-context: portal
 		}
 	}
 	r := &o.cfg.Runtime
-	if !changed("runtime-listen") {
-		r.Listen = devRuntimeAddr
-	}
-	r.CertDir, r.AuditTokenFile = dir, filepath.Join(dir, "token")
 	if !changed("runtime-audit-log-state") {
 		r.AuditLogState = filepath.Join(dir, "audit-log.offset")
 	}
@@ -114,6 +127,10 @@ current-context: portal
 		"audit-policy-file":            filepath.Join(dir, "policy.yaml"),
 		"audit-webhook-config-file":    filepath.Join(dir, "webhook.kubeconfig"),
 		"audit-webhook-batch-max-wait": "200ms",
+		// At stop, Portal is gone before the API server flushes its last
+		// batch: retried from the default 10 s backoff, five times, that
+		// flush held Ctrl-C for over a minute.
+		"audit-webhook-initial-backoff": "100ms",
 	}, nil
 }
 
@@ -135,7 +152,14 @@ func createRuntimeDemoPod(ctx context.Context, c client.Client) error {
 	return nil
 }
 
-// runtimeHint shows the runtime demo.
-func runtimeHint(kubectl string) string {
+// runtimeHint shows the runtime demo: without a node, an exec into
+// demo/runtime-demo, refused and audited all the same; with one, a real
+// exec into a pod of demo/hello.
+func runtimeHint(kubectl string, node bool) string {
+	if node {
+		return fmt.Sprintf("\nThe runtime source (the API server's audit webhook): a real exec into a pod; the runtime rule labels it:\n"+
+			"  %s -n demo exec deploy/hello -- /hello get http://hello.demo.svc.cluster.local/\n"+
+			"  %s -n demo get pods -L portal.io/runtime-exec\n", kubectl, kubectl)
+	}
 	return fmt.Sprintf("  %s -n demo exec runtime-demo -- id   # audited (refused without --node); the runtime rule labels the pod\n  %s -n demo get pod runtime-demo -L portal.io/runtime-exec\n", kubectl, kubectl)
 }

@@ -25,10 +25,12 @@ var (
 	proxyURL = regexp.MustCompile(`-H 'Host: ([a-z.]+)' 'http://([0-9.]+)/\?q=<script>`)
 )
 
-// TestPortalDevNode: `portal dev --node` comes up with real pods, a pod
-// answers through the printed ClusterIP from the host, the waf-proxy Engine
-// it deploys from Portal's own image blocks an attack and passes a plain
-// request, and Ctrl-C leaves nothing of the node on the host.
+// TestPortalDevNode: `portal dev --node --runtime` comes up with real pods,
+// a pod answers through the printed ClusterIP from the host, the waf-proxy
+// Engine it deploys from Portal's own image blocks an attack and passes a
+// plain request, a real `kubectl exec` into a pod is seen in the API
+// server's audit events and the runtime rule labels that pod, and Ctrl-C
+// leaves nothing of the node on the host.
 func TestPortalDevNode(t *testing.T) {
 	root, err := devcluster.RepoRoot()
 	if err != nil {
@@ -41,7 +43,8 @@ func TestPortalDevNode(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	dev := exec.Command(bin, "dev", "--node", "--kubeconfig-out", kubeconfig,
+	dev := exec.Command(bin, "dev", "--node", "--runtime", "--kubeconfig-out", kubeconfig,
+		"--runtime-listen", "127.0.0.1:"+itoa(freePort(t)),
 		"--webhook-port", itoa(freePort(t)),
 		"--metrics-bind-address", "127.0.0.1:"+itoa(freePort(t)),
 		"--health-probe-bind-address", "127.0.0.1:"+itoa(freePort(t)),
@@ -110,6 +113,7 @@ func TestPortalDevNode(t *testing.T) {
 	if code, body := get(t, "http://"+p[1]+"/", p[0]); code != http.StatusOK || !strings.HasPrefix(body, "hello from edge-") {
 		t.Errorf("a plain request through the waf-proxy Engine: %d %q, want 200 from a default/edge pod", code, body)
 	}
+	execIsAudited(t, filepath.Join(root, "bin", "k8s", "kubectl"), kubeconfig)
 
 	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -140,6 +144,39 @@ func TestPortalDevNode(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// execIsAudited runs a real exec into a demo/hello pod on the node (the
+// hello binary fetching the hello Service from inside the pod) and waits for
+// portal dev's runtime rule, fed by the API server's audit webhook, to label
+// that pod.
+func execIsAudited(t *testing.T, kubectl, kubeconfig string) {
+	t.Helper()
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", kubeconfig, "-n", "demo"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("get", "pods", "-l", "app.kubernetes.io/name=hello", "-o", "jsonpath={.items[0].metadata.name}")
+	if err != nil || out == "" {
+		t.Fatalf("no demo/hello pod: %v %s", err, out)
+	}
+	pod := out
+	out, err = run("exec", pod, "--", "/hello", "get", "http://hello.demo.svc.cluster.local/")
+	if err != nil || !strings.HasPrefix(out, "hello from hello-") {
+		t.Fatalf("kubectl exec %s: %v %q, want the hello Service's answer from inside the pod", pod, err, out)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		label, err := run("get", "pod", pod, "-o", "jsonpath={.metadata.labels.portal\\.io/runtime-exec}")
+		if err == nil && label == "true" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod demo/%s not labelled portal.io/runtime-exec=true a minute after the exec (label %q, %v)", pod, label, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
 
 // get sends GET url with Host header host and returns the status and body.
 func get(t *testing.T, url, host string) (int, string) {
