@@ -28,9 +28,13 @@ type RuntimeConfig struct {
 	// ClientCAFile verifies the API server's (and Falco's) client
 	// certificates; AuditTokenFile and FalcoTokenFile hold bearer tokens
 	// the paths accept instead.
-	ClientCAFile   string
-	AuditTokenFile string
-	FalcoTokenFile string
+	ClientCAFile string
+	// AuditAllowedNames and FalcoAllowedNames are the client certificate
+	// identities (CN or SAN) each path accepts.
+	AuditAllowedNames []string
+	FalcoAllowedNames []string
+	AuditTokenFile    string
+	FalcoTokenFile    string
 	// AuditLog is an audit log file to follow; AuditLogState records how
 	// far it was read.
 	AuditLog      string
@@ -53,8 +57,9 @@ type RuntimeConfig struct {
 
 func defaultRuntime() RuntimeConfig {
 	return RuntimeConfig{
-		AuditLogState: "/var/lib/portal/audit-log.offset",
-		QueueSize:     runtime.DefaultQueueSize, Workers: runtime.DefaultWorkers, MaxOpenFindings: runtime.DefaultMaxOpenFindings,
+		AuditLogState:     "/var/lib/portal/audit-log.offset",
+		AuditAllowedNames: runtime.DefaultAuditNames(), FalcoAllowedNames: runtime.DefaultFalcoNames(),
+		QueueSize: runtime.DefaultQueueSize, Workers: runtime.DefaultWorkers, MaxOpenFindings: runtime.DefaultMaxOpenFindings,
 		FindingWindow: runtime.DefaultFindingWindow, DedupWindow: runtime.DefaultDedupWindow, EvalTimeout: runtime.DefaultEvalTimeout,
 		MaxBodyBytes: runtime.DefaultMaxBodyBytes, MaxBatch: runtime.DefaultMaxBatch, RequestRate: runtime.DefaultRequestRate,
 	}
@@ -143,8 +148,17 @@ func (l *runtimeLayer) server(d Deps, src *runtime.Source, m *runtime.Metrics) (
 	}
 	return runtime.NewServer(runtime.ServerOptions{
 		Addr: c.Listen, CertDir: c.CertDir, ClientCAFile: c.ClientCAFile, AuditToken: audit, FalcoToken: falco,
+		AuditNames: nonNil(c.AuditAllowedNames), FalcoNames: nonNil(c.FalcoAllowedNames),
 		MaxBodyBytes: c.MaxBodyBytes, MaxBatch: c.MaxBatch, RequestRate: c.RequestRate, Logger: d.Logger,
 	}, src, m)
+}
+
+// nonNil keeps an emptied list empty: nil would mean the defaults.
+func nonNil(names []string) []string {
+	if names == nil {
+		return []string{}
+	}
+	return names
 }
 
 // readToken reads a bearer token file ("" when path is empty).
@@ -175,7 +189,9 @@ func (*runtimeLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.BoolVar(&r.Enabled, "runtime", r.Enabled, "evaluate rules of mode runtime on the API server's audit events and Falco alerts, feeding the actions and outputs")
 	f.StringVar(&r.Listen, "runtime-listen", r.Listen, "address of the runtime endpoint (HTTPS: /audit for the API server's audit webhook, /falco for Falco and Falcosidekick), e.g. :9444; empty serves none")
 	f.StringVar(&r.CertDir, "runtime-cert-dir", r.CertDir, "directory with the runtime endpoint's tls.crt and tls.key, reloaded when they change")
-	f.StringVar(&r.ClientCAFile, "runtime-client-ca", r.ClientCAFile, "PEM CA bundle: a client certificate it signed is accepted on both paths (the API server's audit webhook client certificate, Falco's mTLS one)")
+	f.StringVar(&r.ClientCAFile, "runtime-client-ca", r.ClientCAFile, "PEM CA bundle verifying client certificates (the API server's audit webhook client certificate, Falco's mTLS one), re-read when it changes; a certificate must also bear a name its path allows")
+	f.StringSliceVar(&r.AuditAllowedNames, "runtime-audit-allowed-names", r.AuditAllowedNames, "client certificate identities (subject CN, DNS or URI SAN) /audit accepts from --runtime-client-ca; any other certificate it signed (a kubelet's) is refused with 403; empty: the token only")
+	f.StringSliceVar(&r.FalcoAllowedNames, "runtime-falco-allowed-names", r.FalcoAllowedNames, "client certificate identities (subject CN, DNS or URI SAN) /falco accepts from --runtime-client-ca; empty: the token only")
 	f.StringVar(&r.AuditTokenFile, "runtime-audit-token-file", r.AuditTokenFile, "file holding a bearer token /audit accepts instead of a client certificate")
 	f.StringVar(&r.FalcoTokenFile, "runtime-falco-token-file", r.FalcoTokenFile, "file holding a bearer token /falco accepts instead of a client certificate")
 	f.StringVar(&r.AuditLog, "runtime-audit-log", r.AuditLog, "follow this API server audit log (JSON lines), across rotations, resuming where it stopped")
@@ -209,6 +225,12 @@ func (*runtimeLayer) CheckFlags(cfg *Config) error {
 		}
 		if r.ClientCAFile == "" && r.AuditTokenFile == "" && r.FalcoTokenFile == "" {
 			return errors.New("--runtime-listen needs --runtime-client-ca or a token file: the endpoint accepts no anonymous caller")
+		}
+		if err := runtime.CheckAllowedNames(r.AuditAllowedNames); err != nil {
+			return fmt.Errorf("--runtime-audit-allowed-names: %w", err)
+		}
+		if err := runtime.CheckAllowedNames(r.FalcoAllowedNames); err != nil {
+			return fmt.Errorf("--runtime-falco-allowed-names: %w", err)
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"io"
 	"log"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -33,8 +34,9 @@ type keyPair struct {
 	tls  tls.Certificate
 }
 
-// issue makes a certificate signed by parent (self-signed when nil).
-func issue(t *testing.T, cn string, parent *keyPair, isCA bool) *keyPair {
+// issue makes a certificate signed by parent (self-signed when nil), for
+// cn and the DNS names dns.
+func issue(t *testing.T, cn string, parent *keyPair, isCA bool, dns ...string) *keyPair {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -47,7 +49,7 @@ func issue(t *testing.T, cn string, parent *keyPair, isCA bool) *keyPair {
 		IsCA: isCA, BasicConstraintsValid: true,
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dns,
 	}
 	signer, signerKey := tmpl, key
 	if parent != nil {
@@ -75,12 +77,20 @@ const (
 // certificate comes from, and the server's CA for clients.
 func endpoint(t *testing.T, h *harness, o runtime.ServerOptions) (string, *keyPair, *x509.CertPool) {
 	t.Helper()
+	url, clientCA, roots, _ := endpointCA(t, h, o)
+	return url, clientCA, roots
+}
+
+// endpointCA is endpoint, also returning the client CA's file.
+func endpointCA(t *testing.T, h *harness, o runtime.ServerOptions) (string, *keyPair, *x509.CertPool, string) {
+	t.Helper()
 	clientCA := issue(t, "apiserver-client-ca", nil, true)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	if err := os.WriteFile(caFile, pemOf(clientCA.cert), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o.ClientCAFile, o.AuditToken, o.FalcoToken = caFile, auditToken, falcoToken
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := runtime.NewServer(o, h.src, h.metrics)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +105,7 @@ func endpoint(t *testing.T, h *harness, o runtime.ServerOptions) (string, *keyPa
 	t.Cleanup(ts.Close)
 	roots := x509.NewCertPool()
 	roots.AddCert(serving.cert)
-	return ts.URL, clientCA, roots
+	return ts.URL, clientCA, roots, caFile
 }
 
 func post(t *testing.T, url string, roots *x509.CertPool, cert *keyPair, token string, body []byte) (int, error) {
@@ -133,8 +143,8 @@ func TestWebhookRefusesCallersWithoutCredentials(t *testing.T) {
 	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
 	url, clientCA, roots := endpoint(t, h, runtime.ServerOptions{MaxBatch: 3, MaxBodyBytes: 64 << 10})
 	body := eventList(t, execEvent("w1", event.StageResponseStarted))
-	apiserver := issue(t, "kube-apiserver", clientCA, false)
-	stranger := issue(t, "kube-apiserver", issue(t, "another-ca", nil, true), false)
+	apiserver := issue(t, "kube-apiserver-kubelet-client", clientCA, false)
+	stranger := issue(t, "kube-apiserver-kubelet-client", issue(t, "another-ca", nil, true), false)
 	for _, c := range []struct {
 		name  string
 		cert  *keyPair
