@@ -45,6 +45,7 @@ type RuntimeConfig struct {
 	LeaderPod string
 
 	QueueSize       int
+	FalcoQueueSize  int
 	Workers         int
 	MaxOpenFindings int
 	FindingWindow   time.Duration
@@ -59,7 +60,7 @@ func defaultRuntime() RuntimeConfig {
 	return RuntimeConfig{
 		AuditLogState:     "/var/lib/portal/audit-log.offset",
 		AuditAllowedNames: runtime.DefaultAuditNames(), FalcoAllowedNames: runtime.DefaultFalcoNames(),
-		QueueSize: runtime.DefaultQueueSize, Workers: runtime.DefaultWorkers, MaxOpenFindings: runtime.DefaultMaxOpenFindings,
+		QueueSize: runtime.DefaultQueueSize, FalcoQueueSize: runtime.DefaultFalcoQueueSize, Workers: runtime.DefaultWorkers, MaxOpenFindings: runtime.DefaultMaxOpenFindings,
 		FindingWindow: runtime.DefaultFindingWindow, DedupWindow: runtime.DefaultDedupWindow, EvalTimeout: runtime.DefaultEvalTimeout,
 		MaxBodyBytes: runtime.DefaultMaxBodyBytes, MaxBatch: runtime.DefaultMaxBatch, RequestRate: runtime.DefaultRequestRate,
 	}
@@ -86,7 +87,7 @@ func (l *runtimeLayer) Setup(d Deps) error {
 	c := l.cfg
 	src := runtime.NewSource(runtime.Options{
 		Engine: d.Engine, Targets: d.Cache, Findings: producer, Verdicts: d.Verdicts,
-		QueueSize: c.QueueSize, Workers: c.Workers, MaxOpenFindings: c.MaxOpenFindings,
+		QueueSize: c.QueueSize, FalcoQueueSize: c.FalcoQueueSize, Workers: c.Workers, MaxOpenFindings: c.MaxOpenFindings,
 		FindingWindow: c.FindingWindow, DedupWindow: c.DedupWindow, EvalTimeout: c.EvalTimeout, Logger: d.Logger,
 	}, m)
 	if err := d.Manager.Add(src); err != nil {
@@ -197,7 +198,8 @@ func (*runtimeLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.StringVar(&r.AuditLog, "runtime-audit-log", r.AuditLog, "follow this API server audit log (JSON lines), across rotations, resuming where it stopped")
 	f.StringVar(&r.LeaderPod, "runtime-leader-pod", r.LeaderPod, "this replica's pod in --namespace, labelled "+RuntimeLeaderLabel+"=true while it leads, so a Service selecting the label sends audit events and Falco alerts to the leader only (the chart passes $(POD_NAME))")
 	f.StringVar(&r.AuditLogState, "runtime-audit-log-state", r.AuditLogState, "file recording how far --runtime-audit-log was read")
-	f.IntVar(&r.QueueSize, "runtime-queue-size", r.QueueSize, "runtime events waiting for evaluation; an event from the endpoint that finds the queue full is dropped and counted")
+	f.IntVar(&r.QueueSize, "runtime-queue-size", r.QueueSize, "audit events (webhook and log file) waiting for evaluation; an event from the endpoint that finds the queue full is dropped and counted")
+	f.IntVar(&r.FalcoQueueSize, "runtime-falco-queue-size", r.FalcoQueueSize, "Falco alerts waiting for evaluation, in a queue of their own so a flood of alerts never leaves audit events no room (nor the other way round); beyond, dropped and counted")
 	f.IntVar(&r.Workers, "runtime-workers", r.Workers, "concurrent runtime evaluations")
 	f.IntVar(&r.MaxOpenFindings, "runtime-max-open-findings", r.MaxOpenFindings, "runtime findings open at once; beyond, the oldest of the namespace holding the most closes early")
 	f.DurationVar(&r.FindingWindow, "runtime-finding-window", r.FindingWindow, "how long a runtime finding stays open: its alert resolves and its report result goes after it")
@@ -205,7 +207,7 @@ func (*runtimeLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.DurationVar(&r.EvalTimeout, "runtime-eval-timeout", r.EvalTimeout, "deadline of one event's evaluation by every runtime rule")
 	f.Int64Var(&r.MaxBodyBytes, "runtime-max-body-bytes", r.MaxBodyBytes, "largest request body the runtime endpoint reads (a Falco alert: at most 64 KiB)")
 	f.IntVar(&r.MaxBatch, "runtime-max-batch", r.MaxBatch, "most events of one EventList the endpoint accepts")
-	f.Float64Var(&r.RequestRate, "runtime-request-rate", r.RequestRate, "requests per second the runtime endpoint serves; beyond, it answers 429 at once")
+	f.Float64Var(&r.RequestRate, "runtime-request-rate", r.RequestRate, "requests per second each path of the runtime endpoint (/audit, /falco) serves, each on its own; beyond, it answers 429 at once")
 }
 
 func (*runtimeLayer) CheckFlags(cfg *Config) error {
@@ -213,8 +215,8 @@ func (*runtimeLayer) CheckFlags(cfg *Config) error {
 	if !r.Enabled {
 		return nil
 	}
-	if r.QueueSize <= 0 || r.Workers <= 0 || r.MaxOpenFindings <= 0 || r.MaxBatch <= 0 || r.MaxBodyBytes <= 0 || r.RequestRate <= 0 {
-		return errors.New("--runtime-queue-size, --runtime-workers, --runtime-max-open-findings, --runtime-max-batch, --runtime-max-body-bytes and --runtime-request-rate must be positive")
+	if r.QueueSize <= 0 || r.FalcoQueueSize <= 0 || r.Workers <= 0 || r.MaxOpenFindings <= 0 || r.MaxBatch <= 0 || r.MaxBodyBytes <= 0 || r.RequestRate <= 0 {
+		return errors.New("--runtime-queue-size, --runtime-falco-queue-size, --runtime-workers, --runtime-max-open-findings, --runtime-max-batch, --runtime-max-body-bytes and --runtime-request-rate must be positive")
 	}
 	if r.FindingWindow <= 0 || r.DedupWindow <= 0 || r.EvalTimeout <= 0 {
 		return errors.New("--runtime-finding-window, --runtime-dedup-window and --runtime-eval-timeout must be positive")

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -272,5 +273,68 @@ spec:
 	}
 	if got := counter(t, h.metrics.Skipped.WithLabelValues(runtime.SkipNoObject)); got != 1 {
 		t.Errorf("alerts naming no pod = %v, want 1", got)
+	}
+}
+
+// TestEachInputHasItsOwnRateAndQueue: a flood on /falco spends Falco's
+// request rate and fills Falco's queue only: the API server's batches are
+// still served and queued, and the other way round.
+func TestEachInputHasItsOwnRateAndQueue(t *testing.T) {
+	alertJSON, err := os.ReadFile("testdata/falco/terminal-shell.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alert, err := event.DecodeFalco(alertJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := func(i int) event.Event { return execEvent(fmt.Sprint("q", i), event.StageResponseStarted) }
+
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{QueueSize: 10, FalcoQueueSize: 5})
+	url, _, roots := endpoint(t, h, runtime.ServerOptions{RequestRate: 0.001, RequestBurst: 3})
+	for i := range 6 {
+		want := http.StatusOK
+		if i >= 3 {
+			want = http.StatusTooManyRequests
+		}
+		if got, err := post(t, url+runtime.PathFalco, roots, nil, falcoToken, alertJSON); err != nil || got != want {
+			t.Fatalf("Falco alert %d: %d %v, want %d", i, got, err, want)
+		}
+	}
+	if got, err := post(t, url+runtime.PathAudit, roots, nil, auditToken, eventList(t, audit(0))); err != nil || got != http.StatusOK {
+		t.Errorf("an audit batch after a Falco flood spent Falco's rate: %d %v, want 200", got, err)
+	}
+	for range 20 {
+		h.src.Offer(runtime.InputFalco, alert)
+	}
+	for i := range 9 {
+		if !h.src.Offer(runtime.InputWebhook, audit(i+1)) {
+			t.Fatalf("audit event %d dropped after a Falco flood", i+1)
+		}
+	}
+	// 3 alerts posted and 20 offered into a queue of 5; 10 audit events.
+	if got := counter(t, h.metrics.Dropped.WithLabelValues(runtime.InputFalco, runtime.DropQueueFull)); got != 18 {
+		t.Errorf("Falco alerts dropped = %v, want 18", got)
+	}
+	if got := counter(t, h.metrics.Dropped.WithLabelValues(runtime.InputWebhook, runtime.DropQueueFull)); got != 0 {
+		t.Errorf("audit events dropped = %v, want 0", got)
+	}
+
+	// The other way round: an audit flood leaves Falco its rate and queue.
+	h = newHarness(t, execRules, []string{webPod}, runtime.Options{QueueSize: 10, FalcoQueueSize: 5})
+	url, _, roots = endpoint(t, h, runtime.ServerOptions{RequestRate: 0.001, RequestBurst: 3})
+	for range 4 {
+		_, _ = post(t, url+runtime.PathAudit, roots, nil, auditToken, eventList(t, audit(0)))
+	}
+	if got, err := post(t, url+runtime.PathFalco, roots, nil, falcoToken, alertJSON); err != nil || got != http.StatusOK {
+		t.Errorf("a Falco alert after an audit flood spent the audit rate: %d %v, want 200", got, err)
+	}
+	for i := range 50 {
+		h.src.Offer(runtime.InputWebhook, audit(i))
+	}
+	for range 4 {
+		if !h.src.Offer(runtime.InputFalco, alert) {
+			t.Fatal("a Falco alert dropped after an audit flood")
+		}
 	}
 }

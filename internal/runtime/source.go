@@ -41,10 +41,12 @@ type item struct {
 // deduplicate per rule, actor and target, open an expiring finding and hand
 // the rule's actions a runtime verdict.
 type Source struct {
-	o       Options
-	m       *Metrics
-	log     *slog.Logger
-	queue   chan item
+	o   Options
+	m   *Metrics
+	log *slog.Logger
+	// audit and falco are the bounded queues of the two kinds of input.
+	audit   chan item
+	falco   chan item
 	open    *openFindings
 	stageMu sync.Mutex
 	// started remembers the audit IDs of long-running requests whose
@@ -85,7 +87,8 @@ func NewSource(o Options, m *Metrics) *Source {
 	o.defaults()
 	return &Source{
 		o: o, m: m, log: o.Logger,
-		queue:       make(chan item, o.QueueSize),
+		audit:       make(chan item, o.QueueSize),
+		falco:       make(chan item, o.FalcoQueueSize),
 		open:        newOpenFindings(o.Findings, o.FindingWindow, o.MaxOpenFindings, m),
 		started:     lru.New(o.CacheSize),
 		dedup:       lru.New(o.CacheSize),
@@ -105,13 +108,21 @@ func (s *Source) Offer(input string, ev event.Event) bool {
 		return true
 	}
 	select {
-	case s.queue <- item{ev: ev, input: input, received: s.o.Now()}:
+	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Now()}:
 		s.m.QueueDepth.Inc()
 		return true
 	default:
 		s.m.Dropped.WithLabelValues(input, DropQueueFull).Inc()
 		return false
 	}
+}
+
+// queueOf is the queue of input's events.
+func (s *Source) queueOf(input string) chan item {
+	if input == InputFalco {
+		return s.falco
+	}
+	return s.audit
 }
 
 // stage decides, in the order events arrive, whether ev is the one
@@ -164,7 +175,12 @@ func (s *Source) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case it := <-s.queue:
+		case it := <-s.audit:
+			s.m.QueueDepth.Dec()
+			s.Process(ctx, it.input, &it.ev)
+		case it := <-s.falco:
+			// Chosen at random among ready queues: a flood of one input
+			// takes at most its share of the workers.
 			s.m.QueueDepth.Dec()
 			s.Process(ctx, it.input, &it.ev)
 		}
