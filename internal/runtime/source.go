@@ -209,8 +209,10 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 	classes := event.Classify(ev)
 	ectx, cancel := context.WithTimeout(ctx, s.o.EvalTimeout)
 	defer cancel()
+	env := event.Env(ev, classes, target)
 	results, err := s.o.Engine.Evaluate(ectx, obj, engine.Options{
-		Mode: core.ModeRuntime, Event: event.Env(ev, classes, target), RuntimeEvents: classes,
+		Mode: core.ModeRuntime, Event: env, RuntimeEvents: classes,
+		NamespacedEvent: func() map[string]any { return event.NamespacedEnv(env) },
 	})
 	if err != nil {
 		s.log.Warn("runtime event not evaluated", "input", input, "auditID", ev.AuditID, "error", err)
