@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"input"}),
 		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_runtime_events_dropped_total",
-			Help: "Runtime events dropped before evaluation, by input and reason (queue_full: the evaluation queue was full, the sender was not made to wait; decode: not an audit event or Falco alert).",
+			Help: "Runtime events dropped before evaluation, by input and reason (queue_full: the evaluation queue was full, the sender was not made to wait; decode: not an audit event or Falco alert, or an audit log line over 1 MiB).",
 		}, []string{"input", "reason"}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_runtime_events_skipped_total",
