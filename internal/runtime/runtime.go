@@ -62,8 +62,9 @@ type Options struct {
 	QueueSize      int
 	FalcoQueueSize int
 	Workers        int
-	// CacheSize bounds the deduplication keys and the audit IDs of
-	// long-running requests remembered.
+	// CacheSize bounds the deduplication keys (past it, the namespace
+	// holding the most gives way) and the audit IDs of long-running
+	// requests remembered.
 	CacheSize int
 	// MaxOpenFindings bounds the findings open at once; the oldest close
 	// first.

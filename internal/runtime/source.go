@@ -53,10 +53,9 @@ type Source struct {
 	// ResponseStarted stage was offered, so their ResponseComplete is not
 	// evaluated again.
 	started *lru.Cache
-	// dedupMu guards dedup: the last time each rule, actor and target
-	// raised a finding.
-	dedupMu sync.Mutex
-	dedup   *lru.Cache
+	// dedup holds the last time each rule, actor and target raised a
+	// finding, bounded per namespace of the target.
+	dedup *dedupKeys
 	// resolved caches what the RESTMapper said of each resource events
 	// name: asking it per event costs more than evaluating the rules. A
 	// resource it did not know is remembered as the time until which it
@@ -91,7 +90,7 @@ func NewSource(o Options, m *Metrics) *Source {
 		falco:       make(chan item, o.FalcoQueueSize),
 		open:        newOpenFindings(o.Findings, o.FindingWindow, o.MaxOpenFindings, m),
 		started:     lru.New(o.CacheSize),
-		dedup:       lru.New(o.CacheSize),
+		dedup:       newDedupKeys(o.CacheSize, o.DedupWindow),
 		resolved:    lru.New(4096),
 		unknownAsks: rate.NewLimiter(unknownAsksPerSec, unknownAsksBurst),
 	}
@@ -307,13 +306,10 @@ func (s *Source) first(r *core.Result, ev *event.Event, now time.Time) bool {
 	src := r.Rule.Source
 	k := strings.Join([]string{src.Kind, src.Namespace, src.Name, r.Rule.Name, actor(ev),
 		r.Resource.APIVersion, r.Resource.Kind, r.Resource.Namespace, r.Resource.Name}, "\x00")
-	s.dedupMu.Lock()
-	defer s.dedupMu.Unlock()
-	if v, ok := s.dedup.Get(k); ok && now.Sub(v.(time.Time)) < s.o.DedupWindow {
+	if !s.dedup.first(r.Resource.Namespace, k, now) {
 		s.m.Deduplicated.Inc()
 		return false
 	}
-	s.dedup.Add(k, now)
 	return true
 }
 

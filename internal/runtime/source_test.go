@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"slices"
 	"testing"
@@ -257,5 +258,50 @@ func TestQueueFullDropsAndCounts(t *testing.T) {
 	}
 	if got := counter(t, h.metrics.Dropped.WithLabelValues(runtime.InputWebhook, runtime.DropQueueFull)); got != 3 {
 		t.Fatalf("dropped = %v, want 3", got)
+	}
+}
+
+// TestOneNamespaceFloodKeepsOthersDeduplicated: a tenant making requests
+// that each fail a rule with a new actor or target fills the
+// deduplication keys; past the bound its own keys give way, so another
+// namespace's exec within the window still raises no second finding and
+// runs no action again.
+func TestOneNamespaceFloodKeepsOthersDeduplicated(t *testing.T) {
+	rules := `
+mode: [runtime]
+name: any-exec
+runtime: {events: [exec]}
+match: {gvk: [{group: "", kind: Pod}]}
+rule: "true"
+actions:
+- {type: label, key: portal.io/quarantine, value: "true"}
+`
+	h := newHarness(t, rules, []string{webPod}, runtime.Options{CacheSize: 8})
+	exec := func(user, ns, pod string) int {
+		ev := auditEvent("x", user, "create", "pods", "exec", ns, pod)
+		ev.Stage = event.StageResponseStarted
+		return len(h.src.Process(t.Context(), runtime.InputWebhook, &ev))
+	}
+	for _, pod := range []string{"web-0", "web-1"} {
+		if n := exec("system:serviceaccount:ci:deployer", "prod", pod); n != 1 {
+			t.Fatalf("prod's first exec into %s raised %d", pod, n)
+		}
+	}
+	for i := range 50 {
+		if n := exec(fmt.Sprintf("system:serviceaccount:tenant:sa-%d", i), "tenant", "pod"); n != 1 {
+			t.Fatalf("tenant exec %d raised %d", i, n)
+		}
+	}
+	for _, pod := range []string{"web-0", "web-1"} {
+		if n := exec("system:serviceaccount:ci:deployer", "prod", pod); n != 0 {
+			t.Errorf("prod's exec into %s again within the window raised %d: another namespace's flood evicted its key", pod, n)
+		}
+	}
+	if got := len(h.verdicts.all()); got != 52 {
+		t.Errorf("verdicts = %d, want 52 (prod's two once, the tenant's 50)", got)
+	}
+	// The tenant's own oldest keys gave way.
+	if n := exec("system:serviceaccount:tenant:sa-0", "tenant", "pod"); n != 1 {
+		t.Errorf("the tenant's oldest key was kept past the bound: %d", n)
 	}
 }
