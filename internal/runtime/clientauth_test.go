@@ -1,10 +1,20 @@
 package runtime_test
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/runtime"
@@ -100,4 +110,67 @@ func TestClientCAReloadedWhenItChanges(t *testing.T) {
 	check("after the rotation, the old CA's certificate", byOld, http.StatusUnauthorized)
 	replace([]byte("not a certificate"))
 	check("after a broken file, the last good CA's certificate", byNew, http.StatusOK)
+}
+
+// TestServingCertificateReloaded: the running endpoint serves a renewed
+// tls.crt and tls.key from --runtime-cert-dir without a restart.
+func TestServingCertificateReloaded(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	write := func(kp *keyPair) {
+		t.Helper()
+		der, err := x509.MarshalPKCS8PrivateKey(kp.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string][]byte{
+			"tls.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), "tls.crt": pemOf(kp.cert),
+		} {
+			if err := os.WriteFile(filepath.Join(dir, name+".tmp"), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, name := range []string{"tls.key", "tls.crt"} {
+			if err := os.Rename(filepath.Join(dir, name+".tmp"), filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first, second := issue(t, "portal-1", nil, true), issue(t, "portal-2", nil, true)
+	write(first)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	srv, err := runtime.NewServer(runtime.ServerOptions{Addr: addr, CertDir: dir, AuditToken: auditToken,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, h.src, h.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	served := func() string {
+		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // the test reads which certificate is served
+		if err != nil {
+			return ""
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	waitServed := func(want string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return served() == want, nil
+		})
+		if err != nil {
+			t.Fatalf("the endpoint serves %q, want %q", served(), want)
+		}
+	}
+	waitServed("portal-1")
+	write(second)
+	waitServed("portal-2")
 }
