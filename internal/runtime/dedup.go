@@ -2,20 +2,19 @@ package runtime
 
 import (
 	"sync"
-	"time"
 
 	"k8s.io/utils/lru"
 )
 
-// dedupKeys remembers when each rule, actor and target last raised a
-// finding, at most max keys in all. Keys are kept per namespace of the
-// target, and past the bound the least recently used key of the namespace
-// holding the most gives way: a tenant flooding unique keys (a new actor or
-// pod per request) evicts its own, never another namespace's, whose
-// actions would then run again within their window.
-type dedupKeys struct {
-	max    int
-	window time.Duration
+// nsLRU is a least-recently-used map of at most max keys, kept per
+// namespace (of the event's object): past the bound, the least recently
+// used key of the namespace holding the most gives way. A tenant flooding
+// unique keys (a new actor, pod or request per event) evicts its own, never
+// another namespace's: their deduplication keys (whose actions would run
+// again within their window) and the audit IDs of their long-running
+// requests (which would be evaluated again when they end).
+type nsLRU struct {
+	max int
 
 	mu   sync.Mutex
 	byNS map[string]*lru.Cache
@@ -27,38 +26,64 @@ type dedupKeys struct {
 	top     int
 }
 
-func newDedupKeys(limit int, window time.Duration) *dedupKeys {
-	return &dedupKeys{max: limit, window: window, byNS: map[string]*lru.Cache{}, byCount: map[int]map[string]struct{}{}}
+func newNSLRU(limit int) *nsLRU {
+	return &nsLRU{max: limit, byNS: map[string]*lru.Cache{}, byCount: map[int]map[string]struct{}{}}
 }
 
-// first reports whether key, of a target in namespace ns, raised no
-// finding within the window before now, and records now for it.
-func (d *dedupKeys) first(ns, key string, now time.Time) bool {
+// update calls f with the value key holds in namespace ns (ok false when
+// none) and stores what f returns when it says so, in one step: two
+// workers never both see a key missing.
+func (d *nsLRU) update(ns, key string, f func(old any, ok bool) (any, bool)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c := d.byNS[ns]
+	var (
+		old any
+		ok  bool
+	)
+	if c != nil {
+		old, ok = c.Get(key)
+	}
+	v, store := f(old, ok)
+	if !store {
+		return
+	}
 	if c == nil {
 		c = lru.New(0) // bounded here, across namespaces
 		d.byNS[ns] = c
 	}
-	if v, ok := c.Get(key); ok && now.Sub(v.(time.Time)) < d.window {
-		return false
-	}
 	held := c.Len()
-	c.Add(key, now)
+	c.Add(key, v)
 	if c.Len() > held {
-		d.move(ns, held, held+1)
 		d.n++
+		d.move(ns, held, held+1)
 	}
 	for d.n > d.max && d.top > 0 {
 		d.evictFullest()
 	}
+}
+
+// remove forgets key in ns, reporting whether it was there.
+func (d *nsLRU) remove(ns, key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.byNS[ns]
+	if c == nil {
+		return false
+	}
+	if _, ok := c.Get(key); !ok {
+		return false
+	}
+	held := c.Len()
+	c.Remove(key)
+	d.n--
+	d.move(ns, held, held-1)
 	return true
 }
 
 // evictFullest drops the least recently used key of a namespace holding
 // the most.
-func (d *dedupKeys) evictFullest() {
+func (d *nsLRU) evictFullest() {
 	var ns string
 	for ns = range d.byCount[d.top] {
 		break
@@ -69,7 +94,7 @@ func (d *dedupKeys) evictFullest() {
 }
 
 // move records that ns went from holding from keys to holding to.
-func (d *dedupKeys) move(ns string, from, to int) {
+func (d *nsLRU) move(ns string, from, to int) {
 	if set := d.byCount[from]; set != nil {
 		delete(set, ns)
 		if len(set) == 0 {

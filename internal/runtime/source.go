@@ -45,17 +45,16 @@ type Source struct {
 	m   *Metrics
 	log *slog.Logger
 	// audit and falco are the bounded queues of the two kinds of input.
-	audit   chan item
-	falco   chan item
-	open    *openFindings
-	stageMu sync.Mutex
+	audit chan item
+	falco chan item
+	open  *openFindings
 	// started remembers the audit IDs of long-running requests whose
-	// ResponseStarted stage was offered, so their ResponseComplete is not
-	// evaluated again.
-	started *lru.Cache
+	// ResponseStarted stage was offered, until their ResponseComplete, so
+	// that is not evaluated again.
+	started *nsLRU
 	// dedup holds the last time each rule, actor and target raised a
-	// finding, bounded per namespace of the target.
-	dedup *dedupKeys
+	// finding.
+	dedup *nsLRU
 	// resolved caches what the RESTMapper said of each resource events
 	// name: asking it per event costs more than evaluating the rules. A
 	// resource it did not know is remembered as the time until which it
@@ -89,8 +88,8 @@ func NewSource(o Options, m *Metrics) *Source {
 		audit:       make(chan item, o.QueueSize),
 		falco:       make(chan item, o.FalcoQueueSize),
 		open:        newOpenFindings(o.Findings, o.FindingWindow, o.MaxOpenFindings, m),
-		started:     lru.New(o.CacheSize),
-		dedup:       newDedupKeys(o.CacheSize, o.DedupWindow),
+		started:     newNSLRU(o.CacheSize),
+		dedup:       newNSLRU(o.CacheSize),
 		resolved:    lru.New(4096),
 		unknownAsks: rate.NewLimiter(unknownAsksPerSec, unknownAsksBurst),
 	}
@@ -130,11 +129,20 @@ func (s *Source) stage(ev *event.Event) bool {
 	if ev.Falco != nil || ev.AuditID == "" || !event.LongRunning(ev) {
 		return event.StageDecision(ev, false)
 	}
-	s.stageMu.Lock()
-	defer s.stageMu.Unlock()
-	_, seen := s.started.Get(ev.AuditID)
-	if ev.Stage == event.StageResponseStarted {
-		s.started.Add(ev.AuditID, struct{}{})
+	ns := ""
+	if ev.ObjectRef != nil {
+		ns = ev.ObjectRef.Namespace
+	}
+	var seen bool
+	switch ev.Stage {
+	case event.StageResponseComplete, event.StagePanic:
+		// The request's last stage: its ID is not needed any more.
+		seen = s.started.remove(ns, ev.AuditID)
+	default:
+		s.started.update(ns, ev.AuditID, func(_ any, ok bool) (any, bool) {
+			seen = ok
+			return struct{}{}, ev.Stage == event.StageResponseStarted
+		})
 	}
 	return event.StageDecision(ev, seen)
 }
@@ -306,11 +314,15 @@ func (s *Source) first(r *core.Result, ev *event.Event, now time.Time) bool {
 	src := r.Rule.Source
 	k := strings.Join([]string{src.Kind, src.Namespace, src.Name, r.Rule.Name, actor(ev),
 		r.Resource.APIVersion, r.Resource.Kind, r.Resource.Namespace, r.Resource.Name}, "\x00")
-	if !s.dedup.first(r.Resource.Namespace, k, now) {
+	first := true
+	s.dedup.update(r.Resource.Namespace, k, func(last any, ok bool) (any, bool) {
+		first = !ok || now.Sub(last.(time.Time)) >= s.o.DedupWindow
+		return now, first
+	})
+	if !first {
 		s.m.Deduplicated.Inc()
-		return false
 	}
-	return true
+	return first
 }
 
 // actor names who caused the event: the requesting user, or for an alert

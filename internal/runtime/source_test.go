@@ -305,3 +305,34 @@ actions:
 		t.Errorf("the tenant's oldest key was kept past the bound: %d", n)
 	}
 }
+
+// TestLongRunningRequestsRememberedPerNamespace: an exec evaluated when
+// its stream opened is not evaluated again when it ends, however many
+// long-running requests others make meanwhile: a tenant's open watches
+// evict its own, and requests that ended are forgotten at once.
+func TestLongRunningRequestsRememberedPerNamespace(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{CacheSize: 8})
+	watch := func(id, ns, stage string) event.Event {
+		ev := auditEvent(id, "system:serviceaccount:"+ns+":reader", "watch", "secrets", "", ns, "")
+		ev.Stage = stage
+		return ev
+	}
+	h.src.Offer(runtime.InputWebhook, execEvent("exec-1", event.StageResponseStarted))
+	// Watches in prod that end: nothing to remember once they have.
+	for i := range 20 {
+		h.src.Offer(runtime.InputWebhook, watch(fmt.Sprint("p", i), "prod", event.StageResponseStarted))
+		h.src.Offer(runtime.InputWebhook, watch(fmt.Sprint("p", i), "prod", event.StageResponseComplete))
+	}
+	// A tenant's watches held open.
+	for i := range 50 {
+		h.src.Offer(runtime.InputWebhook, watch(fmt.Sprint("t", i), "tenant", event.StageResponseStarted))
+	}
+	queued := counter(t, h.metrics.QueueDepth)
+	h.src.Offer(runtime.InputWebhook, execEvent("exec-1", event.StageResponseComplete))
+	if got := counter(t, h.metrics.QueueDepth); got != queued {
+		t.Errorf("the exec's ResponseComplete was queued for a second evaluation: its ResponseStarted was forgotten")
+	}
+	if got, want := queued, float64(1+20+50); got != want {
+		t.Errorf("queued = %v, want %v (each request once, at ResponseStarted)", got, want)
+	}
+}
