@@ -240,6 +240,8 @@ func TestTemplateRefusesUnsafeValues(t *testing.T) {
 		{"client CA from a ConfigMap and a Secret", []string{"admission.clientCA.configMap=ca", "admission.clientCA.secret=ca"}, "admission.clientCA: set configMap or secret, not both"},
 		{"allowed client names without a CA", []string{"admission.clientCA.allowedNames={kube-apiserver}"}, "admission.clientCA.allowedNames needs admission.clientCA.configMap or admission.clientCA.secret"},
 		{"client CA key with a slash", []string{"admission.clientCA.secret=ca", "admission.clientCA.key=../ca.crt"}, "/admission/clientCA/key"},
+		{"audit log DaemonSet without the runtime layer", []string{"runtime.auditLog.enabled=true"}, "runtime.auditLog.enabled needs runtime.enabled"},
+		{"audit log path that is relative", []string{"runtime.auditLog.path=audit.log"}, "/runtime/auditLog/path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, "", tc.set...)

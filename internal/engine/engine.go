@@ -328,6 +328,11 @@ type Options struct {
 	Request *core.Request
 	// Event is bound as event.* (runtime only; nil elsewhere).
 	Event map[string]any
+	// NamespacedEvent, when set, is bound as event.* for namespaced rules
+	// (PortalRule) instead of Event: what a namespace's rule author may
+	// not read of other users' requests is left out of it. Called once,
+	// when the first namespaced rule runs.
+	NamespacedEvent func() map[string]any
 	// RuntimeEvents are the classes of the runtime event evaluated: a rule
 	// of mode runtime runs only when it lists one of them (or any).
 	RuntimeEvents []string
@@ -349,6 +354,7 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 	}
 	var (
 		ectx    *core.EvalContext
+		nsEvent map[string]any
 		results []core.Result
 		ref     = core.ResourceRef{APIVersion: obj.GetAPIVersion(), Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID())}
 		xs      = e.exceptions.Load().index.candidates(gvk.GroupKind(), obj.GetNamespace())
@@ -368,7 +374,13 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 			if ectx, err = e.buildContext(obj, opts.Request); err != nil {
 				return nil, fmt.Errorf("build context for %s %s/%s: %w: %w", gvk.Kind, ref.Namespace, ref.Name, ErrInvalidObject, err)
 			}
-			ectx.Env[event.Name] = opts.Event
+		}
+		ectx.Env[event.Name] = opts.Event
+		if r.Namespace != "" && opts.NamespacedEvent != nil {
+			if nsEvent == nil {
+				nsEvent = opts.NamespacedEvent()
+			}
+			ectx.Env[event.Name] = nsEvent
 		}
 		n := len(results)
 		var x *Exception

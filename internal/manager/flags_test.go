@@ -91,3 +91,32 @@ func TestAPIGatewayCheckFlagsRefusesBadJWKSAllowList(t *testing.T) {
 		t.Errorf("valid entries: %v", err)
 	}
 }
+
+// TestRuntimeAllowedNamesFlags: the runtime endpoint's allowed client names
+// default to the documented identities, an empty flag leaves a path to its
+// token, and a name past the bounds is refused naming its flag.
+func TestRuntimeAllowedNamesFlags(t *testing.T) {
+	parse := func(args ...string) (Config, error) {
+		cfg := Defaults()
+		f := pflag.NewFlagSet("portal", pflag.ContinueOnError)
+		l := &runtimeLayer{}
+		l.AddFlags(f, &cfg)
+		if err := f.Parse(append([]string{"--runtime", "--runtime-listen=:9444", "--runtime-cert-dir=/tls", "--runtime-client-ca=/ca.crt"}, args...)); err != nil {
+			return cfg, err
+		}
+		return cfg, l.CheckFlags(&cfg)
+	}
+	cfg, err := parse()
+	if err != nil || !slices.Equal(cfg.Runtime.AuditAllowedNames, []string{"kube-apiserver-kubelet-client"}) ||
+		!slices.Equal(cfg.Runtime.FalcoAllowedNames, []string{"falco", "falcosidekick"}) {
+		t.Errorf("defaults: %v %v %v", cfg.Runtime.AuditAllowedNames, cfg.Runtime.FalcoAllowedNames, err)
+	}
+	cfg, err = parse("--runtime-falco-allowed-names=", "--runtime-audit-allowed-names=apiserver-audit,spiffe://cluster/apiserver")
+	if err != nil || len(cfg.Runtime.FalcoAllowedNames) != 0 || nonNil(cfg.Runtime.FalcoAllowedNames) == nil ||
+		!slices.Equal(cfg.Runtime.AuditAllowedNames, []string{"apiserver-audit", "spiffe://cluster/apiserver"}) {
+		t.Errorf("set: %v %v %v", cfg.Runtime.AuditAllowedNames, cfg.Runtime.FalcoAllowedNames, err)
+	}
+	if _, err := parse("--runtime-audit-allowed-names=" + strings.Repeat("a", 254)); err == nil || !strings.Contains(err.Error(), "--runtime-audit-allowed-names") {
+		t.Errorf("a 254-character name: %v", err)
+	}
+}

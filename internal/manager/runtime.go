@@ -28,9 +28,13 @@ type RuntimeConfig struct {
 	// ClientCAFile verifies the API server's (and Falco's) client
 	// certificates; AuditTokenFile and FalcoTokenFile hold bearer tokens
 	// the paths accept instead.
-	ClientCAFile   string
-	AuditTokenFile string
-	FalcoTokenFile string
+	ClientCAFile string
+	// AuditAllowedNames and FalcoAllowedNames are the client certificate
+	// identities (CN or SAN) each path accepts.
+	AuditAllowedNames []string
+	FalcoAllowedNames []string
+	AuditTokenFile    string
+	FalcoTokenFile    string
 	// AuditLog is an audit log file to follow; AuditLogState records how
 	// far it was read.
 	AuditLog      string
@@ -41,6 +45,7 @@ type RuntimeConfig struct {
 	LeaderPod string
 
 	QueueSize       int
+	FalcoQueueSize  int
 	Workers         int
 	MaxOpenFindings int
 	FindingWindow   time.Duration
@@ -53,8 +58,9 @@ type RuntimeConfig struct {
 
 func defaultRuntime() RuntimeConfig {
 	return RuntimeConfig{
-		AuditLogState: "/var/lib/portal/audit-log.offset",
-		QueueSize:     runtime.DefaultQueueSize, Workers: runtime.DefaultWorkers, MaxOpenFindings: runtime.DefaultMaxOpenFindings,
+		AuditLogState:     "/var/lib/portal/audit-log.offset",
+		AuditAllowedNames: runtime.DefaultAuditNames(), FalcoAllowedNames: runtime.DefaultFalcoNames(),
+		QueueSize: runtime.DefaultQueueSize, FalcoQueueSize: runtime.DefaultFalcoQueueSize, Workers: runtime.DefaultWorkers, MaxOpenFindings: runtime.DefaultMaxOpenFindings,
 		FindingWindow: runtime.DefaultFindingWindow, DedupWindow: runtime.DefaultDedupWindow, EvalTimeout: runtime.DefaultEvalTimeout,
 		MaxBodyBytes: runtime.DefaultMaxBodyBytes, MaxBatch: runtime.DefaultMaxBatch, RequestRate: runtime.DefaultRequestRate,
 	}
@@ -81,7 +87,7 @@ func (l *runtimeLayer) Setup(d Deps) error {
 	c := l.cfg
 	src := runtime.NewSource(runtime.Options{
 		Engine: d.Engine, Targets: d.Cache, Findings: producer, Verdicts: d.Verdicts,
-		QueueSize: c.QueueSize, Workers: c.Workers, MaxOpenFindings: c.MaxOpenFindings,
+		QueueSize: c.QueueSize, FalcoQueueSize: c.FalcoQueueSize, Workers: c.Workers, MaxOpenFindings: c.MaxOpenFindings,
 		FindingWindow: c.FindingWindow, DedupWindow: c.DedupWindow, EvalTimeout: c.EvalTimeout, Logger: d.Logger,
 	}, m)
 	if err := d.Manager.Add(src); err != nil {
@@ -143,8 +149,17 @@ func (l *runtimeLayer) server(d Deps, src *runtime.Source, m *runtime.Metrics) (
 	}
 	return runtime.NewServer(runtime.ServerOptions{
 		Addr: c.Listen, CertDir: c.CertDir, ClientCAFile: c.ClientCAFile, AuditToken: audit, FalcoToken: falco,
+		AuditNames: nonNil(c.AuditAllowedNames), FalcoNames: nonNil(c.FalcoAllowedNames),
 		MaxBodyBytes: c.MaxBodyBytes, MaxBatch: c.MaxBatch, RequestRate: c.RequestRate, Logger: d.Logger,
 	}, src, m)
+}
+
+// nonNil keeps an emptied list empty: nil would mean the defaults.
+func nonNil(names []string) []string {
+	if names == nil {
+		return []string{}
+	}
+	return names
 }
 
 // readToken reads a bearer token file ("" when path is empty).
@@ -175,13 +190,16 @@ func (*runtimeLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.BoolVar(&r.Enabled, "runtime", r.Enabled, "evaluate rules of mode runtime on the API server's audit events and Falco alerts, feeding the actions and outputs")
 	f.StringVar(&r.Listen, "runtime-listen", r.Listen, "address of the runtime endpoint (HTTPS: /audit for the API server's audit webhook, /falco for Falco and Falcosidekick), e.g. :9444; empty serves none")
 	f.StringVar(&r.CertDir, "runtime-cert-dir", r.CertDir, "directory with the runtime endpoint's tls.crt and tls.key, reloaded when they change")
-	f.StringVar(&r.ClientCAFile, "runtime-client-ca", r.ClientCAFile, "PEM CA bundle: a client certificate it signed is accepted on both paths (the API server's audit webhook client certificate, Falco's mTLS one)")
+	f.StringVar(&r.ClientCAFile, "runtime-client-ca", r.ClientCAFile, "PEM CA bundle verifying client certificates (the API server's audit webhook client certificate, Falco's mTLS one), re-read when it changes; a certificate must also bear a name its path allows")
+	f.StringSliceVar(&r.AuditAllowedNames, "runtime-audit-allowed-names", r.AuditAllowedNames, "client certificate identities (subject CN, DNS or URI SAN) /audit accepts from --runtime-client-ca; any other certificate it signed (a kubelet's) is refused with 403; empty: the token only")
+	f.StringSliceVar(&r.FalcoAllowedNames, "runtime-falco-allowed-names", r.FalcoAllowedNames, "client certificate identities (subject CN, DNS or URI SAN) /falco accepts from --runtime-client-ca; empty: the token only")
 	f.StringVar(&r.AuditTokenFile, "runtime-audit-token-file", r.AuditTokenFile, "file holding a bearer token /audit accepts instead of a client certificate")
 	f.StringVar(&r.FalcoTokenFile, "runtime-falco-token-file", r.FalcoTokenFile, "file holding a bearer token /falco accepts instead of a client certificate")
 	f.StringVar(&r.AuditLog, "runtime-audit-log", r.AuditLog, "follow this API server audit log (JSON lines), across rotations, resuming where it stopped")
 	f.StringVar(&r.LeaderPod, "runtime-leader-pod", r.LeaderPod, "this replica's pod in --namespace, labelled "+RuntimeLeaderLabel+"=true while it leads, so a Service selecting the label sends audit events and Falco alerts to the leader only (the chart passes $(POD_NAME))")
 	f.StringVar(&r.AuditLogState, "runtime-audit-log-state", r.AuditLogState, "file recording how far --runtime-audit-log was read")
-	f.IntVar(&r.QueueSize, "runtime-queue-size", r.QueueSize, "runtime events waiting for evaluation; an event from the endpoint that finds the queue full is dropped and counted")
+	f.IntVar(&r.QueueSize, "runtime-queue-size", r.QueueSize, "audit events (webhook and log file) waiting for evaluation; an event from the endpoint that finds the queue full is dropped and counted")
+	f.IntVar(&r.FalcoQueueSize, "runtime-falco-queue-size", r.FalcoQueueSize, "Falco alerts waiting for evaluation, in a queue of their own so a flood of alerts never leaves audit events no room (nor the other way round); beyond, dropped and counted")
 	f.IntVar(&r.Workers, "runtime-workers", r.Workers, "concurrent runtime evaluations")
 	f.IntVar(&r.MaxOpenFindings, "runtime-max-open-findings", r.MaxOpenFindings, "runtime findings open at once; beyond, the oldest of the namespace holding the most closes early")
 	f.DurationVar(&r.FindingWindow, "runtime-finding-window", r.FindingWindow, "how long a runtime finding stays open: its alert resolves and its report result goes after it")
@@ -189,7 +207,7 @@ func (*runtimeLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.DurationVar(&r.EvalTimeout, "runtime-eval-timeout", r.EvalTimeout, "deadline of one event's evaluation by every runtime rule")
 	f.Int64Var(&r.MaxBodyBytes, "runtime-max-body-bytes", r.MaxBodyBytes, "largest request body the runtime endpoint reads (a Falco alert: at most 64 KiB)")
 	f.IntVar(&r.MaxBatch, "runtime-max-batch", r.MaxBatch, "most events of one EventList the endpoint accepts")
-	f.Float64Var(&r.RequestRate, "runtime-request-rate", r.RequestRate, "requests per second the runtime endpoint serves; beyond, it answers 429 at once")
+	f.Float64Var(&r.RequestRate, "runtime-request-rate", r.RequestRate, "requests per second each path of the runtime endpoint (/audit, /falco) serves, each on its own; beyond, it answers 429 at once")
 }
 
 func (*runtimeLayer) CheckFlags(cfg *Config) error {
@@ -197,8 +215,8 @@ func (*runtimeLayer) CheckFlags(cfg *Config) error {
 	if !r.Enabled {
 		return nil
 	}
-	if r.QueueSize <= 0 || r.Workers <= 0 || r.MaxOpenFindings <= 0 || r.MaxBatch <= 0 || r.MaxBodyBytes <= 0 || r.RequestRate <= 0 {
-		return errors.New("--runtime-queue-size, --runtime-workers, --runtime-max-open-findings, --runtime-max-batch, --runtime-max-body-bytes and --runtime-request-rate must be positive")
+	if r.QueueSize <= 0 || r.FalcoQueueSize <= 0 || r.Workers <= 0 || r.MaxOpenFindings <= 0 || r.MaxBatch <= 0 || r.MaxBodyBytes <= 0 || r.RequestRate <= 0 {
+		return errors.New("--runtime-queue-size, --runtime-falco-queue-size, --runtime-workers, --runtime-max-open-findings, --runtime-max-batch, --runtime-max-body-bytes and --runtime-request-rate must be positive")
 	}
 	if r.FindingWindow <= 0 || r.DedupWindow <= 0 || r.EvalTimeout <= 0 {
 		return errors.New("--runtime-finding-window, --runtime-dedup-window and --runtime-eval-timeout must be positive")
@@ -209,6 +227,12 @@ func (*runtimeLayer) CheckFlags(cfg *Config) error {
 		}
 		if r.ClientCAFile == "" && r.AuditTokenFile == "" && r.FalcoTokenFile == "" {
 			return errors.New("--runtime-listen needs --runtime-client-ca or a token file: the endpoint accepts no anonymous caller")
+		}
+		if err := runtime.CheckAllowedNames(r.AuditAllowedNames); err != nil {
+			return fmt.Errorf("--runtime-audit-allowed-names: %w", err)
+		}
+		if err := runtime.CheckAllowedNames(r.FalcoAllowedNames); err != nil {
+			return fmt.Errorf("--runtime-falco-allowed-names: %w", err)
 		}
 	}
 	return nil

@@ -42,6 +42,9 @@ type FileOptions struct {
 type fileState struct {
 	Inode  uint64 `json:"inode"`
 	Offset int64  `json:"offset"`
+	// Skipping is set while the offset is inside a line over MaxLineBytes:
+	// what follows, up to its newline, is the rest of that line.
+	Skipping bool `json:"skipping,omitempty"`
 }
 
 // FileInput follows an audit log: new lines as they are written, across
@@ -51,6 +54,9 @@ type FileInput struct {
 	o   FileOptions
 	src *Source
 	m   *Metrics
+	// skipping: the bytes read are the rest of a line over MaxLineBytes,
+	// dropped up to its newline (Start's goroutine only).
+	skipping bool
 }
 
 // NewFileInput returns the input feeding src.
@@ -109,7 +115,7 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 		if file, st, err = f.open(st); err != nil {
 			return nil, nil, st, err
 		}
-		rest = nil
+		rest, f.skipping = nil, st.Skipping
 	}
 	rest, st, err := f.drain(ctx, file, rest, st)
 	if err != nil {
@@ -121,7 +127,7 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 	}
 	if inode(fi) == st.Inode {
 		if fi.Size() < st.Offset { // truncated in place
-			st.Offset = 0
+			st.Offset, st.Skipping, f.skipping = 0, false, false
 			f.saveState(st)
 			if _, err := file.Seek(0, io.SeekStart); err != nil {
 				return file, nil, st, err
@@ -136,7 +142,7 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 		return file, rest, st, err
 	}
 	file.Close()
-	st = fileState{Inode: inode(fi)}
+	st, f.skipping = fileState{Inode: inode(fi)}, false
 	f.saveState(st)
 	return nil, nil, st, nil
 }
@@ -206,6 +212,7 @@ func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fi
 			var consumed int
 			rest, consumed = f.lines(ctx, rest)
 			st.Offset += int64(consumed)
+			st.Skipping = f.skipping
 		}
 		if errors.Is(err, io.EOF) || n == 0 {
 			f.saveState(st)
@@ -224,6 +231,15 @@ func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fi
 // follows the last newline, and how many bytes were consumed.
 func (f *FileInput) lines(ctx context.Context, data []byte) ([]byte, int) {
 	consumed := 0
+	if f.skipping {
+		// The rest of an over-long line, already counted: dropped up to
+		// its newline, never read as a line of its own.
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			return nil, len(data)
+		}
+		consumed, f.skipping = i+1, false
+	}
 	for {
 		i := bytes.IndexByte(data[consumed:], '\n')
 		if i < 0 {
@@ -234,7 +250,16 @@ func (f *FileInput) lines(ctx context.Context, data []byte) ([]byte, int) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		ev, err := event.DecodeLine(line)
+		var (
+			ev  event.Event
+			err error
+		)
+		if len(line) > MaxLineBytes {
+			// A read can bring a line over the bound with its newline.
+			err = errors.New("line too long")
+		} else {
+			ev, err = event.DecodeLine(line)
+		}
 		if err != nil {
 			f.m.Received.WithLabelValues(InputFile).Inc()
 			f.m.Dropped.WithLabelValues(InputFile, DropDecode).Inc()
@@ -249,8 +274,11 @@ func (f *FileInput) lines(ctx context.Context, data []byte) ([]byte, int) {
 	}
 	rest := data[consumed:]
 	if len(rest) > MaxLineBytes {
-		// No newline within the bound: skip up to the next one.
+		// No newline within the bound: the line is dropped, counted once,
+		// and what follows up to its newline is skipped.
+		f.m.Received.WithLabelValues(InputFile).Inc()
 		f.m.Dropped.WithLabelValues(InputFile, DropDecode).Inc()
+		f.skipping = true
 		return nil, len(data)
 	}
 	return append([]byte(nil), rest...), consumed

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,49 @@ func TestFileSurvivesRotationAndRestart(t *testing.T) {
 	}
 	if got := counter(t, h.metrics.Findings); got != 19 {
 		t.Errorf("findings = %v, want 19", got)
+	}
+}
+
+// appendRaw writes data to path as it is.
+func appendRaw(t *testing.T, path string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFileSkipsAnOverLongLineWhole: a line over the bound is dropped and
+// counted once, and what follows it up to its newline is not read as a
+// line of its own, even when the rest is written after a restart; the
+// lines after it are read.
+func TestFileSkipsAnOverLongLineWhole(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	dropped := func() float64 {
+		return counter(t, h.metrics.Dropped.WithLabelValues(runtime.InputFile, runtime.DropDecode))
+	}
+	long := []byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","auditID":"huge","verb":"` + strings.Repeat("x", runtime.MaxLineBytes))
+	appendEvents(t, path, ids("a", 2)...)
+	// Only the first part of the line is written when Portal stops.
+	appendRaw(t, path, long)
+	runFile(t, h, path, state, 2, func() { waitFor(t, func() bool { return dropped() == 1 }) })
+	appendRaw(t, path, []byte(strings.Repeat("y", 100<<10)+`","stage":"ResponseComplete"}`+"\n"))
+	appendEvents(t, path, ids("b", 2)...)
+	runFile(t, h, path, state, 4, nil)
+	// And a whole over-long line while it runs.
+	appendRaw(t, path, append(long, []byte(`"}`+"\n")...))
+	appendEvents(t, path, ids("c", 1)...)
+	runFile(t, h, path, state, 5, nil)
+	if got := dropped(); got != 2 {
+		t.Errorf("lines dropped = %v, want 2 (each over-long line once, its rest never read as a line)", got)
+	}
+	if got := counter(t, h.metrics.Evaluated); got != 5 {
+		t.Errorf("evaluated = %v, want the 5 events around the long lines", got)
 	}
 }

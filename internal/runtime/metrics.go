@@ -37,6 +37,7 @@ type Metrics struct {
 	Expired      *prometheus.CounterVec
 	QueueDepth   prometheus.Gauge
 	Requests     *prometheus.CounterVec
+	Refused      *prometheus.CounterVec
 	Latency      prometheus.Histogram
 }
 
@@ -50,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"input"}),
 		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_runtime_events_dropped_total",
-			Help: "Runtime events dropped before evaluation, by input and reason (queue_full: the evaluation queue was full, the sender was not made to wait; decode: not an audit event or Falco alert).",
+			Help: "Runtime events dropped before evaluation, by input and reason (queue_full: the evaluation queue was full, the sender was not made to wait; decode: not an audit event or Falco alert, or an audit log line over 1 MiB).",
 		}, []string{"input", "reason"}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_runtime_events_skipped_total",
@@ -80,6 +81,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_runtime_requests_total",
 			Help: "HTTP requests to the runtime endpoint, by input and status code.",
 		}, []string{"input", "code"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portal_runtime_clients_refused_total",
+			Help: "Requests to the runtime endpoint refused before their body was read, by input and reason (no_credentials: neither a client certificate the client CA signed nor the path's token, 401; identity: a certificate the client CA signed for a name the path does not allow, 403).",
+		}, []string{"input", "reason"}),
 		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "portal_runtime_event_to_evaluation_seconds",
 			Help:    "Time from the event's stage timestamp (the API server's, or Falco's alert time) to its evaluation by the runtime rules.",
@@ -90,8 +95,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Received.WithLabelValues(in)
 		m.Dropped.WithLabelValues(in, DropQueueFull)
 	}
+	for _, in := range []string{InputWebhook, InputFalco} {
+		m.Refused.WithLabelValues(in, RefuseCredentials)
+		m.Refused.WithLabelValues(in, RefuseIdentity)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Received, m.Dropped, m.Skipped, m.Evaluated, m.Findings, m.Deduplicated, m.Expired, m.QueueDepth, m.Requests, m.Latency)
+		reg.MustRegister(m.Received, m.Dropped, m.Skipped, m.Evaluated, m.Findings, m.Deduplicated, m.Expired, m.QueueDepth, m.Requests, m.Refused, m.Latency)
 	}
 	return m
 }

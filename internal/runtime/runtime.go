@@ -35,6 +35,7 @@ const ProducerName = "runtime"
 // Defaults of Options.
 const (
 	DefaultQueueSize       = 10000
+	DefaultFalcoQueueSize  = 1000
 	DefaultWorkers         = 4
 	DefaultCacheSize       = 65536
 	DefaultMaxOpenFindings = 10000
@@ -54,11 +55,16 @@ type Options struct {
 	Findings FindingSetter
 	// Verdicts receives runtime verdicts for the actions; nil runs none.
 	Verdicts core.VerdictSink
-	// QueueSize bounds the events waiting; Workers evaluate in parallel.
-	QueueSize int
-	Workers   int
-	// CacheSize bounds the deduplication keys and the audit IDs of
-	// long-running requests remembered.
+	// QueueSize bounds the audit events waiting (the webhook's and the
+	// log file's); FalcoQueueSize the Falco alerts waiting, in a queue of
+	// their own, so a flood of either input never leaves the other no room.
+	// Workers evaluate in parallel, taking from both queues alike.
+	QueueSize      int
+	FalcoQueueSize int
+	Workers        int
+	// CacheSize bounds the deduplication keys (past it, the namespace
+	// holding the most gives way) and the audit IDs of long-running
+	// requests remembered.
 	CacheSize int
 	// MaxOpenFindings bounds the findings open at once; the oldest close
 	// first.
@@ -82,6 +88,9 @@ type Options struct {
 func (o *Options) defaults() {
 	if o.QueueSize <= 0 {
 		o.QueueSize = DefaultQueueSize
+	}
+	if o.FalcoQueueSize <= 0 {
+		o.FalcoQueueSize = DefaultFalcoQueueSize
 	}
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
@@ -121,7 +130,7 @@ func (s *Source) Queue(ctx context.Context, input string, ev event.Event) error 
 		return nil
 	}
 	select {
-	case s.queue <- item{ev: ev, input: input, received: s.o.Now()}:
+	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Now()}:
 		s.m.QueueDepth.Inc()
 		return nil
 	case <-ctx.Done():

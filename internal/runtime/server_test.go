@@ -10,8 +10,10 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -33,8 +35,9 @@ type keyPair struct {
 	tls  tls.Certificate
 }
 
-// issue makes a certificate signed by parent (self-signed when nil).
-func issue(t *testing.T, cn string, parent *keyPair, isCA bool) *keyPair {
+// issue makes a certificate signed by parent (self-signed when nil), for
+// cn and the DNS names dns.
+func issue(t *testing.T, cn string, parent *keyPair, isCA bool, dns ...string) *keyPair {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -47,7 +50,7 @@ func issue(t *testing.T, cn string, parent *keyPair, isCA bool) *keyPair {
 		IsCA: isCA, BasicConstraintsValid: true,
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dns,
 	}
 	signer, signerKey := tmpl, key
 	if parent != nil {
@@ -75,12 +78,20 @@ const (
 // certificate comes from, and the server's CA for clients.
 func endpoint(t *testing.T, h *harness, o runtime.ServerOptions) (string, *keyPair, *x509.CertPool) {
 	t.Helper()
+	url, clientCA, roots, _ := endpointCA(t, h, o)
+	return url, clientCA, roots
+}
+
+// endpointCA is endpoint, also returning the client CA's file.
+func endpointCA(t *testing.T, h *harness, o runtime.ServerOptions) (string, *keyPair, *x509.CertPool, string) {
+	t.Helper()
 	clientCA := issue(t, "apiserver-client-ca", nil, true)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	if err := os.WriteFile(caFile, pemOf(clientCA.cert), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o.ClientCAFile, o.AuditToken, o.FalcoToken = caFile, auditToken, falcoToken
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := runtime.NewServer(o, h.src, h.metrics)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +106,7 @@ func endpoint(t *testing.T, h *harness, o runtime.ServerOptions) (string, *keyPa
 	t.Cleanup(ts.Close)
 	roots := x509.NewCertPool()
 	roots.AddCert(serving.cert)
-	return ts.URL, clientCA, roots
+	return ts.URL, clientCA, roots, caFile
 }
 
 func post(t *testing.T, url string, roots *x509.CertPool, cert *keyPair, token string, body []byte) (int, error) {
@@ -133,8 +144,8 @@ func TestWebhookRefusesCallersWithoutCredentials(t *testing.T) {
 	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
 	url, clientCA, roots := endpoint(t, h, runtime.ServerOptions{MaxBatch: 3, MaxBodyBytes: 64 << 10})
 	body := eventList(t, execEvent("w1", event.StageResponseStarted))
-	apiserver := issue(t, "kube-apiserver", clientCA, false)
-	stranger := issue(t, "kube-apiserver", issue(t, "another-ca", nil, true), false)
+	apiserver := issue(t, "kube-apiserver-kubelet-client", clientCA, false)
+	stranger := issue(t, "kube-apiserver-kubelet-client", issue(t, "another-ca", nil, true), false)
 	for _, c := range []struct {
 		name  string
 		cert  *keyPair
@@ -262,5 +273,68 @@ spec:
 	}
 	if got := counter(t, h.metrics.Skipped.WithLabelValues(runtime.SkipNoObject)); got != 1 {
 		t.Errorf("alerts naming no pod = %v, want 1", got)
+	}
+}
+
+// TestEachInputHasItsOwnRateAndQueue: a flood on /falco spends Falco's
+// request rate and fills Falco's queue only: the API server's batches are
+// still served and queued, and the other way round.
+func TestEachInputHasItsOwnRateAndQueue(t *testing.T) {
+	alertJSON, err := os.ReadFile("testdata/falco/terminal-shell.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alert, err := event.DecodeFalco(alertJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := func(i int) event.Event { return execEvent(fmt.Sprint("q", i), event.StageResponseStarted) }
+
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{QueueSize: 10, FalcoQueueSize: 5})
+	url, _, roots := endpoint(t, h, runtime.ServerOptions{RequestRate: 0.001, RequestBurst: 3})
+	for i := range 6 {
+		want := http.StatusOK
+		if i >= 3 {
+			want = http.StatusTooManyRequests
+		}
+		if got, err := post(t, url+runtime.PathFalco, roots, nil, falcoToken, alertJSON); err != nil || got != want {
+			t.Fatalf("Falco alert %d: %d %v, want %d", i, got, err, want)
+		}
+	}
+	if got, err := post(t, url+runtime.PathAudit, roots, nil, auditToken, eventList(t, audit(0))); err != nil || got != http.StatusOK {
+		t.Errorf("an audit batch after a Falco flood spent Falco's rate: %d %v, want 200", got, err)
+	}
+	for range 20 {
+		h.src.Offer(runtime.InputFalco, alert)
+	}
+	for i := range 9 {
+		if !h.src.Offer(runtime.InputWebhook, audit(i+1)) {
+			t.Fatalf("audit event %d dropped after a Falco flood", i+1)
+		}
+	}
+	// 3 alerts posted and 20 offered into a queue of 5; 10 audit events.
+	if got := counter(t, h.metrics.Dropped.WithLabelValues(runtime.InputFalco, runtime.DropQueueFull)); got != 18 {
+		t.Errorf("Falco alerts dropped = %v, want 18", got)
+	}
+	if got := counter(t, h.metrics.Dropped.WithLabelValues(runtime.InputWebhook, runtime.DropQueueFull)); got != 0 {
+		t.Errorf("audit events dropped = %v, want 0", got)
+	}
+
+	// The other way round: an audit flood leaves Falco its rate and queue.
+	h = newHarness(t, execRules, []string{webPod}, runtime.Options{QueueSize: 10, FalcoQueueSize: 5})
+	url, _, roots = endpoint(t, h, runtime.ServerOptions{RequestRate: 0.001, RequestBurst: 3})
+	for range 4 {
+		_, _ = post(t, url+runtime.PathAudit, roots, nil, auditToken, eventList(t, audit(0)))
+	}
+	if got, err := post(t, url+runtime.PathFalco, roots, nil, falcoToken, alertJSON); err != nil || got != http.StatusOK {
+		t.Errorf("a Falco alert after an audit flood spent the audit rate: %d %v, want 200", got, err)
+	}
+	for i := range 50 {
+		h.src.Offer(runtime.InputWebhook, audit(i))
+	}
+	for range 4 {
+		if !h.src.Offer(runtime.InputFalco, alert) {
+			t.Fatal("a Falco alert dropped after an audit flood")
+		}
 	}
 }

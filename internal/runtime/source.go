@@ -41,20 +41,20 @@ type item struct {
 // deduplicate per rule, actor and target, open an expiring finding and hand
 // the rule's actions a runtime verdict.
 type Source struct {
-	o       Options
-	m       *Metrics
-	log     *slog.Logger
-	queue   chan item
-	open    *openFindings
-	stageMu sync.Mutex
+	o   Options
+	m   *Metrics
+	log *slog.Logger
+	// audit and falco are the bounded queues of the two kinds of input.
+	audit chan item
+	falco chan item
+	open  *openFindings
 	// started remembers the audit IDs of long-running requests whose
-	// ResponseStarted stage was offered, so their ResponseComplete is not
-	// evaluated again.
-	started *lru.Cache
-	// dedupMu guards dedup: the last time each rule, actor and target
-	// raised a finding.
-	dedupMu sync.Mutex
-	dedup   *lru.Cache
+	// ResponseStarted stage was offered, until their ResponseComplete, so
+	// that is not evaluated again.
+	started *nsLRU
+	// dedup holds the last time each rule, actor and target raised a
+	// finding.
+	dedup *nsLRU
 	// resolved caches what the RESTMapper said of each resource events
 	// name: asking it per event costs more than evaluating the rules. A
 	// resource it did not know is remembered as the time until which it
@@ -85,10 +85,11 @@ func NewSource(o Options, m *Metrics) *Source {
 	o.defaults()
 	return &Source{
 		o: o, m: m, log: o.Logger,
-		queue:       make(chan item, o.QueueSize),
+		audit:       make(chan item, o.QueueSize),
+		falco:       make(chan item, o.FalcoQueueSize),
 		open:        newOpenFindings(o.Findings, o.FindingWindow, o.MaxOpenFindings, m),
-		started:     lru.New(o.CacheSize),
-		dedup:       lru.New(o.CacheSize),
+		started:     newNSLRU(o.CacheSize),
+		dedup:       newNSLRU(o.CacheSize),
 		resolved:    lru.New(4096),
 		unknownAsks: rate.NewLimiter(unknownAsksPerSec, unknownAsksBurst),
 	}
@@ -105,7 +106,7 @@ func (s *Source) Offer(input string, ev event.Event) bool {
 		return true
 	}
 	select {
-	case s.queue <- item{ev: ev, input: input, received: s.o.Now()}:
+	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Now()}:
 		s.m.QueueDepth.Inc()
 		return true
 	default:
@@ -114,17 +115,34 @@ func (s *Source) Offer(input string, ev event.Event) bool {
 	}
 }
 
+// queueOf is the queue of input's events.
+func (s *Source) queueOf(input string) chan item {
+	if input == InputFalco {
+		return s.falco
+	}
+	return s.audit
+}
+
 // stage decides, in the order events arrive, whether ev is the one
 // evaluation of its request.
 func (s *Source) stage(ev *event.Event) bool {
 	if ev.Falco != nil || ev.AuditID == "" || !event.LongRunning(ev) {
 		return event.StageDecision(ev, false)
 	}
-	s.stageMu.Lock()
-	defer s.stageMu.Unlock()
-	_, seen := s.started.Get(ev.AuditID)
-	if ev.Stage == event.StageResponseStarted {
-		s.started.Add(ev.AuditID, struct{}{})
+	ns := ""
+	if ev.ObjectRef != nil {
+		ns = ev.ObjectRef.Namespace
+	}
+	var seen bool
+	switch ev.Stage {
+	case event.StageResponseComplete, event.StagePanic:
+		// The request's last stage: its ID is not needed any more.
+		seen = s.started.remove(ns, ev.AuditID)
+	default:
+		s.started.update(ns, ev.AuditID, func(_ any, ok bool) (any, bool) {
+			seen = ok
+			return struct{}{}, ev.Stage == event.StageResponseStarted
+		})
 	}
 	return event.StageDecision(ev, seen)
 }
@@ -164,7 +182,12 @@ func (s *Source) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case it := <-s.queue:
+		case it := <-s.audit:
+			s.m.QueueDepth.Dec()
+			s.Process(ctx, it.input, &it.ev)
+		case it := <-s.falco:
+			// Chosen at random among ready queues: a flood of one input
+			// takes at most its share of the workers.
 			s.m.QueueDepth.Dec()
 			s.Process(ctx, it.input, &it.ev)
 		}
@@ -193,8 +216,10 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 	classes := event.Classify(ev)
 	ectx, cancel := context.WithTimeout(ctx, s.o.EvalTimeout)
 	defer cancel()
+	env := event.Env(ev, classes, target)
 	results, err := s.o.Engine.Evaluate(ectx, obj, engine.Options{
-		Mode: core.ModeRuntime, Event: event.Env(ev, classes, target), RuntimeEvents: classes,
+		Mode: core.ModeRuntime, Event: env, RuntimeEvents: classes,
+		NamespacedEvent: func() map[string]any { return event.NamespacedEnv(env) },
 	})
 	if err != nil {
 		s.log.Warn("runtime event not evaluated", "input", input, "auditID", ev.AuditID, "error", err)
@@ -289,14 +314,15 @@ func (s *Source) first(r *core.Result, ev *event.Event, now time.Time) bool {
 	src := r.Rule.Source
 	k := strings.Join([]string{src.Kind, src.Namespace, src.Name, r.Rule.Name, actor(ev),
 		r.Resource.APIVersion, r.Resource.Kind, r.Resource.Namespace, r.Resource.Name}, "\x00")
-	s.dedupMu.Lock()
-	defer s.dedupMu.Unlock()
-	if v, ok := s.dedup.Get(k); ok && now.Sub(v.(time.Time)) < s.o.DedupWindow {
+	first := true
+	s.dedup.update(r.Resource.Namespace, k, func(last any, ok bool) (any, bool) {
+		first = !ok || now.Sub(last.(time.Time)) >= s.o.DedupWindow
+		return now, first
+	})
+	if !first {
 		s.m.Deduplicated.Inc()
-		return false
 	}
-	s.dedup.Add(k, now)
-	return true
+	return first
 }
 
 // actor names who caused the event: the requesting user, or for an alert

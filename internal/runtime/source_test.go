@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"slices"
 	"testing"
@@ -257,5 +258,81 @@ func TestQueueFullDropsAndCounts(t *testing.T) {
 	}
 	if got := counter(t, h.metrics.Dropped.WithLabelValues(runtime.InputWebhook, runtime.DropQueueFull)); got != 3 {
 		t.Fatalf("dropped = %v, want 3", got)
+	}
+}
+
+// TestOneNamespaceFloodKeepsOthersDeduplicated: a tenant making requests
+// that each fail a rule with a new actor or target fills the
+// deduplication keys; past the bound its own keys give way, so another
+// namespace's exec within the window still raises no second finding and
+// runs no action again.
+func TestOneNamespaceFloodKeepsOthersDeduplicated(t *testing.T) {
+	rules := `
+mode: [runtime]
+name: any-exec
+runtime: {events: [exec]}
+match: {gvk: [{group: "", kind: Pod}]}
+rule: "true"
+actions:
+- {type: label, key: portal.io/quarantine, value: "true"}
+`
+	h := newHarness(t, rules, []string{webPod}, runtime.Options{CacheSize: 8})
+	exec := func(user, ns, pod string) int {
+		ev := auditEvent("x", user, "create", "pods", "exec", ns, pod)
+		ev.Stage = event.StageResponseStarted
+		return len(h.src.Process(t.Context(), runtime.InputWebhook, &ev))
+	}
+	for _, pod := range []string{"web-0", "web-1"} {
+		if n := exec("system:serviceaccount:ci:deployer", "prod", pod); n != 1 {
+			t.Fatalf("prod's first exec into %s raised %d", pod, n)
+		}
+	}
+	for i := range 50 {
+		if n := exec(fmt.Sprintf("system:serviceaccount:tenant:sa-%d", i), "tenant", "pod"); n != 1 {
+			t.Fatalf("tenant exec %d raised %d", i, n)
+		}
+	}
+	for _, pod := range []string{"web-0", "web-1"} {
+		if n := exec("system:serviceaccount:ci:deployer", "prod", pod); n != 0 {
+			t.Errorf("prod's exec into %s again within the window raised %d: another namespace's flood evicted its key", pod, n)
+		}
+	}
+	if got := len(h.verdicts.all()); got != 52 {
+		t.Errorf("verdicts = %d, want 52 (prod's two once, the tenant's 50)", got)
+	}
+	// The tenant's own oldest keys gave way.
+	if n := exec("system:serviceaccount:tenant:sa-0", "tenant", "pod"); n != 1 {
+		t.Errorf("the tenant's oldest key was kept past the bound: %d", n)
+	}
+}
+
+// TestLongRunningRequestsRememberedPerNamespace: an exec evaluated when
+// its stream opened is not evaluated again when it ends, however many
+// long-running requests others make meanwhile: a tenant's open watches
+// evict its own, and requests that ended are forgotten at once.
+func TestLongRunningRequestsRememberedPerNamespace(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{CacheSize: 8})
+	watch := func(id, ns, stage string) event.Event {
+		ev := auditEvent(id, "system:serviceaccount:"+ns+":reader", "watch", "secrets", "", ns, "")
+		ev.Stage = stage
+		return ev
+	}
+	h.src.Offer(runtime.InputWebhook, execEvent("exec-1", event.StageResponseStarted))
+	// Watches in prod that end: nothing to remember once they have.
+	for i := range 20 {
+		h.src.Offer(runtime.InputWebhook, watch(fmt.Sprint("p", i), "prod", event.StageResponseStarted))
+		h.src.Offer(runtime.InputWebhook, watch(fmt.Sprint("p", i), "prod", event.StageResponseComplete))
+	}
+	// A tenant's watches held open.
+	for i := range 50 {
+		h.src.Offer(runtime.InputWebhook, watch(fmt.Sprint("t", i), "tenant", event.StageResponseStarted))
+	}
+	queued := counter(t, h.metrics.QueueDepth)
+	h.src.Offer(runtime.InputWebhook, execEvent("exec-1", event.StageResponseComplete))
+	if got := counter(t, h.metrics.QueueDepth); got != queued {
+		t.Errorf("the exec's ResponseComplete was queued for a second evaluation: its ResponseStarted was forgotten")
+	}
+	if got, want := queued, float64(1+20+50); got != want {
+		t.Errorf("queued = %v, want %v (each request once, at ResponseStarted)", got, want)
 	}
 }

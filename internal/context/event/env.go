@@ -1,7 +1,9 @@
 package event
 
 import (
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/vilaca/portal/internal/core"
 )
@@ -47,6 +49,39 @@ func Env(ev *Event, classes []string, target map[string]any) map[string]any {
 		"target":         target,
 		"falco":          falcoEnv(ev.Falco),
 	}
+}
+
+// namespacedAnnotations is the prefix of the audit annotations a
+// namespaced rule sees: Pod Security's verdicts on its namespace's pods.
+const namespacedAnnotations = "pod-security.kubernetes.io/"
+
+// NamespacedEnv returns env as a namespaced rule (PortalRule) sees it. The
+// author of a namespace's rule may see who acted in the namespace, not what
+// else is known of them: the user's and the impersonated user's groups, the
+// client's addresses (X-Forwarded-For included, which any client writes)
+// and the audit annotations other than Pod Security's (authorization
+// decisions and reasons, which name the cluster's RBAC bindings) are left
+// empty. env is not modified.
+func NamespacedEnv(env map[string]any) map[string]any {
+	out := maps.Clone(env)
+	out["sourceIPs"] = []any{}
+	for _, k := range []string{"user", "impersonatedUser"} {
+		if u, ok := env[k].(map[string]any); ok {
+			u = maps.Clone(u)
+			u["groups"] = []any{}
+			out[k] = u
+		}
+	}
+	kept := map[string]any{}
+	if ann, ok := env["annotations"].(map[string]any); ok {
+		for k, v := range ann {
+			if strings.HasPrefix(k, namespacedAnnotations) {
+				kept[k] = v
+			}
+		}
+	}
+	out["annotations"] = kept
+	return out
 }
 
 func userEnv(u *UserInfo) map[string]any {

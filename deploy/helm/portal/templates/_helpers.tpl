@@ -173,6 +173,9 @@ Secrets Portal issues at run time, which the uninstall hook deletes.
 {{- fail "runtime: set runtime.clientCA (the API server's client certificate CA) or runtime.auditTokenSecret / runtime.falcoTokenSecret: the endpoint accepts no anonymous caller" }}
 {{- end }}
 {{- end }}
+{{- if and .auditLog.enabled (not .enabled) }}
+{{- fail "runtime.auditLog.enabled needs runtime.enabled: the DaemonSet runs with the runtime layer's RBAC" }}
+{{- end }}
 {{- end }}
 {{- with .Values.admission.clientCA }}
 {{- if and .configMap .secret }}
