@@ -13,7 +13,7 @@ import (
 	"github.com/vilaca/portal/internal/sink/stdout"
 )
 
-var rule = &core.Rule{Name: "r", Severity: core.SeverityLow}
+var rule = &core.Rule{Name: "r", Severity: core.SeverityLow, Category: "Best Practices"}
 
 func obj(name string, msgs ...string) core.ObjectFindings {
 	ref := core.ResourceRef{APIVersion: "v1", Kind: "Pod", Namespace: "ns", Name: name}
@@ -51,6 +51,9 @@ func TestLines(t *testing.T) {
 		}
 		if m["rule"] != "r" || m["name"] != "p" || m["namespace"] != "ns" || m["kind"] != "Pod" {
 			t.Errorf("line lacks the finding: %s", line)
+		}
+		if m["category"] != "Best Practices" {
+			t.Errorf("line lacks the rule's category: %s", line)
 		}
 		if id, _ := m["resultID"].(string); m["producer"] != "audit" || len(id) != 32 {
 			t.Errorf("line lacks the producer or the result ID: %s", line)
