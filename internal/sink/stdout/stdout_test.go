@@ -79,3 +79,31 @@ func TestLinesAreBounded(t *testing.T) {
 		t.Errorf("a line of %d bytes, want the message cut to %d", n, core.MaxOutputMessageBytes)
 	}
 }
+
+// TestRecategorisedRuleChangesItsFindings: a rule edited to another
+// category logs its open findings again as changed, with the new category,
+// so the log (and every output fed the same way) never keeps the old one.
+func TestRecategorisedRuleChangesItsFindings(t *testing.T) {
+	var buf bytes.Buffer
+	s := stdout.New(slog.New(slog.NewJSONHandler(&buf, nil)))
+	ctx := context.Background()
+	first := obj("p", "m")
+	if err := s.Publish(ctx, core.FindingBatch{Full: true, Objects: []core.ObjectFindings{first}}); err != nil {
+		t.Fatal(err)
+	}
+	edited := *rule
+	edited.Category = "Pod Security Standards (Restricted)"
+	again := obj("p", "m")
+	again.Findings[0].Rule = &edited
+	if err := s.Publish(ctx, core.FindingBatch{Objects: []core.ObjectFindings{again}}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	var last map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 2 || last["event"] != "changed" || last["category"] != edited.Category {
+		t.Errorf("lines %q, want a changed line with category %q", lines, edited.Category)
+	}
+}
