@@ -91,7 +91,7 @@ func TestCompileFileKeepsGoodRulesAndLocatesBadOnes(t *testing.T) {
 	if len(rules) != 3 || len(errs) != 1 {
 		t.Fatalf("got %d rules, errors %v", len(rules), errs)
 	}
-	if !strings.HasPrefix(errs[0].Error(), "r.yaml:30:18: rule \"broken\": compile expression") {
+	if !strings.HasPrefix(errs[0].Error(), "r.yaml:31:18: rule \"broken\": compile expression") {
 		t.Fatalf("error %q does not locate the rule", errs[0])
 	}
 }
