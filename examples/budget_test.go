@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,6 +34,8 @@ func TestShippedRulesStayFarBelowBudget(t *testing.T) {
 	}
 	eng.SetRules(rules)
 	files, _ := filepath.Glob(filepath.Join(bestPracticesDir, "testdata", "*", "*.yaml"))
+	// The test files beside the fixtures are not manifests.
+	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == "portal-test.yaml" })
 	more, _ := filepath.Glob(filepath.Join(manifestsDir, "*.yaml"))
 	files = append(files, more...)
 	if len(files) < 20 {

@@ -26,6 +26,7 @@ import (
 type runtimeHit struct {
 	Rule      string           `json:"rule"`
 	Severity  core.Severity    `json:"severity"`
+	Category  string           `json:"category,omitempty"`
 	AuditID   string           `json:"auditID"`
 	Time      time.Time        `json:"time"`
 	User      string           `json:"user"`
@@ -70,7 +71,7 @@ func (o *evalOptions) runEvents(cmd *cobra.Command, eng *engine.Engine, opts eva
 		read++
 		now = ev.StageTimestamp
 		for _, r := range src.Evaluate(cmd.Context(), "file", ev) {
-			hits = append(hits, runtimeHit{Rule: r.Rule.MetricLabel(), Severity: r.Rule.Severity, AuditID: ev.AuditID, Time: ev.StageTimestamp,
+			hits = append(hits, runtimeHit{Rule: r.Rule.MetricLabel(), Severity: r.Rule.Severity, Category: r.Rule.Category, AuditID: ev.AuditID, Time: ev.StageTimestamp,
 				User: ev.User.Username, Verb: ev.Verb, Object: r.Resource, Message: r.Message, EventLine: line})
 		}
 	}

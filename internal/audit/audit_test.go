@@ -198,12 +198,16 @@ func waitCluster(t *testing.T, c client.Client, what string, cond func(map[strin
 }
 
 // With both report formats, the same findings go to wgpolicyk8s.io
-// PolicyReports and openreports.io Reports, and clear from both.
+// PolicyReports and openreports.io Reports, and clear from both. Each
+// result carries its rule's category, which Policy Reporter groups by.
 func TestOpenReports(t *testing.T) {
 	c := cluster(t)
 	ns := namespace(t, c, "openrep")
+	const category = "Pod Security Standards (Baseline)"
+	rule := strings.TrimSuffix(podRule("audit-privileged", ns, privileged, "container {{ container.name }} is privileged"), "---") +
+		"category: " + category + "\n---"
 	startInstance(t, instanceOptions{
-		rules:   podRule("audit-privileged", ns, privileged, "container {{ container.name }} is privileged"),
+		rules:   rule,
 		formats: []string{policyreport.FormatWGPolicy, policyreport.FormatOpenReports},
 	})
 	create(t, c, pod(ns, "p", true, nil))
@@ -220,9 +224,16 @@ func TestOpenReports(t *testing.T) {
 	r, _ := openReport()
 	res := r.Results[0]
 	if r.Source != "portal" || res.Source != "portal-audit" || len(res.Properties["resultID"]) != 32 ||
-		res.Policy != "audit-privileged" || res.Result != "fail" || res.Properties["container"] != "c" ||
+		res.Policy != "audit-privileged" || res.Result != "fail" || res.Properties["container"] != "c" || res.Category != category ||
 		len(res.Subjects) != 1 || res.Subjects[0].Name != "p" || r.Labels[policyreport.LabelShard] != "0" {
 		t.Errorf("report %+v", r)
+	}
+	var pr reportsv1alpha2.PolicyReport
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: policyreport.ReportName}, &pr); err != nil {
+		t.Fatal(err)
+	}
+	if len(pr.Results) != 1 || pr.Results[0].Category != category {
+		t.Errorf("PolicyReport results %+v, want one of category %q", pr.Results, category)
 	}
 	if err := c.Delete(context.Background(), pod(ns, "p", true, nil)); err != nil {
 		t.Fatal(err)

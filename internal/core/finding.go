@@ -77,6 +77,14 @@ func (f *Finding) Severity() Severity {
 	return f.Rule.Severity
 }
 
+// Category is the category of the finding's rule; "" when it has none.
+func (f *Finding) Category() string {
+	if f.Rule == nil {
+		return ""
+	}
+	return f.Rule.Category
+}
+
 // RuleName is the name of the finding's rule.
 func (f *Finding) RuleName() string {
 	if f.Rule == nil {

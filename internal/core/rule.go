@@ -53,9 +53,12 @@ const (
 // The expression flags a violation: it evaluates to true when the object breaks
 // the rule.
 type Rule struct {
-	Name              string
-	Enabled           bool
-	Severity          Severity
+	Name     string
+	Enabled  bool
+	Severity Severity
+	// Category groups the rule in reports and alerts ("Best Practices");
+	// empty when the rule names none.
+	Category          string
 	Modes             []Mode
 	EnforcementAction EnforcementAction
 	OnError           OnError

@@ -31,13 +31,15 @@ type Resource struct {
 
 // Result is one verdict in a report.
 type Result struct {
-	Resource          Resource `json:"resource"`
-	Rule              string   `json:"rule"`
-	Severity          string   `json:"severity"`
-	EnforcementAction string   `json:"enforcementAction"`
-	Result            string   `json:"result"`
-	Container         string   `json:"container,omitempty"`
-	Message           string   `json:"message,omitempty"`
+	Resource Resource `json:"resource"`
+	Rule     string   `json:"rule"`
+	Severity string   `json:"severity"`
+	// Category is the rule's category; omitted when it has none.
+	Category          string `json:"category,omitempty"`
+	EnforcementAction string `json:"enforcementAction"`
+	Result            string `json:"result"`
+	Container         string `json:"container,omitempty"`
+	Message           string `json:"message,omitempty"`
 	// Exception names the exception behind a skip (--exceptions), or the
 	// one that keeps a failure's actions off the object.
 	Exception string `json:"exception,omitempty"`
@@ -486,6 +488,7 @@ func (b *batch) add(res *core.Result, encode, dropPasses bool) {
 		},
 		Rule:              res.Rule.Name,
 		Severity:          string(res.Rule.Severity),
+		Category:          res.Rule.Category,
 		EnforcementAction: string(res.Rule.EnforcementAction),
 		Result:            string(res.Outcome),
 		Container:         res.Container,

@@ -130,3 +130,27 @@ func TestEvaluateStopsWhenInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestReportsCarryTheCategory: each result of `portal eval -o json|yaml`
+// names its rule's category, as reports and alerts do.
+func TestReportsCarryTheCategory(t *testing.T) {
+	eng := restrictedEngine(t)
+	docs := manifest.Split("pods.yaml", stream(t, 1))
+	for _, format := range []string{"json", "yaml"} {
+		rep, errs := eval.Evaluate(context.Background(), eng, docs, eval.Options{Jobs: 1, Format: format})
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		var out eval.Report
+		if err := yaml.Unmarshal([]byte(render(t, rep, format)), &out); err != nil {
+			t.Fatal(err)
+		}
+		cats := map[string]bool{}
+		for _, r := range out.Results {
+			cats[r.Category] = true
+		}
+		if len(out.Results) == 0 || len(cats) != 2 || !cats["Pod Security Standards (Baseline)"] || !cats["Pod Security Standards (Restricted)"] {
+			t.Errorf("%s: categories %v, want the two of the pod-security bundle", format, cats)
+		}
+	}
+}

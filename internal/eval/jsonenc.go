@@ -26,6 +26,10 @@ func appendResultElem(b []byte, r *Result) []byte {
 	b = appendJSONString(b, r.Rule)
 	b = append(b, ",\n      \"severity\": "...)
 	b = appendJSONString(b, r.Severity)
+	if r.Category != "" {
+		b = append(b, ",\n      \"category\": "...)
+		b = appendJSONString(b, r.Category)
+	}
 	b = append(b, ",\n      \"enforcementAction\": "...)
 	b = appendJSONString(b, r.EnforcementAction)
 	b = append(b, ",\n      \"result\": "...)

@@ -15,7 +15,7 @@ func (r *Report) AddFindings(ofs []core.ObjectFindings) {
 			f := &of.Findings[i]
 			res := Result{
 				Resource: Resource{APIVersion: of.Object.APIVersion, Kind: of.Object.Kind, Namespace: of.Object.Namespace, Name: of.Object.Name},
-				Rule:     f.RuleName(), Severity: string(f.Severity()), EnforcementAction: NetworkAction,
+				Rule:     f.RuleName(), Severity: string(f.Severity()), Category: f.Category(), EnforcementAction: NetworkAction,
 				Result: string(core.OutcomeFail), Container: f.Container, Message: f.Message,
 			}
 			r.Summary.Fail++

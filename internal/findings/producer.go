@@ -228,11 +228,11 @@ func carryFirstSeen(prev, next []core.Finding) {
 }
 
 // sameFindings reports whether two finding lists say the same thing to a
-// reader of a report: the same findings, outcomes, messages and severities.
+// reader of a report: the same findings, outcomes, messages, severities and categories.
 func sameFindings(a, b []core.Finding) bool {
 	return slices.EqualFunc(a, b, func(x, y core.Finding) bool {
 		return x.ID() == y.ID() && x.Outcome == y.Outcome && x.Message == y.Message &&
-			x.ContainerType == y.ContainerType && x.Severity() == y.Severity() &&
+			x.ContainerType == y.ContainerType && x.Severity() == y.Severity() && x.Category() == y.Category() &&
 			x.FirstSeen.Equal(y.FirstSeen) && exceptionRef(x.Exception) == exceptionRef(y.Exception)
 	})
 }

@@ -70,6 +70,9 @@ func TestAnalyseManifests(t *testing.T) {
 	}
 	for _, of := range got {
 		for _, f := range of.Findings {
+			if f.Category() != "Network Policies" {
+				t.Errorf("%s on %s: category %q, want Network Policies", f.RuleName(), of.Object.Name, f.Category())
+			}
 			if f.RuleName() == CheckUnreachableSelector {
 				// Both peers that match nothing, and not the one that
 				// matches the ledger pod of np-bank.

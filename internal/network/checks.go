@@ -31,6 +31,10 @@ const RuleSourceKind = "builtin"
 // alerts and metrics show them as they show rules.
 var checkRules = map[string]*core.Rule{}
 
+// Category is the category of every check's findings, so Policy Reporter
+// groups them as it groups the rules' results by theirs.
+const Category = "Network Policies"
+
 func init() {
 	for _, c := range []struct {
 		name     string
@@ -47,7 +51,7 @@ func init() {
 		{CheckInvalid, core.SeverityMedium, "the policy cannot be read"},
 	} {
 		checkRules[c.name] = &core.Rule{
-			Name: c.name, Enabled: true, Severity: c.severity, Modes: []core.Mode{core.ModeAudit},
+			Name: c.name, Enabled: true, Severity: c.severity, Category: Category, Modes: []core.Mode{core.ModeAudit},
 			Message: c.message, Source: core.Source{Kind: RuleSourceKind, Name: c.name},
 		}
 	}

@@ -22,6 +22,9 @@ import (
 var (
 	rateLimit  = regexp.MustCompile(`^[0-9]+/(s|min|h)$`)
 	minHealthy = regexp.MustCompile(`^[0-9]+%?$`)
+	// category is the CRD's pattern for spec.category: printable words a
+	// report, an alert label and a kubectl column show as they are.
+	category   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9 (),./&+:_-]*[A-Za-z0-9)])?$`)
 	severities = []core.Severity{core.SeverityCritical, core.SeverityHigh, core.SeverityMedium, core.SeverityLow, core.SeverityInfo}
 	modes      = []core.Mode{core.ModeAdmission, core.ModeAudit, core.ModeRuntime}
 	// defaultModes are the loops of a rule that names none: runtime rules
@@ -42,6 +45,10 @@ var OutputKinds = []schema.GroupKind{
 	{Group: "openreports.io", Kind: "ClusterReport"},
 }
 
+// maxCategory bounds a category, as the CRD does: folder files do not pass
+// the API server.
+const maxCategory = 64
+
 // maxAlertName bounds an alertname, as the CRD does (spec.alert,
 // actions[].template): folder files do not pass the API server.
 const maxAlertName = 253
@@ -54,6 +61,7 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 		Name:              spec.Name,
 		Enabled:           spec.Enabled == nil || *spec.Enabled,
 		Severity:          core.Severity(spec.Severity),
+		Category:          spec.Category,
 		EnforcementAction: core.EnforcementAction(spec.EnforcementAction),
 		OnError:           core.OnError(spec.OnError),
 		Expression:        spec.Rule,
@@ -70,6 +78,9 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 	}
 	if len(spec.Alert) > maxAlertName {
 		errs = append(errs, fieldErr("alert", "alert is %d characters, more than %d: it is the alertname of every alert the rule raises", len(spec.Alert), maxAlertName))
+	}
+	if c := spec.Category; c != "" && (len(c) > maxCategory || !category.MatchString(c)) {
+		errs = append(errs, fieldErr("category", "category %q is not at most %d characters of letters, digits, spaces and ( ) , . / & + : _ - , starting with a letter or digit", core.Truncate(c, maxCategory), maxCategory))
 	}
 	if r.Severity == "" {
 		r.Severity = core.SeverityMedium

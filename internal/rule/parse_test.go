@@ -22,6 +22,7 @@ metadata:
   name: from-manifest
 spec:
   severity: low
+  category: Pod Security Standards (Baseline)
   mode: [audit]
   enforcementAction: warn
   alert: insecure
@@ -51,7 +52,7 @@ func TestParseFileDefaultsAndForms(t *testing.T) {
 		plain.OnError != core.OnErrorDeny || len(plain.Modes) != 2 || plain.Source.Line != 2 {
 		t.Errorf("plain rule defaults: %+v", plain)
 	}
-	if manifest.Name != "from-manifest" || manifest.OnError != core.OnErrorAllow || manifest.Source.Line != 7 ||
+	if manifest.Name != "from-manifest" || manifest.Category != "Pod Security Standards (Baseline)" || plain.Category != "" || manifest.OnError != core.OnErrorAllow || manifest.Source.Line != 7 ||
 		len(manifest.Actions) != 1 || manifest.Actions[0].Type != "alertmanager" || manifest.Actions[0].Params["template"] != "insecure" {
 		t.Errorf("manifest rule: %+v", manifest)
 	}
@@ -66,6 +67,8 @@ func TestParseErrorsPointAtFileAndLine(t *testing.T) {
 	}{
 		{"unknown field", "name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\nsevrity: high\n", `r.yaml:4:1: unknown field "sevrity": did you mean "severity"?`},
 		{"bad enum", "name: a\nseverity: extreme\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `r.yaml:2:11: rule "a": severity "extreme"`},
+		{"category too long", "name: a\ncategory: " + strings.Repeat("x", 65) + "\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `r.yaml:2:11: rule "a": category "xxx`},
+		{"category not a word", "name: a\ncategory: \"-- {{ x }}\"\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `r.yaml:2:11: rule "a": category "-- {{ x }}" is not`},
 		{"no gvk", "name: a\nrule: 'true'\n", "match.gvk is required"},
 		{"no name", "match: {gvk: [{kind: Pod}]}\nrule: 'true'\n", "name is required"},
 		{"yaml syntax", "name: a\nrule: [unclosed\n", "r.yaml:"},
@@ -88,7 +91,7 @@ func TestCompileFileKeepsGoodRulesAndLocatesBadOnes(t *testing.T) {
 	if len(rules) != 3 || len(errs) != 1 {
 		t.Fatalf("got %d rules, errors %v", len(rules), errs)
 	}
-	if !strings.HasPrefix(errs[0].Error(), "r.yaml:30:18: rule \"broken\": compile expression") {
+	if !strings.HasPrefix(errs[0].Error(), "r.yaml:31:18: rule \"broken\": compile expression") {
 		t.Fatalf("error %q does not locate the rule", errs[0])
 	}
 }

@@ -64,6 +64,16 @@ type RuleSpec struct {
 	// +kubebuilder:default=medium
 	Severity Severity `json:"severity,omitempty"`
 
+	// Category groups the rule with others of its kind in reports, alerts
+	// and `kubectl get` ("Pod Security Standards (Baseline)", "Best
+	// Practices"): Policy Reporter groups results by it, as it does by
+	// Kyverno's policies.kyverno.io/category annotation. Letters, digits,
+	// spaces and ( ) , . / & + : _ - , at most 64 characters.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([A-Za-z0-9 (),./&+:_-]*[A-Za-z0-9)])?$`
+	Category string `json:"category,omitempty"`
+
 	// Mode lists the loops that evaluate the rule.
 	// +optional
 	// +kubebuilder:default={admission,audit}
@@ -367,6 +377,7 @@ const (
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=pcr,categories=portal
 // +kubebuilder:printcolumn:name="Severity",type=string,JSONPath=`.spec.severity`
+// +kubebuilder:printcolumn:name="Category",type=string,JSONPath=`.spec.category`,description="The rule's category, as in its report results and alerts"
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.enforcementAction`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
@@ -395,6 +406,7 @@ type PortalClusterRuleList struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=pr,categories=portal
 // +kubebuilder:printcolumn:name="Severity",type=string,JSONPath=`.spec.severity`
+// +kubebuilder:printcolumn:name="Category",type=string,JSONPath=`.spec.category`,description="The rule's category, as in its report results and alerts"
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.enforcementAction`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

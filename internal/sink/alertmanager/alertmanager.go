@@ -258,6 +258,11 @@ func alertsOf(fs []core.Finding) map[string]alert {
 			"kind":      f.Resource.Kind,
 			"name":      f.Resource.Name,
 		}
+		if c := f.Category(); c != "" {
+			// Routes can send a whole category ("Pod Security Standards
+			// (Restricted)") to one receiver.
+			labels["category"] = c
+		}
 		if f.Rule != nil && f.Rule.Namespace != "" {
 			// A PortalRule's alerts name its namespace, so a tenant's
 			// rule of the same name, alert and severity as a platform

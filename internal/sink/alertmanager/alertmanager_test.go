@@ -22,7 +22,7 @@ import (
 	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
 )
 
-var rule = &core.Rule{Name: "no-root", Severity: core.SeverityHigh, Alert: "InsecureWorkload", Source: core.Source{Kind: "PortalClusterRule", Name: "no-root"}}
+var rule = &core.Rule{Name: "no-root", Severity: core.SeverityHigh, Category: "Pod Security Standards (Restricted)", Alert: "InsecureWorkload", Source: core.Source{Kind: "PortalClusterRule", Name: "no-root"}}
 
 func object(ns, name string, failing bool, at time.Time) core.ObjectFindings {
 	ref := core.ResourceRef{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: name}
@@ -69,7 +69,8 @@ func waitAlerts(t *testing.T, am *amtest.Server, ns string, want []string) {
 	}
 }
 
-// The alert carries the finding's labels, annotation and first sight;
+// The alert carries the finding's labels (the rule's category among them, for
+// routes), annotation and first sight;
 // resolving the finding resolves the alert.
 func TestAlertShapeAndResolution(t *testing.T) {
 	am := amtest.Start(t)
@@ -84,7 +85,7 @@ func TestAlertShapeAndResolution(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := as[0]
-	want := map[string]string{"alertname": "InsecureWorkload", "rule": "no-root", "severity": "high", "namespace": "shape", "kind": "Pod", "name": "p", "container": "app"}
+	want := map[string]string{"alertname": "InsecureWorkload", "rule": "no-root", "severity": "high", "category": "Pod Security Standards (Restricted)", "namespace": "shape", "kind": "Pod", "name": "p", "container": "app"}
 	if !maps.Equal(a.Labels, want) {
 		t.Errorf("labels = %v, want %v", a.Labels, want)
 	}

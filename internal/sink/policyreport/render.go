@@ -75,6 +75,7 @@ func renderFinding(f *core.Finding) result {
 			Source:    ResultSource(f.Producer),
 			Policy:    name,
 			Rule:      name,
+			Category:  f.Category(),
 			Severity:  reportsv1alpha2.PolicyResultSeverity(f.Severity()),
 			Timestamp: metav1.Timestamp{Seconds: f.FirstSeen.Unix()},
 			Result:    res,

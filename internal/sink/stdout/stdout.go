@@ -62,6 +62,9 @@ func (s *Sink) line(ctx context.Context, event string, f *core.Finding, full boo
 		slog.String("namespace", f.Resource.Namespace),
 		slog.String("name", f.Resource.Name),
 	}
+	if c := f.Category(); c != "" {
+		attrs = append(attrs, slog.String("category", c))
+	}
 	if f.Container != "" {
 		attrs = append(attrs, slog.String("container", f.Container))
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/vilaca/portal/internal/sink/stdout"
 )
 
-var rule = &core.Rule{Name: "r", Severity: core.SeverityLow}
+var rule = &core.Rule{Name: "r", Severity: core.SeverityLow, Category: "Best Practices"}
 
 func obj(name string, msgs ...string) core.ObjectFindings {
 	ref := core.ResourceRef{APIVersion: "v1", Kind: "Pod", Namespace: "ns", Name: name}
@@ -52,6 +52,9 @@ func TestLines(t *testing.T) {
 		if m["rule"] != "r" || m["name"] != "p" || m["namespace"] != "ns" || m["kind"] != "Pod" {
 			t.Errorf("line lacks the finding: %s", line)
 		}
+		if m["category"] != "Best Practices" {
+			t.Errorf("line lacks the rule's category: %s", line)
+		}
 		if id, _ := m["resultID"].(string); m["producer"] != "audit" || len(id) != 32 {
 			t.Errorf("line lacks the producer or the result ID: %s", line)
 		}
@@ -74,5 +77,33 @@ func TestLinesAreBounded(t *testing.T) {
 	}
 	if n := buf.Len(); n > core.MaxOutputMessageBytes+1024 {
 		t.Errorf("a line of %d bytes, want the message cut to %d", n, core.MaxOutputMessageBytes)
+	}
+}
+
+// TestRecategorisedRuleChangesItsFindings: a rule edited to another
+// category logs its open findings again as changed, with the new category,
+// so the log (and every output fed the same way) never keeps the old one.
+func TestRecategorisedRuleChangesItsFindings(t *testing.T) {
+	var buf bytes.Buffer
+	s := stdout.New(slog.New(slog.NewJSONHandler(&buf, nil)))
+	ctx := context.Background()
+	first := obj("p", "m")
+	if err := s.Publish(ctx, core.FindingBatch{Full: true, Objects: []core.ObjectFindings{first}}); err != nil {
+		t.Fatal(err)
+	}
+	edited := *rule
+	edited.Category = "Pod Security Standards (Restricted)"
+	again := obj("p", "m")
+	again.Findings[0].Rule = &edited
+	if err := s.Publish(ctx, core.FindingBatch{Objects: []core.ObjectFindings{again}}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	var last map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 2 || last["event"] != "changed" || last["category"] != edited.Category {
+		t.Errorf("lines %q, want a changed line with category %q", lines, edited.Category)
 	}
 }

@@ -63,7 +63,7 @@ func (t *Tracker) Len() int { return len(t.last) }
 
 // Diff splits the change of one object's findings into findings raised (new
 // identities), resolved (gone) and changed (same identity, different
-// outcome, message or severity; the new version).
+// outcome, message, severity or category; the new version).
 func Diff(old, new []core.Finding) (raised, resolved, changed []core.Finding) {
 	prev := make(map[core.FindingID]*core.Finding, len(old))
 	for i := range old {
@@ -76,7 +76,7 @@ func Diff(old, new []core.Finding) (raised, resolved, changed []core.Finding) {
 		switch {
 		case !ok:
 			raised = append(raised, *f)
-		case p.Outcome != f.Outcome || p.Message != f.Message || p.Severity() != f.Severity():
+		case p.Outcome != f.Outcome || p.Message != f.Message || p.Severity() != f.Severity() || p.Category() != f.Category():
 			changed = append(changed, *f)
 		}
 		delete(prev, id)

@@ -250,6 +250,7 @@ type reportResult struct {
 	Source    string `json:"source"`
 	Policy    string `json:"policy"`
 	Rule      string `json:"rule"`
+	Category  string `json:"category"`
 	Result    string `json:"result"`
 	Severity  string `json:"severity"`
 	Kind      string `json:"kind"`
@@ -294,7 +295,7 @@ func (g *golden) report(ctx context.Context) (any, error) {
 		out.Summary.Skip += s.Skip
 		for _, res := range r.Results {
 			rr := reportResult{
-				Source: res.Source, Policy: res.Policy, Rule: res.Rule, Result: string(res.Result),
+				Source: res.Source, Policy: res.Policy, Rule: res.Rule, Category: res.Category, Result: string(res.Result),
 				Severity: string(res.Severity), Container: res.Properties["container"], Message: g.normalise(res.Message),
 			}
 			if len(res.Resources) > 0 {
