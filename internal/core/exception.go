@@ -76,11 +76,31 @@ func (x *Exception) ExpiredAt(t time.Time) bool {
 }
 
 // NamesRule reports whether the exception exempts from r: r's name is
-// listed, and r is a cluster rule or, for a PortalException, a PortalRule
-// of its own namespace.
+// listed, r is a cluster rule or, for a PortalException, a PortalRule of
+// its own namespace, and r lets such an exception apply (its exceptions
+// field: none refuses every exception, cluster every PortalException).
 func (x *Exception) NamesRule(r *Rule) bool {
-	if x.Namespace != "" && r.Namespace != "" && r.Namespace != x.Namespace {
+	switch {
+	case r.Exceptions == ExceptionsNone,
+		r.Exceptions == ExceptionsCluster && x.Namespace != "",
+		x.Namespace != "" && r.Namespace != "" && r.Namespace != x.Namespace:
 		return false
 	}
 	return slices.Contains(x.Rules, r.Name)
 }
+
+// ExceptionPolicy is a rule's exceptions field: which exceptions may
+// exempt objects from it.
+type ExceptionPolicy string
+
+// The exception policies. A platform team marks the rules no tenant may
+// write a hole in as cluster (only its own PortalClusterExceptions apply)
+// or none.
+const (
+	ExceptionsAll     ExceptionPolicy = "all"
+	ExceptionsCluster ExceptionPolicy = "cluster"
+	ExceptionsNone    ExceptionPolicy = "none"
+)
+
+// ExceptionPolicies lists the values of a rule's exceptions field.
+var ExceptionPolicies = []ExceptionPolicy{ExceptionsAll, ExceptionsCluster, ExceptionsNone}

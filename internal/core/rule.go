@@ -58,7 +58,10 @@ type Rule struct {
 	Severity Severity
 	// Category groups the rule in reports and alerts ("Best Practices");
 	// empty when the rule names none.
-	Category          string
+	Category string
+	// Exceptions says which exceptions may exempt from the rule:
+	// ExceptionsAll (also when empty), ExceptionsCluster or ExceptionsNone.
+	Exceptions        ExceptionPolicy
 	Modes             []Mode
 	EnforcementAction EnforcementAction
 	OnError           OnError

@@ -176,3 +176,46 @@ func TestExceptionRefusesWhatCannotBeBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleChoosesWhichExceptionsApply: a rule's exceptions field decides
+// who may write a hole in it. all: a PortalException of the object's
+// namespace and a PortalClusterException both exempt; cluster: only the
+// PortalClusterException; none: neither.
+func TestRuleChoosesWhichExceptionsApply(t *testing.T) {
+	tenant := legacyException()
+	platform := legacyException()
+	platform.Kind, platform.Namespace, platform.Name = "PortalClusterException", "", "platform"
+	for _, c := range []struct {
+		policy        core.ExceptionPolicy
+		tenant, admin core.Outcome
+	}{
+		{core.ExceptionsAll, core.OutcomeSkip, core.OutcomeSkip},
+		{"", core.OutcomeSkip, core.OutcomeSkip},
+		{core.ExceptionsCluster, core.OutcomeFail, core.OutcomeSkip},
+		{core.ExceptionsNone, core.OutcomeFail, core.OutcomeFail},
+	} {
+		for who, x := range map[string]*core.Exception{"PortalException": tenant, "PortalClusterException": platform} {
+			e := engine.New(exprlang.New(), engine.WithClock(clocktesting.NewFakeClock(time.Now())))
+			r := newRule("no-privileged", "container.securityContext.privileged == true")
+			r.Exceptions = c.policy
+			cr, err := e.Compile(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.SetRules([]*engine.Rule{cr})
+			cx, err := e.CompileException(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.SetExceptions([]*engine.Exception{cx})
+			got, _ := outcomes(t, e, legacyPod, core.ModeAdmission)
+			want := c.tenant
+			if who == "PortalClusterException" {
+				want = c.admin
+			}
+			if got["no-privileged"] != want {
+				t.Errorf("exceptions: %q, a %s: %s, want %s", c.policy, who, got["no-privileged"], want)
+			}
+		}
+	}
+}

@@ -62,6 +62,7 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 		Enabled:           spec.Enabled == nil || *spec.Enabled,
 		Severity:          core.Severity(spec.Severity),
 		Category:          spec.Category,
+		Exceptions:        core.ExceptionPolicy(spec.Exceptions),
 		EnforcementAction: core.EnforcementAction(spec.EnforcementAction),
 		OnError:           core.OnError(spec.OnError),
 		Expression:        spec.Rule,
@@ -81,6 +82,11 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 	}
 	if c := spec.Category; c != "" && (len(c) > maxCategory || !category.MatchString(c)) {
 		errs = append(errs, fieldErr("category", "category %q is not at most %d characters of letters, digits, spaces and ( ) , . / & + : _ - , starting with a letter or digit", core.Truncate(c, maxCategory), maxCategory))
+	}
+	if r.Exceptions == "" {
+		r.Exceptions = core.ExceptionsAll
+	} else if !slices.Contains(core.ExceptionPolicies, r.Exceptions) {
+		errs = append(errs, fieldErr("exceptions", "exceptions %q is not one of %v", r.Exceptions, core.ExceptionPolicies))
 	}
 	if r.Severity == "" {
 		r.Severity = core.SeverityMedium

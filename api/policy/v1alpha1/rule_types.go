@@ -9,6 +9,9 @@ import (
 // +kubebuilder:validation:Enum=critical;high;medium;low;info
 type Severity string
 
+// ExceptionPolicy says which exceptions may exempt objects from a rule.
+type ExceptionPolicy string
+
 // Mode names a loop that evaluates a rule: admission (the validating webhook),
 // audit (continuous evaluation of live objects) or runtime (the API server's
 // audit events and Falco alerts, with --runtime).
@@ -73,6 +76,15 @@ type RuleSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([A-Za-z0-9 (),./&+:_-]*[A-Za-z0-9)])?$`
 	Category string `json:"category,omitempty"`
+
+	// Exceptions says which exceptions may exempt objects from the rule:
+	// all (the default: the PortalExceptions of the object's namespace and
+	// PortalClusterExceptions), cluster (only PortalClusterExceptions, the
+	// platform team's), or none (no exception ever does; only the
+	// break-glass namespace annotation and match exclusions remain).
+	// +optional
+	// +kubebuilder:validation:Enum=all;cluster;none
+	Exceptions ExceptionPolicy `json:"exceptions,omitempty"`
 
 	// Mode lists the loops that evaluate the rule.
 	// +optional
