@@ -13,6 +13,7 @@ import (
 
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/didyoumean"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/eval"
 	"github.com/vilaca/portal/internal/exception"
@@ -277,11 +278,11 @@ func compare(f *File, results []eval.Result, rules map[string]bool, objects map[
 		id, _ := ParseResource(e.Resource) // Parse checked it
 		at := func(err error) error { return &manifest.Error{Path: f.Path, Line: e.Line, Err: err} }
 		if !rules[e.Rule] {
-			errs = append(errs, at(fmt.Errorf("rule %q is not among the rules the test loads", e.Rule)))
+			errs = append(errs, at(fmt.Errorf("rule %q is not among the rules the test loads%s", e.Rule, suggest(e.Rule, rules))))
 			continue
 		}
 		if !objects[id] {
-			errs = append(errs, at(fmt.Errorf("resource %s is not among the resources the test evaluates", id)))
+			errs = append(errs, at(fmt.Errorf("resource %s is not among the resources the test evaluates%s", id, suggest(id, objects))))
 			continue
 		}
 		k := key{e.Rule, id}
@@ -327,4 +328,17 @@ func check(e Expectation, rs []eval.Result) Check {
 	c.Got = strings.Join(got, ",")
 	c.OK = c.Got == e.Result && (e.Message == "" || slices.ContainsFunc(c.Messages, func(m string) bool { return strings.Contains(m, e.Message) }))
 	return c
+}
+
+// suggest names the closest of names to name, as a "did you mean" clause.
+func suggest[K comparable](name K, names map[K]bool) string {
+	var all []string
+	for n := range names {
+		all = append(all, fmt.Sprint(n))
+	}
+	slices.Sort(all)
+	if s := didyoumean.Closest(fmt.Sprint(name), all); s != "" {
+		return fmt.Sprintf(" (did you mean %s?)", s)
+	}
+	return ""
 }
