@@ -21,8 +21,9 @@ import (
 )
 
 // FileName is the name `portal test` looks for under the directories it is
-// given.
-const FileName = "portal-test.yaml"
+// given. Rule and manifest directories skip it (manifest.Files), so a test
+// file may sit beside the rules it tests.
+const FileName = manifest.TestFileName
 
 // Bounds on one test file: a test file is input like any manifest, and a
 // generated or hostile one must fail with a message, not exhaust memory.
