@@ -17,7 +17,7 @@ func TestTestExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		"passing":        {[]string{testCorpus + "/pass"}, exitOK, "1 test files, 6 expectations: 6 passed, 0 mismatched, 0 broken files"},
+		"passing":        {[]string{testCorpus + "/pass"}, exitOK, "1 test file, 6 expectations: 6 passed, 0 mismatched, 0 broken"},
 		"failing":        {[]string{testCorpus + "/pass", testCorpus + "/fail"}, exitViolation, "fail/portal-test.yaml:9   no-privileged  Pod/demo/debug"},
 		"broken":         {[]string{testCorpus, testCorpus + "/broken/unknown-rule.yaml"}, exitUsage, `BROKEN ` + testCorpus + `/broken/unknown-rule.yaml:8: rule "team-lable"`},
 		"none found":     {[]string{testCorpus + "/rules"}, exitUsage, ""},

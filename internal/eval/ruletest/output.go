@@ -70,9 +70,16 @@ func writeTable(w io.Writer, rs []FileResult) error {
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(w, "%d test files, %d expectations: %d passed, %d mismatched, %d broken files\n",
-		s.Files, s.Checks, s.Checks-s.Mismatches, s.Mismatches, s.Broken)
+	_, err := fmt.Fprintf(w, "%s, %s: %d passed, %d mismatched, %d broken\n",
+		plural(s.Files, "test file"), plural(s.Checks, "expectation"), s.Checks-s.Mismatches, s.Mismatches, s.Broken)
 	return err
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // want is the expected result, with the expected message when there is one.
