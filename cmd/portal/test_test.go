@@ -17,7 +17,7 @@ func TestTestExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		"passing":        {[]string{testCorpus + "/pass"}, exitOK, "1 test file, 6 expectations: 6 passed, 0 mismatched, 0 broken"},
+		"passing":        {[]string{testCorpus + "/pass"}, exitOK, "1 test file, 7 expectations: 7 passed, 0 mismatched, 0 broken"},
 		"failing":        {[]string{testCorpus + "/pass", testCorpus + "/fail"}, exitViolation, "fail/portal-test.yaml:9   no-privileged  Pod/demo/debug"},
 		"broken":         {[]string{testCorpus, testCorpus + "/broken/unknown-rule.yaml"}, exitUsage, `BROKEN ` + testCorpus + `/broken/unknown-rule.yaml:8: rule "team-lable"`},
 		"none found":     {[]string{testCorpus + "/rules"}, exitUsage, ""},
@@ -69,11 +69,11 @@ func TestTestJUnit(t *testing.T) {
 	if err := xml.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("not JUnit XML: %v\n%s", err, out)
 	}
-	if len(doc.Suites) != 3 || doc.Tests != 12 || doc.Fails != 4 || doc.Errors != 1 {
-		t.Fatalf("%d suites, %d tests, %d failures, %d errors; want 3, 12, 4, 1:\n%s", len(doc.Suites), doc.Tests, doc.Fails, doc.Errors, out)
+	if len(doc.Suites) != 3 || doc.Tests != 13 || doc.Fails != 4 || doc.Errors != 1 {
+		t.Fatalf("%d suites, %d tests, %d failures, %d errors; want 3, 13, 4, 1:\n%s", len(doc.Suites), doc.Tests, doc.Fails, doc.Errors, out)
 	}
 	pass, fail, broken := doc.Suites[0], doc.Suites[1], doc.Suites[2]
-	if pass.Name != "everything matches" || len(pass.Cases) != 6 || pass.Fails != 0 {
+	if pass.Name != "everything matches" || len(pass.Cases) != 7 || pass.Fails != 0 {
 		t.Errorf("passing suite %+v", pass)
 	}
 	if fail.Name != "mismatches" || len(fail.Cases) != 5 || fail.Fails != 4 {

@@ -59,8 +59,9 @@ type File struct {
 	Name string `yaml:"name"`
 	// Rules are rule files or directories.
 	Rules []string `yaml:"rules"`
-	// Resources are manifest files or directories the rules are evaluated on.
-	Resources []string `yaml:"resources"`
+	// Resources are what the rules are evaluated on: manifest files or
+	// directories, or objects written inline.
+	Resources []Resource `yaml:"resources"`
 	// Exceptions are PortalException and PortalClusterException manifests,
 	// applied as portal eval --exceptions applies them.
 	Exceptions []string `yaml:"exceptions"`
@@ -74,6 +75,43 @@ type File struct {
 	Now *time.Time `yaml:"now"`
 	// Results are the expectations.
 	Results []Expectation `yaml:"results"`
+}
+
+// Resource is one entry of a test's resources: a path, or an inline object.
+type Resource struct {
+	// Path is a manifest file or directory; empty for an inline object.
+	Path string
+	// Inline is the YAML of an object written in the test file, and Line
+	// where it starts there.
+	Inline []byte
+	Line   int
+}
+
+// UnmarshalYAML reads a path (a string) or an inline object (a mapping).
+func (r *Resource) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return n.Decode(&r.Path)
+	case yaml.MappingNode:
+		b, err := yaml.Marshal(n)
+		if err != nil {
+			return fmt.Errorf("line %d: %w", n.Line, err)
+		}
+		r.Inline, r.Line = b, n.Line
+		return nil
+	}
+	return fmt.Errorf("line %d: a resource is a manifest path or an object written inline", n.Line)
+}
+
+// paths returns the resources that are paths.
+func paths(rs []Resource) []string {
+	var out []string
+	for _, r := range rs {
+		if r.Inline == nil {
+			out = append(out, r.Path)
+		}
+	}
+	return out
 }
 
 // Expectation is one expected result.
@@ -177,7 +215,13 @@ func (f *File) check(doc *yaml.Node, at func(int, error) error) error {
 	lists := []struct {
 		key  string
 		list []string
-	}{{"rules", f.Rules}, {"resources", f.Resources}, {"exceptions", f.Exceptions}, {"clusterState", f.ClusterState}}
+	}{{"rules", f.Rules}, {"exceptions", f.Exceptions}, {"clusterState", f.ClusterState}}
+	if len(f.Resources) > MaxPaths {
+		return at(field(doc, "resources").Line, fmt.Errorf("resources names %d paths and objects, over the %d a test file may", len(f.Resources), MaxPaths))
+	}
+	if i := slices.IndexFunc(f.Resources, func(r Resource) bool { return r.Inline == nil && r.Path == "" }); i >= 0 {
+		return at(field(doc, "resources").Content[i].Line, errors.New("resources: an empty path"))
+	}
 	for _, l := range lists {
 		key, list := l.key, l.list
 		if len(list) > MaxPaths {
@@ -191,7 +235,7 @@ func (f *File) check(doc *yaml.Node, at func(int, error) error) error {
 	case len(f.Rules) == 0:
 		return at(doc.Line, errors.New("rules: name at least one rule file or directory"))
 	case len(f.Resources) == 0:
-		return at(doc.Line, errors.New("resources: name at least one manifest file or directory"))
+		return at(doc.Line, errors.New("resources: name at least one manifest file or directory, or write an object inline"))
 	case len(f.Results) == 0:
 		return at(doc.Line, errors.New("results: a test file asserts at least one result"))
 	case len(f.Results) > MaxResults:

@@ -26,9 +26,9 @@ func run(t *testing.T, path string) ruletest.FileResult {
 	return ruletest.Run(context.Background(), filepath.Join("testdata", path), opts)
 }
 
-// TestPassingFile: every kind of result (pass, fail through warn, skip by an
-// exception before its expiry, a lookup into clusterState, a message) is
-// asserted and matches.
+// TestPassingFile: every kind of result (pass, fail, warn, skip by an
+// exception before its expiry, a lookup into clusterState, a message, an
+// inline resource) is asserted and matches.
 func TestPassingFile(t *testing.T) {
 	r := run(t, "pass/portal-test.yaml")
 	if r.Err != nil {
@@ -37,8 +37,8 @@ func TestPassingFile(t *testing.T) {
 	if r.Name != "everything matches" {
 		t.Errorf("name %q", r.Name)
 	}
-	if len(r.Checks) != 6 || r.Mismatches() != 0 {
-		t.Errorf("%d checks, %d mismatches, want 6 and 0: %+v", len(r.Checks), r.Mismatches(), r.Checks)
+	if len(r.Checks) != 7 || r.Mismatches() != 0 {
+		t.Errorf("%d checks, %d mismatches, want 7 and 0: %+v", len(r.Checks), r.Mismatches(), r.Checks)
 	}
 	// debug's container shell passes no-privileged without a result of its
 	// own; the rest of what the rules gave is not asserted, and ignored.
@@ -89,6 +89,7 @@ func TestBrokenFiles(t *testing.T) {
 		"duplicate.yaml":        `Pod/demo/web is defined twice, at testdata/pass/pods.yaml:12 and at testdata/broken/inputs/duplicate-pods.yaml:1`,
 		"inputs/bad-rule.yaml":  `unknown field "severity"`,
 		"no-such-test.yaml":     "no such file",
+		"inline-no-kind.yaml":   "inline-no-kind.yaml:4: object has no apiVersion or kind",
 	} {
 		t.Run(file, func(t *testing.T) {
 			r := run(t, "broken/"+file)
@@ -123,14 +124,15 @@ func TestParseBounds(t *testing.T) {
 	head := "rules: [r.yaml]\nresources: [p.yaml]\nresults:\n"
 	one := "- {rule: r, resource: Pod/ns/p, result: pass}\n"
 	for name, tc := range map[string]struct{ data, want string }{
-		"too many results": {head + strings.Repeat(one, ruletest.MaxResults+1), "over the 10000 a test file may"},
-		"too big":          {head + strings.Repeat("#", ruletest.MaxFileBytes), "over the 1048576 a test file may have"},
-		"two documents":    {head + one + "---\n" + head + one, "t.yaml:5: a test file holds one YAML document"},
-		"no results":       {head, "a test file asserts at least one result"},
-		"bad resource":     {head + "- {rule: r, resource: Pod, result: pass}\n", "t.yaml:4: resource \"Pod\": write Kind/namespace/name"},
-		"bad mode":         {"mode: runtime\n" + head + one, "t.yaml:1: mode \"runtime\""},
-		"not a mapping":    {"- a\n", "a test file is a mapping"},
-		"wrong type":       {"rules: r.yaml\nresources: [p.yaml]\nresults:\n" + one, "cannot unmarshal"},
+		"too many results":   {head + strings.Repeat(one, ruletest.MaxResults+1), "over the 10000 a test file may"},
+		"too big":            {head + strings.Repeat("#", ruletest.MaxFileBytes), "over the 1048576 a test file may have"},
+		"two documents":      {head + one + "---\n" + head + one, "t.yaml:5: a test file holds one YAML document"},
+		"no results":         {head, "a test file asserts at least one result"},
+		"bad resource":       {head + "- {rule: r, resource: Pod, result: pass}\n", "t.yaml:4: resource \"Pod\": write Kind/namespace/name"},
+		"bad mode":           {"mode: runtime\n" + head + one, "t.yaml:1: mode \"runtime\""},
+		"bad resource entry": {"rules: [r.yaml]\nresources: [[a]]\nresults:\n" + one, "line 2: a resource is a manifest path or an object written inline"},
+		"not a mapping":      {"- a\n", "a test file is a mapping"},
+		"wrong type":         {"rules: r.yaml\nresources: [p.yaml]\nresults:\n" + one, "cannot unmarshal"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := ruletest.Parse("t.yaml", []byte(tc.data))

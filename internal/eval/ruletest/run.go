@@ -169,9 +169,14 @@ func run(ctx context.Context, f *File, o Options) ([]Check, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	docs, err := manifest.ReadPaths(rel(f.Resources), nil)
+	docs, err := manifest.ReadPaths(rel(paths(f.Resources)), nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: resources: %w", f.Path, err)
+	}
+	for _, r := range f.Resources {
+		if r.Inline != nil {
+			docs = append(docs, manifest.Document{Path: f.Path, Line: r.Line, Data: r.Inline})
+		}
 	}
 	rep, errs := eval.Evaluate(ctx, eng, docs, eval.Options{Mode: core.Mode(f.Mode), Jobs: 1, Format: "junit"})
 	if len(errs) > 0 {
