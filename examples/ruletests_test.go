@@ -8,26 +8,39 @@ import (
 	"testing"
 
 	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/eval/ruletest"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
+	prt "github.com/vilaca/portal/internal/runtime"
 )
 
 // runRuleTests is `portal test examples/`: every test file under examples,
-// with clusterState served to the lookups as the command serves it.
+// with clusterState served to the lookups and events replayed as the
+// command does.
 func runRuleTests(t *testing.T) []ruletest.FileResult {
 	t.Helper()
 	files, err := ruletest.Find([]string{"."})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := ruletest.Options{Lookups: func(r clustercache.Reader) engine.Binder {
-		c := lookup.FromReader{R: r}
-		return lookup.New(lookup.Options{Cache: c, Resolver: c})
-	}}
+	opts := ruletest.Options{
+		Lookups: func(r clustercache.Reader) engine.Binder {
+			c := lookup.FromReader{R: r}
+			return lookup.New(lookup.Options{Cache: c, Resolver: c})
+		},
+		Replay: func(ctx context.Context, eng *engine.Engine, cluster clustercache.Reader, path string) ([]ruletest.Finding, error) {
+			var out []ruletest.Finding
+			_, err := prt.Replay(ctx, eng, cluster, path, prt.DefaultDedupWindow, func(_ int, _ *event.Event, r core.Result) {
+				out = append(out, ruletest.Finding{Rule: r.Rule.Name, EnforcementAction: r.Rule.EnforcementAction, Message: r.Message,
+					Resource: ruletest.ResourceID{Kind: r.Resource.Kind, Namespace: r.Resource.Namespace, Name: r.Resource.Name}})
+			})
+			return out, err
+		},
+	}
 	out := make([]ruletest.FileResult, 0, len(files))
 	for _, f := range files {
 		out = append(out, ruletest.Run(context.Background(), f, opts))
@@ -56,9 +69,9 @@ func TestRuleTestFiles(t *testing.T) {
 }
 
 // TestEveryRuleHasATest: each rule under rules/ is asserted by at least one
-// test file, both its passing and its failing side. Runtime rules are left
-// out: they judge API requests and Falco alerts, which a test file cannot
-// feed (portal eval --events replays them).
+// test file, both its passing and its failing side. Runtime rules are fed
+// a recorded audit log (events); those that judge only Falco alerts, which
+// a test file cannot feed, are left out.
 func TestEveryRuleHasATest(t *testing.T) {
 	seen := map[string]map[string]bool{} // rule -> results asserted
 	for _, r := range runRuleTests(t) {
@@ -91,7 +104,7 @@ func TestEveryRuleHasATest(t *testing.T) {
 	}
 	tested := 0
 	for _, r := range rules {
-		if !r.HasMode(core.ModeAdmission) && !r.HasMode(core.ModeAudit) {
+		if slices.Equal(r.Runtime.Events, []string{"falco"}) {
 			continue
 		}
 		tested++

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,10 +9,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/context/event"
+	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/eval/ruletest"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/lookup"
+	prt "github.com/vilaca/portal/internal/runtime"
 )
 
 type testOptions struct {
@@ -31,7 +35,8 @@ portal-test.yaml; a file is run whatever its name. Each test file names rules,
 the resources to evaluate them on, optional exceptions and cluster state for
 cross-resource lookups, and the result each rule must give each resource:
 pass, fail, warn, skip or error, optionally with a piece of its message.
-Paths in a test file are relative to it. Results a test file does not
+Recorded audit logs (events) feed the runtime rules, as portal eval --events
+replays them. Paths in a test file are relative to it. Results a test file does not
 mention are ignored. The schema is in docs/reference/test-file.md.
 
 The table lists each mismatch with the file and line of its expectation, and
@@ -70,7 +75,7 @@ func (o *testOptions) run(cmd *cobra.Command, args []string) error {
 	if len(files) == 0 {
 		return usageError(fmt.Errorf("no test file (%s) found in %s", ruletest.FileName, strings.Join(args, ", ")))
 	}
-	results := runTests(cmd, files, ruletest.Options{Lookups: staticLookups, Budget: o.budget})
+	results := runTests(cmd, files, ruletest.Options{Lookups: staticLookups, Replay: replayForTest, Budget: o.budget})
 	if err := cmd.Context().Err(); err != nil {
 		return usageError(fmt.Errorf("interrupted before every test ran: %w", err))
 	}
@@ -97,6 +102,17 @@ func runTests(cmd *cobra.Command, files []string, opts ruletest.Options) []rulet
 		out = append(out, ruletest.Run(cmd.Context(), f, opts))
 	}
 	return out
+}
+
+// replayForTest replays a test's recorded audit log through its runtime
+// rules as portal eval --events does, with the default deduplication window.
+func replayForTest(ctx context.Context, eng *engine.Engine, cluster clustercache.Reader, path string) ([]ruletest.Finding, error) {
+	var out []ruletest.Finding
+	_, err := prt.Replay(ctx, eng, cluster, path, prt.DefaultDedupWindow, func(_ int, _ *event.Event, r core.Result) {
+		out = append(out, ruletest.Finding{Rule: r.Rule.Name, EnforcementAction: r.Rule.EnforcementAction, Message: r.Message,
+			Resource: ruletest.ResourceID{Kind: r.Resource.Kind, Namespace: r.Resource.Namespace, Name: r.Resource.Name}})
+	})
+	return out, err
 }
 
 // staticLookups serves a test's cluster.* lookups from its clusterState, as

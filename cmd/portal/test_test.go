@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"encoding/xml"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -18,6 +20,7 @@ func TestTestExitCodes(t *testing.T) {
 		want string
 	}{
 		"passing":        {[]string{testCorpus + "/pass"}, exitOK, "1 test file, 7 expectations: 7 passed, 0 mismatched, 0 broken"},
+		"runtime events": {[]string{testCorpus + "/events"}, exitOK, "1 test file, 2 expectations: 2 passed, 0 mismatched, 0 broken"},
 		"failing":        {[]string{testCorpus + "/pass", testCorpus + "/fail"}, exitViolation, "fail/portal-test.yaml:9   no-privileged  Pod/demo/debug"},
 		"broken":         {[]string{testCorpus, testCorpus + "/broken/unknown-rule.yaml"}, exitUsage, `BROKEN ` + testCorpus + `/broken/unknown-rule.yaml:8: rule "team-lable"`},
 		"none found":     {[]string{testCorpus + "/rules"}, exitUsage, ""},
@@ -116,5 +119,30 @@ func TestTestJSON(t *testing.T) {
 	}
 	if c := rep.Files[0].Checks[3]; c.Line != 21 || c.Want != "warn" || c.Got != "warn" || c.OK {
 		t.Errorf("the message mismatch reads %+v", c)
+	}
+}
+
+// TestTestEventsMismatch: a runtime rule's finding on a resource the test
+// says passes is a mismatch at that expectation's line.
+func TestTestEventsMismatch(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(testCorpus+"/events")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "portal-test.yaml")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := strings.Replace(string(src), "  result: fail", "  result: pass", 1)
+	if err := os.WriteFile(path, []byte(flipped), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, "", "test", dir)
+	if code := exitCodeOf(err); code != exitViolation {
+		t.Fatalf("exit code %d, want %d: %v\n%s", code, exitViolation, err, out)
+	}
+	if want := "portal-test.yaml:9  exec-in-prod  Pod/prod/web-0             pass (message has \"alice@example.com exec'd into web-0\")  fail"; !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
 	}
 }

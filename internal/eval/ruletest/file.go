@@ -68,6 +68,9 @@ type File struct {
 	// ClusterState are manifests cross-resource lookups read, as portal eval
 	// --cluster-state.
 	ClusterState []string `yaml:"clusterState"`
+	// Events are recorded API server audit logs (JSON lines) replayed
+	// through the rules of mode runtime, as portal eval --events does.
+	Events []string `yaml:"events"`
 	// Mode, when set, runs only the rules of that mode (admission or audit).
 	Mode string `yaml:"mode"`
 	// Now is the time exceptions' expires is compared with; the current time
@@ -135,7 +138,7 @@ func (f *File) Title() string {
 }
 
 var (
-	fileFields        = []string{"name", "rules", "resources", "exceptions", "clusterState", "mode", "now", "results"}
+	fileFields        = []string{"name", "rules", "resources", "exceptions", "clusterState", "events", "mode", "now", "results"}
 	expectationFields = []string{"rule", "resource", "container", "result", "message"}
 )
 
@@ -215,7 +218,7 @@ func (f *File) check(doc *yaml.Node, at func(int, error) error) error {
 	lists := []struct {
 		key  string
 		list []string
-	}{{"rules", f.Rules}, {"exceptions", f.Exceptions}, {"clusterState", f.ClusterState}}
+	}{{"rules", f.Rules}, {"exceptions", f.Exceptions}, {"clusterState", f.ClusterState}, {"events", f.Events}}
 	if len(f.Resources) > MaxPaths {
 		return at(field(doc, "resources").Line, fmt.Errorf("resources names %d paths and objects, over the %d a test file may", len(f.Resources), MaxPaths))
 	}

@@ -103,6 +103,15 @@ func TestBrokenFiles(t *testing.T) {
 	}
 }
 
+// TestEventsNeedAReplay: a test with events, run without a way to replay
+// them, is broken, not passing on no findings.
+func TestEventsNeedAReplay(t *testing.T) {
+	r := run(t, "events/portal-test.yaml")
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "events: this build cannot replay events") {
+		t.Errorf("error %v, want one saying events cannot be replayed", r.Err)
+	}
+}
+
 // TestFind walks directories for portal-test.yaml (testdata included) and
 // takes a file named on its own whatever its name.
 func TestFind(t *testing.T) {
@@ -110,7 +119,7 @@ func TestFind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"testdata/fail/portal-test.yaml", "testdata/pass/portal-test.yaml", "testdata/broken/bad-result.yaml"}
+	want := []string{"testdata/events/portal-test.yaml", "testdata/fail/portal-test.yaml", "testdata/pass/portal-test.yaml", "testdata/broken/bad-result.yaml"}
 	if !slices.Equal(got, want) {
 		t.Errorf("found %v, want %v", got, want)
 	}

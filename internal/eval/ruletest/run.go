@@ -31,6 +31,19 @@ type Options struct {
 	Lookups func(clustercache.Reader) engine.Binder
 	// Budget is each rule evaluation's budget; zero means the default.
 	Budget exprlang.Limits
+	// Replay evaluates the runtime rules of eng on the recorded audit log
+	// at path, its targets read from cluster (nil: none), and returns the
+	// findings (the composition root passes the runtime layer's replay,
+	// as portal eval --events runs it). nil: a test with events is broken.
+	Replay func(ctx context.Context, eng *engine.Engine, cluster clustercache.Reader, path string) ([]Finding, error)
+}
+
+// Finding is what a runtime rule raised on replaying a recorded event.
+type Finding struct {
+	Rule              string
+	Resource          ResourceID
+	EnforcementAction core.EnforcementAction
+	Message           string
 }
 
 // Check is one expectation and what the run gave for it.
@@ -165,7 +178,7 @@ func run(ctx context.Context, f *File, o Options) ([]Check, int, error) {
 		}
 		return out
 	}
-	eng, loaded, err := load(f, rel, o)
+	eng, cluster, loaded, err := load(f, rel, o)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -189,7 +202,37 @@ func run(ctx context.Context, f *File, o Options) ([]Check, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: resources: %w", f.Path, err)
 	}
-	return compare(f, rep.Results, loaded, objects)
+	// A rule of mode runtime judges events, not objects: what it gave an
+	// object without one is no verdict.
+	results := slices.DeleteFunc(rep.Results, func(r eval.Result) bool { return loaded[r.Rule] })
+	if len(f.Events) > 0 {
+		found, err := replay(ctx, f, rel, eng, cluster, o)
+		if err != nil {
+			return nil, 0, err
+		}
+		results = append(results, found...)
+	}
+	return compare(f, results, loaded, objects)
+}
+
+// replay runs the runtime rules on f's events and returns their findings
+// as fail results (warn for a rule that warns).
+func replay(ctx context.Context, f *File, rel func([]string) []string, eng *engine.Engine, cluster clustercache.Reader, o Options) ([]eval.Result, error) {
+	if o.Replay == nil {
+		return nil, fmt.Errorf("%s: events: this build cannot replay events", f.Path)
+	}
+	var out []eval.Result
+	for _, p := range rel(f.Events) {
+		found, err := o.Replay(ctx, eng, cluster, p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: events: %w", f.Path, err)
+		}
+		for _, x := range found {
+			out = append(out, eval.Result{Rule: x.Rule, Result: ResultFail, EnforcementAction: string(x.EnforcementAction), Message: x.Message,
+				Resource: eval.Resource{Kind: x.Resource.Kind, Namespace: x.Resource.Namespace, Name: x.Resource.Name}})
+		}
+	}
+	return out, nil
 }
 
 // resourceIDs lists the objects of docs by the name an expectation gives
@@ -219,14 +262,18 @@ func resourceIDs(docs []manifest.Document) (map[ResourceID]bool, error) {
 }
 
 // load builds the engine f's rules run in: its cluster state behind the
-// lookups, its exceptions, its clock; and returns the rules' names.
-func load(f *File, rel func([]string) []string, o Options) (*engine.Engine, map[string]bool, error) {
+// lookups, its exceptions, its clock; and returns the cluster state (nil
+// when f has none) and the rules: each name, and whether the rule runs
+// only on events (mode runtime).
+func load(f *File, rel func([]string) []string, o Options) (*engine.Engine, clustercache.Reader, map[string]bool, error) {
 	var opts []engine.Option
+	var cluster clustercache.Reader
 	if len(f.ClusterState) > 0 {
 		state, errs := eval.LoadClusterState(rel(f.ClusterState), nil)
 		if len(errs) > 0 {
-			return nil, nil, fmt.Errorf("%s: clusterState: %w", f.Path, errors.Join(errs...))
+			return nil, nil, nil, fmt.Errorf("%s: clusterState: %w", f.Path, errors.Join(errs...))
 		}
+		cluster = state
 		if o.Lookups != nil {
 			opts = append(opts, engine.WithBinder(o.Lookups(state)))
 		}
@@ -241,24 +288,24 @@ func load(f *File, rel func([]string) []string, o Options) (*engine.Engine, map[
 	eng := engine.New(exprlang.New(exprlang.WithLimits(limits)), opts...)
 	rules, errs := rule.LoadPaths(eng, rel(f.Rules))
 	if len(errs) > 0 {
-		return nil, nil, fmt.Errorf("%s: rules: %w", f.Path, errors.Join(errs...))
+		return nil, nil, nil, fmt.Errorf("%s: rules: %w", f.Path, errors.Join(errs...))
 	}
 	if len(rules) == 0 {
-		return nil, nil, fmt.Errorf("%s: rules: no rule found in %s", f.Path, strings.Join(f.Rules, ", "))
+		return nil, nil, nil, fmt.Errorf("%s: rules: no rule found in %s", f.Path, strings.Join(f.Rules, ", "))
 	}
 	eng.SetRules(rules)
 	names := make(map[string]bool, len(rules))
 	for _, r := range rules {
-		names[r.Name] = true
+		names[r.Name] = r.HasMode(core.ModeRuntime) && !r.HasMode(core.ModeAdmission) && !r.HasMode(core.ModeAudit)
 	}
 	if len(f.Exceptions) > 0 {
 		xs, errs := exception.LoadPaths(eng, rel(f.Exceptions), nil)
 		if len(errs) > 0 {
-			return nil, nil, fmt.Errorf("%s: exceptions: %w", f.Path, errors.Join(errs...))
+			return nil, nil, nil, fmt.Errorf("%s: exceptions: %w", f.Path, errors.Join(errs...))
 		}
 		eng.SetExceptions(xs)
 	}
-	return eng, names, nil
+	return eng, cluster, names, nil
 }
 
 // key identifies the results one expectation is about.
@@ -282,7 +329,8 @@ func compare(f *File, results []eval.Result, rules map[string]bool, objects map[
 	for _, e := range f.Results {
 		id, _ := ParseResource(e.Resource) // Parse checked it
 		at := func(err error) error { return &manifest.Error{Path: f.Path, Line: e.Line, Err: err} }
-		if !rules[e.Rule] {
+		runtimeOnly, ok := rules[e.Rule]
+		if !ok {
 			errs = append(errs, at(fmt.Errorf("rule %q is not among the rules the test loads%s", e.Rule, suggest(e.Rule, rules))))
 			continue
 		}
@@ -292,7 +340,9 @@ func compare(f *File, results []eval.Result, rules map[string]bool, objects map[
 		}
 		k := key{e.Rule, id}
 		asserted[k] = true
-		checks = append(checks, check(e, by[k]))
+		// A runtime rule reports findings only: replayed events that raised
+		// none on a resource leave it passing.
+		checks = append(checks, check(e, by[k], runtimeOnly && len(f.Events) > 0))
 	}
 	if len(errs) > 0 {
 		return nil, 0, errors.Join(errs...)
@@ -310,7 +360,7 @@ func compare(f *File, results []eval.Result, rules map[string]bool, objects map[
 // resource: those of its container when it names one, else all of them.
 // Every one must have the expected result, and the expected message must be
 // in at least one.
-func check(e Expectation, rs []eval.Result) Check {
+func check(e Expectation, rs []eval.Result, noneIsPass bool) Check {
 	c := Check{Expectation: e}
 	var got []string
 	for _, r := range rs {
@@ -325,6 +375,9 @@ func check(e Expectation, rs []eval.Result) Check {
 			got = append(got, v)
 		}
 		c.Messages = append(c.Messages, r.Message)
+	}
+	if len(got) == 0 && noneIsPass {
+		got = []string{ResultPass}
 	}
 	if len(got) == 0 {
 		c.Got = "none"
