@@ -20,7 +20,7 @@ func TestTestExitCodes(t *testing.T) {
 		want string
 	}{
 		"passing":        {[]string{testCorpus + "/pass"}, exitOK, "1 test file, 7 expectations: 7 passed, 0 mismatched, 0 broken"},
-		"runtime events": {[]string{testCorpus + "/events"}, exitOK, "1 test file, 2 expectations: 2 passed, 0 mismatched, 0 broken"},
+		"runtime events": {[]string{testCorpus + "/events"}, exitOK, "1 test file, 3 expectations: 3 passed, 0 mismatched, 0 broken"},
 		"failing":        {[]string{testCorpus + "/pass", testCorpus + "/fail"}, exitViolation, "fail/portal-test.yaml:9   no-privileged  Pod/demo/debug"},
 		"broken":         {[]string{testCorpus, testCorpus + "/broken/unknown-rule.yaml"}, exitUsage, `BROKEN ` + testCorpus + `/broken/unknown-rule.yaml:8: rule "team-lable"`},
 		"none found":     {[]string{testCorpus + "/rules"}, exitUsage, ""},

@@ -211,6 +211,11 @@ func run(ctx context.Context, f *File, o Options) ([]Check, int, error) {
 			return nil, 0, err
 		}
 		results = append(results, found...)
+		// A finding may name an object the test does not list (a Secret
+		// read): an expectation may name it too.
+		for _, r := range found {
+			objects[ResourceID{Kind: r.Resource.Kind, Namespace: r.Resource.Namespace, Name: r.Resource.Name}] = true
+		}
 	}
 	return compare(f, results, loaded, objects)
 }
