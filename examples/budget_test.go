@@ -12,6 +12,7 @@ import (
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/eval/ruletest"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/rule"
 )
@@ -35,7 +36,7 @@ func TestShippedRulesStayFarBelowBudget(t *testing.T) {
 	eng.SetRules(rules)
 	files, _ := filepath.Glob(filepath.Join(bestPracticesDir, "testdata", "*", "*.yaml"))
 	// The test files beside the fixtures are not manifests.
-	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == "portal-test.yaml" })
+	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == ruletest.FileName })
 	more, _ := filepath.Glob(filepath.Join(manifestsDir, "*.yaml"))
 	files = append(files, more...)
 	if len(files) < 20 {

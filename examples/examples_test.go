@@ -1,7 +1,6 @@
 // Package examples_test checks the example rule bundles and manifests: every
-// rule file loads, each best-practices rule passes its good fixture and fails
-// its bad one, and the pod-security demo (`make run`) shows both a deny and a
-// pass.
+// rule file loads, every test file (portal-test.yaml) passes as `portal test
+// examples/` would run it, and every rule has one.
 package examples_test
 
 import (
@@ -9,13 +8,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
-	"github.com/vilaca/portal/internal/eval"
+	"github.com/vilaca/portal/internal/eval/ruletest"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/internal/rule"
@@ -128,25 +126,9 @@ func TestBestPractices(t *testing.T) {
 		}
 	}
 
-	// Evaluate the whole bundle on every fixture once.
-	results := map[string][]core.Result{} // fixture file -> results
-	for _, dir := range fixtures {
-		for _, kind := range []string{"good.yaml", "bad.yaml"} {
-			p := filepath.Join(dir, kind)
-			results[p] = evaluate(t, eng, p)
-		}
-	}
-
-	t.Run("no-errors", func(t *testing.T) {
-		for p, res := range results {
-			for _, r := range res {
-				if r.Outcome == core.OutcomeError {
-					t.Errorf("%s: rule %s errored on %s", p, r.Rule.Name, describe(r))
-				}
-			}
-		}
-	})
-
+	// What each rule decides on its fixtures is in testdata/<rule>/
+	// portal-test.yaml (TestRuleTestFiles); here, what a test file cannot
+	// say: each test file is there, and the messages render.
 	for _, r := range rules {
 		t.Run(r.Name, func(t *testing.T) {
 			if !strings.Contains(r.Message, "{{") {
@@ -156,36 +138,14 @@ func TestBestPractices(t *testing.T) {
 			if dir == "" {
 				t.Fatalf("no fixtures")
 			}
-			t.Run("good", func(t *testing.T) {
-				passed := false
-				for _, res := range results[filepath.Join(dir, "good.yaml")] {
-					if res.Rule.Name != r.Name {
-						continue
-					}
-					if res.Outcome != core.OutcomePass {
-						t.Errorf("want pass: %s", describe(res))
-					}
-					passed = true
+			if _, err := os.Stat(filepath.Join(dir, ruletest.FileName)); err != nil {
+				t.Errorf("no test file: %v", err)
+			}
+			for _, res := range evaluate(t, eng, filepath.Join(dir, "bad.yaml")) {
+				if res.Rule.Name == r.Name && (strings.Contains(res.Message, "<error") || strings.Contains(res.Message, "<nil>") || strings.Contains(res.Message, "\n")) {
+					t.Errorf("message renders badly: %q", res.Message)
 				}
-				if !passed {
-					t.Errorf("the rule matched no object in good.yaml")
-				}
-			})
-			t.Run("bad", func(t *testing.T) {
-				failed := false
-				for _, res := range results[filepath.Join(dir, "bad.yaml")] {
-					if res.Rule.Name != r.Name || res.Outcome != core.OutcomeFail {
-						continue
-					}
-					failed = true
-					if strings.Contains(res.Message, "<error") || strings.Contains(res.Message, "<nil>") || strings.Contains(res.Message, "\n") {
-						t.Errorf("message renders badly: %q", res.Message)
-					}
-				}
-				if !failed {
-					t.Errorf("want at least one fail on bad.yaml")
-				}
-			})
+			}
 		})
 	}
 }
@@ -201,7 +161,7 @@ func TestRuleFilesLoad(t *testing.T) {
 		if d.IsDir() && (path == legacyDir || d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
-		if !d.IsDir() && filepath.Ext(path) == ".yaml" {
+		if !d.IsDir() && filepath.Ext(path) == ".yaml" && d.Name() != ruletest.FileName {
 			files = append(files, path)
 		}
 		return nil
@@ -278,47 +238,5 @@ func TestManifestsParse(t *testing.T) {
 	}
 	if !multi {
 		t.Error("want a multi-document manifest file")
-	}
-}
-
-// TestPodSecurityDemo runs what `make run` runs: the pod-security bundle on
-// examples/manifests.
-func TestPodSecurityDemo(t *testing.T) {
-	eng, _ := load(t, podSecurityDir)
-	report, errs := eval.Run(eng, readManifests(t), "")
-	for _, err := range errs {
-		t.Error(err)
-	}
-	if report.Summary.Error > 0 {
-		t.Errorf("%d rules errored", report.Summary.Error)
-	}
-	if !report.Denied() {
-		t.Error("the demo denies nothing")
-	}
-	denied, passed := false, false
-	// The compliant manifests must pass every pod-security rule.
-	compliant := []string{"Deployment/web", "Pod/api"}
-	for _, r := range report.Results {
-		id := r.Resource.Kind + "/" + r.Resource.Name
-		switch r.Result {
-		case string(core.OutcomeFail):
-			denied = denied || r.EnforcementAction == string(core.ActionDeny)
-			if slices.Contains(compliant, id) {
-				t.Errorf("compliant %s fails %s: %s", id, r.Rule, r.Message)
-			}
-		case string(core.OutcomePass):
-			passed = true
-		}
-	}
-	if !denied {
-		t.Error("want at least one failing deny rule")
-	}
-	if !passed {
-		t.Error("want at least one pass")
-	}
-	for _, id := range compliant {
-		if !slices.ContainsFunc(report.Results, func(r eval.Result) bool { return r.Resource.Kind+"/"+r.Resource.Name == id }) {
-			t.Errorf("no pod-security rule evaluated %s", id)
-		}
 	}
 }

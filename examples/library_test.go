@@ -2,109 +2,20 @@ package examples_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
+	"github.com/vilaca/portal/internal/eval/ruletest"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/internal/rule"
 )
-
-// libraryBundles are the bundles of the rule library (docs/library.md)
-// whose rules each have a test file, testdata/<rule>/portal-test.yaml.
-var libraryBundles = []string{bestPracticesDir, "rules/other"}
-
-// ruleTest is a rule test file (docs/reference/test-file.md), the part of
-// its schema the library's files use.
-type ruleTest struct {
-	Name      string   `json:"name"`
-	Rules     []string `json:"rules"`
-	Resources []string `json:"resources"`
-	Results   []struct {
-		Rule      string `json:"rule"`
-		Resource  string `json:"resource"`
-		Container string `json:"container,omitempty"`
-		Result    string `json:"result"`
-		Message   string `json:"message,omitempty"`
-	} `json:"results"`
-}
-
-// TestLibraryTestFiles checks the library's test files the way `portal
-// test` runs them, so they hold before and beside that command: every rule
-// of the "other" bundle has one, each names its rule and asserts both a
-// passing and a failing resource, and every expectation is what the engine
-// decides (a failure of a warn rule is "warn").
-func TestLibraryTestFiles(t *testing.T) {
-	for _, bundle := range libraryBundles {
-		files, err := filepath.Glob(filepath.Join(bundle, "testdata", "*", "portal-test.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			t.Run(filepath.ToSlash(f), func(t *testing.T) { checkRuleTest(t, f) })
-		}
-	}
-	rules, err := filepath.Glob(filepath.Join("rules/other", "*.yaml"))
-	if err != nil || len(rules) < 25 {
-		t.Fatalf("rules/other holds %d rule files (%v), want at least 25", len(rules), err)
-	}
-	for _, r := range rules {
-		name := strings.TrimSuffix(filepath.Base(r), ".yaml")
-		if _, err := os.Stat(filepath.Join("rules/other", "testdata", name, "portal-test.yaml")); err != nil {
-			t.Errorf("%s has no test file: %v", r, err)
-		}
-	}
-}
-
-func checkRuleTest(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rt ruleTest
-	if err := yaml.UnmarshalStrict(data, &rt); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	dir := filepath.Dir(path)
-	var rulePaths []string
-	for _, r := range rt.Rules {
-		rulePaths = append(rulePaths, filepath.Join(dir, r))
-	}
-	eng := engine.New(exprlang.New())
-	loaded, errs := rule.LoadPaths(eng, rulePaths)
-	for _, err := range errs {
-		t.Fatalf("load rules: %v", err)
-	}
-	eng.SetRules(loaded)
-
-	got := map[string][]string{} // rule|resource|container -> results
-	for _, res := range rt.Resources {
-		p := filepath.Join(dir, res)
-		for _, r := range evaluateFile(t, eng, p) {
-			got[expectationKey(r.Rule.Name, resourceRef(r.Resource), r.Container)] = append(got[expectationKey(r.Rule.Name, resourceRef(r.Resource), r.Container)], testResult(r))
-		}
-	}
-	sides := map[string]bool{}
-	for _, want := range rt.Results {
-		sides[want.Result] = true
-		k := expectationKey(want.Rule, want.Resource, want.Container)
-		if rs := got[k]; len(rs) != 1 || rs[0] != want.Result {
-			t.Errorf("%s on %s %s: want %s, got %v", want.Rule, want.Resource, want.Container, want.Result, rs)
-		}
-	}
-	if rt.Name == "" || !sides["pass"] || !(sides["fail"] || sides["warn"]) {
-		t.Errorf("%s: want a name and both a passing and a failing expectation, got %q and %v", path, rt.Name, sides)
-	}
-}
 
 // evaluateFile runs every rule of eng on each object of the manifest file.
 func evaluateFile(t *testing.T, eng *engine.Engine, path string) []core.Result {
@@ -130,28 +41,6 @@ func evaluateFile(t *testing.T, eng *engine.Engine, path string) []core.Result {
 	return out
 }
 
-func expectationKey(rule, resource, container string) string {
-	return rule + "|" + resource + "|" + container
-}
-
-// resourceRef is a resource as a test file names it: Kind/namespace/name,
-// or Kind/name when cluster-scoped.
-func resourceRef(r core.ResourceRef) string {
-	if r.Namespace == "" {
-		return r.Kind + "/" + r.Name
-	}
-	return fmt.Sprintf("%s/%s/%s", r.Kind, r.Namespace, r.Name)
-}
-
-// testResult is a result as a test file names it: a failure of a warn rule
-// is warn.
-func testResult(r core.Result) string {
-	if r.Outcome == core.OutcomeFail && r.Rule.EnforcementAction == core.ActionWarn {
-		return "warn"
-	}
-	return string(r.Outcome)
-}
-
 // libraryHeadroom is how far below the default budget the "other" bundle
 // stays: a twentieth, not the hundredth of the shipped bundles, because
 // disallow-secrets-from-env-vars must read every environment variable
@@ -172,7 +61,7 @@ func TestLibraryStaysFarBelowBudget(t *testing.T) {
 	}
 	eng.SetRules(rules)
 	files, _ := filepath.Glob(filepath.Join("rules/other", "testdata", "*", "*.yaml"))
-	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == "portal-test.yaml" })
+	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == ruletest.FileName })
 	if len(files) < 50 {
 		t.Fatalf("found %d fixture files", len(files))
 	}

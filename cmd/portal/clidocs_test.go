@@ -55,6 +55,7 @@ func TestCLIPageFlagTablesMatchCommands(t *testing.T) {
 		{cliPage, "### Flags of portal dev", "dev", "### Flags of portal run", []string{"kubeconfig", "drop-executable-pages"}},
 		{cliPage, "## portal uninstall", "uninstall", "", nil},
 		{cliPage, "## portal eval", "eval", "", nil},
+		{cliPage, "## portal test", "test", "", nil},
 		{cliPage, "## portal migrate-rules", "migrate-rules", "", nil},
 		{wafProxyPage, "## Flags", "waf-proxy", "", nil},
 	} {

@@ -1,19 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
@@ -41,42 +36,13 @@ type runtimeHit struct {
 // --runtime would: one evaluation per request, deduplicated per rule,
 // actor and target over --runtime-dedup-window of the events' own time.
 func (o *evalOptions) runEvents(cmd *cobra.Command, eng *engine.Engine, opts eval.Options) error {
-	f, err := os.Open(o.events)
+	var hits []runtimeHit
+	read, err := runtime.Replay(cmd.Context(), eng, opts.Cluster, o.events, o.dedupWindow, func(line int, ev *event.Event, r core.Result) {
+		hits = append(hits, runtimeHit{Rule: r.Rule.MetricLabel(), Severity: r.Rule.Severity, Category: r.Rule.Category, AuditID: ev.AuditID, Time: ev.StageTimestamp,
+			User: ev.User.Username, Verb: ev.Verb, Object: r.Resource, Message: r.Message, EventLine: line})
+	})
 	if err != nil {
 		return usageError(fmt.Errorf("--events: %w", err))
-	}
-	defer f.Close()
-	var targets clustercache.Reader = (&clustercache.StaticBuilder{}).Build()
-	if opts.Cluster != nil {
-		targets = opts.Cluster
-	}
-	var now time.Time
-	src := runtime.NewSource(runtime.Options{
-		Engine: eng, Targets: targets, DedupWindow: o.dedupWindow,
-		Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler),
-	}, runtime.NewMetrics(prometheus.NewRegistry()))
-	var hits []runtimeHit
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), runtime.MaxLineBytes)
-	line, read := 0, 0
-	for sc.Scan() {
-		line++
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
-		ev, err := event.DecodeLine(sc.Bytes())
-		if err != nil {
-			return usageError(fmt.Errorf("--events %s:%d: %w", o.events, line, err))
-		}
-		read++
-		now = ev.StageTimestamp
-		for _, r := range src.Evaluate(cmd.Context(), "file", ev) {
-			hits = append(hits, runtimeHit{Rule: r.Rule.MetricLabel(), Severity: r.Rule.Severity, Category: r.Rule.Category, AuditID: ev.AuditID, Time: ev.StageTimestamp,
-				User: ev.User.Username, Verb: ev.Verb, Object: r.Resource, Message: r.Message, EventLine: line})
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return usageError(fmt.Errorf("--events %s:%d: %w", o.events, line+1, err))
 	}
 	if read == 0 && !o.allowEmpty {
 		return usageError(fmt.Errorf("no audit event in --events %s (or pass --allow-empty)", o.events))

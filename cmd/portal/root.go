@@ -13,6 +13,6 @@ in continuous audit, and offline in CI with 'portal eval'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newEvalCommand(), newRunCommand(), newDevCommand(), newMigrateCommand(), newWAFProxyCommand(), newUninstallCommand())
+	root.AddCommand(newVersionCommand(), newEvalCommand(), newRunCommand(), newDevCommand(), newTestCommand(), newMigrateCommand(), newWAFProxyCommand(), newUninstallCommand())
 	return root
 }

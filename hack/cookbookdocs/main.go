@@ -4,7 +4,8 @@
 // exists (the rule file's leading comment), the rule itself, what it flags in
 // its bad fixture (evaluated here, by the same engine `portal eval` uses, so
 // the messages on the page are the ones users see) and what passes in its
-// good fixture; and an index of the rules. It writes a page per check of the
+// good fixture, and its test file (portal-test.yaml) with what `portal test`
+// prints for it; and an index of the rules. It writes a page per check of the
 // NetworkPolicy analyser too, from examples/networkpolicies (network.go). `make docs-generate` writes the
 // pages, `make docs` (-check) fails when one is stale, missing or left over
 // from a removed rule, or when mkdocs.yml does not list a page.
@@ -27,6 +28,7 @@ import (
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/eval"
+	"github.com/vilaca/portal/internal/eval/ruletest"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/internal/rule"
@@ -63,6 +65,9 @@ type recipe struct {
 	// and BadStatus its exit status for the bad one.
 	BadEval, GoodEval string
 	BadStatus         int
+	// Test is the rule's test file (testdata/<rule>/portal-test.yaml) and
+	// TestRun what `portal test` prints for it.
+	Test, TestRun string
 }
 
 func run(root string, check bool) error {
@@ -178,7 +183,31 @@ func load(root, file string) (recipe, error) {
 	if r.GoodEval, _, err = evalTable(eng, filepath.Join(fixtures, "good.yaml"), good); err != nil {
 		return recipe{}, err
 	}
+	if r.Test, r.TestRun, err = ruleTest(filepath.Join(fixtures, ruletest.FileName)); err != nil {
+		return recipe{}, err
+	}
 	return r, nil
+}
+
+// ruleTest reads a rule's test file and runs it as `portal test` does; a
+// test that does not pass is an error, so no page shows one.
+func ruleTest(path string) (string, string, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", fmt.Errorf("every cookbook rule has a test file: %w", err)
+	}
+	res := ruletest.Run(context.Background(), path, ruletest.Options{})
+	if res.Err != nil {
+		return "", "", res.Err
+	}
+	if n := res.Mismatches(); n > 0 {
+		return "", "", fmt.Errorf("%s: %d expectations do not match: run portal test on it", path, n)
+	}
+	var b bytes.Buffer
+	if err := ruletest.Write(&b, "table", []ruletest.FileResult{res}); err != nil {
+		return "", "", err
+	}
+	return string(src), b.String(), nil
 }
 
 // parseRecipe reads what the page shows of a rule file: its fields and the
@@ -309,7 +338,7 @@ Everyday rules, ready to copy: the best-practices bundle in
 ` + "`examples/rules/best-practices`" + ` and the rest of the [rule library](../library.md) in
 ` + "`examples/rules/other`" + `. Each page says why the rule exists, shows the rule,
 and what it flags and lets through, with the messages ` + "`portal eval`" + ` prints for its
-fixtures (a test checks that every rule fails its bad fixture and passes its good one).
+fixtures, and its test file: what ` + "`portal test`" + ` checks the rule decides on each of them.
 Load them all with ` + "`portal eval --rules examples/rules/best-practices --file <manifests>`" + `,
 or apply one as a [` + "`PortalClusterRule`" + `](../reference/crd/portalclusterrule.md): the
 rule file is its ` + "`spec`" + `. For the Pod Security Standards, see
@@ -359,6 +388,8 @@ func renderRecipe(r recipe) []byte {
 	if r.BadStatus == 0 {
 		fmt.Fprintf(&b, "\n`portal eval` exits 0: a `%s` rule reports, but only a failing `deny` rule makes it exit 1.\n", r.Action)
 	}
+	fmt.Fprintf(&b, "\n## Its test\n\nWhat the rule must decide on each fixture, as a [test file](../reference/test-file.md) `portal test` runs in CI (`%s/%s`):\n\n```yaml\n%s\n```\n\n<!-- runnable -->\n```console\n$ portal test %s\n%s```\n",
+		dir, ruletest.FileName, strings.TrimRight(r.Test, "\n"), dir, r.TestRun)
 	return []byte(b.String())
 }
 

@@ -35,7 +35,7 @@ func TestRunWritesAndChecks(t *testing.T) {
 	root := t.TempDir()
 	const name = "disallow-latest-tag"
 	copyFile(t, filepath.Join("../..", bundleDir, name+".yaml"), filepath.Join(root, bundleDir, name+".yaml"))
-	for _, f := range []string{"bad.yaml", "good.yaml"} {
+	for _, f := range []string{"bad.yaml", "good.yaml", "portal-test.yaml"} {
 		copyFile(t, filepath.Join("../..", bundleDir, "testdata", name, f), filepath.Join(root, bundleDir, "testdata", name, f))
 	}
 	// Every NetworkPolicy check must have its page: bring their fixtures.
@@ -60,8 +60,26 @@ func TestRunWritesAndChecks(t *testing.T) {
 	if want := `| Pod shop/web | nginx | fail | container "nginx" uses image nginx`; !strings.Contains(string(page), want) {
 		t.Errorf("page lacks %q:\n%s", want, page)
 	}
+	// The page shows the rule's test file and what portal test prints.
+	for _, want := range []string{"## Its test", "rules: [../../disallow-latest-tag.yaml]", "$ portal test " + bundleDir + "/testdata/" + name + "\n1 test file, 3 expectations: 3 passed"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("page lacks %q:\n%s", want, page)
+		}
+	}
 	if err := run(root, true); err != nil {
 		t.Fatalf("check right after writing: %v", err)
+	}
+	// A test file that does not pass is no page.
+	testPath := filepath.Join(root, bundleDir, "testdata", name, "portal-test.yaml")
+	good, _ := os.ReadFile(testPath)
+	if err := os.WriteFile(testPath, []byte(strings.Replace(string(good), "result: pass", "result: fail", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(root, true); err == nil || !strings.Contains(err.Error(), "1 expectations do not match") {
+		t.Errorf("failing test file: %v, want an error", err)
+	}
+	if err := os.WriteFile(testPath, good, 0o644); err != nil {
+		t.Fatal(err)
 	}
 
 	// A generated page whose rule is gone is left over; a hand-written

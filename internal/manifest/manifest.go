@@ -136,9 +136,13 @@ func (s FileSet) First(path string) bool {
 	return true
 }
 
+// TestFileName is the name of a rule test file (`portal test`): it lives
+// beside rules and fixtures, and is neither.
+const TestFileName = "portal-test.yaml"
+
 // Files lists the YAML and JSON files at p: p itself when it is a file, or
 // every such file under it in lexical order, skipping hidden and testdata
-// directories.
+// directories and rule test files (TestFileName).
 func Files(p string) ([]string, error) {
 	info, err := os.Stat(p)
 	if err != nil {
@@ -157,7 +161,7 @@ func Files(p string) ([]string, error) {
 		if d.IsDir() && path != p && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
-		if !d.IsDir() && IsManifestFile(path) {
+		if !d.IsDir() && IsManifestFile(path) && d.Name() != TestFileName {
 			files = append(files, path)
 		}
 		return nil
