@@ -143,7 +143,7 @@ func (*actionsLayer) fromConfig(cfg *Config) (Layer, error) {
 func (*actionsLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	ac := &cfg.Actions
 	f.BoolVar(&ac.Enabled, "actions", ac.Enabled, "run the rules' response actions on the leader, from audit findings and admission verdicts")
-	f.StringSliceVar(&ac.Types, "actions-enabled", ac.Types, "action types that may run: alertmanager, label, annotate, evict, patch-networkpolicy, revoke-sa-token (grant the RBAC each needs); others are reported as disabled")
+	f.StringSliceVar(&ac.Types, "actions-enabled", ac.Types, "action types that may run: "+strings.Join(actions.Types(), ", ")+" (grant the RBAC each needs); others are reported as disabled")
 	f.BoolVar(&ac.DryRun, "actions-dry-run", ac.DryRun, "log what every action would do and change nothing")
 	f.IntVar(&ac.Workers, "actions-workers", ac.Workers, "actions run at once (the actions on one object always run in order)")
 	f.IntVar(&ac.QueueSize, "actions-queue-size", ac.QueueSize, "actions waiting, and admission verdicts waiting; a verdict that finds its queue full is dropped and counted")
