@@ -14,7 +14,7 @@ import (
 // PortalClusterRule CRDs accept (spec.actions[].type) are exactly the
 // registered ones, so the API server neither refuses a registered action
 // nor accepts one Portal cannot run. The enum is a kubebuilder marker on
-// api/policy/v1alpha1.ActionSpec.Type; this reads the generated CRDs.
+// api/policy/v1alpha1.Action.Type; this reads the generated CRDs.
 func TestCRDEnumIsTheRegistry(t *testing.T) {
 	want := slices.Sorted(slices.Values(actions.Types()))
 	for _, crd := range []string{"portal.io_portalclusterrules.yaml", "portal.io_portalrules.yaml"} {
@@ -55,7 +55,7 @@ func TestCRDEnumIsTheRegistry(t *testing.T) {
 		}
 		got := slices.Sorted(slices.Values(doc.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties.Spec.Properties.Actions.Items.Properties.Type.Enum))
 		if !slices.Equal(got, want) {
-			t.Errorf("%s accepts action types %v; the registry holds %v: change the Enum marker on ActionSpec.Type and run make generate", crd, got, want)
+			t.Errorf("%s accepts action types %v; the registry holds %v: change the Enum marker on Action.Type and run make generate", crd, got, want)
 		}
 	}
 }

@@ -158,8 +158,42 @@ func convertMatch(m policyv1alpha1.Match, errs []error) (core.Match, []error) {
 	}
 	if m.Namespaces != nil {
 		out.Namespaces = core.NamespaceMatch{Include: m.Namespaces.Include, Exclude: m.Namespaces.Exclude}
+		errs = checkPatterns("match.namespaces.include", m.Namespaces.Include, errs)
+		errs = checkPatterns("match.namespaces.exclude", m.Namespaces.Exclude, errs)
+	}
+	if len(m.GVK) > maxGVKs {
+		errs = append(errs, fieldErr("match.gvk", "match.gvk has %d kinds, more than %d", len(m.GVK), maxGVKs))
+	}
+	for i, g := range m.GVK {
+		if len(g.Group) > maxGroup || len(g.Version) > maxVersion || len(g.Kind) > maxKind {
+			errs = append(errs, fieldErr(fmt.Sprintf("match.gvk[%d]", i), "match.gvk[%d]: group, version and kind may have at most %d, %d and %d characters", i, maxGroup, maxVersion, maxKind))
+		}
 	}
 	return out, errs
+}
+
+// The bounds of a rule's match, as the CRD sets them: folder files do not
+// pass the API server. A namespace pattern is at most a DNS subdomain long.
+const (
+	maxGVKs              = 32
+	maxNamespacePatterns = 64
+	maxPattern           = 253
+	maxGroup             = 253
+	maxVersion           = 63
+	maxKind              = 63
+)
+
+// checkPatterns bounds one list of namespace names or globs.
+func checkPatterns(field string, ps []string, errs []error) []error {
+	if len(ps) > maxNamespacePatterns {
+		errs = append(errs, fieldErr(field, "%s has %d entries, more than %d: use globs (team-*)", field, len(ps), maxNamespacePatterns))
+	}
+	for i, p := range ps {
+		if len(p) > maxPattern {
+			errs = append(errs, fieldErr(fmt.Sprintf("%s[%d]", field, i), "%s[%d] has %d characters, more than %d", field, i, len(p), maxPattern))
+		}
+	}
+	return errs
 }
 
 func convertActions(spec *policyv1alpha1.RuleSpec, src core.Source, errs []error) ([]core.ActionSpec, []error) {

@@ -31,3 +31,28 @@ func TestExceptionsFieldDefaultsAndChecks(t *testing.T) {
 		t.Fatalf("exceptions: sometimes: %v, want an error naming the field and its values", err)
 	}
 }
+
+// TestMatchBoundsHoldForRuleFiles: a rule file, which never passes the API
+// server, is held to the CRD's bounds on match: 32 kinds, 64 namespace
+// patterns of at most 253 characters, versions of at most 63.
+func TestMatchBoundsHoldForRuleFiles(t *testing.T) {
+	many := make([]string, 65)
+	for i := range many {
+		many[i] = "team-" + strings.Repeat("x", i%3)
+	}
+	kinds := make([]policyv1alpha1.GroupVersionKind, 33)
+	for i := range kinds {
+		kinds[i] = policyv1alpha1.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	}
+	for name, m := range map[string]policyv1alpha1.Match{
+		"match.namespaces.include": {GVK: kinds[:1], Namespaces: &policyv1alpha1.NamespaceMatch{Include: many}},
+		"match.namespaces.exclude": {GVK: kinds[:1], Namespaces: &policyv1alpha1.NamespaceMatch{Exclude: []string{strings.Repeat("n", 254)}}},
+		"match.gvk has 33":         {GVK: kinds},
+		"at most 253, 63 and 63":   {GVK: []policyv1alpha1.GroupVersionKind{{Version: strings.Repeat("v", 64), Kind: "Pod"}}},
+	} {
+		spec := &policyv1alpha1.RuleSpec{Match: m, Rule: "object.metadata.name == 'x'"}
+		if _, err := rule.FromSpec(spec, "r", core.Source{}); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, want an error naming it", name, err)
+		}
+	}
+}

@@ -90,6 +90,7 @@ type RuleSpec struct {
 	// +optional
 	// +kubebuilder:default={admission,audit}
 	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=3
 	// +listType=set
 	Mode []Mode `json:"mode,omitempty"`
 
@@ -158,6 +159,7 @@ type Match struct {
 	// deletion; they see the object being deleted. Audit ignores this field.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=4
 	Operations []Operation `json:"operations,omitempty"`
 }
 
@@ -173,6 +175,7 @@ type GroupVersionKind struct {
 	Group string `json:"group"`
 	// Version is the API version; empty matches every version of the kind.
 	// +optional
+	// +kubebuilder:validation:MaxLength=63
 	Version string `json:"version,omitempty"`
 	// Kind is the kind, as in the object's kind field (Pod, Deployment).
 	// +kubebuilder:validation:MinLength=1
@@ -189,11 +192,15 @@ type NamespaceMatch struct {
 	// include never matches a cluster-scoped object.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
 	Include []string `json:"include,omitempty"`
 	// Exclude lists namespaces (names or shell globs) the rule skips, even when
 	// include matches them.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
 	Exclude []string `json:"exclude,omitempty"`
 }
 
