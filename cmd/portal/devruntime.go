@@ -117,9 +117,6 @@ current-context: portal
 	if !changed("runtime-audit-log-state") {
 		r.AuditLogState = filepath.Join(dir, "audit-log.offset")
 	}
-	if !changed("actions") && !changed("actions-enabled") {
-		o.cfg.Actions.Enabled, o.cfg.Actions.Types = true, []string{"label"}
-	}
 	if !changed("install-rules") {
 		o.rules = append(o.rules, assets.path(filepath.Join("examples", "rules", "runtime-demo")))
 	}

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bufio"
+	"context"
+	"encoding/base64"
 	"io"
 	"net"
 	"net/http"
@@ -15,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
 )
 
 // helloURL is the curl line portal dev --node prints for the hello
@@ -43,7 +48,11 @@ func TestPortalDevNode(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	am := amtest.Start(t)
 	dev := exec.Command(bin, "dev", "--node", "--runtime", "--kubeconfig-out", kubeconfig,
+		// The demo's objects, and the runtime cookbook's revoke-sa-token-on-exec.
+		"--install-manifests", "examples/waf,examples/manifests/legacy-deployment.yaml,examples/rules/runtime/revoke-sa-token-on-exec.yaml",
+		"--alertmanager-url", am.URL(),
 		"--runtime-listen", "127.0.0.1:"+itoa(freePort(t)),
 		"--webhook-port", itoa(freePort(t)),
 		"--metrics-bind-address", "127.0.0.1:"+itoa(freePort(t)),
@@ -113,7 +122,9 @@ func TestPortalDevNode(t *testing.T) {
 	if code, body := get(t, "http://"+p[1]+"/", p[0]); code != http.StatusOK || !strings.HasPrefix(body, "hello from edge-") {
 		t.Errorf("a plain request through the waf-proxy Engine: %d %q, want 200 from a default/edge pod", code, body)
 	}
-	execIsAudited(t, filepath.Join(root, "bin", "k8s", "kubectl"), kubeconfig)
+	kubectl := filepath.Join(root, "bin", "k8s", "kubectl")
+	execIsAudited(t, kubectl, kubeconfig)
+	serviceAccountExecIsRevoked(t, kubectl, kubeconfig, am)
 
 	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -145,6 +156,102 @@ func TestPortalDevNode(t *testing.T) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// serviceAccountExecIsRevoked: a ServiceAccount's token used for a real
+// exec into a pod on the node makes revoke-sa-token-on-exec recreate the
+// account (its bound tokens die with the old UID) once, with an Event on it,
+// label the pod and raise an alert in the real Alertmanager.
+func serviceAccountExecIsRevoked(t *testing.T, kubectl, kubeconfig string, am *amtest.Server) {
+	t.Helper()
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", kubeconfig, "-n", "demo"}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run(`apiVersion: v1
+kind: ServiceAccount
+metadata: {name: ci-runner, namespace: demo}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: exec, namespace: demo}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list]}
+- {apiGroups: [""], resources: [pods/exec], verbs: [create]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: ci-runner-exec, namespace: demo}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: exec}
+subjects: [{kind: ServiceAccount, name: ci-runner, namespace: demo}]
+`, "apply", "-f", "-")
+	uid := run("", "get", "serviceaccount", "ci-runner", "-o", "jsonpath={.metadata.uid}")
+	token := run("", "create", "token", "ci-runner")
+	pod := run("", "get", "pods", "-l", "app.kubernetes.io/name=hello", "-o", "jsonpath={.items[1].metadata.name}")
+	// The admin's kubeconfig, without its client certificate: the token
+	// is who calls.
+	server := run("", "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	caData := run("", "config", "view", "--minify", "--raw", "-o", "jsonpath={.clusters[0].cluster.certificate-authority-data}")
+	pem, err := base64.StdEncoding.DecodeString(caData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ca, pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sa := exec.Command(kubectl, "--kubeconfig", os.DevNull, "--server", server, "--certificate-authority", ca, "--token", token,
+		"-n", "demo", "exec", pod, "--", "/hello", "get", "http://hello.demo.svc.cluster.local/")
+	if out, err := sa.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "hello from hello-") {
+		t.Fatalf("kubectl exec %s as ServiceAccount demo/ci-runner: %v %q", pod, err, out)
+	}
+	poll(t, "ServiceAccount demo/ci-runner recreated", func() bool {
+		out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "-n", "demo", "get", "serviceaccount", "ci-runner", "-o", "jsonpath={.metadata.uid}").Output()
+		return err == nil && len(out) > 0 && string(out) != uid
+	})
+	poll(t, "the pod labelled portal.io/exec-by-serviceaccount=true", func() bool {
+		return run("", "get", "pod", pod, "-o", "jsonpath={.metadata.labels.portal\\.io/exec-by-serviceaccount}") == "true"
+	})
+	saEvents := func() string {
+		return run("", "get", "events", "--field-selector", "involvedObject.kind=ServiceAccount,involvedObject.name=ci-runner",
+			"-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+	}
+	poll(t, "an Event on ServiceAccount demo/ci-runner saying it was recreated", func() bool {
+		return strings.Contains(saEvents(), "rule revoke-sa-token-on-exec: ") && strings.Contains(saEvents(), "recreated it with UID")
+	})
+	poll(t, "the alert in Alertmanager", func() bool {
+		as, err := am.Alerts("demo")
+		if err != nil {
+			return false
+		}
+		for _, a := range as {
+			if a.Labels["rule"] == "revoke-sa-token-on-exec" {
+				return true
+			}
+		}
+		return false
+	})
+	// Once: the recreated account is not revoked again.
+	if n := strings.Count(saEvents(), "recreated it with UID"); n != 1 {
+		t.Errorf("%d Events say ServiceAccount demo/ci-runner was recreated, want 1", n)
+	}
+}
+
+// poll waits up to a minute for cond.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not within a minute: %v", what, err)
+	}
+}
+
 // execIsAudited runs a real exec into a demo/hello pod on the node (the
 // hello binary fetching the hello Service from inside the pod) and waits for
 // portal dev's runtime rule, fed by the API server's audit webhook, to label
@@ -165,17 +272,10 @@ func execIsAudited(t *testing.T, kubectl, kubeconfig string) {
 	if err != nil || !strings.HasPrefix(out, "hello from hello-") {
 		t.Fatalf("kubectl exec %s: %v %q, want the hello Service's answer from inside the pod", pod, err, out)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	poll(t, "pod demo/"+pod+" labelled portal.io/runtime-exec=true", func() bool {
 		label, err := run("get", "pod", pod, "-o", "jsonpath={.metadata.labels.portal\\.io/runtime-exec}")
-		if err == nil && label == "true" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod demo/%s not labelled portal.io/runtime-exec=true a minute after the exec (label %q, %v)", pod, label, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return err == nil && label == "true"
+	})
 }
 
 // get sends GET url with Host header host and returns the status and body.
