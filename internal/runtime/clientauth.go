@@ -1,10 +1,12 @@
 package runtime
 
 import (
+	"context"
 	"crypto/subtle"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -26,9 +28,13 @@ func DefaultFalcoNames() []string { return []string{"falco", "falcosidekick"} }
 
 // Bounds of client identities and chains.
 const (
-	MaxAllowedNames      = 64
-	maxAllowedNameBytes  = 253
-	maxPeerIntermediates = 8
+	MaxAllowedNames     = 64
+	maxAllowedNameBytes = 253
+	// maxPeerIntermediates bounds the chain a caller presents: the API
+	// server's and Falco's client certificates are signed by the CA
+	// itself, or through one intermediate. Each intermediate a caller adds
+	// is signatures the server checks for it.
+	maxPeerIntermediates = 1
 )
 
 // Reasons a caller is refused (portal_runtime_clients_refused_total).
@@ -150,6 +156,41 @@ func peerNames(r *http.Request, pool *x509.CertPool) (names []string, ok bool) {
 	return names, true
 }
 
+// connAuth is the verification of one connection's client certificate,
+// done by its first request and kept for the others: a caller keeping one
+// connection open cannot make every request verify a chain again. It is
+// done again when the client CA changes.
+type connAuth struct {
+	mu    sync.Mutex
+	pool  *x509.CertPool
+	names []string
+	ok    bool
+}
+
+type connAuthKey struct{}
+
+// withConnAuth is the endpoint's http.Server.ConnContext.
+func withConnAuth(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, connAuthKey{}, &connAuth{})
+}
+
+// verifiedNames verifies r's client certificate against pool once per
+// connection and pool (per request for a handler served without
+// withConnAuth).
+func verifiedNames(r *http.Request, pool *x509.CertPool) ([]string, bool) {
+	ca, _ := r.Context().Value(connAuthKey{}).(*connAuth)
+	if ca == nil || pool == nil {
+		return peerNames(r, pool)
+	}
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	if ca.pool != pool {
+		ca.pool = pool
+		ca.names, ca.ok = peerNames(r, pool)
+	}
+	return ca.names, ca.ok
+}
+
 // authorize decides whether r may post to p: 0 when it may, else the HTTP
 // status it is refused with. A verified certificate bearing one of the
 // path's names passes, and so does the path's bearer token (compared in
@@ -160,7 +201,7 @@ func (s *Server) authorize(r *http.Request, p *path) (int, []string) {
 	if s.ca != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		pool = s.ca.current()
 	}
-	names, verified := peerNames(r, pool)
+	names, verified := verifiedNames(r, pool)
 	if verified {
 		for _, n := range names {
 			if p.names[n] {

@@ -186,6 +186,7 @@ func (s *Server) Start(ctx context.Context) error {
 		Handler: s.Handler(), TLSConfig: s.TLSConfig(cw.GetCertificate),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10,
+		ConnContext: withConnAuth,
 	}
 	go func() {
 		<-ctx.Done()
