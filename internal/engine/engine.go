@@ -364,6 +364,18 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 	if len(xs) > 0 {
 		now, held = e.clock.Now(), map[*Exception]bool{}
 	}
+	// eventFor is event.* for what a namespace's author wrote (a PortalRule,
+	// a PortalException's condition): the view without other users' groups,
+	// addresses and authorization annotations, when the caller gives one.
+	eventFor := func(namespaced bool) any {
+		if !namespaced || opts.NamespacedEvent == nil {
+			return opts.Event
+		}
+		if nsEvent == nil {
+			nsEvent = opts.NamespacedEvent()
+		}
+		return nsEvent
+	}
 	for _, r := range candidates {
 		if !r.matches(obj, gvk, opts.Mode) || (opts.Request != nil && opts.Request.Operation != "" && !r.Match.ChecksOperation(opts.Request.Operation)) ||
 			(opts.Mode == core.ModeRuntime && !r.wantsEvent(opts.RuntimeEvents)) {
@@ -375,18 +387,12 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 				return nil, fmt.Errorf("build context for %s %s/%s: %w: %w", gvk.Kind, ref.Namespace, ref.Name, ErrInvalidObject, err)
 			}
 		}
-		ectx.Env[event.Name] = opts.Event
-		if r.Namespace != "" && opts.NamespacedEvent != nil {
-			if nsEvent == nil {
-				nsEvent = opts.NamespacedEvent()
-			}
-			ectx.Env[event.Name] = nsEvent
-		}
+		ectx.Env[event.Name] = eventFor(r.Namespace != "")
 		n := len(results)
 		var x *Exception
 		if len(xs) > 0 {
 			var actionsOnly bool
-			if x, actionsOnly = e.exemption(ctx, xs, r, obj, gvk, opts.Mode, ectx, ref, now, held); x != nil && !actionsOnly {
+			if x, actionsOnly = e.exemption(ctx, xs, r, obj, gvk, opts.Mode, ectx, ref, now, held, eventFor); x != nil && !actionsOnly {
 				results = append(results, skipped(r, ref, x))
 				e.reportApplied(x, r)
 				continue
@@ -395,6 +401,7 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 		for _, b := range r.binders {
 			ectx.Env[b.Name()] = b.Bind(ctx, r, obj, opts)
 		}
+		ectx.Env[event.Name] = eventFor(r.Namespace != "")
 		results = r.evaluate(ctx, ectx, ref, results)
 		for _, b := range r.binders {
 			delete(ectx.Env, b.Name())

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
 
+	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/core"
 )
 
@@ -126,7 +127,11 @@ func (e *Engine) Exceptions() []*Exception {
 //
 // held caches each condition's verdict on obj, so an exception naming many
 // rules evaluates its condition once per object, not once per rule.
-func (e *Engine) exemption(ctx context.Context, xs []*Exception, r *Rule, obj *unstructured.Unstructured, gvk schema.GroupVersionKind, m core.Mode, ectx *core.EvalContext, ref core.ResourceRef, now time.Time, held map[*Exception]bool) (x *Exception, actionsOnly bool) {
+//
+// eventFor gives the condition of a PortalException the namespaced view of
+// event.*, whatever the rule: its author must not learn, from what it
+// exempts, who else acted in its namespace.
+func (e *Engine) exemption(ctx context.Context, xs []*Exception, r *Rule, obj *unstructured.Unstructured, gvk schema.GroupVersionKind, m core.Mode, ectx *core.EvalContext, ref core.ResourceRef, now time.Time, held map[*Exception]bool, eventFor func(namespaced bool) any) (x *Exception, actionsOnly bool) {
 	var actions *Exception
 	for _, c := range xs {
 		if c.ExpiredAt(now) || !c.NamesRule(r.Rule) || !c.matches(obj, gvk) {
@@ -138,6 +143,7 @@ func (e *Engine) exemption(ctx context.Context, xs []*Exception, r *Rule, obj *u
 		}
 		ok, seen := held[c]
 		if !seen {
+			ectx.Env[event.Name] = eventFor(c.Namespace != "")
 			ok = e.conditionHolds(ctx, c, ectx, ref)
 			held[c] = ok
 		}

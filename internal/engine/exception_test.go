@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
@@ -215,6 +216,50 @@ func TestRuleChoosesWhichExceptionsApply(t *testing.T) {
 			}
 			if got["no-privileged"] != want {
 				t.Errorf("exceptions: %q, a %s: %s, want %s", c.policy, who, got["no-privileged"], want)
+			}
+		}
+	}
+}
+
+// TestPortalExceptionConditionSeesTheNamespacedEvent: a PortalException's
+// condition on a cluster runtime rule reads event.* as a PortalRule would,
+// without other users' groups: whether it exempts cannot tell its author who
+// else acted in the namespace. A PortalClusterException reads the full
+// event.
+func TestPortalExceptionConditionSeesTheNamespacedEvent(t *testing.T) {
+	for _, c := range []struct {
+		kind, namespace string
+		masters, devs   core.Outcome
+	}{
+		{"PortalException", "billing", core.OutcomeFail, core.OutcomeFail},
+		{"PortalClusterException", "", core.OutcomeSkip, core.OutcomeFail},
+	} {
+		e := engine.New(exprlang.New())
+		r := newRule("exec-alert", "true")
+		r.Modes = []core.Mode{core.ModeRuntime}
+		r.Runtime.Events = []string{event.Any}
+		cr, err := e.Compile(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.SetRules([]*engine.Rule{cr})
+		x := legacyException()
+		x.Kind, x.Namespace, x.Rules = c.kind, c.namespace, []string{"exec-alert"}
+		x.Condition = `"system:masters" in event.user.groups`
+		cx, err := e.CompileException(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.SetExceptions([]*engine.Exception{cx})
+		for group, want := range map[string]core.Outcome{"system:masters": c.masters, "devs": c.devs} {
+			full := event.Env(&event.Event{User: event.UserInfo{Username: "someone", Groups: []string{group}}}, []string{"exec"}, nil)
+			res, err := e.Evaluate(context.Background(), obj(t, legacyPod), engine.Options{Mode: core.ModeRuntime, Event: full, RuntimeEvents: []string{"exec"},
+				NamespacedEvent: func() map[string]any { return event.NamespacedEnv(full) }})
+			if err != nil || len(res) != 1 {
+				t.Fatalf("%s: %v %v", c.kind, res, err)
+			}
+			if res[0].Outcome != want {
+				t.Errorf("a %s whose condition reads the groups, user in %s: %s, want %s", c.kind, group, res[0].Outcome, want)
 			}
 		}
 	}
