@@ -25,22 +25,38 @@ const headroom = 100
 // hundredth of the default budget, on every fixture and manifest and on a
 // pod with 50 containers of 50 environment variables each: none may run out.
 func TestShippedRulesStayFarBelowBudget(t *testing.T) {
+	more, _ := filepath.Glob(filepath.Join(manifestsDir, "*.yaml"))
+	for _, r := range underBudget(t, headroom, []string{bestPracticesDir, podSecurityDir}, 20, more...) {
+		if errors.Is(r.Err, core.ErrBudgetExceeded) {
+			t.Errorf("%s: %s", r.Rule.Name, describe(r))
+		}
+	}
+}
+
+// underBudget runs the rules of bundles, with the default budget divided by
+// div, on their fixtures (testdata/*/*.yaml but the test files), the files
+// in more and a pod of 50 containers of 50 environment variables, and
+// returns the results; it fails when fewer than minFiles files were read.
+func underBudget(t *testing.T, div int64, bundles []string, minFiles int, more ...string) []core.Result {
+	t.Helper()
 	eng := engine.New(exprlang.New(exprlang.WithLimits(exprlang.Limits{
-		Operations: exprlang.DefaultOperations / headroom,
-		Bytes:      exprlang.DefaultBytes / headroom,
+		Operations: exprlang.DefaultOperations / div,
+		Bytes:      exprlang.DefaultBytes / div,
 	})))
-	rules, errs := rule.LoadPaths(eng, []string{bestPracticesDir, podSecurityDir})
+	rules, errs := rule.LoadPaths(eng, bundles)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	eng.SetRules(rules)
-	files, _ := filepath.Glob(filepath.Join(bestPracticesDir, "testdata", "*", "*.yaml"))
-	// The test files beside the fixtures are not manifests.
-	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == ruletest.FileName })
-	more, _ := filepath.Glob(filepath.Join(manifestsDir, "*.yaml"))
+	var files []string
+	for _, b := range bundles {
+		fixtures, _ := filepath.Glob(filepath.Join(b, "testdata", "*", "*.yaml"))
+		// The test files beside the fixtures are not manifests.
+		files = append(files, slices.DeleteFunc(fixtures, func(f string) bool { return filepath.Base(f) == ruletest.FileName })...)
+	}
 	files = append(files, more...)
-	if len(files) < 20 {
-		t.Fatalf("found %d fixture files", len(files))
+	if len(files) < minFiles {
+		t.Fatalf("found %d fixture files, want at least %d", len(files), minFiles)
 	}
 	var results []core.Result
 	for _, f := range files {
@@ -50,12 +66,7 @@ func TestShippedRulesStayFarBelowBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	results = append(results, big...)
-	for _, r := range results {
-		if errors.Is(r.Err, core.ErrBudgetExceeded) {
-			t.Errorf("%s: %s", r.Rule.Name, describe(r))
-		}
-	}
+	return append(results, big...)
 }
 
 func bigPod(containers, envs int) *unstructured.Unstructured {

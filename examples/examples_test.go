@@ -153,22 +153,7 @@ func TestBestPractices(t *testing.T) {
 // TestRuleFilesLoad loads every rule file under rules/ on its own, except the
 // legacy SpEL input and test fixtures.
 func TestRuleFilesLoad(t *testing.T) {
-	var files []string
-	err := filepath.WalkDir(rulesDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (path == legacyDir || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && filepath.Ext(path) == ".yaml" && d.Name() != ruletest.FileName {
-			files = append(files, path)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := ruleFiles(t)
 	if len(files) == 0 {
 		t.Fatalf("no rule files under %s", rulesDir)
 	}
@@ -239,4 +224,27 @@ func TestManifestsParse(t *testing.T) {
 	if !multi {
 		t.Error("want a multi-document manifest file")
 	}
+}
+
+// ruleFiles lists every rule file under rules/: not the legacy SpEL input,
+// test fixtures or test files.
+func ruleFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(rulesDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (path == legacyDir || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && filepath.Ext(path) == ".yaml" && d.Name() != ruletest.FileName {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }

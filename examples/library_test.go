@@ -2,44 +2,16 @@ package examples_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
-	"github.com/vilaca/portal/internal/eval/ruletest"
 	"github.com/vilaca/portal/internal/expr/exprlang"
-	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/internal/rule"
 )
 
-// evaluateFile runs every rule of eng on each object of the manifest file.
-func evaluateFile(t *testing.T, eng *engine.Engine, path string) []core.Result {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []core.Result
-	for _, d := range manifest.Split(path, data) {
-		objs, err := d.Objects()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, obj := range objs {
-			res, err := eng.Evaluate(context.Background(), obj, engine.Options{})
-			if err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			out = append(out, res...)
-		}
-	}
-	return out
-}
 
 // libraryHeadroom is how far below the default budget the "other" bundle
 // stays: a twentieth, not the hundredth of the shipped bundles, because
@@ -51,30 +23,7 @@ const libraryHeadroom = 20
 // of the default budget on its fixtures and on a pod of 50 containers of 50
 // environment variables each, without an error.
 func TestLibraryStaysFarBelowBudget(t *testing.T) {
-	eng := engine.New(exprlang.New(exprlang.WithLimits(exprlang.Limits{
-		Operations: exprlang.DefaultOperations / libraryHeadroom,
-		Bytes:      exprlang.DefaultBytes / libraryHeadroom,
-	})))
-	rules, errs := rule.LoadPaths(eng, []string{"rules/other"})
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	eng.SetRules(rules)
-	files, _ := filepath.Glob(filepath.Join("rules/other", "testdata", "*", "*.yaml"))
-	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == ruletest.FileName })
-	if len(files) < 50 {
-		t.Fatalf("found %d fixture files", len(files))
-	}
-	var results []core.Result
-	for _, f := range files {
-		results = append(results, evaluateFile(t, eng, f)...)
-	}
-	big, err := eng.Evaluate(context.Background(), bigPod(50, 50), engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	results = append(results, big...)
-	for _, r := range results {
+	for _, r := range underBudget(t, libraryHeadroom, []string{"rules/other"}, 50) {
 		if r.Outcome == core.OutcomeError {
 			t.Errorf("%s errored on %s %s: %v", r.Rule.Name, r.Resource.Kind, r.Resource.Name, r.Err)
 		}

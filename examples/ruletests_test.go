@@ -2,8 +2,6 @@ package examples_test
 
 import (
 	"context"
-	"io/fs"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -82,22 +80,7 @@ func TestEveryRuleHasATest(t *testing.T) {
 			seen[c.Rule][c.Result] = true
 		}
 	}
-	var files []string
-	err := filepath.WalkDir(rulesDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (path == legacyDir || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && filepath.Ext(path) == ".yaml" && d.Name() != ruletest.FileName {
-			files = append(files, path)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := ruleFiles(t)
 	rules, errs := rule.LoadPaths(engine.New(exprlang.New()), files)
 	for _, err := range errs {
 		t.Error(err)
