@@ -12,7 +12,6 @@ import (
 	"github.com/vilaca/portal/internal/rule"
 )
 
-
 // libraryHeadroom is how far below the default budget the "other" bundle
 // stays: a twentieth, not the hundredth of the shipped bundles, because
 // disallow-secrets-from-env-vars must read every environment variable
