@@ -147,7 +147,7 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	}
 	// The manifests are read as they are evaluated, after the rules load,
 	// so rule errors come first and memory holds a few batches of them.
-	return o.evaluate(cmd, eng, manifest.Stream(o.files, cmd.InOrStdin()), opts)
+	return o.evaluate(cmd, eng, manifest.StreamItems(o.files, cmd.InOrStdin()), opts)
 }
 
 // checkFlags checks the flags that need no file, and returns the --mode.
