@@ -208,34 +208,40 @@ func (s *itemSplitter) jsonValue(buf []byte) ([]byte, error) {
 			}
 		}
 	}
+	// The bytes buffered are scanned in place and copied at once, not read
+	// one at a time: this loop sees every byte of a JSON input.
 	depth, inString, escaped := 1, false, false
 	for depth > 0 {
-		c, err := s.br.ReadByte()
-		if err != nil {
+		chunk, err := s.br.Peek(max(s.br.Buffered(), 1))
+		if len(chunk) == 0 {
 			return nil, s.eofIsSyntax(err)
 		}
-		buf = append(buf, c)
-		switch {
-		case inString && escaped:
-			escaped = false
-		case inString && c == '\\':
-			escaped = true
-		case inString && c == '"':
-			inString = false
-		case inString:
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			depth++
-		case c == '}' || c == ']':
-			depth--
-		}
-		if c == '\n' {
-			if inString {
-				return nil, s.syntax("a newline in a string")
+		i := 0
+		for ; i < len(chunk) && depth > 0; i++ {
+			c := chunk[i]
+			switch {
+			case inString && escaped:
+				escaped = false
+			case inString && c == '\\':
+				escaped = true
+			case inString && c == '"':
+				inString = false
+			case c == '\n':
+				if inString {
+					return nil, s.syntax("a newline in a string")
+				}
+				s.line++
+			case inString:
+			case c == '"':
+				inString = true
+			case c == '{' || c == '[':
+				depth++
+			case c == '}' || c == ']':
+				depth--
 			}
-			s.line++
 		}
+		buf = append(buf, chunk[:i]...)
+		_, _ = s.br.Discard(i)
 		if len(buf) > s.max {
 			return nil, errDocTooLarge
 		}
