@@ -96,7 +96,7 @@ func TestSpilledReportHoldsNoResults(t *testing.T) {
 func TestTableReportKeepsNoPasses(t *testing.T) {
 	eng := restrictedEngine(t)
 	docs := manifest.Split("pods.yaml", stream(t, 200))
-	all, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Jobs: 2, Format: "yaml"})
+	all, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Jobs: 2})
 	for _, jobs := range []int{1, 2} {
 		table, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Jobs: jobs, Format: "table"})
 		for _, r := range table.Results {
