@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,17 +19,7 @@ import (
 // counts (comma-separated, 1000000 for a million). One run each: RSS is
 // not a timing, and a large input takes minutes.
 func BenchmarkEvalCLIMemory(b *testing.B) {
-	counts := []int{10_000, 100_000}
-	if v := os.Getenv("PORTAL_EVAL_MEM_PODS"); v != "" {
-		counts = nil
-		for f := range strings.SplitSeq(v, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil {
-				b.Fatalf("PORTAL_EVAL_MEM_PODS: %v", err)
-			}
-			counts = append(counts, n)
-		}
-	}
+	counts := envInts(b, "PORTAL_EVAL_MEM_PODS", []int{10_000, 100_000})
 	dir := b.TempDir()
 	bin, _, rules := cliSetup(b, dir, 10)
 	for _, pods := range counts {

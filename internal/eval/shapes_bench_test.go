@@ -112,11 +112,14 @@ func flow(v any) string {
 // BenchmarkEvalShapes is `portal eval -o json` in the process, from a file
 // on disk, on 10,000 pods in each input shape, with one worker and with
 // two: reading, splitting, decoding, evaluation and the report spilled to
-// a temporary file. pods/s is by wall clock; pods/cpu-s divides by the
+// a temporary file. PORTAL_EVAL_JOBS sets the job counts
+// (comma-separated: 1,2,4,8,16 on a larger machine) and PORTAL_EVAL_PODS
+// the number of pods. pods/s is by wall clock; pods/cpu-s divides by the
 // process's user+system time, which other load on a shared machine moves
 // less (compare shapes by it, job counts by pods/s on an idle machine).
 func BenchmarkEvalShapes(b *testing.B) {
-	const pods = 10_000
+	pods := envInts(b, "PORTAL_EVAL_PODS", []int{10_000})[0]
+	jobCounts := envInts(b, "PORTAL_EVAL_JOBS", []int{1, 2})
 	eng := restrictedEngine(b)
 	dir := b.TempDir()
 	for _, shape := range inputShapes {
@@ -124,7 +127,7 @@ func BenchmarkEvalShapes(b *testing.B) {
 		if err := os.WriteFile(path, shapeInput(b, shape, pods), 0o600); err != nil {
 			b.Fatal(err)
 		}
-		for _, jobs := range []int{1, 2} {
+		for _, jobs := range jobCounts {
 			b.Run(fmt.Sprintf("shape=%s/jobs=%d", shape, jobs), func(b *testing.B) {
 				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(jobs))
 				cpu0 := cpuTime(b)
@@ -150,4 +153,21 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// envInts reads a comma-separated list of numbers from the environment.
+func envInts(b *testing.B, name string, def []int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			b.Fatalf("%s: %q is not a positive number", name, f)
+		}
+		out = append(out, n)
+	}
+	return out
 }
