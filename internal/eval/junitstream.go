@@ -16,8 +16,10 @@ import (
 // so memory holds a few bytes per block, not the results.
 
 // junitBlockSize is how many bytes of one rule's cases the report gathers
-// before it writes them as a block: the index grows by one entry a block.
-const junitBlockSize = 64 << 10
+// before it writes them as a block: memory holds up to twice this per rule,
+// and the index grows by 16 bytes a block (a million pods' report against
+// 19 rules: 3.4 GB of cases, 3.4 MB of index).
+const junitBlockSize = 16 << 10
 
 type junitStore struct {
 	// spill holds the blocks; nil keeps them in mem.
