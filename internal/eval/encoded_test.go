@@ -19,7 +19,7 @@ import (
 func TestEncodedFormatsMatchWhole(t *testing.T) {
 	eng := restrictedEngine(t)
 	docs := manifest.Split("pods.yaml", stream(t, 300))
-	for i, weird := range []string{"<a href=\"x\">&amp;</a>", "tab\there\nnew: \"quoted\" 'single' # not a comment", "yes", "- item", strings.Repeat("long words ", 30), "日本語 \u2028"} {
+	for i, weird := range []string{"<a href=\"x\">&amp;</a>", "tab\there\nnew: \"quoted\" 'single' # not a comment", "yes", "- item", strings.Repeat("long words ", 30), "日本語 \u2028", "bad \xff\xfe utf-8", "null", "0x1F", ""} {
 		docs = append(docs, manifest.Document{Path: "weird.yaml", Line: 1, Data: fmt.Appendf(nil,
 			"apiVersion: v1\nkind: Pod\nmetadata:\n  name: %q\n  namespace: %q\nspec:\n  hostNetwork: true\n  containers:\n  - name: %q\n    image: %q\n    securityContext: {privileged: true}\n", weird, fmt.Sprint("ns", i), weird, weird)})
 	}

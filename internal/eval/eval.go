@@ -14,7 +14,6 @@ import (
 	"runtime"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
@@ -503,7 +502,7 @@ func (w *worker) encode(b *batch) {
 	}
 	var err error
 	if w.yaml {
-		b.encoded, err = yaml.Marshal(b.results)
+		b.encoded, err = yamlEntries(b.results)
 	} else {
 		b.junit, err = encodeJUnit(b.results)
 	}
