@@ -190,8 +190,12 @@ func (d Document) Objects() ([]*unstructured.Unstructured, error) {
 		return nil, d.SyntaxError(err)
 	}
 	if m == nil {
-		if d.kind == listItem {
+		switch d.kind {
+		case listItem:
 			return nil, d.Errorf("List item is not an object")
+		case listEnvelope:
+			// items: alone is a List without apiVersion or kind.
+			return nil, d.Errorf("object has no apiVersion or kind")
 		}
 		return nil, nil
 	}
