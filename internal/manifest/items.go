@@ -22,11 +22,14 @@ var errDocTooLarge = fmt.Errorf("a document is larger than %d MiB", MaxDocument>
 // array, or a block YAML mapping whose "items:" is a block sequence, as
 // kubectl get -o json|yaml writes them) as a document of its own, as soon
 // as the item is read, and reads JSON objects one after another (JSON
-// lines, jq output) as documents of their own. Objects of the documents it
-// yields are the objects Objects of Stream's documents gives, in the same
-// order, so a List of a million objects is read and evaluated a batch of
-// items at a time instead of as one document. Standard input is read
-// without Stream's overall limit; each document is bounded by MaxDocument.
+// lines, jq output) as documents of their own, which Stream refuses.
+// Where Stream's documents read without error, the objects of those it
+// yields are the same, in the same order, or an error where a List cannot
+// be cut as the parser reads it (FuzzStreamItems); where Stream's fail,
+// so do these. A List of a million objects is thus read and evaluated a
+// batch of items at a time instead of as one document. Standard input is
+// read without Stream's overall limit; each document is bounded by
+// MaxDocument.
 func StreamItems(paths []string, stdin io.Reader) iter.Seq2[Document, error] {
 	return streamPaths(paths, stdin, splitItems, noLimit)
 }
