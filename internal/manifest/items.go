@@ -62,6 +62,10 @@ type itemSplitter struct {
 	max int
 	// scratch is readLine's buffer, reused: lines are copied out of it.
 	scratch []byte
+	// hint sizes a List item's buffer: a little more than the last one,
+	// as items of one List are alike, so the buffer rarely grows (each
+	// growth copies it).
+	hint int
 }
 
 func splitItems(path string, r io.Reader, yield func(Document) bool) (bool, error) {
@@ -225,7 +229,8 @@ func (s *itemSplitter) yamlItems() (n int, next []byte, eof bool, err error) {
 		d := Document{Path: s.path, Line: itemLine, Data: item, kind: listItem, err: bad}
 		s.emit(d)
 		n++
-		item, itemLine, strip, bad = nil, 0, -1, nil
+		s.hint = len(item) + len(item)/8
+		item, itemLine, strip, bad = make([]byte, 0, s.hint), 0, -1, nil
 	}
 	var pending [][]byte // blank lines before the first entry
 	for !s.stop {

@@ -105,10 +105,11 @@ func (s *itemSplitter) jsonItems() error {
 			return nil
 		}
 		line := s.line
-		item, err := s.jsonValue(nil)
+		item, err := s.jsonValue(make([]byte, 0, s.hint))
 		if err != nil {
 			return err
 		}
+		s.hint = len(item) + len(item)/8
 		s.emit(Document{Path: s.path, Line: line, Data: item, kind: listItem})
 		if c, err = s.skipSpace(); err != nil {
 			return s.eofIsSyntax(err)
