@@ -68,6 +68,10 @@ type itemSplitter struct {
 	hint int
 }
 
+// maxHint bounds hint, so one huge item does not make every buffer after
+// it huge.
+const maxHint = 1 << 20
+
 func splitItems(path string, r io.Reader, yield func(Document) bool) (bool, error) {
 	return splitItemsMax(path, r, yield, MaxDocument)
 }
@@ -229,7 +233,7 @@ func (s *itemSplitter) yamlItems() (n int, next []byte, eof bool, err error) {
 		d := Document{Path: s.path, Line: itemLine, Data: item, kind: listItem, err: bad}
 		s.emit(d)
 		n++
-		s.hint = len(item) + len(item)/8
+		s.hint = min(len(item)+len(item)/8, maxHint)
 		item, itemLine, strip, bad = make([]byte, 0, s.hint), 0, -1, nil
 	}
 	var pending [][]byte // blank lines before the first entry

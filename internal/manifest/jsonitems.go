@@ -109,7 +109,7 @@ func (s *itemSplitter) jsonItems() error {
 		if err != nil {
 			return err
 		}
-		s.hint = len(item) + len(item)/8
+		s.hint = min(len(item)+len(item)/8, maxHint)
 		s.emit(Document{Path: s.path, Line: line, Data: item, kind: listItem})
 		if c, err = s.skipSpace(); err != nil {
 			return s.eofIsSyntax(err)
