@@ -51,7 +51,9 @@ func newEvalCommand() *cobra.Command {
 
 --rules and --file take files and directories (walked for .yaml, .yml and
 .json) and may be repeated or comma-separated; --file - reads standard input.
-Manifests may hold several YAML documents and List kinds.
+Manifests may hold several YAML documents, JSON objects one after another (JSON
+lines) and List kinds; a List's items are read and evaluated a batch at a time,
+spread across --jobs, as documents of a stream are.
 
 A file named twice (the same directory twice, a file inside a directory also
 given) is read once. Two rules with the same name are an error that names both
@@ -147,7 +149,7 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	}
 	// The manifests are read as they are evaluated, after the rules load,
 	// so rule errors come first and memory holds a few batches of them.
-	return o.evaluate(cmd, eng, manifest.Stream(o.files, cmd.InOrStdin()), opts)
+	return o.evaluate(cmd, eng, manifest.StreamItems(o.files, cmd.InOrStdin()), opts)
 }
 
 // checkFlags checks the flags that need no file, and returns the --mode.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -129,6 +130,28 @@ func TestEvalFormatsAndStdin(t *testing.T) {
 			if err := xml.Unmarshal([]byte(out), &suites); err != nil || suites.Failures == 0 {
 				t.Fatalf("junit: %v\n%s", err, out)
 			}
+		}
+	}
+}
+
+// TestEvalBadManifestWritesNoReport: a List whose last item does not parse,
+// read from stdin a batch of items at a time, fails the run with exit 2 in
+// every output format, and nothing of the report reaches stdout although
+// the items before it were evaluated.
+func TestEvalBadManifestWritesNoReport(t *testing.T) {
+	var in strings.Builder
+	in.WriteString(`{"apiVersion": "v1", "kind": "List", "items": [`)
+	for i := range 200 {
+		fmt.Fprintf(&in, `{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p%d", "namespace": "x"}, "spec": {"hostNetwork": true}},`, i)
+	}
+	in.WriteString("\n{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": oops}}]}\n")
+	for _, format := range []string{"table", "json", "yaml", "junit"} {
+		out, err := runCLI(t, in.String(), "eval", "--rules", evalRules, "--file", "-", "-o", format)
+		if exitCodeOf(err) != exitUsage || !strings.Contains(fmt.Sprint(err), "<stdin>:2") {
+			t.Fatalf("%s: exit %d (%v), want %d naming <stdin>:2", format, exitCodeOf(err), err, exitUsage)
+		}
+		if out != "" {
+			t.Fatalf("%s: a failed run wrote %d bytes of report: %.200s", format, len(out), out)
 		}
 	}
 }

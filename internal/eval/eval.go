@@ -69,6 +69,12 @@ type Report struct {
 	// keeps bytes, not structs, and never copies them.
 	encoded [][]byte
 	isJSON  bool
+	// isYAML: encoded (or spill) holds the results as YAML sequence
+	// entries, encoded by the workers a batch at a time.
+	isYAML bool
+	// junit, for a report evaluated for JUnit, holds the encoded test
+	// cases instead of Results.
+	junit *junitStore
 	// failuresOnly: the report was evaluated for the table, which shows
 	// failures and errors and counts passes, so Results holds no pass.
 	failuresOnly bool
@@ -121,15 +127,16 @@ type Options struct {
 	// Cluster is what cross-resource lookups read: manifests given with
 	// --cluster-state (a *clustercache.Static). nil: no cluster state.
 	Cluster clustercache.Reader
-	// Format is the output format the report will be written in. "json"
-	// makes the workers encode results as they go and the report keep only
-	// the bytes; "table" keeps only the Results that are not passes (the
-	// table counts them); any other keeps every Result.
+	// Format is the output format the report will be written in. "json",
+	// "yaml" and "junit" make the workers encode results as they go and the
+	// report keep only the bytes; "table" keeps only the Results that are
+	// not passes (the table counts them); any other keeps every Result.
 	Format string
-	// SpillDir, with Format "json", is where the report keeps its encoded
-	// results: a temporary file there, written as the run goes, so memory
-	// does not grow with the number of results; Close removes it. "" keeps
-	// them in memory, and so does a directory where no file can be created.
+	// SpillDir, with Format "json", "yaml" or "junit", is where the report
+	// keeps its encoded results: a temporary file there, written as the
+	// run goes, so memory does not grow with the number of results; Close
+	// removes it. "" keeps them in memory, and so does a directory where
+	// no file can be created.
 	SpillDir string
 }
 
@@ -157,6 +164,8 @@ type batch struct {
 	objects     int
 	denied      bool
 	errs        []error
+	// junit holds the results encoded as test cases, for a JUnit report.
+	junit *junitCases
 	// matched holds the names of the rules that gave a result.
 	matched map[string]struct{}
 }
@@ -230,6 +239,9 @@ func (r *Report) Merge(other *Report) {
 	if other.spill != nil {
 		r.addSpilled(other.spill)
 	}
+	if other.junit != nil {
+		r.junit.merge(other.junit)
+	}
 	r.addMatched(other.matched)
 }
 
@@ -266,30 +278,44 @@ func (r *Report) addSpilled(s *spill) {
 // Close releases what the report holds outside memory (see
 // Options.SpillDir). The report cannot be written after.
 func (r *Report) Close() error {
-	if r.spill == nil || r.spill.f == nil {
-		return nil
+	var err error
+	if r.junit != nil && r.junit.spill != nil && r.junit.spill.f != nil {
+		err = r.junit.spill.close()
+		r.junit.err = errors.New("the report was closed")
 	}
-	err := r.spill.close()
+	if r.spill == nil || r.spill.f == nil {
+		return err
+	}
+	err = errors.Join(err, r.spill.close())
 	r.spill = &spill{err: errors.New("the report was closed")}
 	return err
 }
 
 // NewReport returns an empty report for format, to Merge runs into.
 func NewReport(format string) *Report {
-	rep := &Report{isJSON: format == "json", failuresOnly: format == "table"}
-	if !rep.isJSON {
+	rep := &Report{isJSON: format == "json", isYAML: format == "yaml", failuresOnly: format == "table"}
+	switch {
+	case format == "junit":
+		rep.junit = &junitStore{}
+	case !rep.holdsBytes():
 		rep.Results = []Result{}
 	}
 	return rep
 }
 
+// holdsBytes reports whether the report holds its results as encoded bytes
+// (encoded or spill) rather than Results.
+func (r *Report) holdsBytes() bool { return r.isJSON || r.isYAML }
+
 // newReport is NewReport with the spill opts asks for.
 func newReport(opts Options) *Report {
 	rep := NewReport(opts.Format)
-	if rep.isJSON && opts.SpillDir != "" {
+	if (rep.holdsBytes() || rep.junit != nil) && opts.SpillDir != "" {
 		// Where no temporary file can be made, the run still works, in
 		// memory as it did before spilling.
-		if s, err := newSpill(opts.SpillDir); err == nil {
+		if s, err := newSpill(opts.SpillDir); err == nil && rep.junit != nil {
+			rep.junit.spill = s
+		} else if err == nil {
 			rep.spill = s
 		}
 	}
@@ -362,9 +388,13 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		if len(b.encoded) > 0 {
 			rep.addEncoded(b.encoded)
 		}
+		if b.junit != nil {
+			rep.junit.add(b.junit)
+		}
 		errs = append(errs, b.errs...)
 	}
-	w := worker{ctx: ctx, eng: eng, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, keep: rep.spill == nil, dropPasses: rep.failuresOnly}
+	w := worker{ctx: ctx, eng: eng, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, yaml: rep.isYAML, junit: rep.junit != nil,
+		keep: rep.spill == nil, dropPasses: rep.failuresOnly}
 	if jobs == 1 {
 		var results []Result
 		hint := 0
@@ -421,6 +451,9 @@ type worker struct {
 	eng  *engine.Engine
 	opts engine.Options
 	json bool
+	// yaml and junit: the worker encodes a batch's results once it is
+	// evaluated, in the report's format.
+	yaml, junit bool
 	// keep: the report keeps the batches' buffers (it does not spill).
 	keep bool
 	// dropPasses: passes are counted, not kept (see Report.failuresOnly).
@@ -431,6 +464,7 @@ type worker struct {
 const encodedBatchCap = 16 << 10
 
 func (w *worker) run(b *batch) {
+	defer w.encode(b)
 	defer func() {
 		// The report keeps the buffer until the end: give back what a batch
 		// of few results did not use.
@@ -460,6 +494,24 @@ func (w *worker) run(b *batch) {
 			}
 		}
 	}
+}
+
+// encode turns the results of an evaluated batch into the bytes of the
+// report's format, in the worker, so that the merge only appends them.
+func (w *worker) encode(b *batch) {
+	if len(b.results) == 0 || (!w.yaml && !w.junit) {
+		return
+	}
+	var err error
+	if w.yaml {
+		b.encoded, err = yamlEntries(b.results)
+	} else {
+		b.junit, err = encodeJUnit(b.results)
+	}
+	if err != nil {
+		b.errs = append(b.errs, fmt.Errorf("encode the report: %w", err))
+	}
+	b.results = nil
 }
 
 func (b *batch) add(res *core.Result, encode, dropPasses bool) {

@@ -91,7 +91,7 @@ func TestJSONMatchesEncodingJSON(t *testing.T) {
 		if len(errs) > 0 {
 			t.Fatal(errs)
 		}
-		kept, _ := eval.Evaluate(context.Background(), eng, docs[:n], eval.Options{Jobs: 1, Format: "yaml"})
+		kept, _ := eval.Evaluate(context.Background(), eng, docs[:n], eval.Options{Jobs: 1})
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)
 		enc.SetIndent("", "  ")

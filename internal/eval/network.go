@@ -10,6 +10,7 @@ const NetworkAction = "audit"
 // producer) to the report as failing results, after the rules' results.
 func (r *Report) AddFindings(ofs []core.ObjectFindings) {
 	var encoded []byte
+	var results []Result
 	for _, of := range ofs {
 		for i := range of.Findings {
 			f := &of.Findings[i]
@@ -23,10 +24,32 @@ func (r *Report) AddFindings(ofs []core.ObjectFindings) {
 				encoded = appendResultElem(encoded, &res)
 				continue
 			}
-			r.Results = append(r.Results, res)
+			results = append(results, res)
 		}
 	}
 	if len(encoded) > 0 {
 		r.addEncoded(encoded)
+	}
+	if len(results) == 0 {
+		return
+	}
+	// The workers' encoding, for reports that hold bytes.
+	var w worker
+	b := &batch{results: results}
+	w.yaml, w.junit = r.isYAML, r.junit != nil
+	w.encode(b)
+	switch {
+	case len(b.errs) > 0:
+		if r.junit != nil {
+			r.junit.err = b.errs[0]
+		} else {
+			r.spill = &spill{err: b.errs[0]}
+		}
+	case b.junit != nil:
+		r.junit.add(b.junit)
+	case len(b.encoded) > 0:
+		r.addEncoded(b.encoded)
+	default:
+		r.Results = append(r.Results, b.results...)
 	}
 }

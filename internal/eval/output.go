@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"bytes"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -15,12 +16,18 @@ var Formats = []string{"table", "json", "yaml", "junit"}
 
 // Write renders the report in format.
 //
-// A report evaluated with Options.Format "json" keeps only the encoded
-// results, so it can only be written as JSON; one evaluated for "table"
-// keeps no passes, so it can only be written as a table.
+// A report evaluated with Options.Format "json", "yaml" or "junit" keeps
+// only the encoded results, so it can only be written in that format; one
+// evaluated for "table" keeps no passes, so it can only be written as a
+// table.
 func (r *Report) Write(w io.Writer, format string) error {
-	if r.isJSON && format != "json" {
-		return fmt.Errorf("report was evaluated for json output, not %q", format)
+	for _, f := range []struct {
+		is   bool
+		name string
+	}{{r.isJSON, "json"}, {r.isYAML, "yaml"}, {r.junit != nil, "junit"}} {
+		if f.is && format != f.name {
+			return fmt.Errorf("report was evaluated for %s output, not %q", f.name, format)
+		}
 	}
 	if r.failuresOnly && format != "table" && format != "" {
 		return fmt.Errorf("report was evaluated for table output, which keeps no passes, not %q", format)
@@ -31,6 +38,9 @@ func (r *Report) Write(w io.Writer, format string) error {
 	case "json":
 		return r.writeJSON(w)
 	case "yaml":
+		if r.isYAML {
+			return r.writeEncodedYAML(w)
+		}
 		b, err := yaml.Marshal(r)
 		if err != nil {
 			return err
@@ -38,6 +48,9 @@ func (r *Report) Write(w io.Writer, format string) error {
 		_, err = w.Write(b)
 		return err
 	case "junit":
+		if r.junit != nil {
+			return r.junit.write(w, r.Summary)
+		}
 		return r.writeJUnit(w)
 	}
 	return fmt.Errorf("unknown output format %q: use one of %s", format, strings.Join(Formats, ", "))
@@ -163,5 +176,45 @@ func (r *Report) writeJUnit(w io.Writer) error {
 		return err
 	}
 	_, err := io.WriteString(w, "\n")
+	return err
+}
+
+// writeEncodedYAML writes a report whose results the workers encoded as
+// YAML sequence entries: the bytes yaml.Marshal writes for the whole
+// report.
+func (r *Report) writeEncodedYAML(w io.Writer) error {
+	var results io.Reader
+	var size int64
+	if r.spill != nil {
+		rd, err := r.spill.contents(0)
+		if err != nil {
+			return err
+		}
+		results, size = rd, rd.Size()
+	} else {
+		chunks := make([]io.Reader, len(r.encoded))
+		for i, c := range r.encoded {
+			chunks[i] = bytes.NewReader(c)
+			size += int64(len(c))
+		}
+		results = io.MultiReader(chunks...)
+	}
+	head := "results: []\n"
+	if size > 0 {
+		head = "results:\n"
+	}
+	if _, err := io.WriteString(w, head); err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, results); err != nil {
+		return err
+	}
+	sum, err := yaml.Marshal(struct {
+		Summary Summary `json:"summary"`
+	}{r.Summary})
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(sum)
 	return err
 }

@@ -18,6 +18,9 @@ import (
 // round-trip, which is most of the cost of `portal eval`.
 func decode(data []byte) (map[string]any, error) {
 	if first := firstByte(data); first == '{' {
+		if m, ok := fastJSON(data); ok {
+			return m, nil
+		}
 		var m map[string]any
 		if err := json.Unmarshal(data, &m); err != nil {
 			return nil, err

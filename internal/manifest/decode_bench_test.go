@@ -1,8 +1,10 @@
 package manifest
 
 import (
+	"encoding/json"
 	"testing"
 
+	kjson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -50,7 +52,8 @@ spec:
 `)
 
 // BenchmarkDecode compares Portal's document decoder with sigs.k8s.io/yaml,
-// the decoder kubectl uses, on the same pod manifest.
+// the decoder kubectl uses, on the same pod manifest; and, on the pod as
+// indented JSON, with the JSON decoder it stood in for.
 func BenchmarkDecode(b *testing.B) {
 	b.Run("portal", func(b *testing.B) {
 		b.ReportAllocs()
@@ -69,4 +72,36 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+	podJSON := jsonOf(b, podDoc)
+	b.Run("portal-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decode(podJSON); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("k8s.io-util-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var m map[string]any
+			if err := kjson.Unmarshal(podJSON, &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// jsonOf is the YAML document doc as indented JSON, as kubectl -o json
+// writes it.
+func jsonOf(b *testing.B, doc []byte) []byte {
+	m, err := decodeYAML(doc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := json.MarshalIndent(m, "", "    ")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
 }

@@ -7,13 +7,14 @@ import (
 
 // fastDecode reads the block-style YAML that generators write (kubectl get
 // -o yaml, helm template, kustomize build, sigs.k8s.io/yaml.Marshal): nested
-// block mappings and sequences of plain and simply quoted scalars. It is
+// block mappings and sequences of plain and simply quoted scalars, and
+// one-line flow collections, nested, as flow-style emitters write. It is
 // several times faster than the general YAML parser, which made decoding
 // most of `portal eval`.
 //
 // It is a fast path, not a parser: it reports ok=false for anything it does
 // not handle exactly as go.yaml.in/yaml/v2 (comments after values, anchors,
-// tags, block and multi-line scalars, flow collections with content,
+// tags, block and multi-line scalars, flow collections across lines,
 // escapes, non-ASCII text, numbers other than plain decimal integers,
 // duplicate keys, malformed input) and decode then uses that parser, so a
 // document reads the same either way (FuzzFastDecode holds it to that).
@@ -225,7 +226,9 @@ func flowScalar(t []byte) (any, bool) {
 	if indicator(t[0]) || isSeqItem(t) {
 		return nil, false
 	}
-	if !flowPlain(t) {
+	// A colon inside a value ("ghcr.io/app:1.2") is part of it: the flow
+	// parser ended the scalar at one followed by a space.
+	if !flowPlain(t, ':') {
 		return nil, false
 	}
 	return resolvePlain(t)
@@ -235,10 +238,11 @@ func flowScalar(t []byte) (any, bool) {
 // trusts inside a flow collection. Flow context ends plain scalars (and
 // implicit keys) at more characters than block context does; words,
 // numbers and paths are what manifests hold there.
-func flowPlain[T string | []byte](t T) bool {
+// extra is one more byte to trust, or 0.
+func flowPlain[T string | []byte](t T, extra byte) bool {
 	for i := range len(t) {
 		c := t[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '/' || c == ' ') {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '/' || c == ' ' || (c == extra && c != 0)) {
 			return false
 		}
 	}
@@ -249,10 +253,8 @@ func inlineValue(t []byte) (any, bool) {
 	switch t[0] {
 	case '"', '\'':
 		return quoted(t)
-	case '[':
-		return flowSeq(t)
-	case '{':
-		return flowMap(t)
+	case '[', '{':
+		return flowValue(t)
 	}
 	if indicator(t[0]) || isSeqItem(t) || bytes.Contains(t, []byte(": ")) || t[len(t)-1] == ':' {
 		return nil, false
@@ -293,68 +295,157 @@ func resolvePlain(t []byte) (any, bool) {
 	return string(t), true
 }
 
-// flowItems cuts the inside of a one-level flow collection ("[a, b]",
-// "{a: 1}") at its commas. Nested collections, quotes and empty entries are
-// left to the general parser.
-func flowItems(t []byte, closer byte) ([][]byte, bool) {
-	if len(t) < 2 || t[len(t)-1] != closer {
-		return nil, false
-	}
-	inner := bytes.TrimSpace(t[1 : len(t)-1])
-	if len(inner) == 0 {
-		return nil, true
-	}
-	if bytes.ContainsAny(inner, "[]{}\\") {
-		return nil, false
-	}
-	items := bytes.Split(inner, []byte{','})
-	for i, it := range items {
-		it = bytes.Trim(it, " ")
-		if len(it) == 0 || isSeqItem(it) {
-			return nil, false
-		}
-		items[i] = it
-	}
-	return items, true
+// flowValue reads a one-line flow collection ("[a, b]", "{a: 1, b: [c]}",
+// nested to any depth up to maxFastDepth) that takes the whole of t.
+// Entries are plain or simply quoted scalars and collections; empty
+// entries, trailing commas, single-pair mappings in sequences, complex
+// keys and duplicate keys are left to the general parser.
+func flowValue(t []byte) (any, bool) {
+	p := flowParser{t: t}
+	v, ok := p.node()
+	p.space()
+	return v, ok && p.pos == len(t)
 }
 
-func flowSeq(t []byte) (any, bool) {
-	items, ok := flowItems(t, ']')
+type flowParser struct {
+	t     []byte
+	pos   int
+	depth int
+}
+
+func (p *flowParser) space() {
+	for p.pos < len(p.t) && p.t[p.pos] == ' ' {
+		p.pos++
+	}
+}
+
+func (p *flowParser) node() (any, bool) {
+	p.space()
+	if p.pos >= len(p.t) {
+		return nil, false
+	}
+	switch p.t[p.pos] {
+	case '[':
+		return p.collection(']')
+	case '{':
+		return p.collection('}')
+	}
+	t, ok := p.scalar()
 	if !ok {
 		return nil, false
 	}
-	s := make([]any, 0, len(items))
-	for _, it := range items {
-		v, ok := flowScalar(it)
-		if !ok {
-			return nil, false
-		}
-		s = append(s, v)
-	}
-	return s, true
+	return flowScalar(t)
 }
 
-func flowMap(t []byte) (any, bool) {
-	items, ok := flowItems(t, '}')
-	if !ok {
+// scalar cuts the scalar at p.pos: a quoted one up to its closing quote, a
+// plain one up to the next flow indicator or ": ".
+func (p *flowParser) scalar() ([]byte, bool) {
+	start := p.pos
+	if q := p.t[start]; q == '"' || q == '\'' {
+		end := bytes.IndexByte(p.t[start+1:], q)
+		if end < 0 {
+			return nil, false
+		}
+		p.pos = start + end + 2
+		return p.t[start:p.pos], true
+	}
+	for p.pos < len(p.t) {
+		c := p.t[p.pos]
+		if c == ',' || c == '[' || c == ']' || c == '{' || c == '}' || c == '?' ||
+			(c == ':' && (p.pos+1 == len(p.t) || p.t[p.pos+1] == ' ')) {
+			break
+		}
+		p.pos++
+	}
+	t := bytes.TrimRight(p.t[start:p.pos], " ")
+	// A colon at the end ("[a:]") belongs to the scalar for the parser;
+	// too rare to follow it.
+	return t, len(t) > 0 && t[len(t)-1] != ':'
+}
+
+// collection reads a flow sequence or mapping, closed by closer.
+func (p *flowParser) collection(closer byte) (any, bool) {
+	if p.depth++; p.depth > maxFastDepth {
 		return nil, false
 	}
-	m := make(map[string]any, len(items))
-	for _, it := range items {
-		k, rest, ok := splitKey(it)
-		if !ok || len(rest) == 0 || !flowPlain(k) {
-			return nil, false
-		}
-		if _, dup := m[k]; dup {
-			return nil, false
-		}
-		v, ok := flowScalar(rest)
-		if !ok {
-			return nil, false
-		}
-		m[k] = v
+	defer func() { p.depth-- }()
+	p.pos++
+	var (
+		s []any
+		m map[string]any
+	)
+	if closer == '}' {
+		m = map[string]any{}
+	} else {
+		s = []any{}
 	}
-	return m, true
+	p.space()
+	if p.pos < len(p.t) && p.t[p.pos] == closer {
+		p.pos++
+		if m != nil {
+			return m, true
+		}
+		return s, true
+	}
+	for {
+		if m != nil {
+			if !p.entry(m) {
+				return nil, false
+			}
+		} else {
+			v, ok := p.node()
+			if !ok {
+				return nil, false
+			}
+			s = append(s, v)
+		}
+		p.space()
+		if p.pos >= len(p.t) {
+			return nil, false
+		}
+		switch p.t[p.pos] {
+		case closer:
+			p.pos++
+			if m != nil {
+				return m, true
+			}
+			return s, true
+		case ',':
+			p.pos++
+		default:
+			return nil, false
+		}
+	}
+}
+
+// entry reads a "key: value" pair of a flow mapping into m.
+func (p *flowParser) entry(m map[string]any) bool {
+	p.space()
+	if p.pos >= len(p.t) {
+		return false
+	}
+	k, ok := p.scalar()
+	if !ok || k[0] == '"' || k[0] == '\'' || !flowPlain(k, 0) {
+		return false
+	}
+	key, isStr := flowScalar(k)
+	ks, _ := key.(string)
+	if !isStr || ks != string(k) {
+		return false
+	}
+	if _, dup := m[ks]; dup {
+		return false
+	}
+	if p.pos+1 >= len(p.t) || p.t[p.pos] != ':' || p.t[p.pos+1] != ' ' {
+		return false
+	}
+	p.pos += 2
+	v, ok := p.node()
+	if !ok {
+		return false
+	}
+	m[ks] = v
+	return true
 }
 
 // numberBytes are the bytes YAML 1.1 integers (decimal, octal, hex, binary,

@@ -12,11 +12,14 @@ import (
 // fastSeeds are documents on both sides of the fast path's limits.
 var fastSeeds = []string{
 	string(podDoc),
+	string(flowPod),
 	"a: 1\nb: -2\nc: 0\nd: 007\ne: 1.5\nf: +1\ng: 0x1F\nh: 1_000\ni: 99999999999999999999\n",
 	"a: yes\nb: No\nc: on\nd: OFF\ne: ~\nf: null\ng: y\nh: true\ni: nope\nj: .inf\nk: .5\n",
 	"a: 'single'\nb: \"double\"\nc: 'it''s'\nd: \"esc\\n\"\ne: ''\nf: \"\"\n",
 	"a: {}\nb: []\nc: {x: 1}\nd: [1, 2]\n",
 	"a: [ALL]\nb: [NET_RAW, ' x']\nc: {cpu: 50m, memory: 64Mi}\nd: [a,b , c]\ne: [a, ]\nf: {a: 1, a: 2}\ng: [yes, ~, -1, 1.5]\nh: {a: b: c}\ni: {a:b}\nj: [a:b]\nk: [[1]]\nl: { }\nm: [ ]\n",
+	"spec: {containers: [{name: c0, image: 'ghcr.io/a:1', ports: [{containerPort: 8080}]}], x: [[1, 2], {}], y: {z: {w: [yes, ~]}}}\n",
+	"a: [{a: 1}, {a: b: c}]\nb: {k: [a:b, c: d]}\nc: [a:]\nd: {a: 1,}\ne: [{}, [], '', \"\"]\nf: {a: [1], a: [2]}\ng: [a, [b, {c: d}]] x\nh: [ {a: 1} , [ 2 ] ]\n",
 	"list:\n- a\n- b: 1\n  c: 2\n-\n  d: 3\n-\n- - nested\n",
 	"list:\n  - a\n  -   b: 1\n      c: 2\nnext: x\n",
 	"a:\n  b:\n    c: deep\n  e: f\ng: h\n",
@@ -132,5 +135,26 @@ func TestFastDecodeDepth(t *testing.T) {
 	}
 	if _, ok := fastDecode(doc[:bytes.LastIndex(doc[:len(doc)-1], []byte("\n"))+1]); !ok {
 		t.Fatal("the fast path refused a document at its depth limit")
+	}
+}
+
+// flowPod is podDoc with its values in flow style, as YAML emitters set
+// to flow style (and people writing compact manifests) write them.
+var flowPod = []byte(`apiVersion: v1
+kind: Pod
+metadata: {labels: {app: bench}, name: pod-1, namespace: bench}
+spec: {containers: [{image: ghcr.io/acme/app-0:1.1, name: c0, ports: [{containerPort: 8080}], securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}, runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}}, {image: 'ghcr.io/acme/app-1:1.1', name: c1}], securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}, volumes: [{emptyDir: {}, name: tmp}]}
+`)
+
+// TestFastDecodeCoversFlowStyle: nested flow collections are read by the
+// fast path, as the general parser reads them.
+func TestFastDecodeCoversFlowStyle(t *testing.T) {
+	got, ok := fastDecode(flowPod)
+	if !ok {
+		t.Fatal("the fast path refused a flow-style pod")
+	}
+	want, err := decodeYAML(flowPod)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("fast path and YAML parser disagree (%v):\n%v\n%v", err, got, want)
 	}
 }

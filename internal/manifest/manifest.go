@@ -25,6 +25,11 @@ type Document struct {
 	// Line is the 1-based line of the document's first line in Path.
 	Line int
 	Data []byte
+
+	// kind and err are set by StreamItems for the parts of a List it cut.
+	kind docKind
+	// err is a problem found while cutting the document: Objects returns it.
+	err error
 }
 
 // Error is a problem with one document, located for the user.
@@ -181,16 +186,39 @@ func IsManifestFile(path string) bool {
 // Objects decodes a document into objects, expanding List kinds. Every object
 // must have apiVersion and kind.
 func (d Document) Objects() ([]*unstructured.Unstructured, error) {
+	if d.err != nil {
+		return nil, d.Errorf("%v", d.err)
+	}
 	m, err := decode(d.Data)
 	if err != nil {
 		return nil, d.SyntaxError(err)
 	}
 	if m == nil {
+		switch d.kind {
+		case listItem:
+			return nil, d.Errorf("List item is not an object")
+		case listEnvelope:
+			// items: alone is a List without apiVersion or kind.
+			return nil, d.Errorf("object has no apiVersion or kind")
+		}
 		return nil, nil
 	}
 	obj := &unstructured.Unstructured{Object: m}
 	if obj.GetAPIVersion() == "" || obj.GetKind() == "" {
+		if d.kind == listItem {
+			return nil, d.Errorf("List item has no apiVersion or kind")
+		}
 		return nil, d.Errorf("object has no apiVersion or kind")
+	}
+	switch d.kind {
+	case listItem:
+		// An item is never expanded, whatever it holds, as ToList does not.
+		return []*unstructured.Unstructured{obj}, nil
+	case listEnvelope:
+		if _, ok := m["items"]; ok {
+			return nil, d.Errorf(`mapping key "items" already defined`)
+		}
+		return nil, nil
 	}
 	if !obj.IsList() {
 		return []*unstructured.Unstructured{obj}, nil

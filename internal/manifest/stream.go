@@ -17,13 +17,23 @@ import (
 // holds a bounded part of the input whatever its size. A read error is
 // yielded once, with a zero Document, and ends the stream.
 func Stream(paths []string, stdin io.Reader) iter.Seq2[Document, error] {
+	return streamPaths(paths, stdin, splitStream, MaxStdin)
+}
+
+// splitFunc cuts what r reads from path into documents; it reports false
+// when yield asked to stop.
+type splitFunc func(path string, r io.Reader, yield func(Document) bool) (bool, error)
+
+// streamPaths reads paths as Stream does, cutting each input with split,
+// and reads at most stdinCap bytes of standard input.
+func streamPaths(paths []string, stdin io.Reader, split splitFunc, stdinCap int64) iter.Seq2[Document, error] {
 	return func(yield func(Document, error) bool) {
 		docs := func(d Document) bool { return yield(d, nil) }
 		seen := FileSet{}
 		for _, p := range paths {
 			if p == "-" {
-				in := &cappedReader{r: stdin, left: MaxStdin}
-				more, err := splitStream("<stdin>", in, docs)
+				in := &cappedReader{r: stdin, left: stdinCap}
+				more, err := split("<stdin>", in, docs)
 				if err != nil {
 					yield(Document{}, fmt.Errorf("read stdin: %w", err))
 					return
@@ -42,7 +52,7 @@ func Stream(paths []string, stdin io.Reader) iter.Seq2[Document, error] {
 				if !seen.First(f) {
 					continue
 				}
-				more, err := streamFile(f, docs)
+				more, err := streamFile(f, split, docs)
 				if err != nil {
 					yield(Document{}, fmt.Errorf("read %s: %w", f, err))
 					return
@@ -55,13 +65,13 @@ func Stream(paths []string, stdin io.Reader) iter.Seq2[Document, error] {
 	}
 }
 
-func streamFile(path string, yield func(Document) bool) (bool, error) {
+func streamFile(path string, split splitFunc, yield func(Document) bool) (bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return false, err
 	}
 	defer f.Close()
-	return splitStream(path, f, yield)
+	return split(path, f, yield)
 }
 
 // errTooLarge: standard input is read up to MaxStdin, so a runaway pipe

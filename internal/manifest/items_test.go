@@ -1,0 +1,185 @@
+package manifest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// itemSeeds are Lists and JSON streams as kubectl, jq and helm write them,
+// and the shapes around them that must not be cut as Lists.
+var itemSeeds = []string{
+	"apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: a\n- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: b\nkind: List\nmetadata:\n  resourceVersion: \"\"\n",
+	"apiVersion: v1\nkind: List\nitems:\n  - apiVersion: v1\n    kind: Pod\n    metadata: {name: a}\n\n    # a comment\n    data: |\n      text\n\n        more\n  -\n    apiVersion: v1\n    kind: Pod\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: c\n",
+	"apiVersion: v1\nkind: List\nitems:\n",
+	"apiVersion: v1\nkind: List\nitems: []\n",
+	"apiVersion: v1\nkind: List\nitems:\n  a: 1\n",
+	"apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\nitems:\n- apiVersion: v1\n  kind: Pod\n",
+	"apiVersion: v1\nkind: List\nitems:\n-\n- 3\n- apiVersion: v1\n",
+	"apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: List\n  items:\n  - apiVersion: v1\n    kind: Pod\n",
+	"items:\n- apiVersion: v1\n  kind: Pod\n",
+	"apiVersion: v1\r\nkind: List\r\nitems:\r\n- apiVersion: v1\r\n  kind: Pod\r\n",
+	"apiVersion: v1\nkind: List\nitems:\n- &a\n  apiVersion: v1\n  kind: Pod\n- *a\n",
+	"apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  x: 1\n y: 2\n",
+	`{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}}, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b"}}], "metadata": {}}`,
+	"{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n        {\n            \"apiVersion\": \"v1\",\n            \"kind\": \"Pod\"\n        }\n    ],\n    \"kind\": \"List\"\n}\n",
+	`{"apiVersion": "v1", "kind": "List", "items": []}`,
+	`{"apiVersion": "v1", "kind": "List", "items": [null, 1, "x", []]}`,
+	`{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Pod"}], "items": []}`,
+	`{"apiVersion": "v1", "kind": "List", "items": {"a": 1}}`,
+	`{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "s\"}{[", "labels": {"a": "\\"}}}`,
+	"{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"n\": 1}\n{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"n\": 2.5e3}\n",
+	"{\"apiVersion\": \"v1\", \"kind\": \"Pod\"}{\"apiVersion\": \"v1\", \"kind\": \"Secret\"}",
+	"{\"apiVersion\": \"v1\", \"kind\": \"Pod\"}\n---\napiVersion: v1\nkind: Pod\n---\n# c\n{\"apiVersion\": \"v1\", \"kind\": \"Pod\"}",
+	"{\"apiVersion\": \"v1\", \"kind\": \"Pod\"} x\n",
+	"{\"apiVersion\": \"v1\", \"kind\": \"Pod\"",
+	"{apiVersion: v1, kind: Pod}\n",
+	"{}\n",
+	"  apiVersion: v1\n  kind: Pod\n",
+	"",
+	"# only\n\n",
+}
+
+// objectsOf decodes docs' objects in order; the first error stops it.
+func objectsOf(docs []Document) ([]map[string]any, error) {
+	var out []map[string]any
+	for _, d := range docs {
+		objs, err := d.Objects()
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			out = append(out, o.Object)
+		}
+	}
+	return out, nil
+}
+
+func itemsOf(in string) ([]Document, error) {
+	var docs []Document
+	_, err := splitItems("f.yaml", strings.NewReader(in), func(d Document) bool {
+		docs = append(docs, d)
+		return true
+	})
+	return docs, err
+}
+
+// checkItems: where the whole documents read without error, the cut ones
+// give the same objects in the same order, or an error (a List it cannot
+// cut as the parser reads it fails the run, never reads differently).
+func checkItems(t *testing.T, in string) (cut bool) {
+	t.Helper()
+	whole := Split("f.yaml", []byte(in))
+	want, wantErr := objectsOf(whole)
+	docs, readErr := itemsOf(in)
+	got, gotErr := objectsOf(docs)
+	tops := 0
+	for _, d := range docs {
+		if d.kind != listItem {
+			tops++
+		}
+	}
+	if wantErr != nil && readErr == nil && gotErr == nil && tops <= len(whole) {
+		// Unless StreamItems read more documents than Split (JSON objects
+		// one after another, which a document cannot hold), what fails
+		// whole fails cut: never a pass instead.
+		t.Fatalf("%q: fails whole (%v), read cut into %d objects", in, wantErr, len(got))
+	}
+	if wantErr != nil || readErr != nil || gotErr != nil {
+		return false
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q: cut into items reads\n%v\nwhole\n%v", in, got, want)
+	}
+	return true
+}
+
+func TestStreamItemsReadsAsWhole(t *testing.T) {
+	for _, in := range itemSeeds {
+		checkItems(t, in)
+	}
+}
+
+func FuzzStreamItems(f *testing.F) {
+	for _, s := range itemSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		checkItems(t, in)
+	})
+}
+
+// TestStreamItemsCutsLists: the Lists kubectl writes, in JSON and YAML, are
+// cut into one document per item, each located at its item, with nothing
+// refused; JSON lines and concatenated objects read as one document each.
+func TestStreamItemsCutsLists(t *testing.T) {
+	var items []any
+	for i := range 3 {
+		items = append(items, map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": fmt.Sprint("p", i)}})
+	}
+	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": items, "metadata": map[string]any{"resourceVersion": ""}}
+	js, _ := json.MarshalIndent(list, "", "    ")
+	ys, _ := yaml.Marshal(list)
+	var lines strings.Builder
+	for _, it := range items {
+		b, _ := json.Marshal(it)
+		lines.Write(b)
+		lines.WriteByte('\n')
+	}
+	for _, c := range []struct {
+		name, in string
+		lines    []int
+	}{
+		{"json", string(js), []int{4, 11, 18, 1}},
+		{"yaml", string(ys), []int{3, 7, 11, 1}},
+		{"json-lines", lines.String(), []int{1, 2, 3}},
+	} {
+		if !checkItems(t, c.in) && c.name != "json-lines" {
+			t.Fatalf("%s: refused:\n%s", c.name, c.in)
+		}
+		docs, err := itemsOf(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for _, d := range docs {
+			got = append(got, d.Line)
+		}
+		if !reflect.DeepEqual(got, c.lines) {
+			t.Fatalf("%s: documents at lines %v, want %v", c.name, got, c.lines)
+		}
+		objs, err := objectsOf(docs)
+		if err != nil || len(objs) != 3 || objs[2]["metadata"].(map[string]any)["name"] != "p2" {
+			t.Fatalf("%s: %v %v", c.name, objs, err)
+		}
+	}
+}
+
+// TestStreamItemsBoundsDocuments: a document, a List item or a JSON value
+// past the bound fails the read instead of growing memory; the same input
+// in smaller documents reads whole, however long.
+func TestStreamItemsBoundsDocuments(t *testing.T) {
+	big := strings.Repeat("x", 200)
+	for _, in := range []string{
+		"a: " + big + "\n",
+		"apiVersion: v1\nkind: List\nitems:\n- a: " + big + "\n",
+		`{"a": "` + big + `"}`,
+		`{"items": [{"a": "` + big + `"}]}`,
+		`{"items": [{"a": [` + strings.Repeat("1,", 100) + `1]}]}`,
+	} {
+		_, err := splitItemsMax("f", strings.NewReader(in), func(Document) bool { return true }, 100)
+		if !errors.Is(err, errDocTooLarge) {
+			t.Fatalf("%.40q: error %v, want the document bound", in, err)
+		}
+	}
+	n := 0
+	in := strings.Repeat("{\"a\": \""+strings.Repeat("y", 50)+"\"}\n", 1000)
+	if _, err := splitItemsMax("f", strings.NewReader(in), func(Document) bool { n++; return true }, 100); err != nil || n != 1000 {
+		t.Fatalf("%d documents, %v", n, err)
+	}
+}
