@@ -43,7 +43,7 @@ func yamlResult(r *Result) map[string]any {
 		"enforcementAction": jsonText(r.EnforcementAction),
 		"result":            jsonText(r.Result),
 	}
-	for k, v := range map[string]string{"container": r.Container, "message": r.Message, "exception": r.Exception} {
+	for k, v := range map[string]string{"category": r.Category, "container": r.Container, "message": r.Message, "exception": r.Exception} {
 		if v != "" {
 			m[k] = jsonText(v)
 		}

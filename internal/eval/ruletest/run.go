@@ -191,7 +191,9 @@ func run(ctx context.Context, f *File, o Options) ([]Check, int, error) {
 			docs = append(docs, manifest.Document{Path: f.Path, Line: r.Line, Data: r.Inline})
 		}
 	}
-	rep, errs := eval.Evaluate(ctx, eng, docs, eval.Options{Mode: core.Mode(f.Mode), Jobs: 1, Format: "junit"})
+	// No output format: the report keeps every Result, passes included,
+	// which the expectations are compared with.
+	rep, errs := eval.Evaluate(ctx, eng, docs, eval.Options{Mode: core.Mode(f.Mode), Jobs: 1})
 	if len(errs) > 0 {
 		return nil, 0, fmt.Errorf("%s: resources: %w", f.Path, errors.Join(errs...))
 	}
