@@ -31,7 +31,6 @@ const (
 	DefaultCacheSize        = 100000
 	DefaultRateLimit        = "10/min"
 	DefaultAdmissionDedup   = 5 * time.Second
-	DefaultProtected        = "kube-system,kube-public,kube-node-lease"
 	maxWindowEntriesPerSlot = 3600
 )
 

@@ -47,11 +47,6 @@ const (
 	TimeoutSeconds = 5
 )
 
-// SystemNamespaces are always excluded from admission, with Portal's own
-// namespace, so a broken rule or a dead Portal can never block the pieces
-// needed to repair the cluster.
-var SystemNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
-
 // GVKSource lists the kinds the loaded, enabled rules of a mode match, each
 // with nil when a cluster-wide rule matches it, else the namespaces of the
 // namespaced rules that do; *engine.Engine is one.
@@ -326,7 +321,7 @@ func (m *ConfigManager) desired(ws webhookSet, stale []string, ca []byte) *arv1a
 
 // excluded lists the namespaces admission never sees, sorted.
 func (m *ConfigManager) excluded() []string {
-	return slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(SystemNamespaces), m.o.Namespace))))
+	return slices.Compact(slices.Sorted(slices.Values(append(core.SystemNamespaces(), m.o.Namespace))))
 }
 
 // corev1NamespaceNameLabel is set by the API server on every namespace to

@@ -32,7 +32,7 @@ type ActionsConfig struct {
 func defaultActions() ActionsConfig {
 	return ActionsConfig{
 		Workers: actions.DefaultWorkers, QueueSize: actions.DefaultQueueSize, CacheSize: actions.DefaultCacheSize,
-		DefaultRateLimit: actions.DefaultRateLimit, Protected: []string{"kube-system", "kube-public", "kube-node-lease"},
+		DefaultRateLimit: actions.DefaultRateLimit, Protected: core.SystemNamespaces(),
 	}
 }
 

@@ -81,11 +81,6 @@ const (
 	DefaultMaxPodVisits = 1_000_000
 )
 
-// DefaultExcludedNamespaces are left out of the analysis unless configured
-// otherwise: the system namespaces, whose policies are the platform's.
-// Portal's own namespace is added by the layer.
-var DefaultExcludedNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
-
 // Config selects the checks and their thresholds. The zero value is not
 // useful: start from DefaultConfig.
 type Config struct {
@@ -112,7 +107,9 @@ type Config struct {
 // DefaultConfig enables every check with the default thresholds.
 func DefaultConfig() Config {
 	return Config{
-		ExcludeNamespaces:   slices.Clone(DefaultExcludedNamespaces),
+		// The system namespaces, whose policies are the platform's;
+		// Portal's own namespace is added by the layer.
+		ExcludeNamespaces:   core.SystemNamespaces(),
 		BroadCIDRIPv4Prefix: DefaultBroadCIDRIPv4Prefix,
 		BroadCIDRIPv6Prefix: DefaultBroadCIDRIPv6Prefix,
 		MaxPodVisits:        DefaultMaxPodVisits,
