@@ -15,9 +15,8 @@ import (
 	"github.com/vilaca/portal/internal/core"
 )
 
-// TenantKeyPrefix is the only label and annotation key prefix a PortalRule's
-// actions may set (the rule loader refuses others; the engine checks again).
-const TenantKeyPrefix = "portal.io/"
+// TenantKeyPrefix is core.TenantKeyPrefix.
+const TenantKeyPrefix = core.TenantKeyPrefix
 
 // attemptTimeout bounds one attempt, so an API server that does not answer
 // cannot hold a worker, and the actions queued behind it, for ever.

@@ -8,3 +8,9 @@ package core
 func SystemNamespaces() []string {
 	return []string{"kube-system", "kube-public", "kube-node-lease"}
 }
+
+// TenantKeyPrefix is the only label and annotation key prefix a namespaced
+// rule's actions may set: its author may not be allowed to relabel pods, and
+// a label decides which Services and NetworkPolicies select a pod. The rule
+// loader refuses other keys; the action engine checks again.
+const TenantKeyPrefix = "portal.io/"

@@ -290,10 +290,8 @@ func boolParam(b bool) string {
 	return ""
 }
 
-// TenantKeyPrefix is the only label and annotation key prefix a namespaced
-// rule's actions may set: its author may not be allowed to relabel pods, and
-// a label decides which Services and NetworkPolicies select a pod.
-const TenantKeyPrefix = "portal.io/"
+// TenantKeyPrefix is core.TenantKeyPrefix.
+const TenantKeyPrefix = core.TenantKeyPrefix
 
 // checkAction mirrors the CRD's validation of one action for every source
 // (folder files do not pass the API server), and adds what only Portal
