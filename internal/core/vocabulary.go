@@ -1,5 +1,8 @@
 package core
 
+// The words layers share: defined once here, so a change reaches every
+// layer that uses them.
+
 // SystemNamespaces returns the namespaces Kubernetes itself owns:
 // admission always excludes them (a broken rule or a dead Portal must never
 // block what repairs the cluster), NetworkPolicy analysis leaves them out
