@@ -529,14 +529,9 @@ type RateLimit struct {
 
 // ParseRateLimit reads COUNT/UNIT with UNIT s, min or h ("5/min").
 func ParseRateLimit(s string) (RateLimit, error) {
-	n, unit, ok := strings.Cut(s, "/")
-	count, err := strconv.Atoi(n)
-	if !ok || err != nil || count < 0 || len(n) > 6 {
-		return RateLimit{}, fmt.Errorf("rate limit %q: write COUNT/UNIT with UNIT s, min or h, e.g. 5/min", s)
-	}
-	per := map[string]time.Duration{"s": time.Second, "min": time.Minute, "h": time.Hour}[unit]
-	if per == 0 {
-		return RateLimit{}, fmt.Errorf("rate limit %q: unit %q is not one of s, min, h", s, unit)
+	count, per, err := core.ParseRateLimit(s)
+	if err != nil {
+		return RateLimit{}, err
 	}
 	return RateLimit{count: min(count, maxWindowEntriesPerSlot), per: per}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/vilaca/portal/internal/actions"
+	"github.com/vilaca/portal/internal/rule"
 )
 
 // TestCRDEnumIsTheRegistry: the action types the PortalRule and
@@ -57,5 +58,13 @@ func TestCRDEnumIsTheRegistry(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s accepts action types %v; the registry holds %v: change the Enum marker on Action.Type and run make generate", crd, got, want)
 		}
+	}
+}
+
+// TestRuleLoaderKnowsTheRegistry: the rule loader, which imports no layer,
+// accepts exactly the registered action types.
+func TestRuleLoaderKnowsTheRegistry(t *testing.T) {
+	if got, want := slices.Sorted(slices.Values(rule.ActionTypes())), slices.Sorted(slices.Values(actions.Types())); !slices.Equal(got, want) {
+		t.Errorf("rule.ActionTypes() = %v; the registry holds %v: add the type in internal/rule/convert.go", got, want)
 	}
 }
