@@ -196,7 +196,8 @@ func ruleTest(path string) (string, string, error) {
 	if err != nil {
 		return "", "", fmt.Errorf("every cookbook rule has a test file: %w", err)
 	}
-	res := ruletest.Run(context.Background(), path, ruletest.Options{})
+	// The test names its rule at ../../, beside the rule's testdata.
+	res := ruletest.Run(context.Background(), path, ruletest.Options{Root: filepath.Dir(filepath.Dir(filepath.Dir(path)))})
 	if res.Err != nil {
 		return "", "", res.Err
 	}
