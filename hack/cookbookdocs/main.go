@@ -389,8 +389,8 @@ func renderRecipe(r recipe) []byte {
 	if r.BadStatus == 0 {
 		fmt.Fprintf(&b, "\n`portal eval` exits 0: a `%s` rule reports, but only a failing `deny` rule makes it exit 1.\n", r.Action)
 	}
-	fmt.Fprintf(&b, "\n## Its test\n\nWhat the rule must decide on each fixture, as a [test file](../reference/test-file.md) `portal test` runs in CI (`%s/%s`):\n\n```yaml\n%s\n```\n\n<!-- runnable -->\n```console\n$ portal test %s\n%s```\n",
-		dir, ruletest.FileName, strings.TrimRight(r.Test, "\n"), dir, r.TestRun)
+	fmt.Fprintf(&b, "\n## Its test\n\nWhat the rule must decide on each fixture, as a [test file](../reference/test-file.md) `portal test` runs in CI (`%s/%s`):\n\n```yaml\n%s\n```\n\n<!-- runnable -->\n```console\n$ portal test --root %s %s\n%s```\n",
+		dir, ruletest.FileName, strings.TrimRight(r.Test, "\n"), r.Bundle, dir, r.TestRun)
 	return []byte(b.String())
 }
 
