@@ -26,6 +26,7 @@ func runRuleTests(t *testing.T) []ruletest.FileResult {
 		t.Fatal(err)
 	}
 	opts := ruletest.Options{
+		Root: ".",
 		Lookups: func(r clustercache.Reader) engine.Binder {
 			c := lookup.FromReader{R: r}
 			return lookup.New(lookup.Options{Cache: c, Resolver: c})

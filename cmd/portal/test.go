@@ -19,6 +19,7 @@ import (
 )
 
 type testOptions struct {
+	root   string
 	output string
 	budget exprlang.Limits
 }
@@ -36,8 +37,12 @@ the resources to evaluate them on, optional exceptions and cluster state for
 cross-resource lookups, and the result each rule must give each resource:
 pass, fail, warn, skip or error, optionally with a piece of its message.
 Recorded audit logs (events) feed the runtime rules, as portal eval --events
-replays them. Paths in a test file are relative to it. Results a test file does not
-mention are ignored. The schema is in docs/reference/test-file.md.
+replays them. Paths in a test file are relative to it, and every file a test
+reads must resolve, links followed, under the directory given on the command
+line (the file's directory for a FILE), or under --root: an absolute path, a
+path that leaves it, a file that is not a regular file (a device, a pipe) or a
+file over 16 MiB is a broken test. Results a test file does not mention are
+ignored. The schema is in docs/reference/test-file.md.
 
 The table lists each mismatch with the file and line of its expectation, and
 every broken test file with its error.
@@ -48,12 +53,13 @@ that does not load, a resource path that does not exist, an expectation naming
 a rule or resource the test does not have) or no test file was found.`,
 		Example: `  portal test examples/
   portal test rules/ -o junit > portal-test.xml
-  portal test rules/privileged/portal-test.yaml`,
+  portal test --root rules/ rules/privileged/testdata/portal-test.yaml`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, args) },
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(ruletest.Formats, "|"))
+	f.StringVar(&o.root, "root", "", "directory every file a test reads must resolve under (default: each DIR given, or a FILE's directory)")
 	// The same budget flags as portal eval and portal run, so a test
 	// reproduces the verdicts of a cluster that sets them.
 	f.Int64Var(&o.budget.Operations, "rule-max-operations", o.budget.Operations, "operations one rule evaluation may run before it ends in an error (as portal run)")
@@ -68,7 +74,7 @@ func (o *testOptions) run(cmd *cobra.Command, args []string) error {
 	if o.budget.Operations <= 0 || o.budget.Bytes <= 0 {
 		return usageError(fmt.Errorf("--rule-max-operations (%d) and --rule-max-bytes (%d) must be positive", o.budget.Operations, o.budget.Bytes))
 	}
-	files, err := ruletest.Find(args)
+	files, err := ruletest.Targets(args, o.root)
 	if err != nil {
 		return usageError(err)
 	}
@@ -93,13 +99,14 @@ func (o *testOptions) run(cmd *cobra.Command, args []string) error {
 }
 
 // runTests runs each test file in turn.
-func runTests(cmd *cobra.Command, files []string, opts ruletest.Options) []ruletest.FileResult {
+func runTests(cmd *cobra.Command, files []ruletest.Target, opts ruletest.Options) []ruletest.FileResult {
 	out := make([]ruletest.FileResult, 0, len(files))
 	for _, f := range files {
 		if cmd.Context().Err() != nil {
 			break
 		}
-		out = append(out, ruletest.Run(cmd.Context(), f, opts))
+		opts.Root = f.Root
+		out = append(out, ruletest.Run(cmd.Context(), f.Path, opts))
 	}
 	return out
 }

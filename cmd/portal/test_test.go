@@ -19,10 +19,10 @@ func TestTestExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		"passing":        {[]string{testCorpus + "/pass"}, exitOK, "1 test file, 7 expectations: 7 passed, 0 mismatched, 0 broken"},
+		"passing":        {[]string{"--root", testCorpus, testCorpus + "/pass"}, exitOK, "1 test file, 7 expectations: 7 passed, 0 mismatched, 0 broken"},
 		"runtime events": {[]string{testCorpus + "/events"}, exitOK, "1 test file, 3 expectations: 3 passed, 0 mismatched, 0 broken"},
-		"failing":        {[]string{testCorpus + "/pass", testCorpus + "/fail"}, exitViolation, "fail/portal-test.yaml:9   no-privileged  Pod/demo/debug"},
-		"broken":         {[]string{testCorpus, testCorpus + "/broken/unknown-rule.yaml"}, exitUsage, `BROKEN ` + testCorpus + `/broken/unknown-rule.yaml:8: rule "team-lable"`},
+		"failing":        {[]string{"--root", testCorpus, testCorpus + "/pass", testCorpus + "/fail"}, exitViolation, "fail/portal-test.yaml:9   no-privileged  Pod/demo/debug"},
+		"broken":         {[]string{"--root", testCorpus, testCorpus, testCorpus + "/broken/unknown-rule.yaml"}, exitUsage, `BROKEN ` + testCorpus + `/broken/unknown-rule.yaml:8: rule "team-lable"`},
 		"none found":     {[]string{testCorpus + "/rules"}, exitUsage, ""},
 		"missing path":   {[]string{testCorpus + "/nothing"}, exitUsage, ""},
 		"unknown format": {[]string{"-o", "xml", testCorpus}, exitUsage, ""},
@@ -43,7 +43,7 @@ func TestTestExitCodes(t *testing.T) {
 // a failure per mismatch naming the expectation's line, and a broken file
 // as an erroring suite.
 func TestTestJUnit(t *testing.T) {
-	out, err := runCLI(t, "", "test", "-o", "junit", testCorpus+"/pass", testCorpus+"/fail", testCorpus+"/broken/bad-result.yaml")
+	out, err := runCLI(t, "", "test", "-o", "junit", "--root", testCorpus, testCorpus+"/pass", testCorpus+"/fail", testCorpus+"/broken/bad-result.yaml")
 	if code := exitCodeOf(err); code != exitUsage {
 		t.Fatalf("exit code %d, want %d: %v", code, exitUsage, err)
 	}
@@ -96,7 +96,7 @@ func TestTestJUnit(t *testing.T) {
 
 // TestTestJSON: -o json reports every check and the summary.
 func TestTestJSON(t *testing.T) {
-	out, err := runCLI(t, "", "test", "-o", "json", testCorpus+"/fail")
+	out, err := runCLI(t, "", "test", "-o", "json", "--root", testCorpus, testCorpus+"/fail")
 	if code := exitCodeOf(err); code != exitViolation {
 		t.Fatalf("exit code %d, want %d: %v", code, exitViolation, err)
 	}
@@ -144,5 +144,43 @@ func TestTestEventsMismatch(t *testing.T) {
 	}
 	if want := "portal-test.yaml:9  exec-in-prod  Pod/prod/web-0             pass (message has \"alice@example.com exec'd into web-0\")  fail"; !strings.Contains(out, want) {
 		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+}
+
+// TestTestConfinement: every file a test reads resolves under the directory
+// given (a FILE's own directory), or under --root; a link to a device is a
+// broken test (exit 2) naming the file, never a read of it.
+func TestTestConfinement(t *testing.T) {
+	top := t.TempDir()
+	if err := os.CopyFS(top, os.DirFS(testCorpus)); err != nil {
+		t.Fatal(err)
+	}
+	pass := filepath.Join(top, "pass", "portal-test.yaml")
+	zero := filepath.Join(top, "zero", "portal-test.yaml")
+	if err := os.MkdirAll(filepath.Dir(zero), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"file names ../":        {[]string{pass}, exitUsage, "resolves outside " + filepath.Dir(pass)},
+		"directory names ../":   {[]string{filepath.Dir(pass)}, exitUsage, "resolves outside " + filepath.Dir(pass)},
+		"--root takes it in":    {[]string{"--root", top, pass}, exitOK, "7 passed, 0 mismatched, 0 broken"},
+		"test file is a device": {[]string{filepath.Dir(zero)}, exitUsage, "BROKEN " + zero + ": " + zero + " is not a regular file"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := runCLI(t, "", append([]string{"test"}, tc.args...)...)
+			if code := exitCodeOf(err); code != tc.code {
+				t.Fatalf("exit code %d, want %d: %v\n%s", code, tc.code, err, out)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, out)
+			}
+		})
 	}
 }

@@ -196,7 +196,8 @@ func ruleTest(path string) (string, string, error) {
 	if err != nil {
 		return "", "", fmt.Errorf("every cookbook rule has a test file: %w", err)
 	}
-	res := ruletest.Run(context.Background(), path, ruletest.Options{})
+	// The test names its rule at ../../, beside the rule's testdata.
+	res := ruletest.Run(context.Background(), path, ruletest.Options{Root: filepath.Dir(filepath.Dir(filepath.Dir(path)))})
 	if res.Err != nil {
 		return "", "", res.Err
 	}
@@ -388,8 +389,8 @@ func renderRecipe(r recipe) []byte {
 	if r.BadStatus == 0 {
 		fmt.Fprintf(&b, "\n`portal eval` exits 0: a `%s` rule reports, but only a failing `deny` rule makes it exit 1.\n", r.Action)
 	}
-	fmt.Fprintf(&b, "\n## Its test\n\nWhat the rule must decide on each fixture, as a [test file](../reference/test-file.md) `portal test` runs in CI (`%s/%s`):\n\n```yaml\n%s\n```\n\n<!-- runnable -->\n```console\n$ portal test %s\n%s```\n",
-		dir, ruletest.FileName, strings.TrimRight(r.Test, "\n"), dir, r.TestRun)
+	fmt.Fprintf(&b, "\n## Its test\n\nWhat the rule must decide on each fixture, as a [test file](../reference/test-file.md) `portal test` runs in CI (`%s/%s`):\n\n```yaml\n%s\n```\n\n<!-- runnable -->\n```console\n$ portal test --root %s %s\n%s```\n",
+		dir, ruletest.FileName, strings.TrimRight(r.Test, "\n"), r.Bundle, dir, r.TestRun)
 	return []byte(b.String())
 }
 

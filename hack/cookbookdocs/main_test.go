@@ -61,7 +61,7 @@ func TestRunWritesAndChecks(t *testing.T) {
 		t.Errorf("page lacks %q:\n%s", want, page)
 	}
 	// The page shows the rule's test file and what portal test prints.
-	for _, want := range []string{"## Its test", "rules: [../../disallow-latest-tag.yaml]", "$ portal test " + bundleDir + "/testdata/" + name + "\n1 test file, 3 expectations: 3 passed"} {
+	for _, want := range []string{"## Its test", "rules: [../../disallow-latest-tag.yaml]", "$ portal test --root " + bundleDir + " " + bundleDir + "/testdata/" + name + "\n1 test file, 3 expectations: 3 passed"} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("page lacks %q:\n%s", want, page)
 		}

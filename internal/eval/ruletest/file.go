@@ -9,11 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/didyoumean"
@@ -150,7 +154,7 @@ var (
 func Parse(path string, data []byte) (*File, error) {
 	at := func(line int, err error) error { return &manifest.Error{Path: path, Line: line, Err: err} }
 	if len(data) > MaxFileBytes {
-		return nil, at(0, fmt.Errorf("the file is %d bytes, over the %d a test file may have", len(data), MaxFileBytes))
+		return nil, at(0, errors.New(tooBig(int64(len(data)))))
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
@@ -171,6 +175,12 @@ func Parse(path string, data []byte) (*File, error) {
 	if doc.Kind != yaml.MappingNode {
 		return nil, at(doc.Line, errors.New("a test file is a mapping of name, rules, resources and results"))
 	}
+	// Before anything decodes it: yaml.v3 expands an alias wherever it is
+	// used, and its alias ratio check misses a big anchor used many times
+	// in a big enough file.
+	if err := noAliases(&root, at); err != nil {
+		return nil, err
+	}
 	if err := checkFields(doc, fileFields, at); err != nil {
 		return nil, err
 	}
@@ -182,6 +192,23 @@ func Parse(path string, data []byte) (*File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// noAliases refuses any anchor or alias in the tree at n: a test file has
+// no use for them, and an alias is a copy the file does not pay for.
+func noAliases(n *yaml.Node, at func(int, error) error) error {
+	stack := []*yaml.Node{n}
+	for len(stack) > 0 {
+		n, stack = stack[len(stack)-1], stack[:len(stack)-1]
+		if n.Kind == yaml.AliasNode || n.Anchor != "" {
+			return at(n.Line, errors.New("anchors and aliases are not allowed in test files: write each value out"))
+		}
+		// Reversed, so the first in the file is the one reported.
+		for i := len(n.Content) - 1; i >= 0; i-- {
+			stack = append(stack, n.Content[i])
+		}
+	}
+	return nil
 }
 
 // checkFields refuses a key of m that is not in known, naming the closest
@@ -222,17 +249,32 @@ func (f *File) check(doc *yaml.Node, at func(int, error) error) error {
 	if len(f.Resources) > MaxPaths {
 		return at(field(doc, "resources").Line, fmt.Errorf("resources names %d paths and objects, over the %d a test file may", len(f.Resources), MaxPaths))
 	}
-	if i := slices.IndexFunc(f.Resources, func(r Resource) bool { return r.Inline == nil && r.Path == "" }); i >= 0 {
-		return at(field(doc, "resources").Content[i].Line, errors.New("resources: an empty path"))
+	inline := 0
+	for i, r := range f.Resources {
+		inline += len(r.Inline)
+		if r.Inline != nil {
+			continue
+		}
+		if err := checkPath(r.Path); err != nil {
+			return at(field(doc, "resources").Content[i].Line, fmt.Errorf("resources: %w", err))
+		}
+	}
+	if inline > MaxFileBytes {
+		return at(field(doc, "resources").Line, fmt.Errorf("resources: the inline objects are %d bytes, over the %d a test file may have", inline, MaxFileBytes))
 	}
 	for _, l := range lists {
 		key, list := l.key, l.list
 		if len(list) > MaxPaths {
 			return at(field(doc, key).Line, fmt.Errorf("%s names %d paths, over the %d a test file may", key, len(list), MaxPaths))
 		}
-		if i := slices.Index(list, ""); i >= 0 {
-			return at(field(doc, key).Content[i].Line, fmt.Errorf("%s: an empty path", key))
+		for i, p := range list {
+			if err := checkPath(p); err != nil {
+				return at(field(doc, key).Content[i].Line, fmt.Errorf("%s: %w", key, err))
+			}
 		}
+	}
+	if err := checkText("name", f.Name, maxTextBytes); err != nil {
+		return at(field(doc, "name").Line, err)
 	}
 	switch {
 	case len(f.Rules) == 0:
@@ -269,6 +311,12 @@ func (e *Expectation) check() error {
 	switch {
 	case e.Rule == "":
 		return errors.New("rule: name the rule this result is of")
+	case checkText("rule", e.Rule, maxNameBytes) != nil:
+		return checkText("rule", e.Rule, maxNameBytes)
+	case e.Container != "" && len(validation.IsDNS1123Label(e.Container)) > 0:
+		return fmt.Errorf("container %q: a container name is a DNS label (%s)", e.Container, strings.Join(validation.IsDNS1123Label(e.Container), "; "))
+	case checkText("message", e.Message, maxTextBytes) != nil:
+		return checkText("message", e.Message, maxTextBytes)
 	case e.Resource == "":
 		return errors.New("resource: name the object as Kind/namespace/name (Kind/name when cluster-scoped)")
 	case !slices.Contains(Results, e.Result):
@@ -288,14 +336,66 @@ func (r ResourceID) String() string {
 	return r.Kind + "/" + r.Namespace + "/" + r.Name
 }
 
-// ParseResource reads Kind/namespace/name or Kind/name.
+// ParseResource reads Kind/namespace/name or Kind/name: a Kind of letters
+// and digits, a namespace that is a DNS label, and a name of printable
+// characters (object names such as system:node allow more than a DNS
+// subdomain) of at most 253 bytes.
 func ParseResource(s string) (ResourceID, error) {
 	parts := strings.Split(s, "/")
 	if slices.Contains(parts, "") || len(parts) < 2 || len(parts) > 3 {
 		return ResourceID{}, fmt.Errorf("resource %q: write Kind/namespace/name, or Kind/name for a cluster-scoped object", s)
 	}
+	if !kindPattern.MatchString(parts[0]) {
+		return ResourceID{}, fmt.Errorf("resource %q: the Kind %q is not a kind: letters and digits, starting with a letter", s, parts[0])
+	}
+	if len(parts) == 3 && len(validation.IsDNS1123Label(parts[1])) > 0 {
+		return ResourceID{}, fmt.Errorf("resource %q: the namespace %q is not a DNS label", s, parts[1])
+	}
+	if err := checkText("resource name", parts[len(parts)-1], maxNameBytes); err != nil {
+		return ResourceID{}, fmt.Errorf("resource %q: %w", s, err)
+	}
 	if len(parts) == 2 {
 		return ResourceID{Kind: parts[0], Name: parts[1]}, nil
 	}
 	return ResourceID{Kind: parts[0], Namespace: parts[1], Name: parts[2]}, nil
+}
+
+// Bounds on the text of a test file that reports print.
+const (
+	// maxNameBytes bounds a rule's and an object's name (a DNS subdomain's
+	// length).
+	maxNameBytes = 253
+	// maxTextBytes bounds a test's name and an expected message.
+	maxTextBytes = 1024
+)
+
+var kindPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,62}$`)
+
+// checkText refuses text a report would print that holds a character that
+// is not printable (a newline, an escape sequence, a bidirectional
+// override): in a CI log it could forge a line, a workflow command or
+// colours.
+func checkText(what, s string, limit int) error {
+	if len(s) > limit {
+		return fmt.Errorf("%s is %d bytes, over the %d it may have", what, len(s), limit)
+	}
+	if strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || r == unicode.ReplacementChar }) {
+		return fmt.Errorf("%s %q holds a character that is not printable", what, s)
+	}
+	return nil
+}
+
+// checkPath refuses a path a test could not read safely: empty, absolute,
+// or too long. Where a relative one leads is checked when the test runs,
+// after links.
+func checkPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("an empty path")
+	case len(p) > MaxPathBytes:
+		return fmt.Errorf("a path of %d bytes, over the %d a path may have", len(p), MaxPathBytes)
+	case filepath.IsAbs(p) || strings.HasPrefix(p, "/"):
+		return fmt.Errorf("%q is absolute: a path in a test file is relative to it and stays under the directory portal test was given", p)
+	}
+	return nil
 }

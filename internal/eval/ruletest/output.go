@@ -5,8 +5,10 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 )
 
 // Formats lists the output formats Write takes.
@@ -52,7 +54,7 @@ func writeTable(w io.Writer, rs []FileResult) error {
 	s := Summarize(rs)
 	for _, r := range rs {
 		if r.Err != nil {
-			fmt.Fprintf(w, "BROKEN %s\n", strings.ReplaceAll(r.Err.Error(), "\n", "\n  "))
+			fmt.Fprintf(w, "BROKEN %s\n", safeLines(r.Err.Error(), "\n  "))
 		}
 	}
 	if s.Mismatches > 0 {
@@ -63,7 +65,7 @@ func writeTable(w io.Writer, rs []FileResult) error {
 				if c.OK {
 					continue
 				}
-				fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Path, c.Line, c.Rule, c.Resource, c.Container, want(c.Expectation), c.Got, oneLine(firstMessage(c)))
+				fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(r.Path), c.Line, safe(c.Rule), safe(c.Resource), safe(c.Container), want(c.Expectation), safe(c.Got), safe(oneLine(firstMessage(c))))
 			}
 		}
 		if err := tw.Flush(); err != nil {
@@ -87,7 +89,7 @@ func want(e Expectation) string {
 	if e.Message == "" {
 		return e.Result
 	}
-	return fmt.Sprintf("%s (message has %q)", e.Result, e.Message)
+	return fmt.Sprintf("%s (message has %q)", safe(e.Result), e.Message)
 }
 
 func firstMessage(c Check) string {
@@ -98,6 +100,28 @@ func firstMessage(c Check) string {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// safe is s, or s quoted (strconv.Quote) when it holds a character that is
+// not printable. A test file, its path and the messages of its rules are
+// pull-request input, printed into CI logs: a raw newline could start a
+// GitHub Actions workflow command (::error ...), an escape sequence could
+// recolour or hide lines.
+func safe(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// safeLines is safe on each line of s, the lines joined by sep: an error
+// holds lines of its own, each of which may quote input.
+func safeLines(s, sep string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = safe(l)
+	}
+	return strings.Join(lines, sep)
+}
 
 type junitSuites struct {
 	XMLName  xml.Name     `xml:"testsuites"`
@@ -138,24 +162,29 @@ type junitProblem struct {
 func writeJUnit(w io.Writer, rs []FileResult) error {
 	out := junitSuites{Name: "portal test"}
 	for _, r := range rs {
-		s := junitSuite{Name: r.Name, File: r.Path}
+		name, path := safe(r.Name), safe(r.Path)
+		s := junitSuite{Name: name, File: path}
 		if r.Err != nil {
 			s.Tests, s.Errors = 1, 1
-			s.Cases = []junitCase{{Name: "load", ClassName: r.Name, File: r.Path,
-				Error: &junitProblem{Message: "broken test file", Type: "broken", Text: r.Err.Error()}}}
+			s.Cases = []junitCase{{Name: "load", ClassName: name, File: path,
+				Error: &junitProblem{Message: "broken test file", Type: "broken", Text: safeLines(r.Err.Error(), "\n")}}}
 		}
 		for _, c := range r.Checks {
-			name := c.Rule + " " + c.Resource
+			cn := safe(c.Rule) + " " + safe(c.Resource)
 			if c.Container != "" {
-				name += " container " + c.Container
+				cn += " container " + safe(c.Container)
 			}
-			tc := junitCase{Name: name, ClassName: r.Name, File: r.Path, Line: c.Line}
+			tc := junitCase{Name: cn, ClassName: name, File: path, Line: c.Line}
 			if !c.OK {
 				s.Failures++
+				msgs := make([]string, len(c.Messages))
+				for i, m := range c.Messages {
+					msgs[i] = safe(m)
+				}
 				tc.Failure = &junitProblem{
-					Message: fmt.Sprintf("want %s, got %s", want(c.Expectation), c.Got),
+					Message: fmt.Sprintf("want %s, got %s", want(c.Expectation), safe(c.Got)),
 					Type:    "mismatch",
-					Text:    fmt.Sprintf("%s:%d: %s on %s: want %s, got %s\n%s", r.Path, c.Line, c.Rule, c.Resource, want(c.Expectation), c.Got, strings.Join(c.Messages, "\n")),
+					Text:    fmt.Sprintf("%s:%d: %s on %s: want %s, got %s\n%s", path, c.Line, safe(c.Rule), safe(c.Resource), want(c.Expectation), safe(c.Got), strings.Join(msgs, "\n")),
 				}
 			}
 			s.Tests++

@@ -16,7 +16,7 @@ import (
 )
 
 // opts wires clusterState into the lookups as portal test does.
-var opts = ruletest.Options{Lookups: func(r clustercache.Reader) engine.Binder {
+var opts = ruletest.Options{Root: "testdata", Lookups: func(r clustercache.Reader) engine.Binder {
 	c := lookup.FromReader{R: r}
 	return lookup.New(lookup.Options{Cache: c, Resolver: c})
 }}

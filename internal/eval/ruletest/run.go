@@ -36,6 +36,10 @@ type Options struct {
 	// findings (the composition root passes the runtime layer's replay,
 	// as portal eval --events runs it). nil: a test with events is broken.
 	Replay func(ctx context.Context, eng *engine.Engine, cluster clustercache.Reader, path string) ([]Finding, error)
+	// Root is the directory every file a test reads must resolve under,
+	// links followed: the directory portal test was given. Empty: the test
+	// file's own directory.
+	Root string
 }
 
 // Finding is what a runtime rule raised on replaying a recorded event.
@@ -125,12 +129,52 @@ func Find(paths []string) ([]string, error) {
 	return out, nil
 }
 
+// Target is a test file to run and the root what it reads must stay under.
+type Target struct{ Path, Root string }
+
+// Targets finds the test files at paths as Find does, each with its root:
+// root when it is set, else the directory it was found under, or for a
+// file named on its own, that file's directory. A file reached twice is
+// listed once, with the root it was first reached under.
+func Targets(paths []string, root string) ([]Target, error) {
+	var out []Target
+	seen := manifest.FileSet{}
+	for _, p := range paths {
+		files, err := Find([]string{p})
+		if err != nil {
+			return nil, err
+		}
+		r := root
+		if r == "" {
+			r = p
+			if info, err := os.Stat(p); err == nil && !info.IsDir() {
+				r = filepath.Dir(p)
+			}
+		}
+		for _, f := range files {
+			if seen.First(f) {
+				out = append(out, Target{Path: f, Root: r})
+			}
+		}
+	}
+	return out, nil
+}
+
 // Run reads the test file at path, runs it and compares. A broken test is
 // reported in the result's Err, never as an error of its own, so one broken
 // file does not hide the others' results.
 func Run(ctx context.Context, path string, o Options) FileResult {
 	res := FileResult{Path: path, Name: path}
-	data, err := readBounded(path)
+	root := o.Root
+	if root == "" {
+		root = filepath.Dir(path)
+	}
+	c, err := newConfine(root, path)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	data, err := c.readBounded(path)
 	if err != nil {
 		res.Err = err
 		return res
@@ -141,21 +185,8 @@ func Run(ctx context.Context, path string, o Options) FileResult {
 		return res
 	}
 	res.Name = f.Title()
-	res.Checks, res.Unasserted, res.Err = run(ctx, f, o)
+	res.Checks, res.Unasserted, res.Err = run(ctx, f, c, o)
 	return res
-}
-
-// readBounded reads a test file, refusing one over MaxFileBytes before
-// reading it whole.
-func readBounded(path string) ([]byte, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if info.Size() > MaxFileBytes {
-		return nil, &manifest.Error{Path: path, Err: fmt.Errorf("the file is %d bytes, over the %d a test file may have", info.Size(), MaxFileBytes)}
-	}
-	return os.ReadFile(path)
 }
 
 // fixedClock is the test file's now: the time exceptions expire against.
@@ -164,25 +195,18 @@ type fixedClock time.Time
 func (c fixedClock) Now() time.Time                  { return time.Time(c) }
 func (c fixedClock) Since(t time.Time) time.Duration { return time.Time(c).Sub(t) }
 
-// run loads what f names, relative to f, evaluates its resources and
-// compares the results with its expectations.
-func run(ctx context.Context, f *File, o Options) ([]Check, int, error) {
-	dir := filepath.Dir(f.Path)
-	rel := func(ps []string) []string {
-		out := make([]string, len(ps))
-		for i, p := range ps {
-			out[i] = p
-			if !filepath.IsAbs(p) {
-				out[i] = filepath.Join(dir, p)
-			}
-		}
-		return out
-	}
-	eng, cluster, loaded, err := load(f, rel, o)
+// run loads what f names, relative to f and confined by c, evaluates its
+// resources and compares the results with its expectations.
+func run(ctx context.Context, f *File, c *confine, o Options) ([]Check, int, error) {
+	eng, cluster, loaded, err := load(f, c, o)
 	if err != nil {
 		return nil, 0, err
 	}
-	docs, err := manifest.ReadPaths(rel(paths(f.Resources)), nil)
+	files, err := c.all(paths(f.Resources))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: resources: %w", f.Path, err)
+	}
+	docs, err := manifest.ReadPaths(files, nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: resources: %w", f.Path, err)
 	}
@@ -208,7 +232,7 @@ func run(ctx context.Context, f *File, o Options) ([]Check, int, error) {
 	// object without one is no verdict.
 	results := slices.DeleteFunc(rep.Results, func(r eval.Result) bool { return loaded[r.Rule] })
 	if len(f.Events) > 0 {
-		found, err := replay(ctx, f, rel, eng, cluster, o)
+		found, err := replay(ctx, f, c, eng, cluster, o)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -224,12 +248,16 @@ func run(ctx context.Context, f *File, o Options) ([]Check, int, error) {
 
 // replay runs the runtime rules on f's events and returns their findings
 // as fail results (warn for a rule that warns).
-func replay(ctx context.Context, f *File, rel func([]string) []string, eng *engine.Engine, cluster clustercache.Reader, o Options) ([]eval.Result, error) {
+func replay(ctx context.Context, f *File, c *confine, eng *engine.Engine, cluster clustercache.Reader, o Options) ([]eval.Result, error) {
 	if o.Replay == nil {
 		return nil, fmt.Errorf("%s: events: this build cannot replay events", f.Path)
 	}
+	logs, err := c.all(f.Events)
+	if err != nil {
+		return nil, fmt.Errorf("%s: events: %w", f.Path, err)
+	}
 	var out []eval.Result
-	for _, p := range rel(f.Events) {
+	for _, p := range logs {
 		found, err := o.Replay(ctx, eng, cluster, p)
 		if err != nil {
 			return nil, fmt.Errorf("%s: events: %w", f.Path, err)
@@ -272,11 +300,15 @@ func resourceIDs(docs []manifest.Document) (map[ResourceID]bool, error) {
 // lookups, its exceptions, its clock; and returns the cluster state (nil
 // when f has none) and the rules: each name, and whether the rule runs
 // only on events (mode runtime).
-func load(f *File, rel func([]string) []string, o Options) (*engine.Engine, clustercache.Reader, map[string]bool, error) {
+func load(f *File, c *confine, o Options) (*engine.Engine, clustercache.Reader, map[string]bool, error) {
 	var opts []engine.Option
 	var cluster clustercache.Reader
 	if len(f.ClusterState) > 0 {
-		state, errs := eval.LoadClusterState(rel(f.ClusterState), nil)
+		files, err := c.all(f.ClusterState)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s: clusterState: %w", f.Path, err)
+		}
+		state, errs := eval.LoadClusterState(files, nil)
 		if len(errs) > 0 {
 			return nil, nil, nil, fmt.Errorf("%s: clusterState: %w", f.Path, errors.Join(errs...))
 		}
@@ -293,7 +325,11 @@ func load(f *File, rel func([]string) []string, o Options) (*engine.Engine, clus
 		limits = exprlang.DefaultLimits()
 	}
 	eng := engine.New(exprlang.New(exprlang.WithLimits(limits)), opts...)
-	rules, errs := rule.LoadPaths(eng, rel(f.Rules))
+	ruleFiles, err := c.all(f.Rules)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: rules: %w", f.Path, err)
+	}
+	rules, errs := rule.LoadPaths(eng, ruleFiles)
 	if len(errs) > 0 {
 		return nil, nil, nil, fmt.Errorf("%s: rules: %w", f.Path, errors.Join(errs...))
 	}
@@ -306,7 +342,11 @@ func load(f *File, rel func([]string) []string, o Options) (*engine.Engine, clus
 		names[r.Name] = r.HasMode(core.ModeRuntime) && !r.HasMode(core.ModeAdmission) && !r.HasMode(core.ModeAudit)
 	}
 	if len(f.Exceptions) > 0 {
-		xs, errs := exception.LoadPaths(eng, rel(f.Exceptions), nil)
+		files, err := c.all(f.Exceptions)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s: exceptions: %w", f.Path, err)
+		}
+		xs, errs := exception.LoadPaths(eng, files, nil)
 		if len(errs) > 0 {
 			return nil, nil, nil, fmt.Errorf("%s: exceptions: %w", f.Path, errors.Join(errs...))
 		}
