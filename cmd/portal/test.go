@@ -38,8 +38,9 @@ cross-resource lookups, and the result each rule must give each resource:
 pass, fail, warn, skip or error, optionally with a piece of its message.
 Recorded audit logs (events) feed the runtime rules, as portal eval --events
 replays them. Paths in a test file are relative to it, and every file a test
-reads must resolve, links followed, under the directory given on the command
-line (the file's directory for a FILE), or under --root: an absolute path, a
+reads must resolve, links followed, under the root: --root, else the working
+directory when the DIR or FILE is under it (run it from the checkout), else
+the DIR given (a FILE's directory): an absolute path, a
 path that leaves it, a file that is not a regular file (a device, a pipe) or a
 file over 16 MiB is a broken test. Results a test file does not mention are
 ignored. The schema is in docs/reference/test-file.md.
@@ -53,13 +54,14 @@ that does not load, a resource path that does not exist, an expectation naming
 a rule or resource the test does not have) or no test file was found.`,
 		Example: `  portal test examples/
   portal test rules/ -o junit > portal-test.xml
-  portal test --root rules/ rules/privileged/testdata/portal-test.yaml`,
+  portal test rules/privileged/testdata/portal-test.yaml
+  portal test --root rules/ /checkout/rules/privileged/testdata/portal-test.yaml`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, args) },
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(ruletest.Formats, "|"))
-	f.StringVar(&o.root, "root", "", "directory every file a test reads must resolve under (default: each DIR given, or a FILE's directory)")
+	f.StringVar(&o.root, "root", "", "directory every file a test reads must resolve under (default: the working directory when the DIR or FILE is under it, else the DIR, or a FILE's directory)")
 	// The same budget flags as portal eval and portal run, so a test
 	// reproduces the verdicts of a cluster that sets them.
 	f.Int64Var(&o.budget.Operations, "rule-max-operations", o.budget.Operations, "operations one rule evaluation may run before it ends in an error (as portal run)")

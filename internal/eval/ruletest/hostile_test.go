@@ -224,3 +224,21 @@ func TestOutputEscapes(t *testing.T) {
 		})
 	}
 }
+
+// TestDefaultRootIsTheCheckout: run from the checkout, a test given on its
+// own may name the rules above its directory (the working directory is the
+// root); a test outside the working directory is confined to what it was
+// given.
+func TestDefaultRootIsTheCheckout(t *testing.T) {
+	cwd := t.TempDir()
+	for p, want := range map[string]string{
+		"rules/x/testdata":        ".",
+		filepath.Join(cwd, "a/b"): ".",
+		"../elsewhere":            "../elsewhere",
+		"/abs/outside":            "/abs/outside",
+	} {
+		if got := ruletest.DefaultRoot(p, cwd); got != want {
+			t.Errorf("DefaultRoot(%q) = %q, want %q", p, got, want)
+		}
+	}
+}

@@ -133,12 +133,13 @@ func Find(paths []string) ([]string, error) {
 type Target struct{ Path, Root string }
 
 // Targets finds the test files at paths as Find does, each with its root:
-// root when it is set, else the directory it was found under, or for a
-// file named on its own, that file's directory. A file reached twice is
-// listed once, with the root it was first reached under.
+// root when it is set, else DefaultRoot of the path it was found under. A
+// file reached twice is listed once, with the root it was first reached
+// under.
 func Targets(paths []string, root string) ([]Target, error) {
 	var out []Target
 	seen := manifest.FileSet{}
+	cwd, _ := os.Getwd()
 	for _, p := range paths {
 		files, err := Find([]string{p})
 		if err != nil {
@@ -146,10 +147,7 @@ func Targets(paths []string, root string) ([]Target, error) {
 		}
 		r := root
 		if r == "" {
-			r = p
-			if info, err := os.Stat(p); err == nil && !info.IsDir() {
-				r = filepath.Dir(p)
-			}
+			r = DefaultRoot(p, cwd)
 		}
 		for _, f := range files {
 			if seen.First(f) {
@@ -158,6 +156,26 @@ func Targets(paths []string, root string) ([]Target, error) {
 		}
 	}
 	return out, nil
+}
+
+// DefaultRoot is the root of the tests found at p when --root is not
+// given: the working directory when p is under it (CI runs `portal test`
+// from the checkout, so a test may name the rules of the folders above it,
+// and nothing outside the checkout), else p itself, or a file's directory.
+func DefaultRoot(p, cwd string) string {
+	abs := p
+	if !filepath.IsAbs(p) {
+		abs = filepath.Join(cwd, p)
+	}
+	if cwd != "" {
+		if rel, err := filepath.Rel(cwd, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return "."
+		}
+	}
+	if info, err := os.Stat(p); err == nil && !info.IsDir() {
+		return filepath.Dir(p)
+	}
+	return p
 }
 
 // Run reads the test file at path, runs it and compares. A broken test is
