@@ -52,6 +52,7 @@ var foundations = []string{
 	"internal/manifest",
 	"internal/didyoumean",
 	"internal/flagalias",
+	"internal/junit",
 }
 
 // imports lists the module's packages (tests excluded) and the module

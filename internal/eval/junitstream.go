@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/vilaca/portal/internal/junit"
 )
 
 // A JUnit report groups the results by rule, one test suite each, in the
@@ -200,20 +202,20 @@ func appendXMLAttr(buf []byte, s string) []byte {
 }
 
 // junitCaseOf is the test case of one result.
-func junitCaseOf(res *Result) junitCase {
+func junitCaseOf(res *Result) junit.Case {
 	name := res.resourceName()
 	if res.Container != "" {
 		name += " container " + res.Container
 	}
-	tc := junitCase{Name: name, Classname: res.Rule}
-	problem := &junitProblem{Message: res.Message, Type: res.EnforcementAction + "/" + res.Severity, Text: res.Message}
+	tc := junit.Case{Name: name, ClassName: res.Rule}
+	problem := &junit.Problem{Message: res.Message, Type: res.EnforcementAction + "/" + res.Severity, Text: res.Message}
 	switch res.Result {
 	case "fail":
 		tc.Failure = problem
 	case "error":
 		tc.Error = problem
 	case "skip":
-		tc.Skipped = &junitSkipped{Message: res.Message}
+		tc.Skipped = &junit.Skipped{Message: res.Message}
 	}
 	return tc
 }

@@ -2,13 +2,14 @@ package eval
 
 import (
 	"bytes"
-	"encoding/xml"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/vilaca/portal/internal/junit"
 )
 
 // Formats lists the output formats Write accepts.
@@ -99,45 +100,10 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-type junitSuites struct {
-	XMLName  xml.Name     `xml:"testsuites"`
-	Tests    int          `xml:"tests,attr"`
-	Failures int          `xml:"failures,attr"`
-	Errors   int          `xml:"errors,attr"`
-	Suites   []junitSuite `xml:"testsuite"`
-}
-
-type junitSuite struct {
-	Name     string      `xml:"name,attr"`
-	Tests    int         `xml:"tests,attr"`
-	Failures int         `xml:"failures,attr"`
-	Errors   int         `xml:"errors,attr"`
-	Cases    []junitCase `xml:"testcase"`
-}
-
-type junitCase struct {
-	Name      string        `xml:"name,attr"`
-	Classname string        `xml:"classname,attr"`
-	Failure   *junitProblem `xml:"failure,omitempty"`
-	Error     *junitProblem `xml:"error,omitempty"`
-	Skipped   *junitSkipped `xml:"skipped,omitempty"`
-}
-
-// junitSkipped marks a result an exception exempted.
-type junitSkipped struct {
-	Message string `xml:"message,attr"`
-}
-
-type junitProblem struct {
-	Message string `xml:"message,attr"`
-	Type    string `xml:"type,attr"`
-	Text    string `xml:",chardata"`
-}
-
 // writeJUnit emits one test suite per rule and one test case per resource
 // (and failing container), so CI systems show each violation as a failed test.
 func (r *Report) writeJUnit(w io.Writer) error {
-	out := junitSuites{Tests: len(r.Results), Failures: r.Summary.Fail, Errors: r.Summary.Error}
+	out := junit.Suites{Tests: len(r.Results), Failures: r.Summary.Fail, Errors: r.Summary.Error}
 	index := map[string]int{}
 	for i := range r.Results {
 		res := &r.Results[i]
@@ -145,15 +111,15 @@ func (r *Report) writeJUnit(w io.Writer) error {
 		if !ok {
 			si = len(out.Suites)
 			index[res.Rule] = si
-			out.Suites = append(out.Suites, junitSuite{Name: res.Rule})
+			out.Suites = append(out.Suites, junit.Suite{Name: res.Rule})
 		}
 		s := &out.Suites[si]
 		name := res.resourceName()
 		if res.Container != "" {
 			name += " container " + res.Container
 		}
-		tc := junitCase{Name: name, Classname: res.Rule}
-		problem := &junitProblem{Message: res.Message, Type: res.EnforcementAction + "/" + res.Severity, Text: res.Message}
+		tc := junit.Case{Name: name, ClassName: res.Rule}
+		problem := &junit.Problem{Message: res.Message, Type: res.EnforcementAction + "/" + res.Severity, Text: res.Message}
 		s.Tests++
 		switch res.Result {
 		case "fail":
@@ -163,20 +129,11 @@ func (r *Report) writeJUnit(w io.Writer) error {
 			tc.Error = problem
 			s.Errors++
 		case "skip":
-			tc.Skipped = &junitSkipped{Message: res.Message}
+			tc.Skipped = &junit.Skipped{Message: res.Message}
 		}
 		s.Cases = append(s.Cases, tc)
 	}
-	if _, err := io.WriteString(w, xml.Header); err != nil {
-		return err
-	}
-	enc := xml.NewEncoder(w)
-	enc.Indent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "\n")
-	return err
+	return junit.Write(w, out)
 }
 
 // writeEncodedYAML writes a report whose results the workers encoded as

@@ -2,13 +2,14 @@ package ruletest
 
 import (
 	"encoding/json"
-	"encoding/xml"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"unicode"
+
+	"github.com/vilaca/portal/internal/junit"
 )
 
 // Formats lists the output formats Write takes.
@@ -123,65 +124,32 @@ func safeLines(s, sep string) string {
 	return strings.Join(lines, sep)
 }
 
-type junitSuites struct {
-	XMLName  xml.Name     `xml:"testsuites"`
-	Name     string       `xml:"name,attr"`
-	Tests    int          `xml:"tests,attr"`
-	Failures int          `xml:"failures,attr"`
-	Errors   int          `xml:"errors,attr"`
-	Suites   []junitSuite `xml:"testsuite"`
-}
-
-type junitSuite struct {
-	Name     string      `xml:"name,attr"`
-	File     string      `xml:"file,attr"`
-	Tests    int         `xml:"tests,attr"`
-	Failures int         `xml:"failures,attr"`
-	Errors   int         `xml:"errors,attr"`
-	Cases    []junitCase `xml:"testcase"`
-}
-
-type junitCase struct {
-	Name      string        `xml:"name,attr"`
-	ClassName string        `xml:"classname,attr"`
-	File      string        `xml:"file,attr,omitempty"`
-	Line      int           `xml:"line,attr,omitempty"`
-	Failure   *junitProblem `xml:"failure,omitempty"`
-	Error     *junitProblem `xml:"error,omitempty"`
-}
-
-type junitProblem struct {
-	Message string `xml:"message,attr"`
-	Type    string `xml:"type,attr"`
-	Text    string `xml:",chardata"`
-}
-
 // writeJUnit writes one testsuite per test file and one testcase per
 // expectation; a broken file is a suite with one erroring testcase, so CI
 // shows it rather than an empty suite.
 func writeJUnit(w io.Writer, rs []FileResult) error {
-	out := junitSuites{Name: "portal test"}
+	out := junit.Suites{Name: "portal test"}
 	for _, r := range rs {
 		name, path := safe(r.Name), safe(r.Path)
-		s := junitSuite{Name: name, File: path}
+		s := junit.Suite{Name: name, File: path}
 		if r.Err != nil {
 			s.Tests, s.Errors = 1, 1
-			s.Cases = []junitCase{{Name: "load", ClassName: name, File: path,
-				Error: &junitProblem{Message: "broken test file", Type: "broken", Text: safeLines(r.Err.Error(), "\n")}}}
+			s.Cases = []junit.Case{{Name: "load", ClassName: name, File: path,
+				Error: &junit.Problem{Message: "broken test file", Type: "broken", Text: safeLines(r.Err.Error(), "\n")}}}
 		}
 		for _, c := range r.Checks {
 			cn := safe(c.Rule) + " " + safe(c.Resource)
 			if c.Container != "" {
 				cn += " container " + safe(c.Container)
 			}
-			tc := junitCase{Name: cn, ClassName: name, File: path, Line: c.Line}
+			tc := junit.Case{Name: cn, ClassName: name, File: path, Line: c.Line}
 			if !c.OK {
 				s.Failures++
 				msgs := make([]string, len(c.Messages))
 				for i, m := range c.Messages {
 					msgs[i] = safe(m)
 				}
-				tc.Failure = &junitProblem{
+				tc.Failure = &junit.Problem{
 					Message: fmt.Sprintf("want %s, got %s", want(c.Expectation), safe(c.Got)),
 					Type:    "mismatch",
 					Text:    fmt.Sprintf("%s:%d: %s on %s: want %s, got %s\n%s", path, c.Line, safe(c.Rule), safe(c.Resource), want(c.Expectation), safe(c.Got), strings.Join(msgs, "\n")),
@@ -195,16 +163,7 @@ func writeJUnit(w io.Writer, rs []FileResult) error {
 		out.Errors += s.Errors
 		out.Suites = append(out.Suites, s)
 	}
-	if _, err := io.WriteString(w, xml.Header); err != nil {
-		return err
-	}
-	enc := xml.NewEncoder(w)
-	enc.Indent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "\n")
-	return err
+	return junit.Write(w, out)
 }
 
 type jsonCheck struct {
