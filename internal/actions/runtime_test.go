@@ -67,3 +67,53 @@ func TestRuntimeVerdictsActOnceAndStay(t *testing.T) {
 		t.Errorf("labels %v, annotations %v: want the quarantine label kept and no audit-only action", live.Labels, live.Annotations)
 	}
 }
+
+// TestRuntimeRevokeOnceAcrossALeaderChange: the replica that leads after a
+// failover remembers nothing of what the old leader did, and the API server
+// sends it the batch the old leader already acted on. The revoke-sa-token
+// verdict names the acting ServiceAccount by the UID the event carried, so
+// the new leader finds the account the old one recreated (a new UID) and
+// skips: the account is recreated once, not once per leader.
+func TestRuntimeRevokeOnceAcrossALeaderChange(t *testing.T) {
+	ctx := context.Background()
+	old := start(t, nil)
+	ns := old.namespace("runtime-failover")
+	sa := &corev1.ServiceAccount{}
+	sa.Namespace, sa.Name = ns, "ci"
+	if err := old.c.Create(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	r := clusterRule("revoke-on-exec", spec("revoke-sa-token", "recreateServiceAccount", "true"))
+	r.Modes = []core.Mode{core.ModeRuntime}
+	verdict := core.Verdict{Result: core.Result{Rule: r, Outcome: core.OutcomeFail,
+		Resource: core.ResourceRef{APIVersion: "v1", Kind: "ServiceAccount", Namespace: ns, Name: "ci", UID: string(sa.UID)}},
+		Mode: core.ModeRuntime, Observed: time.Now()}
+	uid := func() string {
+		live := &corev1.ServiceAccount{}
+		if err := old.c.Get(ctx, client.ObjectKeyFromObject(sa), live); err != nil {
+			return ""
+		}
+		return string(live.UID)
+	}
+	devtest.Eventually(t, "the old leader running", func() bool { return actions.Running(old.eng) })
+	old.eng.Offer(verdict)
+	devtest.Eventually(t, "the old leader's revoke", func() bool { return len(old.log.lines("revoke-sa-token", "ci")) == 1 })
+	if got := results(old.log.lines("revoke-sa-token", "ci")); got != "success" {
+		t.Fatalf("the old leader's revoke: %s, want success", got)
+	}
+	recreated := uid()
+	if recreated == "" || recreated == string(sa.UID) {
+		t.Fatalf("the ServiceAccount was not recreated (UID %q)", recreated)
+	}
+
+	next := start(t, nil)
+	devtest.Eventually(t, "the new leader running", func() bool { return actions.Running(next.eng) })
+	next.eng.Offer(verdict)
+	devtest.Eventually(t, "the new leader's attempt", func() bool { return len(next.log.lines("revoke-sa-token", "ci")) == 1 })
+	if got := results(next.log.lines("revoke-sa-token", "ci")); got != "skipped" {
+		t.Errorf("the new leader's attempt on the retried event: %s, want skipped", got)
+	}
+	if got := uid(); got != recreated {
+		t.Errorf("the ServiceAccount was recreated again after the leader change (UID %s, was %s)", got, recreated)
+	}
+}
