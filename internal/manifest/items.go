@@ -66,6 +66,10 @@ type itemSplitter struct {
 	// as items of one List are alike, so the buffer rarely grows (each
 	// growth copies it).
 	hint int
+	// json is set once a JSON object was read: the input is then JSON
+	// (objects one after another), as the whole-document parser reads it,
+	// so neither a YAML comment nor a YAML document may follow.
+	json bool
 }
 
 // maxHint bounds hint, so one huge item does not make every buffer after
@@ -86,9 +90,13 @@ func splitItemsMax(path string, r io.Reader, yield func(Document) bool, maxDoc i
 		if err != nil {
 			return false, err
 		}
-		if c == '{' {
+		switch {
+		case c == '{':
+			s.json = true
 			err = s.jsonObject()
-		} else {
+		case s.json:
+			err = s.syntax("invalid character %q after top-level value", c)
+		default:
 			err = s.yamlDoc(prefix)
 		}
 		if err != nil {
@@ -121,6 +129,9 @@ func (s *itemSplitter) skipBlank() (byte, []byte, error) {
 			s.line++
 			prefix = prefix[:0]
 		case '#':
+			if s.json {
+				return 0, nil, s.syntax("invalid character '#' after top-level value")
+			}
 			if _, err := s.readLine(nil); err != nil && !errors.Is(err, io.EOF) {
 				return 0, nil, err
 			}
@@ -274,6 +285,12 @@ func (s *itemSplitter) yamlItems() (n int, next []byte, eof bool, err error) {
 			}
 			item = append(append(item, stripped(text, strip)...), '\n')
 		default:
+			if seqIndent >= 0 && indent > 0 {
+				// Neither the next top-level key nor an entry: the parser
+				// refuses what follows a sequence at this indentation, so
+				// the last item is not read as if the List ended well.
+				bad = cmpOr(bad, errors.New("a line after the List's items is indented, but less than them or not as an item: cannot be read as a List"))
+			}
 			flush()
 			if seqIndent < 0 && len(pending) > 0 {
 				// Nothing was split: the blank lines go back (they only
