@@ -186,15 +186,17 @@ func TestFindingsExpire(t *testing.T) {
 	}
 }
 
-func TestOpenFindingsBounded(t *testing.T) {
-	rules := `
+// secretReadRule raises a runtime finding on every Secret read.
+const secretReadRule = `
 mode: [runtime]
 name: secret-read
 runtime: {events: [secret-read]}
 match: {gvk: [{group: "", kind: Secret}]}
 rule: "true"
 `
-	h := newHarness(t, rules, nil, runtime.Options{MaxOpenFindings: 3})
+
+func TestOpenFindingsBounded(t *testing.T) {
+	h := newHarness(t, secretReadRule, nil, runtime.Options{MaxOpenFindings: 3})
 	for i := range 5 {
 		ev := auditEvent("s", "bob", "get", "secrets", "", "prod", "s"+string(rune('0'+i)))
 		h.src.Process(t.Context(), runtime.InputWebhook, &ev)
@@ -216,14 +218,7 @@ rule: "true"
 // namespace's oldest findings first. Past the bound, the namespace holding
 // the most gives way.
 func TestOneNamespaceFloodClosesItsOwnFindings(t *testing.T) {
-	rules := `
-mode: [runtime]
-name: secret-read
-runtime: {events: [secret-read]}
-match: {gvk: [{group: "", kind: Secret}]}
-rule: "true"
-`
-	h := newHarness(t, rules, nil, runtime.Options{MaxOpenFindings: 4})
+	h := newHarness(t, secretReadRule, nil, runtime.Options{MaxOpenFindings: 4})
 	for i := range 2 {
 		ev := auditEvent("p", "bob", "get", "secrets", "", "prod", "p"+string(rune('0'+i)))
 		h.src.Process(t.Context(), runtime.InputWebhook, &ev)
