@@ -88,6 +88,10 @@ type Analyser struct {
 	producer *findings.Producer
 	synced   chan struct{}
 	queue    workqueue.TypedInterface[string]
+	// depthMu orders the queue-depth gauge's updates: reading the length
+	// and setting the gauge race with a worker's Get otherwise, and a
+	// stale non-zero depth would stay on an idle queue.
+	depthMu sync.Mutex
 	// ready is set once the initial lists are in: events before it only
 	// update the state, which the first full analysis reads.
 	ready atomic.Bool
@@ -261,7 +265,7 @@ func (a *Analyser) enqueue(observed time.Time, namespaces ...string) {
 	for _, ns := range namespaces {
 		a.queue.Add(ns)
 	}
-	a.metrics.Queued.Set(float64(a.queue.Len()))
+	a.setDepth()
 }
 
 // dependents lists the namespaces other than ns whose cross-namespace
@@ -373,14 +377,28 @@ func (a *Analyser) onNamespace(e clustercache.Event) {
 	a.enqueue(now, append(deps, e.Key.Name)...)
 }
 
+// setDepth publishes the queue's length. Every queue change is followed by
+// a call, and the last call to take the lock reads the length after every
+// change before it, so the gauge ends at the true depth.
+func (a *Analyser) setDepth() {
+	a.depthMu.Lock()
+	defer a.depthMu.Unlock()
+	a.metrics.Queued.Set(float64(a.queue.Len()))
+}
+
 // next analyses one queued namespace; false once the queue shut down.
 func (a *Analyser) next() bool {
 	ns, shutdown := a.queue.Get()
 	if shutdown {
 		return false
 	}
-	defer a.queue.Done(ns)
-	a.metrics.Queued.Set(float64(a.queue.Len()))
+	defer func() {
+		// Done re-queues a namespace an event marked while it was
+		// analysed: the depth changes here too.
+		a.queue.Done(ns)
+		a.setDepth()
+	}()
+	a.setDepth()
 	a.analyse(ns)
 	return true
 }
