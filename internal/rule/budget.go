@@ -2,7 +2,6 @@ package rule
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,10 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
@@ -38,6 +35,9 @@ type BudgetOptions struct {
 	Burst int
 	// Logger, default slog.Default().
 	Logger *slog.Logger
+	// Clock schedules the writes and stamps the condition; default the
+	// real clock.
+	Clock clock.WithTicker
 	// Registerer receives portal_rule_budget_exceeded_total (nil: not
 	// registered).
 	Registerer prometheus.Registerer
@@ -51,13 +51,11 @@ type BudgetOptions struct {
 // cannot turn its evaluations into API server writes. It runs on every
 // replica: admission evaluates on all of them.
 type BudgetStatus struct {
+	statusWriter
 	client   client.Client
 	loader   *CRLoader
 	interval time.Duration
-	limiter  *rate.Limiter
-	log      *slog.Logger
 	exceeded *prometheus.CounterVec
-	queue    workqueue.TypedDelayingInterface[countKey]
 
 	mu    sync.Mutex
 	rules map[countKey]*budgetState
@@ -76,23 +74,13 @@ func NewBudgetStatus(c client.Client, l *CRLoader, o BudgetOptions) *BudgetStatu
 	if o.Interval <= 0 {
 		o.Interval = DefaultCountInterval
 	}
-	if o.QPS <= 0 {
-		o.QPS = DefaultCountQPS
-	}
-	if o.Burst <= 0 {
-		o.Burst = DefaultCountBurst
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
 	b := &BudgetStatus{
-		client: c, loader: l, interval: o.Interval, log: o.Logger,
-		limiter: rate.NewLimiter(rate.Limit(o.QPS), o.Burst),
+		statusWriter: newStatusWriter(writerOptions{name: "portal-rule-budget", qps: o.QPS, burst: o.Burst, clock: o.Clock, log: o.Logger}),
+		client:       c, loader: l, interval: o.Interval,
 		exceeded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_rule_budget_exceeded_total",
 			Help: "Rule evaluations stopped by their budget (operations, bytes, nesting depth or the request's deadline), by rule.",
 		}, []string{"rule"}),
-		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[countKey]{Name: "portal-rule-budget"}),
 		rules: map[countKey]*budgetState{},
 	}
 	if o.Registerer != nil {
@@ -128,9 +116,6 @@ func (b *BudgetStatus) BudgetExceeded(r *core.Rule, ref core.ResourceRef, err er
 		return
 	}
 	msg := fmt.Sprintf("evaluation of %s %s stopped: %s", ref.Kind, objectRef(ref), first)
-	if len(msg) > 1024 {
-		msg = msg[:1024]
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := b.rules[k]
@@ -141,7 +126,7 @@ func (b *BudgetStatus) BudgetExceeded(r *core.Rule, ref core.ResourceRef, err er
 	st.reason, st.message, st.pending = reason, msg, true
 	if !st.scheduled {
 		st.scheduled = true
-		b.queue.AddAfter(k, max(b.interval-time.Since(st.lastWrite), 0))
+		b.due(k, st.lastWrite, b.interval)
 	}
 }
 
@@ -178,14 +163,11 @@ func (b *BudgetStatus) NeedLeaderElection() bool { return false }
 
 // Start implements manager.Runnable: it writes conditions until ctx ends.
 func (b *BudgetStatus) Start(ctx context.Context) error {
-	drain(ctx, b.queue, b.write)
+	b.run(ctx, b.write)
 	return nil
 }
 
 func (b *BudgetStatus) write(ctx context.Context, k countKey) {
-	if err := b.limiter.Wait(ctx); err != nil {
-		return
-	}
 	b.mu.Lock()
 	st := b.rules[k]
 	if st == nil || !st.pending {
@@ -196,33 +178,11 @@ func (b *BudgetStatus) write(ctx context.Context, k countKey) {
 		return
 	}
 	reason, msg := st.reason, st.message
-	st.pending, st.scheduled, st.lastWrite = false, false, time.Now()
+	st.pending, st.scheduled, st.lastWrite = false, false, b.clock.Now()
 	b.mu.Unlock()
 
-	var gen int64
-	if b.loader != nil {
-		if ls, ok := b.loader.State(k.kind, k.namespace, k.name); ok {
-			gen = ls.ActiveGeneration
-		}
-	}
-	patch, err := json.Marshal(map[string]any{
-		"apiVersion": policyv1alpha1.GroupVersion.String(),
-		"kind":       k.kind,
-		"metadata":   map[string]any{"name": k.name, "namespace": k.namespace},
-		"status": map[string]any{"conditions": []any{map[string]any{
-			"type": policyv1alpha1.ConditionBudgetExceeded, "status": "True",
-			"reason": reason, "message": msg, "observedGeneration": gen,
-			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-		}}},
-	})
-	if err != nil {
-		return
-	}
-	obj := newRuleObject(k.kind)
-	obj.SetNamespace(k.namespace)
-	obj.SetName(k.name)
-	err = b.client.Status().Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, patch),
-		client.FieldOwner(BudgetFieldOwner), client.ForceOwnership)
+	cond := b.condition(policyv1alpha1.ConditionBudgetExceeded, true, reason, msg, activeGeneration(b.loader, k))
+	err := b.apply(ctx, b.client, k, BudgetFieldOwner, map[string]any{"conditions": []any{cond}})
 	switch {
 	case err == nil:
 	case apierrors.IsNotFound(err):

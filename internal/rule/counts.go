@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vilaca/portal/internal/core"
@@ -38,6 +37,8 @@ type CountOptions struct {
 	Burst int
 	// Logger, default slog.Default().
 	Logger *slog.Logger
+	// Clock schedules the writes; default the real clock.
+	Clock clock.WithTicker
 	// Registerer receives portal_rule_status_count_writes_total (nil: not
 	// registered).
 	Registerer prometheus.Registerer
@@ -54,12 +55,10 @@ type CountOptions struct {
 // at most once per Interval, and all rules together by a token bucket.
 // Rules loaded from folders have no object and are not counted.
 type StatusCounts struct {
+	statusWriter
 	client   client.Client
 	interval time.Duration
-	limiter  *rate.Limiter
-	log      *slog.Logger
 	writes   *prometheus.CounterVec
-	queue    workqueue.TypedDelayingInterface[countKey]
 
 	mu    sync.Mutex
 	rules map[countKey]*ruleCounts
@@ -87,22 +86,13 @@ func NewStatusCounts(c client.Client, o CountOptions) *StatusCounts {
 	if o.Interval <= 0 {
 		o.Interval = DefaultCountInterval
 	}
-	if o.QPS <= 0 {
-		o.QPS = DefaultCountQPS
-	}
-	if o.Burst <= 0 {
-		o.Burst = DefaultCountBurst
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
 	s := &StatusCounts{
-		client: c, interval: o.Interval, limiter: rate.NewLimiter(rate.Limit(o.QPS), o.Burst), log: o.Logger,
+		statusWriter: newStatusWriter(writerOptions{name: "portal-rule-counts", qps: o.QPS, burst: o.Burst, clock: o.Clock, log: o.Logger}),
+		client:       c, interval: o.Interval,
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_rule_status_count_writes_total",
 			Help: "Writes of evalCount and violationCount to rule status, by result (ok, error).",
 		}, []string{"result"}),
-		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[countKey]{Name: "portal-rule-counts"}),
 		rules: map[countKey]*ruleCounts{},
 	}
 	if o.Registerer != nil {
@@ -168,7 +158,7 @@ func (s *StatusCounts) SetViolations(r *core.Rule, n int) {
 		// an interval that evaluations keep restarting: a change of the
 		// number goes out within violationDelay of the last write (the
 		// token bucket still bounds all writes together).
-		s.queue.AddAfter(k, max(0, time.Until(c.lastWrite.Add(violationDelay))))
+		s.due(k, c.lastWrite, violationDelay)
 	}
 	s.mu.Unlock()
 }
@@ -203,7 +193,7 @@ func (s *StatusCounts) scheduleLocked(k countKey, c *ruleCounts) {
 		return
 	}
 	c.scheduled = true
-	s.queue.AddAfter(k, max(0, time.Until(c.lastWrite.Add(s.interval))))
+	s.due(k, c.lastWrite, s.interval)
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: only the
@@ -217,31 +207,12 @@ func (s *StatusCounts) Start(ctx context.Context) error {
 		c.startEvals, c.baseKnown = c.evals, false
 	}
 	s.mu.Unlock()
-	drain(ctx, s.queue, s.write)
+	s.run(ctx, s.write)
 	return nil
 }
 
-// drain hands each key of q to write, one at a time, until ctx ends.
-func drain(ctx context.Context, q workqueue.TypedDelayingInterface[countKey], write func(context.Context, countKey)) {
-	go func() {
-		<-ctx.Done()
-		q.ShutDown()
-	}()
-	for {
-		k, shutdown := q.Get()
-		if shutdown {
-			return
-		}
-		write(ctx, k)
-		q.Done(k)
-	}
-}
-
-// write patches one rule's counts, taking a token first.
+// write patches one rule's counts.
 func (s *StatusCounts) write(ctx context.Context, k countKey) {
-	if err := s.limiter.Wait(ctx); err != nil {
-		return
-	}
 	obj := newRuleObject(k.kind)
 	s.mu.Lock()
 	c := s.rules[k]
@@ -292,7 +263,7 @@ func (s *StatusCounts) done(k countKey, err error) {
 	if c == nil {
 		return
 	}
-	c.lastWrite = time.Now()
+	c.lastWrite = s.clock.Now()
 	switch {
 	case err == nil:
 		s.writes.WithLabelValues("ok").Inc()

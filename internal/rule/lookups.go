@@ -2,14 +2,10 @@ package rule
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"time"
 
-	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
@@ -38,24 +34,18 @@ type LookupSource interface {
 // rule custom resources from the lookup layer, on the leader, at a bounded
 // rate. A rule that loses its lookups loses both.
 type LookupStatus struct {
-	client  client.Client
-	source  LookupSource
-	loader  *CRLoader
-	limiter *rate.Limiter
-	log     *slog.Logger
-	queue   workqueue.TypedDelayingInterface[countKey]
+	statusWriter
+	client client.Client
+	source LookupSource
+	loader *CRLoader
 }
 
 // NewLookupStatus returns the writer; call Changed for each rule whose
 // lookup state changed.
 func NewLookupStatus(c client.Client, src LookupSource, l *CRLoader, log *slog.Logger) *LookupStatus {
-	if log == nil {
-		log = slog.Default()
-	}
 	return &LookupStatus{
-		client: c, source: src, loader: l, log: log,
-		limiter: rate.NewLimiter(rate.Limit(DefaultCountQPS), DefaultCountBurst),
-		queue:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[countKey]{Name: "portal-rule-lookups"}),
+		statusWriter: newStatusWriter(writerOptions{name: "portal-rule-lookups", log: log}),
+		client:       c, source: src, loader: l,
 	}
 }
 
@@ -74,56 +64,22 @@ func (s *LookupStatus) NeedLeaderElection() bool { return true }
 
 // Start implements manager.Runnable.
 func (s *LookupStatus) Start(ctx context.Context) error {
-	drain(ctx, s.queue, s.write)
+	s.run(ctx, s.write)
 	return nil
 }
 
 func (s *LookupStatus) write(ctx context.Context, k countKey) {
-	if err := s.limiter.Wait(ctx); err != nil {
-		return
-	}
 	st, ok := s.source.LookupState(k.kind, k.namespace, k.name)
 	status := map[string]any{}
 	if ok {
-		var gen int64
-		if s.loader != nil {
-			if ls, found := s.loader.State(k.kind, k.namespace, k.name); found {
-				gen = ls.ActiveGeneration
-			}
-		}
-		cond := "False"
-		if st.Ready {
-			cond = "True"
-		}
-		msg := st.Message
-		if len(msg) > 1024 {
-			msg = msg[:1024]
-		}
 		// A rule whose lookups resolved to no resource has no reads: a
 		// null would fail the CRD's schema and the write would retry forever.
 		if len(st.Reads) > 0 {
 			status["reads"] = st.Reads
 		}
-		status["conditions"] = []any{map[string]any{
-			"type": policyv1alpha1.ConditionLookupsReady, "status": cond,
-			"reason": st.Reason, "message": msg, "observedGeneration": gen,
-			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-		}}
+		status["conditions"] = []any{s.condition(policyv1alpha1.ConditionLookupsReady, st.Ready, st.Reason, st.Message, activeGeneration(s.loader, k))}
 	}
-	patch, err := json.Marshal(map[string]any{
-		"apiVersion": policyv1alpha1.GroupVersion.String(),
-		"kind":       k.kind,
-		"metadata":   map[string]any{"name": k.name, "namespace": k.namespace},
-		"status":     status,
-	})
-	if err != nil {
-		return
-	}
-	obj := newRuleObject(k.kind)
-	obj.SetNamespace(k.namespace)
-	obj.SetName(k.name)
-	err = s.client.Status().Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, patch),
-		client.FieldOwner(LookupsFieldOwner), client.ForceOwnership)
+	err := s.apply(ctx, s.client, k, LookupsFieldOwner, status)
 	if err != nil && !apierrors.IsNotFound(err) {
 		s.log.Warn("rule lookup status not written; retrying", "kind", k.kind, "namespace", k.namespace, "name", k.name, "error", err)
 		s.queue.AddAfter(k, lookupRetry)
