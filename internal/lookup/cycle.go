@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Cycle protection defaults: at most DefaultCycleLimit re-evaluations of one
@@ -29,7 +31,7 @@ type cycleGuard struct {
 	limit      int
 	window     time.Duration
 	maxPending int
-	now        func() time.Time
+	clock      clock.WithDelayedExecution
 	// onDue hears of the trailing re-evaluations that are due, outside the
 	// lock, from the timer's goroutine.
 	onDue func([]Dependent)
@@ -47,7 +49,7 @@ type cycleGuard struct {
 	// byObject finds an object's pending pairs when it is deleted.
 	byObject map[ObjectKey][]*trailing
 	due      trailingHeap
-	timer    *time.Timer
+	timer    clock.Timer
 	stopped  bool
 }
 
@@ -84,7 +86,7 @@ const (
 	dropped
 )
 
-func newCycleGuard(limit int, window time.Duration, maxPending int, onDue func([]Dependent)) *cycleGuard {
+func newCycleGuard(clk clock.WithDelayedExecution, limit int, window time.Duration, maxPending int, onDue func([]Dependent)) *cycleGuard {
 	if limit <= 0 {
 		limit = DefaultCycleLimit
 	}
@@ -94,7 +96,7 @@ func newCycleGuard(limit int, window time.Duration, maxPending int, onDue func([
 	if maxPending <= 0 {
 		maxPending = DefaultMaxDependencies
 	}
-	return &cycleGuard{limit: limit, window: window, maxPending: maxPending, now: time.Now, onDue: onDue,
+	return &cycleGuard{limit: limit, window: window, maxPending: maxPending, clock: clk, onDue: onDue,
 		seen: map[Dependent][]time.Time{}, streaks: map[Dependent]streak{}, pending: map[Dependent]*trailing{}, byObject: map[ObjectKey][]*trailing{}}
 }
 
@@ -102,7 +104,7 @@ func newCycleGuard(limit int, window time.Duration, maxPending int, onDue func([
 // otherwise defers it to the pair's trailing re-evaluation. For a deferral
 // it also returns how many windows in a row the pair has been deferred.
 func (g *cycleGuard) allow(dep Dependent) (verdict, int) {
-	now := g.now()
+	now := g.clock.Now()
 	cutoff := now.Add(-g.window)
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -170,17 +172,20 @@ func (g *cycleGuard) arm(now time.Time) {
 		return
 	}
 	d := g.due[0].at.Sub(now)
-	if g.timer == nil {
-		g.timer = time.AfterFunc(d, g.fire)
-		return
+	// A new timer each time rather than Reset: a fake clock's AfterFunc
+	// timer blocks its Step on the second firing. A fake clock also runs
+	// the function inside Step, holding its lock, which fire's clock.Now
+	// would wait on: fire runs on its own goroutine, as with a real timer.
+	if g.timer != nil {
+		g.timer.Stop()
 	}
-	g.timer.Reset(d)
+	g.timer = g.clock.AfterFunc(d, func() { go g.fire() })
 }
 
 // fire hands the due trailing re-evaluations to onDue, recording each as a
 // re-evaluation of its pair so that a cycle stays within the limit.
 func (g *cycleGuard) fire() {
-	now := g.now()
+	now := g.clock.Now()
 	cutoff := now.Add(-g.window)
 	var due []Dependent
 	g.mu.Lock()

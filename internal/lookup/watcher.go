@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/clock"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/engine"
@@ -85,6 +86,9 @@ type WatcherOptions struct {
 	Logger      *slog.Logger
 	// OnStatus hears of every rule whose lookup status changed.
 	OnStatus func(RuleKey)
+	// Clock times the cycle windows, the permission answers' lifetime
+	// and the rate of warnings; default the real clock.
+	Clock clock.WithDelayedExecution
 }
 
 type watchKey struct {
@@ -176,8 +180,11 @@ func NewWatcher(o WatcherOptions) *Watcher {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil, nil)
 	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
 	w := &Watcher{o: o, changed: make(chan struct{}, 1), watches: map[watchKey]func(){}, statuses: map[RuleKey]RuleStatus{}, access: map[watchKey]accessAnswer{}}
-	w.guard = newCycleGuard(o.CycleLimit, o.CycleWindow, o.MaxPending, w.trailing)
+	w.guard = newCycleGuard(o.Clock, o.CycleLimit, o.CycleWindow, o.MaxPending, w.trailing)
 	o.Metrics.setPending(w.guard.pendingLen)
 	if o.Requeuer != nil {
 		w.SetRequeuer(o.Requeuer)
@@ -444,7 +451,7 @@ func (w *Watcher) suppressed(dep Dependent, v verdict, streak int, changed strin
 			"windows", streak, "changed", changed)
 	case dropped:
 		w.o.Metrics.CycleDropped.Inc()
-		now := time.Now().UnixNano()
+		now := w.o.Clock.Now().UnixNano()
 		last := w.dropLogged.Load()
 		if now-last >= int64(w.guard.window) && w.dropLogged.CompareAndSwap(last, now) {
 			w.o.Logger.Warn("lookup re-evaluation dropped: too many rule/object pairs wait for a trailing re-evaluation; the periodic resync evaluates them again",
@@ -491,7 +498,7 @@ type accessAnswer struct {
 // canWatch answers Access.CanWatch for k, from a recent answer when there
 // is one. Errors are not kept: the next change asks again.
 func (w *Watcher) canWatch(ctx context.Context, k watchKey) (bool, string, error) {
-	now := time.Now()
+	now := w.o.Clock.Now()
 	w.mu.Lock()
 	a, ok := w.access[k]
 	w.mu.Unlock()
