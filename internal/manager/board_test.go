@@ -226,3 +226,21 @@ func permutations(xs []int) [][]int {
 	}
 	return out
 }
+
+// TestActionsWithNothingToFeedThem: the actions layer on its own asks the
+// board for the findings pipeline and finds none, and Portal refuses to
+// start, saying which layers feed it.
+func TestActionsWithNothingToFeedThem(t *testing.T) {
+	cl := shared.Cluster(t)
+	cfg, _, _ := layerConfig(t, "layers-actions-alone")
+	cfg.Clock = clock.RealClock{}
+	cfg.Actions.Enabled = true
+	ls, err := enabledLayers(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = assemble(cl.Config, &cfg, ls, nil)
+	if err == nil || !strings.Contains(err.Error(), "nothing feeds the actions") {
+		t.Fatalf("actions alone: %v, want refused", err)
+	}
+}
