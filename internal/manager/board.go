@@ -13,7 +13,8 @@ import (
 // value, Provide a constructor), and in the second each sets up with what it
 // asks the board for by type (All, One). Every layer has provided before
 // any sets up and every constructor runs once, when first asked for, so the
-// order of the layers decides nothing.
+// order of the layers decides nothing. Only Run's goroutine uses a board,
+// while it assembles the manager, so it holds no lock.
 type Board struct {
 	entries map[reflect.Type][]*entry
 	// deps is what constructors are given; nil until bind, while the
