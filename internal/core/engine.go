@@ -10,8 +10,9 @@ import (
 // Env is the set of top-level names a rule expression sees.
 type Env = map[string]any
 
-// ExpressionEngine compiles rule expressions. Implementations register with
-// the engine registry at init; rules do not name their engine.
+// ExpressionEngine compiles rule expressions. There is one implementation,
+// internal/expr/exprlang, which whoever builds a rule engine (the manager,
+// portal eval, portal test) hands to it; rules do not name their engine.
 type ExpressionEngine interface {
 	Name() string
 	// Compile checks an expression once so that evaluation never parses.

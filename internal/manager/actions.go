@@ -10,6 +10,7 @@ import (
 
 	"github.com/vilaca/portal/internal/actions"
 	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/findings"
 )
 
 // ActionsConfig configures the response actions layer.
@@ -36,24 +37,24 @@ func defaultActions() ActionsConfig {
 	}
 }
 
-// actionsLayer runs the response actions on the leader: a findings sink
-// (state: it sees findings open and clear) and admission's verdict sink
-// (events, handed over without blocking the webhook).
+// actionsLayer runs the response actions on the leader. It provides its
+// engine as a findings sink (state: it sees findings open and clear) and as
+// admission's verdict sink (events, handed over without blocking the
+// webhook); the board builds it once for both.
 type actionsLayer struct {
 	cfg        ActionsConfig
 	alertsSink bool
 	admission  bool
-	eng        *actions.Engine
 }
 
 func (*actionsLayer) Name() string { return "actions" }
 
-// engine builds the engine once: the findings pipeline and admission both
-// need it before the layers' Setup.
-func (l *actionsLayer) engine(d Deps) (*actions.Engine, error) {
-	if l.eng != nil {
-		return l.eng, nil
-	}
+// Provide offers the engine to the findings pipeline and to admission.
+func (l *actionsLayer) Provide(b *Board) error {
+	return Provide(b, "actions layer", l.newEngine, KeyOf[core.OutputSink](), KeyOf[core.VerdictSink]())
+}
+
+func (l *actionsLayer) newEngine(d Deps) (*actions.Engine, error) {
 	mgr := d.Manager
 	// evict posts through its own policy/v1 client (no client-side retry
 	// of a PodDisruptionBudget's 429); without one the first eviction
@@ -62,56 +63,29 @@ func (l *actionsLayer) engine(d Deps) (*actions.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := actions.New(actions.Options{
+	return actions.New(actions.Options{
 		Env: actions.Env{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Policy: policy,
 			AlertsSink: l.alertsSink, Logger: d.Logger},
 		Enabled: l.cfg.Types, Workers: l.cfg.Workers, QueueSize: l.cfg.QueueSize, CacheSize: l.cfg.CacheSize,
 		DryRun: l.cfg.DryRun, DefaultRateLimit: l.cfg.DefaultRateLimit, Namespace: d.Namespace,
 		Protected: l.cfg.Protected, Recorder: mgr.GetEventRecorder("portal-actions"),
-		Logger: d.Logger, Registerer: d.Registerer,
+		Logger: d.Logger, Registerer: d.Registerer, Now: d.Clock.Now,
 	})
-	if err != nil {
-		return nil, err
-	}
-	l.eng = eng
-	return eng, nil
 }
 
-// FindingsSink implements findingsConsumer.
-func (l *actionsLayer) FindingsSink(d Deps) (core.OutputSink, error) { return l.engine(d) }
-
-// VerdictSink implements verdictConsumer.
-func (l *actionsLayer) VerdictSink(d Deps) (core.VerdictSink, error) { return l.engine(d) }
-
 func (l *actionsLayer) Setup(d Deps) error {
-	eng, err := l.engine(d)
+	eng, err := One[*actions.Engine](d.Board)
 	if err != nil {
 		return err
 	}
-	if d.Findings == nil && !l.admission {
+	pipeline, err := One[*findings.Pipeline](d.Board)
+	if err != nil {
+		return err
+	}
+	if pipeline == nil && !l.admission {
 		return errors.New("nothing feeds the actions: enable --audit (findings), --admission or --runtime (verdicts)")
 	}
 	return d.Manager.Add(eng)
-}
-
-// findingsConsumer is a layer that reads the findings pipeline as a sink.
-type findingsConsumer interface {
-	FindingsSink(d Deps) (core.OutputSink, error)
-}
-
-// verdictConsumer is a layer that takes admission's verdicts.
-type verdictConsumer interface {
-	VerdictSink(d Deps) (core.VerdictSink, error)
-}
-
-// verdictSink returns the sink of admission verdicts among ls, or nil.
-func verdictSink(ls []Layer, d Deps) (core.VerdictSink, error) {
-	for _, l := range ls {
-		if c, ok := l.(verdictConsumer); ok {
-			return c.VerdictSink(d)
-		}
-	}
-	return nil, nil
 }
 
 // actionsStatus writes ActionsReady on every rule with actions, whether the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/certs"
+	"github.com/vilaca/portal/internal/core"
 )
 
 // AdmissionConfig configures the L4 admission layer.
@@ -72,10 +73,10 @@ type admissionLayer struct {
 
 func (*admissionLayer) Name() string { return "admission" }
 
-// ConfigureOptions hands the manager the webhook server, which serves the
+// Provide hands the manager the webhook server, which serves the
 // certificate controller's certificate.
-func (l *admissionLayer) ConfigureOptions(opts *ctrl.Options) error {
-	opts.WebhookServer = l.server
+func (l *admissionLayer) Provide(b *Board) error {
+	Offer(b, "admission layer", managerOption(func(opts *ctrl.Options) { opts.WebhookServer = l.server }))
 	return nil
 }
 
@@ -97,6 +98,7 @@ func newAdmission(cfg *Config) (*admissionLayer, error) {
 		DNSNames:              certs.ServiceDNSNames(a.ServiceName, cfg.Namespace),
 		WebhookConfigurations: []string{a.ConfigName},
 		Log:                   cfg.Logger,
+		Clock:                 cfg.Clock,
 	}
 	if a.LocalURL {
 		co.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
@@ -140,6 +142,11 @@ func (l *admissionLayer) Setup(d Deps) error {
 	if err := mgr.AddReadyzCheck("webhook-certificate", l.certs.Check); err != nil {
 		return err
 	}
+	// The actions' verdict sink, when the actions layer is on.
+	verdicts, err := One[core.VerdictSink](d.Board)
+	if err != nil {
+		return err
+	}
 	wh, err := admission.New(admission.Options{
 		Evaluator:   d.Engine,
 		Namespaces:  mgr.GetCache(),
@@ -147,7 +154,7 @@ func (l *admissionLayer) Setup(d Deps) error {
 		Registerer:  d.Registerer,
 		RulesLoaded: d.RulesLoaded,
 		FailOpen:    l.cfg.FailOpen,
-		Verdicts:    d.Verdicts,
+		Verdicts:    verdicts,
 
 		MaxConcurrentEvaluations: l.cfg.MaxConcurrentEvaluations,
 		MaxWaitingPerNamespace:   l.cfg.MaxWaitingPerNamespace,

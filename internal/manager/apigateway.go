@@ -13,6 +13,10 @@ type apiGatewayLayer struct{ opts apigateway.Options }
 
 func (*apiGatewayLayer) Name() string { return "apigateway" }
 
+// Provide offers nothing: API exposure neither feeds nor reads another
+// layer.
+func (*apiGatewayLayer) Provide(*Board) error { return nil }
+
 func (l *apiGatewayLayer) Setup(d Deps) error {
 	o := l.opts
 	o.Logger = d.Logger

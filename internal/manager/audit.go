@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -43,15 +42,19 @@ type auditLayer struct{ cfg AuditConfig }
 
 func (*auditLayer) Name() string { return "audit" }
 
-// ProducesFindings implements findingsProducer.
-func (*auditLayer) ProducesFindings() bool { return true }
+// Provide says audit publishes findings, so the pipeline is built.
+func (*auditLayer) Provide(b *Board) error {
+	Offer(b, "audit layer", findingsProducer{})
+	return nil
+}
 
 // Setup adds the rule status counts and the audit source, which publishes
 // into the findings pipeline and follows the rule set to start and stop its
 // watches.
 func (l *auditLayer) Setup(d Deps) error {
-	if d.Findings == nil {
-		return errors.New("no findings pipeline to publish into")
+	pipeline, err := publishTo(d)
+	if err != nil {
+		return err
 	}
 	counts := rule.NewStatusCounts(d.Manager.GetClient(), rule.CountOptions{Logger: d.Logger, Registerer: d.Registerer})
 	d.Rules.OnChange(func() { counts.RulesChanged(d.Engine.Rules()) })
@@ -70,7 +73,7 @@ func (l *auditLayer) Setup(d Deps) error {
 		ResyncPeriod: l.cfg.ResyncPeriod,
 		Workers:      l.cfg.Workers,
 		EvalTimeout:  l.cfg.EvalTimeout,
-		Findings:     d.Findings,
+		Findings:     pipeline,
 		Cache:        d.Cache,
 		RuleCounter:  counts,
 		Exemptions:   exemptionCounter(d.Exceptions),

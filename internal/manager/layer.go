@@ -5,37 +5,56 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/vilaca/portal/internal/clustercache"
-	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/exception"
-	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
 )
 
-// Layer is one room of Portal that a configuration switches on. Run builds
-// the shared dependencies once and hands them to every enabled layer, in
-// order; layers meet only through them, never each other.
+// Layer is one room of Portal that a configuration switches on. Layers
+// meet only on the Board, never each other, in two phases: every enabled
+// layer provides, then every one sets up. Neither phase depends on the
+// order of the layers.
 type Layer interface {
 	// Name is the layer's name in logs and errors.
 	Name() string
+	// Provide puts on b what this layer offers the others: a value (Offer),
+	// or a constructor run once the manager exists (Provide). It runs
+	// before the manager exists, so it needs nothing of it.
+	Provide(b *Board) error
 	// Setup adds the layer's controllers, webhooks and runnables to the
-	// manager. It runs before the manager starts.
+	// manager, with what it asks d.Board for. It runs before the manager
+	// starts, once every layer has provided.
 	Setup(d Deps) error
 }
 
-// optionsConfigurer is a layer that must shape the manager's options
-// before the manager exists: admission brings its webhook server.
-type optionsConfigurer interface {
-	ConfigureOptions(opts *ctrl.Options) error
-}
+// What layers put on the board for each other, besides the components
+// themselves (core.OutputSink, core.VerdictSink, *actions.Engine,
+// *findings.Pipeline).
+type (
+	// managerOption changes the manager's options before the manager
+	// exists: admission brings its webhook server.
+	managerOption func(*ctrl.Options)
+	// findingsProducer says a layer publishes findings. The findings
+	// pipeline and its sinks are built only when some layer offers one:
+	// admission alone starts no report writer.
+	findingsProducer struct{}
+)
 
 // Deps are what the layers share.
 type Deps struct {
 	Manager ctrl.Manager
+	// Board holds what the layers provided for each other: the findings
+	// pipeline (*findings.Pipeline, absent when no enabled layer produces
+	// findings), its sinks, admission's verdict sink.
+	Board *Board
+	// Clock is the one clock of the process: layers whose options take a
+	// clock get this one, so a test can move them all together.
+	Clock clock.WithTicker
 	// Engine evaluates the rules every source loads.
 	Engine *engine.Engine
 	// Rules tells subscribers when the rule set changes (Rules.OnChange);
@@ -46,13 +65,6 @@ type Deps struct {
 	// Cache is the shared cluster cache: layers acquire the resources they
 	// read or watch from it, so two layers never watch one twice.
 	Cache *clustercache.Cache
-	// Findings is the findings pipeline every producer of findings
-	// publishes into under its own name (Findings.Register); it runs the
-	// sinks once. nil when no enabled layer produces findings.
-	Findings *findings.Pipeline
-	// Verdicts receives admission's verdicts of rules with actions, without
-	// blocking; nil when the actions layer is off.
-	Verdicts core.VerdictSink
 	// Registerer receives the layers' metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -88,7 +100,18 @@ func enabledLayers(cfg *Config) ([]Layer, error) {
 	return ls, nil
 }
 
-// setupLayers hands the shared dependencies to each layer.
+// provideLayers runs the first phase: each layer puts on b what it offers.
+func provideLayers(ls []Layer, b *Board) error {
+	for _, l := range ls {
+		if err := l.Provide(b); err != nil {
+			return fmt.Errorf("%s layer: %w", l.Name(), err)
+		}
+	}
+	return nil
+}
+
+// setupLayers runs the second phase: each layer sets up with the shared
+// dependencies and what it asks the board for.
 func setupLayers(ls []Layer, d Deps) error {
 	for _, l := range ls {
 		if err := l.Setup(d); err != nil {

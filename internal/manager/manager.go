@@ -101,9 +101,11 @@ type Config struct {
 	// without expires or expiring later than this after its creation
 	// (--exception-max-duration). PortalClusterExceptions are not bound.
 	ExceptionMaxDuration time.Duration
-	// Clock decides when exceptions expire; nil is the real clock. Tests
-	// inject a fake one.
-	Clock clock.WithDelayedExecution
+	// Clock is the one clock of the process: it decides when exceptions
+	// expire, and every layer whose options take a clock (certificates,
+	// actions' rate limits, runtime windows) gets it. nil is the real
+	// clock; tests inject a fake one.
+	Clock clock.WithTickerAndDelayedExecution
 
 	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
@@ -203,72 +205,17 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 	defer stopDrain()
 	log := cfg.Logger
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
-	restCfg = clientRateLimit(restCfg, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
-	scheme, err := Scheme()
-	if err != nil {
-		return err
+	if cfg.Clock == nil {
+		// The one clock of the process: every option that takes a clock
+		// gets this one.
+		cfg.Clock = clock.RealClock{}
 	}
-	opts := managerOptions(&cfg, scheme)
 	layers, err := enabledLayers(&cfg)
 	if err != nil {
 		return err
 	}
-	if err := configureOptions(layers, &opts); err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(restCfg, opts)
+	mgr, _, err := assemble(restCfg, &cfg, layers, draining)
 	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
-	}
-
-	reg := cfg.Registerer
-	if reg == nil {
-		reg = metrics.Registry
-	}
-	// The shared cluster cache: audit reads from it, and it answers the
-	// rules' cluster.* lookups.
-	ccache, err := newClusterCache(mgr, &cfg, reg)
-	if err != nil {
-		return fmt.Errorf("cluster cache: %w", err)
-	}
-	lk, depIndex, err := newLookups(restCfg, ccache, &cfg, log)
-	if err != nil {
-		return err
-	}
-	clk := cfg.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	eng := engine.New(exprlang.New(exprlang.WithLimits(cfg.RuleBudget)), engine.WithBinder(lk.binder), engine.WithClock(clk))
-	index := rule.NewIndex(eng)
-	exceptions := newExceptions(mgr, eng, &cfg, clk, reg, log)
-	// loaded is closed once every rule source has been read, for the
-	// layers that must not answer before.
-	loaded := make(chan struct{})
-	if err := lk.start(mgr, restCfg, eng, depIndex, &cfg, reg, log); err != nil {
-		return err
-	}
-	index.OnChange(lk.watcher.Notify)
-	series := rule.NewSeries(eng.Rules)
-	index.OnChange(series.Sweep)
-	deps := Deps{
-		Manager: mgr, Engine: eng, Rules: index, RulesLoaded: loaded, Cache: ccache,
-		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Lookups: lk.watcher,
-		Draining: draining, RuleSeries: series, Exceptions: exceptions,
-	}
-	if deps.Findings, err = newFindings(&cfg, layers, deps); err != nil {
-		return fmt.Errorf("findings pipeline: %w", err)
-	}
-	if deps.Verdicts, err = verdictSink(layers, deps); err != nil {
-		return fmt.Errorf("actions layer: %w", err)
-	}
-	if err := setupLayers(layers, deps); err != nil {
-		return err
-	}
-	if err := actionsStatus(&cfg, deps); err != nil {
-		return err
-	}
-	if err := setupRuleLoading(mgr, &cfg, deps, lk, loaded); err != nil {
 		return err
 	}
 	log.Info("portal starting", "namespace", cfg.Namespace, "layers", layerNames(layers), "rulesFolder", cfg.RulesFolder)
@@ -276,6 +223,92 @@ func Run(ctx context.Context, restCfg *rest.Config, cfg Config) error {
 		return fmt.Errorf("manager: %w", err)
 	}
 	return nil
+}
+
+// assemble builds the manager with layers in two phases: each provides what
+// the others consume onto the board, then each sets up with what it asks
+// the board for. cfg.Clock must be set.
+func assemble(restCfg *rest.Config, cfg *Config, layers []Layer, draining <-chan struct{}) (ctrl.Manager, *Board, error) {
+	restCfg = clientRateLimit(restCfg, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+	board := newBoard()
+	if err := provideLayers(layers, board); err != nil {
+		return nil, nil, err
+	}
+	if err := provideFindings(board, cfg); err != nil {
+		return nil, nil, fmt.Errorf("findings pipeline: %w", err)
+	}
+	mgr, err := newManager(restCfg, cfg, board)
+	if err != nil {
+		return nil, nil, err
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = metrics.Registry
+	}
+	log := cfg.Logger
+	// The shared cluster cache: audit reads from it, and it answers the
+	// rules' cluster.* lookups.
+	ccache, err := newClusterCache(mgr, cfg, reg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster cache: %w", err)
+	}
+	lk, depIndex, err := newLookups(restCfg, ccache, cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	eng := engine.New(exprlang.New(exprlang.WithLimits(cfg.RuleBudget)), engine.WithBinder(lk.binder), engine.WithClock(cfg.Clock))
+	index := rule.NewIndex(eng)
+	exceptions := newExceptions(mgr, eng, cfg, cfg.Clock, reg, log)
+	// loaded is closed once every rule source has been read, for the
+	// layers that must not answer before.
+	loaded := make(chan struct{})
+	if err := lk.start(mgr, restCfg, eng, depIndex, cfg, reg, log); err != nil {
+		return nil, nil, err
+	}
+	index.OnChange(lk.watcher.Notify)
+	series := rule.NewSeries(eng.Rules)
+	index.OnChange(series.Sweep)
+	deps := Deps{
+		Manager: mgr, Board: board, Clock: cfg.Clock, Engine: eng, Rules: index, RulesLoaded: loaded, Cache: ccache,
+		Registerer: reg, Logger: log, Namespace: cfg.Namespace, Lookups: lk.watcher,
+		Draining: draining, RuleSeries: series, Exceptions: exceptions,
+	}
+	board.bind(deps)
+	if err := board.buildAll(); err != nil {
+		return nil, nil, err
+	}
+	if err := setupLayers(layers, deps); err != nil {
+		return nil, nil, err
+	}
+	if err := actionsStatus(cfg, deps); err != nil {
+		return nil, nil, err
+	}
+	if err := setupRuleLoading(mgr, cfg, deps, lk, loaded); err != nil {
+		return nil, nil, err
+	}
+	return mgr, board, nil
+}
+
+// newManager creates the manager with the options the layers changed on
+// the board (admission's webhook server).
+func newManager(restCfg *rest.Config, cfg *Config, board *Board) (ctrl.Manager, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	opts := managerOptions(cfg, scheme)
+	changes, err := All[managerOption](board)
+	if err != nil {
+		return nil, err
+	}
+	for _, change := range changes {
+		change(&opts)
+	}
+	mgr, err := ctrl.NewManager(restCfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	return mgr, nil
 }
 
 // managerOptions are the controller-runtime options every layer starts from.
@@ -307,19 +340,6 @@ func managerOptions(cfg *Config, scheme *runtime.Scheme) ctrl.Options {
 		opts.Controller.SkipNameValidation = ptr.To(true)
 	}
 	return opts
-}
-
-// configureOptions lets each layer that needs it adjust the manager's
-// options before the manager exists.
-func configureOptions(layers []Layer, opts *ctrl.Options) error {
-	for _, l := range layers {
-		if c, ok := l.(optionsConfigurer); ok {
-			if err := c.ConfigureOptions(opts); err != nil {
-				return fmt.Errorf("%s layer: %w", l.Name(), err)
-			}
-		}
-	}
-	return nil
 }
 
 // setupRuleLoading adds what loads the rules (the CR loader, the rules

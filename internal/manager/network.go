@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,12 +33,16 @@ type networkLayer struct{ cfg NetworkConfig }
 
 func (*networkLayer) Name() string { return "network" }
 
-// ProducesFindings implements findingsProducer.
-func (*networkLayer) ProducesFindings() bool { return true }
+// Provide says the analyser publishes findings, so the pipeline is built.
+func (*networkLayer) Provide(b *Board) error {
+	Offer(b, "network layer", findingsProducer{})
+	return nil
+}
 
 func (l *networkLayer) Setup(d Deps) error {
-	if d.Findings == nil {
-		return errors.New("no findings pipeline to publish into")
+	pipeline, err := publishTo(d)
+	if err != nil {
+		return err
 	}
 	checks := l.cfg.Checks
 	checks.ExcludeNamespaces = slices.Clone(checks.ExcludeNamespaces)
@@ -50,8 +53,8 @@ func (l *networkLayer) Setup(d Deps) error {
 	if resync == 0 {
 		resync = -1
 	}
-	_, err := network.Setup(d.Manager, network.Options{
-		Config: checks, Cache: d.Cache, Findings: d.Findings, Workers: l.cfg.Workers,
+	_, err = network.Setup(d.Manager, network.Options{
+		Config: checks, Cache: d.Cache, Findings: pipeline, Workers: l.cfg.Workers,
 		ResyncPeriod: resync, Logger: d.Logger, Registerer: d.Registerer,
 	})
 	return err

@@ -13,6 +13,7 @@ import (
 	crmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/vilaca/portal/internal/clustercache"
+	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/runtime"
 )
@@ -72,23 +73,33 @@ type runtimeLayer struct{ cfg RuntimeConfig }
 
 func (*runtimeLayer) Name() string { return "runtime" }
 
-// ProducesFindings implements findingsProducer.
-func (*runtimeLayer) ProducesFindings() bool { return true }
+// Provide says the runtime source publishes findings, so the pipeline is
+// built.
+func (*runtimeLayer) Provide(b *Board) error {
+	Offer(b, "runtime layer", findingsProducer{})
+	return nil
+}
 
 func (l *runtimeLayer) Setup(d Deps) error {
-	if d.Findings == nil {
-		return errors.New("no findings pipeline to publish into")
+	pipeline, err := publishTo(d)
+	if err != nil {
+		return err
 	}
-	producer, err := d.Findings.Register(runtime.ProducerName, findings.ProducerOptions{})
+	// The actions' verdict sink, when the actions layer is on.
+	verdicts, err := One[core.VerdictSink](d.Board)
+	if err != nil {
+		return err
+	}
+	producer, err := pipeline.Register(runtime.ProducerName, findings.ProducerOptions{})
 	if err != nil {
 		return err
 	}
 	m := runtime.NewMetrics(d.Registerer)
 	c := l.cfg
 	src := runtime.NewSource(runtime.Options{
-		Engine: d.Engine, Targets: d.Cache, Findings: producer, Verdicts: d.Verdicts,
+		Engine: d.Engine, Targets: d.Cache, Findings: producer, Verdicts: verdicts,
 		QueueSize: c.QueueSize, FalcoQueueSize: c.FalcoQueueSize, Workers: c.Workers, MaxOpenFindings: c.MaxOpenFindings,
-		FindingWindow: c.FindingWindow, DedupWindow: c.DedupWindow, EvalTimeout: c.EvalTimeout, Logger: d.Logger,
+		FindingWindow: c.FindingWindow, DedupWindow: c.DedupWindow, EvalTimeout: c.EvalTimeout, Now: d.Clock.Now, Logger: d.Logger,
 	}, m)
 	if err := d.Manager.Add(src); err != nil {
 		return err

@@ -16,6 +16,9 @@ type wafLayer struct{ opts waf.Options }
 
 func (*wafLayer) Name() string { return "waf" }
 
+// Provide offers nothing: the WAF neither feeds nor reads another layer.
+func (*wafLayer) Provide(*Board) error { return nil }
+
 func (l *wafLayer) Setup(d Deps) error {
 	o := l.opts
 	o.Logger = d.Logger
@@ -31,6 +34,7 @@ func (l *wafLayer) Setup(d Deps) error {
 	}
 	co := certs.CacheOptions(d.Namespace, service, secret, d.Logger, d.Registerer)
 	co.IPAddresses = append(co.IPAddresses, listenIPs(o.CacheAddr)...)
+	co.Clock = d.Clock
 	cc, err := certs.Setup(d.Manager, co, "waf-cache-certificate")
 	if err != nil {
 		return fmt.Errorf("cache certificate: %w", err)
