@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 )
 
 // ClientCARecheck is how often, at most, a handshake re-reads the client CA
@@ -62,16 +63,33 @@ func (m *ClientCAMetrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Reloads, m.Expiry}
 }
 
+// ClientCAOptions configure ClientAuthFile.
+type ClientCAOptions struct {
+	// AllowedNames are the client certificate names accepted (see
+	// ClientAuth); empty accepts any the CA signed.
+	AllowedNames []string
+	// Logger, default slog.Default().
+	Logger *slog.Logger
+	// Metrics count reloads and show the CA's expiry; nil: not counted.
+	Metrics *ClientCAMetrics
+	// Clock decides when the file is read again (ClientCARecheck); default
+	// the real clock.
+	Clock clock.PassiveClock
+}
+
 // ClientAuthFile is ClientAuth with the CA read from path and re-read when
 // its content changes (a mounted ConfigMap or Secret updated in place), so
 // a rotated CA needs no restart. A file that cannot be read or holds no
 // certificate at start is an error; later, the last good CA stays in force
 // and the problem is logged and counted in m (which may be nil).
-func ClientAuthFile(path string, allowedNames []string, log *slog.Logger, m *ClientCAMetrics) (func(*tls.Config), error) {
-	if log == nil {
-		log = slog.Default()
+func ClientAuthFile(path string, o ClientCAOptions) (func(*tls.Config), error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
-	ca := &fileCA{path: path, log: log.With("file", path), metrics: m}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	ca := &fileCA{path: path, log: o.Logger.With("file", path), metrics: o.Metrics, clock: o.Clock}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -83,8 +101,8 @@ func ClientAuthFile(path string, allowedNames []string, log *slog.Logger, m *Cli
 	ca.pool.Store(pool)
 	ca.setExpiry(expires)
 	ca.last = data
-	ca.next = time.Now().Add(ClientCARecheck)
-	static := clientAuth(pool, allowedNames)
+	ca.next = o.Clock.Now().Add(ClientCARecheck)
+	static := clientAuth(pool, o.AllowedNames)
 	return func(c *tls.Config) {
 		static(c)
 		base := c
@@ -115,6 +133,7 @@ type fileCA struct {
 	path    string
 	log     *slog.Logger
 	metrics *ClientCAMetrics
+	clock   clock.PassiveClock
 	pool    atomic.Pointer[x509.CertPool]
 
 	mu      sync.Mutex // held by the one handshake re-reading the file
@@ -128,7 +147,7 @@ type fileCA struct {
 // that takes the lock reads, the others use the pool as it is.
 func (f *fileCA) current() *x509.CertPool {
 	if f.mu.TryLock() {
-		if now := time.Now(); !now.Before(f.next) {
+		if now := f.clock.Now(); !now.Before(f.next) {
 			f.next = now.Add(ClientCARecheck)
 			f.reload()
 		}

@@ -14,6 +14,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vilaca/portal/internal/admission"
@@ -65,7 +66,9 @@ func TestWebhookClientCAReloads(t *testing.T) {
 	}
 	logs := &syncWriter{}
 	metrics := admission.NewClientCAMetrics()
-	clientAuth, err := admission.ClientAuthFile(file, []string{apiServerClientName}, slog.New(slog.NewTextHandler(logs, nil)), metrics)
+	clk := clocktesting.NewFakeClock(time.Now())
+	clientAuth, err := admission.ClientAuthFile(file, admission.ClientCAOptions{AllowedNames: []string{apiServerClientName},
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), Metrics: metrics, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +113,12 @@ func TestWebhookClientCAReloads(t *testing.T) {
 	}
 
 	replaceFile(t, file, ca2.pem)
+	// The file is read again once ClientCARecheck has passed on the
+	// clock: no handshake before that sees the new CA.
+	if !accepted(old) {
+		t.Fatal("the client CA file was read again before ClientCARecheck passed")
+	}
+	clk.Step(admission.ClientCARecheck)
 	eventually(t, "the client of the replaced CA refused", func() bool { return !accepted(old) })
 	if !accepted(cur) {
 		t.Fatal("a client of the new CA is refused")
@@ -127,6 +136,7 @@ func TestWebhookClientCAReloads(t *testing.T) {
 
 	// A broken file keeps the last good CA: nobody is locked out, nor let in.
 	replaceFile(t, file, []byte("not a certificate"))
+	clk.Step(admission.ClientCARecheck)
 	// Handshakes are what re-read the file.
 	eventually(t, "the broken file logged", func() bool {
 		accepted(cur)

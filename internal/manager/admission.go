@@ -111,7 +111,8 @@ func newAdmission(cfg *Config) (*admissionLayer, error) {
 	var clientCA *admission.ClientCAMetrics
 	if a.ClientCAFile != "" {
 		clientCA = admission.NewClientCAMetrics()
-		clientAuth, err := admission.ClientAuthFile(a.ClientCAFile, a.ClientAllowedNames, cfg.Logger, clientCA)
+		clientAuth, err := admission.ClientAuthFile(a.ClientCAFile, admission.ClientCAOptions{
+			AllowedNames: a.ClientAllowedNames, Logger: cfg.Logger, Metrics: clientCA, Clock: cfg.Clock})
 		if err != nil {
 			return nil, fmt.Errorf("webhook client CA: %w", err)
 		}
