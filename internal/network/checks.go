@@ -103,8 +103,5 @@ func Checks() []string {
 	return out
 }
 
-// Registered returns the registered checks in the order they run.
-func Registered() []Check { return slices.Clone(registry) }
-
 // Rule returns the synthetic rule of a check, nil for an unknown name.
 func Rule(check string) *core.Rule { return checkRules[check] }
