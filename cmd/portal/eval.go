@@ -122,10 +122,7 @@ not pass a CI check; --allow-empty accepts it).`,
 	f.Int64Var(&o.budget.Bytes, "rule-max-bytes", o.budget.Bytes, "bytes of strings, arrays and maps one rule evaluation may build before it ends in an error (as portal run)")
 	nc := &o.netConfig
 	f.BoolVar(&o.network, "network", false, "also run the NetworkPolicy checks on the manifests of --file and --cluster-state (--rules becomes optional)")
-	f.StringSliceVar(&nc.Checks, "network-checks", nc.Checks, "NetworkPolicy checks to run (default: all): "+strings.Join(network.Checks(), ", "))
-	f.StringSliceVar(&nc.ExcludeNamespaces, "network-exclude-namespaces", nc.ExcludeNamespaces, "namespaces (names or shell globs) the NetworkPolicy checks raise no finding in (as portal run)")
-	f.IntVar(&nc.BroadCIDRIPv4Prefix, "network-broad-cidr-ipv4-prefix", nc.BroadCIDRIPv4Prefix, "np.broad-cidr flags an IPv4 ipBlock without except this wide or wider, outside private ranges (as portal run)")
-	f.IntVar(&nc.BroadCIDRIPv6Prefix, "network-broad-cidr-ipv6-prefix", nc.BroadCIDRIPv6Prefix, "np.broad-cidr flags an IPv6 ipBlock without except this wide or wider, outside private ranges (as portal run)")
+	network.BindFlags(f, nc)
 	// The help (and any reference generated from it) names the default
 	// rather than this machine's core count.
 	f.Lookup("jobs").DefValue = "GOMAXPROCS"

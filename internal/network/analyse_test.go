@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -151,7 +152,7 @@ func (m *manyPods) eachPod(ns string, fn func(labels.Labels) bool) {
 // it, and the peers left unchecked raise no finding (no false positive).
 func TestAnalysisBudget(t *testing.T) {
 	const pods, policies = 2000, 200
-	var pols []*policy
+	var pols []*Policy
 	for i := range policies {
 		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: fmt.Sprintf("p%d", i)}}
 		np.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "0"}}
@@ -164,7 +165,7 @@ func TestAnalysisBudget(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxPodVisits = 10_000
 	w := &manyPods{ns: "tenant", n: pods}
-	res := analyseNamespace(&cfg, w, "tenant", pols)
+	res := analyseNamespace(&cfg, w, "tenant", pols, time.Time{})
 	if !res.truncated {
 		t.Fatal("analysis of 200 unreachable peers over 2,000 pods was not truncated")
 	}
@@ -218,7 +219,7 @@ func (m *manyNamespaces) eachPod(ns string, fn func(labels.Labels) bool) {
 // pods, and the peers left unchecked raise no finding.
 func TestNamespaceWalkWithinBudget(t *testing.T) {
 	const namespaces, policies = 1000, 2000
-	var pols []*policy
+	var pols []*Policy
 	for i := range policies {
 		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: fmt.Sprintf("p%04d", i)}}
 		np.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "0"}}
@@ -231,7 +232,7 @@ func TestNamespaceWalkWithinBudget(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxPodVisits = 10_000
 	w := &manyNamespaces{tenant: "tenant", n: namespaces}
-	res := analyseNamespace(&cfg, w, "tenant", pols)
+	res := analyseNamespace(&cfg, w, "tenant", pols, time.Time{})
 	if !res.truncated {
 		t.Fatal("analysis of 2,000 namespaceSelector peers over 1,000 namespaces was not truncated")
 	}
@@ -282,7 +283,7 @@ func TestFindingMessagesBounded(t *testing.T) {
 	long.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: from}}
 
 	cfg := DefaultConfig()
-	res := analyseNamespace(&cfg, &manyPods{ns: "tenant", n: 1}, "tenant", []*policy{newPolicy(wide), newPolicy(long)})
+	res := analyseNamespace(&cfg, &manyPods{ns: "tenant", n: 1}, "tenant", []*Policy{newPolicy(wide), newPolicy(long)}, time.Time{})
 	want := map[string]string{
 		"wide " + CheckBroadCIDR:           fmt.Sprintf("and %d more not listed", blocks-MaxMessageItems),
 		"long " + CheckUnreachableSelector: "more not listed",

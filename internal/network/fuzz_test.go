@@ -3,6 +3,7 @@ package network
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -38,7 +39,7 @@ func FuzzParsePolicy(f *testing.F) {
 		w := &staticWorld{namespaces: map[string]labels.Set{}, pods: map[string][]labels.Set{}}
 		w.addNamespace("ns", map[string]string{"t": "g"})
 		w.pods["ns"] = []labels.Set{{"app": "web"}, {"a": "x"}}
-		res := analyseNamespace(&cfg, w, "ns", []*policy{p})
+		res := analyseNamespace(&cfg, w, "ns", []*Policy{p}, time.Time{})
 		if len(res.objects) != 2 {
 			t.Fatalf("analysis listed %d objects, want the namespace and the policy", len(res.objects))
 		}

@@ -125,6 +125,14 @@ func start(t testing.TB, am *amtest.Server, cfg network.Config) *instance {
 // startWith is start with more sinks.
 func startWith(t testing.TB, am *amtest.Server, cfg network.Config, extra ...core.OutputSink) *instance {
 	t.Helper()
+	return startOpts(t, am, network.Options{Config: cfg}, extra...)
+}
+
+// startOpts is startWith with the analyser's options (Config, Clock,
+// ResyncPeriod, ...); the instance sets its cache, pipeline, logger and
+// registry.
+func startOpts(t testing.TB, am *amtest.Server, o network.Options, extra ...core.OutputSink) *instance {
+	t.Helper()
 	cluster(t)
 	log := testLogger()
 	mgr, err := ctrl.NewManager(env.cfg, ctrl.Options{
@@ -158,7 +166,8 @@ func startWith(t testing.TB, am *amtest.Server, cfg network.Config, extra ...cor
 	if err := mgr.Add(cc); err != nil {
 		t.Fatal(err)
 	}
-	a, err := network.Setup(mgr, network.Options{Config: cfg, Cache: cc, Findings: pipe, Logger: log, Registerer: reg})
+	o.Cache, o.Findings, o.Logger, o.Registerer = cc, pipe, log, reg
+	a, err := network.Setup(mgr, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,24 +24,26 @@ const (
 	MaxMessageBytes = 1024
 )
 
-// messages collects the problems one check finds on one object, keeping
+// Messages collects the problems one check finds on one object, keeping
 // the first MaxMessageItems and counting the others without formatting
-// them.
-type messages struct {
+// them. A check that adds nothing raises no finding.
+type Messages struct {
 	items []string
 	size  int
 	more  int
 }
 
 // one is a message of a single problem.
-func one(format string, args ...any) *messages {
-	m := &messages{}
-	m.add(format, args...)
+func one(format string, args ...any) *Messages {
+	m := &Messages{}
+	m.Add(format, args...)
 	return m
 }
 
-// add records a problem; past the bounds it is only counted.
-func (m *messages) add(format string, args ...any) {
+// Add records a problem; past the bounds it is only counted. Name the
+// field at fault ("spec.ingress[0].from[1] ..."): the message is what the
+// policy's owner reads.
+func (m *Messages) Add(format string, args ...any) {
 	if len(m.items) >= MaxMessageItems || m.size >= MaxMessageBytes {
 		m.more++
 		return
@@ -51,11 +53,11 @@ func (m *messages) add(format string, args ...any) {
 	m.size += len(s) + len("; ")
 }
 
-func (m *messages) empty() bool { return m == nil || len(m.items) == 0 }
+func (m *Messages) empty() bool { return m == nil || len(m.items) == 0 }
 
 // String joins the listed problems and says how many were left out, within
 // MaxMessageBytes.
-func (m *messages) String() string {
+func (m *Messages) String() string {
 	more := ""
 	if m.more > 0 {
 		more = fmt.Sprintf("; and %d more not listed", m.more)

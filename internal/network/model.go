@@ -14,7 +14,7 @@ import (
 // policy is what the analysis keeps of one NetworkPolicy: its selectors
 // parsed once, its rules reduced to what the checks read. It never holds the
 // object itself, so a cluster of thousands of policies costs little.
-type policy struct {
+type Policy struct {
 	namespace, name, uid string
 	// podSelector selects the policy's targets; selectsAll is an empty
 	// podSelector ({}), which selects every pod of the namespace.
@@ -68,7 +68,7 @@ type port struct {
 // parsePolicy reads a NetworkPolicy. A policy whose selectors do not parse
 // (the API server validates them, so only a manifest can hold one) is kept
 // with invalid set.
-func parsePolicy(u *unstructured.Unstructured) (*policy, error) {
+func parsePolicy(u *unstructured.Unstructured) (*Policy, error) {
 	var np networkingv1.NetworkPolicy
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &np); err != nil {
 		return nil, fmt.Errorf("NetworkPolicy %s/%s: %w", u.GetNamespace(), u.GetName(), err)
@@ -76,8 +76,8 @@ func parsePolicy(u *unstructured.Unstructured) (*policy, error) {
 	return newPolicy(&np), nil
 }
 
-func newPolicy(np *networkingv1.NetworkPolicy) *policy {
-	p := &policy{namespace: np.Namespace, name: np.Name, uid: string(np.UID)}
+func newPolicy(np *networkingv1.NetworkPolicy) *Policy {
+	p := &Policy{namespace: np.Namespace, name: np.Name, uid: string(np.UID)}
 	var err error
 	sel := np.Spec.PodSelector
 	p.selectsAll = len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0
@@ -161,7 +161,7 @@ type crossPeer struct {
 }
 
 // crossPeers lists the policy's peers with a namespaceSelector.
-func (p *policy) crossPeers() []crossPeer {
+func (p *Policy) crossPeers() []crossPeer {
 	var out []crossPeer
 	for _, rs := range [][]rule{p.ingressRules, p.egressRules} {
 		for _, r := range rs {
@@ -188,7 +188,7 @@ func (c crossPeer) touchedBy(ns, pod labels.Labels) bool {
 // namespace for ingress and lets nothing in from everywhere: an empty
 // podSelector, Ingress among its types, and no rule that allows every source
 // on every port.
-func (p *policy) isDefaultDenyIngress() bool {
+func (p *Policy) isDefaultDenyIngress() bool {
 	if p.invalid != "" || !p.selectsAll || !p.ingress {
 		return false
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -72,6 +73,10 @@ type Options struct {
 	// Registerer receives the metrics. Default: controller-runtime's
 	// metrics.Registry.
 	Registerer prometheus.Registerer
+	// Clock is the analyser's time: when a finding was first seen, when an
+	// event was observed, when the resync ticks. Default: the real clock;
+	// tests step a fake one instead of waiting.
+	Clock clock.WithTicker
 }
 
 // Adder is the part of a controller-runtime manager Setup needs.
@@ -102,7 +107,7 @@ type Analyser struct {
 	// byNS holds the parsed policies of each namespace; cross holds, per
 	// namespace, its policies' peers selected by namespace labels, whose
 	// findings change with other namespaces' pods and labels.
-	byNS  map[string]map[string]*policy
+	byNS  map[string]map[string]*Policy
 	cross map[string][]crossPeer
 	// observed is when the first event that queued a namespace was seen.
 	observed map[string]time.Time
@@ -136,10 +141,13 @@ func Setup(mgr Adder, o Options) (*Analyser, error) {
 	if o.Registerer == nil {
 		o.Registerer = metrics.Registry
 	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
 	a := &Analyser{
 		o: o, cfg: o.Config, log: o.Logger.With("layer", "network"),
 		metrics: NewMetrics(o.Registerer), synced: make(chan struct{}),
-		byNS: map[string]map[string]*policy{}, cross: map[string][]crossPeer{},
+		byNS: map[string]map[string]*Policy{}, cross: map[string][]crossPeer{},
 		observed: map[string]time.Time{}, published: map[string]map[core.ObjectKey]core.ResourceRef{},
 		counts: map[string]map[string]int{},
 	}
@@ -197,14 +205,14 @@ func (a *Analyser) Start(ctx context.Context) error {
 			return fmt.Errorf("network: informers not synced within %s", a.o.SyncTimeout)
 		}
 	}
-	start := time.Now()
+	start := a.o.Clock.Now()
 	a.ready.Store(true)
 	all := a.allNamespaces()
 	for _, ns := range all {
 		a.analyse(ns)
 	}
 	close(a.synced)
-	a.log.Info("network analysis synced", "namespaces", len(all), "duration", time.Since(start).String())
+	a.log.Info("network analysis synced", "namespaces", len(all), "duration", a.o.Clock.Since(start).String())
 	var wg sync.WaitGroup
 	for range a.o.Workers {
 		wg.Go(func() {
@@ -222,13 +230,13 @@ func (a *Analyser) Start(ctx context.Context) error {
 }
 
 func (a *Analyser) resync(ctx context.Context) {
-	t := time.NewTicker(a.o.ResyncPeriod)
+	t := a.o.Clock.NewTicker(a.o.ResyncPeriod)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			a.enqueue(time.Time{}, a.allNamespaces()...)
 		}
 	}
@@ -286,9 +294,9 @@ func (a *Analyser) onPolicy(e clustercache.Event) {
 	if e.Relist || e.Resync {
 		return
 	}
-	now := time.Now()
+	now := a.o.Clock.Now()
 	ns, name := e.Key.Namespace, e.Key.Name
-	var p *policy
+	var p *Policy
 	if e.Type != clustercache.Deleted && e.New != nil {
 		u, err := e.New.Decode()
 		if err != nil {
@@ -308,7 +316,7 @@ func (a *Analyser) onPolicy(e clustercache.Event) {
 		}
 	} else {
 		if a.byNS[ns] == nil {
-			a.byNS[ns] = map[string]*policy{}
+			a.byNS[ns] = map[string]*Policy{}
 		}
 		a.byNS[ns][name] = p
 	}
@@ -335,7 +343,7 @@ func (a *Analyser) onPod(e clustercache.Event) {
 		// Status and spec updates change no selector's match.
 		return
 	}
-	now := time.Now()
+	now := a.o.Clock.Now()
 	ns := e.Key.Namespace
 	var nsLabels labels.Labels
 	if o, ok := a.namespaces.Object("", ns); ok {
@@ -363,7 +371,7 @@ func (a *Analyser) onNamespace(e clustercache.Event) {
 	if e.Type == clustercache.Updated && e.Old != nil && e.New != nil && e.Old.SameLabels(e.New) {
 		return
 	}
-	now := time.Now()
+	now := a.o.Clock.Now()
 	var old, cur labels.Labels
 	if e.Old != nil {
 		old = e.Old.Labels()
@@ -406,16 +414,16 @@ func (a *Analyser) next() bool {
 // analyse runs the checks on one namespace and publishes what changed. The
 // queue never hands one namespace to two workers at once.
 func (a *Analyser) analyse(ns string) {
-	start := time.Now()
+	start := a.o.Clock.Now()
 	a.mu.Lock()
 	observed := a.observed[ns]
 	delete(a.observed, ns)
 	pols := slices.Collect(maps.Values(a.byNS[ns]))
 	a.mu.Unlock()
 	sortPolicies(pols)
-	res := analyseNamespace(&a.cfg, (*liveWorld)(a), ns, pols)
+	res := analyseNamespace(&a.cfg, (*liveWorld)(a), ns, pols, start)
 	a.metrics.Analyses.Inc()
-	a.metrics.Duration.Observe(time.Since(start).Seconds())
+	a.metrics.Duration.Observe(a.o.Clock.Since(start).Seconds())
 	if res.truncated {
 		a.metrics.Truncated.Inc()
 		a.log.Warn("network analysis truncated: selectors left unchecked", "namespace", ns, "visits", res.visits, "maxPodVisits", a.cfg.MaxPodVisits)

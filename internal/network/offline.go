@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/clock"
 
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
@@ -52,7 +53,7 @@ func Analyse(r clustercache.Reader, cfg Config) ([]core.ObjectFindings, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list NetworkPolicies: %w", err)
 	}
-	byNS := map[string][]*policy{}
+	byNS := map[string][]*Policy{}
 	for _, u := range nps {
 		p, err := parsePolicy(u)
 		if err != nil {
@@ -61,11 +62,13 @@ func Analyse(r clustercache.Reader, cfg Config) ([]core.ObjectFindings, error) {
 		w.addNamespace(p.namespace, nil)
 		byNS[p.namespace] = append(byNS[p.namespace], p)
 	}
+	// One time for every finding of the run: manifests have no history.
+	now := clock.RealClock{}.Now()
 	var out []core.ObjectFindings
 	for _, ns := range slices.Sorted(maps.Keys(w.namespaces)) {
 		pols := byNS[ns]
 		sortPolicies(pols)
-		for _, of := range analyseNamespace(&cfg, w, ns, pols).objects {
+		for _, of := range analyseNamespace(&cfg, w, ns, pols, now).objects {
 			if len(of.Findings) > 0 {
 				out = append(out, of)
 			}
