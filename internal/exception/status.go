@@ -174,10 +174,10 @@ func (s *StatusReconciler) countWait(kind string, req ctrl.Request, status *poli
 	k := key(kind, req.Namespace, req.Name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if wait := countEvery - time.Since(s.counted[k]); wait > 0 {
+	if wait := countEvery - s.loader.clock.Since(s.counted[k]); wait > 0 {
 		return wait
 	}
-	s.counted[k] = time.Now()
+	s.counted[k] = s.loader.clock.Now()
 	status.ExemptedCount = n
 	return 0
 }
