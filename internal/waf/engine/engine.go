@@ -5,6 +5,10 @@
 // it a ServiceAccount token for the cache that reads only the Engine's own
 // RuleSet (the WASM plugin) or its namespace's rule sets and Gateway tables
 // (the waf-proxy), and reports what it did in the Engine's status.
+//
+// Each data plane is a driver (internal/waf/driver) registered from its own
+// file here: istio.go and proxy.go. The controller knows none of them by
+// name; host.go is what it lends them.
 package engine
 
 import (
