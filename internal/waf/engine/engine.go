@@ -7,8 +7,8 @@
 // (the waf-proxy), and reports what it did in the Engine's status.
 //
 // Each data plane is a driver (internal/waf/driver) registered from its own
-// file here: istio.go and proxy.go. The controller knows none of them by
-// name; host.go is what it lends them.
+// file here: istio.go and proxy.go. The controller names them only to hand
+// each its image flag (driverSettings); host.go is what it lends them.
 package engine
 
 import (
