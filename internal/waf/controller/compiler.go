@@ -25,6 +25,7 @@ import (
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/driver"
 	"github.com/vilaca/portal/internal/waf/ruleset"
 )
 
@@ -222,8 +223,10 @@ func (c *Compiler) compile(key types.NamespacedName, b ruleset.Bundle, st *State
 	st.Revision = &wafv1alpha1.Revision{UUID: entry.UUID, Timestamp: metav1.NewTime(entry.Timestamp), SHA256: compiled.SHA256}
 	st.RuleCount = compiled.RuleCount
 	st.Findings = nil
-	for _, d := range ruleset.Drivers() {
-		st.Findings = append(st.Findings, compiled.Unsupported(d)...)
+	// Every registered driver's limits (internal/waf/driver); the Engine
+	// controller's package registers the built-in ones, and Setup links it.
+	for _, d := range driver.All() {
+		st.Findings = append(st.Findings, compiled.Unsupported(d.Name(), d.Limits())...)
 	}
 	// Keep the last good WAF open, within --waf-max-last-good-bytes:
 	// Coraza shares compiled patterns between live WAFs, so the next compile

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/driver"
 	"github.com/vilaca/portal/internal/waf/ruleset"
 )
 
@@ -118,7 +118,8 @@ func (s *StatusWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 }
 
 // limitedUsers names the Engines of rs's namespace that use rs with a data
-// plane that has limits (ruleset.Drivers: the Istio WASM build of Coraza).
+// plane that has limits (a registered driver whose Limits are not empty:
+// the Istio WASM build of Coraza).
 func (s *StatusWriter) limitedUsers(ctx context.Context, rs *wafv1alpha1.RuleSet) ([]string, error) {
 	var engines wafv1alpha1.EngineList
 	if err := s.client.List(ctx, &engines, client.InNamespace(rs.Namespace)); err != nil {
@@ -126,11 +127,10 @@ func (s *StatusWriter) limitedUsers(ctx context.Context, rs *wafv1alpha1.RuleSet
 	}
 	var names []string
 	for _, e := range engines.Items {
-		driver := e.Spec.Driver.Type
-		if driver == "" {
-			driver = wafv1alpha1.DriverIstioWASM
+		if e.Spec.RuleSet.Name != rs.Name {
+			continue
 		}
-		if e.Spec.RuleSet.Name == rs.Name && slices.Contains(ruleset.Drivers(), ruleset.Driver(driver)) {
+		if d, ok := driver.Lookup(driver.Of(&e)); ok && !d.Limits().Empty() {
 			names = append(names, e.Name)
 		}
 	}

@@ -14,9 +14,9 @@ func TestConditions(t *testing.T) {
 	rev := &wafv1alpha1.Revision{UUID: "u-1", SHA256: "abc"}
 	many := make([]ruleset.Finding, 0, 400)
 	for i := range 400 {
-		many = append(many, ruleset.Finding{Driver: ruleset.DriverIstioWASM, RuleID: 900000 + i, Reason: "r"})
+		many = append(many, ruleset.Finding{Driver: wafv1alpha1.DriverIstioWASM, RuleID: 900000 + i, Reason: "r"})
 	}
-	op := ruleset.Finding{Driver: ruleset.DriverIstioWASM, RuleID: 7, Operator: "validateSchema", Reason: "matches every request"}
+	op := ruleset.Finding{Driver: wafv1alpha1.DriverIstioWASM, RuleID: 7, Operator: "validateSchema", Reason: "matches every request"}
 	cases := []struct {
 		name             string
 		st               State

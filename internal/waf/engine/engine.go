@@ -5,6 +5,10 @@
 // it a ServiceAccount token for the cache that reads only the Engine's own
 // RuleSet (the WASM plugin) or its namespace's rule sets and Gateway tables
 // (the waf-proxy), and reports what it did in the Engine's status.
+//
+// Each data plane is a driver (internal/waf/driver) registered from its own
+// file here: istio.go and proxy.go. The controller names them only to hand
+// each its image flag (driverSettings); host.go is what it lends them.
 package engine
 
 import (
@@ -18,12 +22,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/driver"
 )
 
 // FieldOwner is the server-side apply field manager of everything the
@@ -89,9 +95,11 @@ type Options struct {
 	// ResyncInterval re-applies every Engine's data plane this often, which
 	// repairs objects edited or deleted behind Portal's back.
 	ResyncInterval time.Duration
-	Logger         *slog.Logger
-	Recorder       events.EventRecorder
-	Metrics        *Metrics
+	// Clock decides when tokens are renewed; nil: the real one.
+	Clock    clock.PassiveClock
+	Logger   *slog.Logger
+	Recorder events.EventRecorder
+	Metrics  *Metrics
 }
 
 // Reconciler is the Engine controller.
@@ -103,7 +111,9 @@ type Reconciler struct {
 	// metadata only, for the waf-proxy's upstream (watchGatewayServices).
 	reader client.Reader
 	opts   Options
-	tokens *tokenStore
+	// settings are the Options the drivers read.
+	settings driver.Settings
+	tokens   *tokenStore
 }
 
 // New returns the controller; call SetupWithManager.
@@ -129,13 +139,16 @@ func New(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
 	if len(opts.PortalPodLabels) == 0 {
 		opts.PortalPodLabels = map[string]string{"app.kubernetes.io/name": "portal"}
 	}
-	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), opts: opts, tokens: newTokenStore()}, nil
+	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), opts: opts, settings: driverSettings(opts), tokens: newTokenStore()}, nil
 }
 
 // SetupWithManager indexes Engines and registers the controller: it
@@ -230,7 +243,7 @@ func (r *Reconciler) finalize(ctx context.Context, eng *wafv1alpha1.Engine) erro
 	if !slices.Contains(eng.Finalizers, Finalizer) {
 		return nil
 	}
-	if err := r.teardown(ctx, eng, allObjects); err != nil {
+	if err := r.teardown(ctx, r.everything(eng)); err != nil {
 		return err
 	}
 	r.tokens.forget(eng.UID)

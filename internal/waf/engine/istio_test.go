@@ -3,6 +3,8 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
@@ -214,8 +217,9 @@ func checkCacheKnownToMesh(t *testing.T, eng *wafv1alpha1.Engine, ns string) {
 	}
 }
 
-// TestTokenRenewal: Portal renews the WasmPlugin's token before it expires
-// (here every few seconds) and the new one reads the RuleSet.
+// TestTokenRenewal: Portal keeps the WasmPlugin's token while it is fresh,
+// renews it once the controller's clock passes its renewal time (a fifth of
+// its lifetime before it expires), and the new one reads the RuleSet.
 func TestTokenRenewal(t *testing.T) {
 	cluster(t)
 	ns := namespace(t, "wasm-renew")
@@ -230,22 +234,66 @@ func TestTokenRenewal(t *testing.T) {
 	if first == "" || firstExpiry == nil {
 		t.Fatalf("token %q, expiry %v: want both", first, firstExpiry)
 	}
-	var renewed string
-	eventually(t, "a renewed token in the WasmPlugin", func() bool {
-		wp, ok := wasmPlugin(t, eng)
-		if !ok {
-			return false
+	// reconcileWith changes the poll interval, which the controller writes
+	// into the WasmPlugin in the same apply as the token.
+	reconcileWith := func(seconds int32) string {
+		t.Helper()
+		patch := client.MergeFrom(eng.DeepCopy())
+		eng.Spec.RuleSetCacheServer = &wafv1alpha1.RuleSetCacheServerConfig{PollIntervalSeconds: seconds}
+		if err := env.Client.Patch(context.Background(), eng, patch); err != nil {
+			t.Fatal(err)
 		}
-		renewed, _ = pluginConfig(t, wp)["cache_token"].(string)
-		return renewed != "" && renewed != first
-	})
+		var token string
+		eventually(t, fmt.Sprintf("the WasmPlugin polling every %ds", seconds), func() bool {
+			wp, ok := wasmPlugin(t, eng)
+			if !ok {
+				return false
+			}
+			pc := pluginConfig(t, wp)
+			token, _ = pc["cache_token"].(string)
+			return pc["rule_reload_interval_seconds"] == int64(seconds)
+		})
+		return token
+	}
+	if got := reconcileWith(21); got != first {
+		t.Error("the token changed before its renewal time")
+	}
+
+	clock.SetTime(firstExpiry.Add(-tokenRenewBefore + time.Second))
+	renewed := reconcileWith(22)
+	if renewed == "" || renewed == first {
+		t.Fatal("the token was not renewed past its renewal time")
+	}
 	if code := readStatus(t, renewed, ns, "guard"); code != 200 {
 		t.Errorf("renewed token: %d, want 200", code)
 	}
-	eventually(t, "status.tokenExpiresAt moved", func() bool {
+	// Minted within a second of the first, the new token may expire in the
+	// same second: the status is checked against the token itself.
+	exp := expiry(t, renewed)
+	eventually(t, "status.tokenExpiresAt of the renewed token", func() bool {
 		condition(t, eng, wafv1alpha1.ConditionReady)
-		return eng.Status.TokenExpiresAt != nil && eng.Status.TokenExpiresAt.After(firstExpiry.Time)
+		return eng.Status.TokenExpiresAt != nil && eng.Status.TokenExpiresAt.Unix() == exp
 	})
+}
+
+// expiry is the exp claim of a ServiceAccount token.
+func expiry(t *testing.T, token string) int64 {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("token has %d parts, want a JWT's 3", len(parts))
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct {
+		Exp int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(raw, &claims); err != nil || claims.Exp == 0 {
+		t.Fatalf("token claims %s: %v", raw, err)
+	}
+	return claims.Exp
 }
 
 // TestUnsupportedRules: the istio-wasm driver refuses a RuleSet whose

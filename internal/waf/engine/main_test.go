@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
@@ -33,11 +34,15 @@ const (
 	operatorName = "portal"
 	// allowedImages is the one prefix Engines may pick images under.
 	allowedImages = "oci://example.test/allowed/"
-	// tokenLifetime and tokenRenewBefore make Portal renew WasmPlugin
-	// tokens about every 5 seconds.
+	// tokenLifetime and tokenRenewBefore: Portal renews a WasmPlugin's
+	// token once the clock below passes 8 minutes after it was minted.
 	tokenLifetime    = 10 * time.Minute
-	tokenRenewBefore = tokenLifetime - 5*time.Second
+	tokenRenewBefore = 2 * time.Minute
 )
+
+// clock is the Engine controller's: token renewal happens when a test
+// moves it, not when the machine's clock gets there.
+var clock = clocktesting.NewFakeClock(time.Now())
 
 // One control plane with the Gateway API and Istio CRDs, and the WAF layer
 // (Engine controller included), for the tests of this package.
@@ -55,6 +60,7 @@ var (
 			o.Engine.AllowedImages = []string{allowedImages}
 			o.Engine.TokenExpiration = tokenLifetime
 			o.Engine.TokenRenewBefore = tokenRenewBefore
+			o.Engine.Clock = clock
 		})
 		env = e
 		return stop, err

@@ -6,13 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
-	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/waf/driver"
 )
 
 // Labels and annotations on what the controller creates.
@@ -39,16 +38,6 @@ var (
 	WasmPluginGVK      = schema.GroupVersionKind{Group: "extensions.istio.io", Version: "v1alpha1", Kind: "WasmPlugin"}
 	ServiceEntryGVK    = schema.GroupVersionKind{Group: "networking.istio.io", Version: "v1", Kind: "ServiceEntry"}
 	DestinationRuleGVK = schema.GroupVersionKind{Group: "networking.istio.io", Version: "v1", Kind: "DestinationRule"}
-)
-
-// objectSet selects the objects teardown removes.
-type objectSet int
-
-const (
-	wasmObjects   objectSet = 1 << iota // the WasmPlugin, its DestinationRule and CA Secret
-	proxyObjects                        // the waf-proxy Deployment, Service, PDB and CA ConfigMap
-	sharedObjects                       // the ServiceAccount and the cache NetworkPolicy
-	allObjects    = wasmObjects | proxyObjects | sharedObjects
 )
 
 // ChildName is the name of the objects an Engine owns in its namespace:
@@ -142,50 +131,56 @@ func (r *Reconciler) applyUnstructured(ctx context.Context, u *unstructured.Unst
 	return nil
 }
 
-// teardown deletes the objects of set that the Engine owns; absent objects
-// and kinds are fine.
-func (r *Reconciler) teardown(ctx context.Context, eng *wafv1alpha1.Engine, set objectSet) error {
-	name := ChildName(eng.Name)
-	type target struct {
-		gvk       schema.GroupVersionKind
-		namespace string
-		name      string
+// sharedObjects are the host's objects for an Engine, whatever its
+// driver: the ServiceAccount and the cache NetworkPolicy.
+func (r *Reconciler) sharedObjects(eng *wafv1alpha1.Engine) []driver.Object {
+	return []driver.Object{
+		{GVK: networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), Namespace: r.opts.Namespace, Name: NetworkPolicyName(eng.Namespace, eng.Name)},
+		{GVK: corev1.SchemeGroupVersion.WithKind("ServiceAccount"), Namespace: eng.Namespace, Name: ChildName(eng.Name)},
 	}
-	var ts []target
-	if set&wasmObjects != 0 {
-		ts = append(ts, target{WasmPluginGVK, eng.Namespace, name})
-		// Only with --operator-name does Portal write these, and only then
-		// does the chart grant it Secrets and DestinationRules: deleting
-		// them without that is forbidden, and every waf-proxy Engine's
-		// reconcile and finalizer would fail on it. (Left over from an
-		// earlier --operator-name, they are the Engine's: its owner
-		// reference lets the garbage collector take them.)
-		if r.opts.OperatorName != "" {
-			ts = append(ts, target{DestinationRuleGVK, eng.Namespace, name},
-				target{corev1.SchemeGroupVersion.WithKind("Secret"), eng.Namespace, CASecretName(eng.Name)})
+}
+
+// ownedByOthers is what the registered drivers other than keep own for the
+// Engine, less what keep owns too (a driver may reuse another's object).
+// An Engine that left a driver leaves nothing of it behind, whichever
+// driver it moved to: no driver names another.
+func (r *Reconciler) ownedByOthers(eng *wafv1alpha1.Engine, keep driver.Driver) []driver.Object {
+	s := r.settings
+	var kept []driver.Object
+	if keep != nil {
+		kept = keep.Owned(s, eng)
+	}
+	var out []driver.Object
+	for _, d := range driver.All() {
+		if keep != nil && d.Name() == keep.Name() {
+			continue
+		}
+		for _, o := range d.Owned(s, eng) {
+			if !slices.Contains(kept, o) && !slices.Contains(out, o) {
+				out = append(out, o)
+			}
 		}
 	}
-	if set&proxyObjects != 0 {
-		ts = append(ts,
-			target{appsv1.SchemeGroupVersion.WithKind("Deployment"), eng.Namespace, name},
-			target{corev1.SchemeGroupVersion.WithKind("Service"), eng.Namespace, name},
-			target{policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"), eng.Namespace, name},
-			target{corev1.SchemeGroupVersion.WithKind("ConfigMap"), eng.Namespace, CAConfigMapName(eng.Name)})
-	}
-	if set&sharedObjects != 0 {
-		ts = append(ts,
-			target{networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), r.opts.Namespace, NetworkPolicyName(eng.Namespace, eng.Name)},
-			target{corev1.SchemeGroupVersion.WithKind("ServiceAccount"), eng.Namespace, name})
-	}
+	return out
+}
+
+// everything is all an Engine may have: every driver's objects and the
+// shared ones.
+func (r *Reconciler) everything(eng *wafv1alpha1.Engine) []driver.Object {
+	return append(r.ownedByOthers(eng, nil), r.sharedObjects(eng)...)
+}
+
+// teardown deletes these objects; absent objects and kinds are fine.
+func (r *Reconciler) teardown(ctx context.Context, objs []driver.Object) error {
 	var errs []error
-	for _, t := range ts {
+	for _, t := range objs {
 		obj := &metav1.PartialObjectMetadata{}
-		obj.SetGroupVersionKind(t.gvk)
-		obj.SetNamespace(t.namespace)
-		obj.SetName(t.name)
+		obj.SetGroupVersionKind(t.GVK)
+		obj.SetNamespace(t.Namespace)
+		obj.SetName(t.Name)
 		err := r.client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
-			errs = append(errs, fmt.Errorf("delete %s %s/%s: %w", t.gvk.Kind, t.namespace, t.name, err))
+			errs = append(errs, fmt.Errorf("delete %s %s/%s: %w", t.GVK.Kind, t.Namespace, t.Name, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -240,13 +235,6 @@ func (r *Reconciler) applyServiceAccount(ctx context.Context, eng *wafv1alpha1.E
 	return sa, nil
 }
 
-// provisioned is what a driver reports after applying its objects.
-type provisioned struct {
-	message     string
-	requeue     time.Duration
-	tokenExpiry *metav1.Time
-}
-
 // targetServiceNotFound: the waf-proxy driver has nothing to proxy to.
 type targetServiceNotFound struct{ namespace, gateway string }
 
@@ -264,11 +252,11 @@ func (e *imageNotAllowed) Error() string {
 
 // checkImage refuses an image the Engine names unless it is Portal's own
 // default or under an allowed prefix.
-func (r *Reconciler) checkImage(image, def, field string) error {
+func checkImage(s driver.Settings, image, def, field string) error {
 	if image == "" || image == def {
 		return nil
 	}
-	for _, p := range r.opts.AllowedImages {
+	for _, p := range s.AllowedImages {
 		if p != "" && strings.HasPrefix(image, p) {
 			return nil
 		}

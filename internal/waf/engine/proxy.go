@@ -18,7 +18,33 @@ import (
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/waf/cache"
+	"github.com/vilaca/portal/internal/waf/driver"
+	"github.com/vilaca/portal/internal/waf/ruleset"
 )
+
+func init() { driver.Register(wafProxy{}) }
+
+// wafProxy is the waf-proxy driver: `portal waf-proxy` (Coraza built with
+// Go, the same build that validates rules in the controller) deployed in
+// front of the target Gateway's Service, applying the Gateway's route
+// table. No Istio needed.
+type wafProxy struct{}
+
+func (wafProxy) Name() wafv1alpha1.DriverType { return wafv1alpha1.DriverWAFProxy }
+
+// Limits: none; the waf-proxy runs everything the sandbox admits.
+func (wafProxy) Limits() ruleset.Limits { return ruleset.Limits{} }
+
+// Owned: the Deployment, Service, PodDisruptionBudget and CA ConfigMap.
+func (wafProxy) Owned(_ driver.Settings, eng *wafv1alpha1.Engine) []driver.Object {
+	name := ChildName(eng.Name)
+	return []driver.Object{
+		{GVK: appsv1.SchemeGroupVersion.WithKind("Deployment"), Namespace: eng.Namespace, Name: name},
+		{GVK: corev1.SchemeGroupVersion.WithKind("Service"), Namespace: eng.Namespace, Name: name},
+		{GVK: policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"), Namespace: eng.Namespace, Name: name},
+		{GVK: corev1.SchemeGroupVersion.WithKind("ConfigMap"), Namespace: eng.Namespace, Name: CAConfigMapName(eng.Name)},
+	}
+}
 
 // Where the waf-proxy pod finds its cache credentials, and its ports.
 const (
@@ -50,9 +76,9 @@ func proxyPodLabels(eng *wafv1alpha1.Engine) map[string]string {
 
 // upstream finds the Gateway's Service: the one labelled with the Gateway's
 // name (the first by name when several are), and the port to proxy to.
-func (r *Reconciler) upstream(ctx context.Context, eng *wafv1alpha1.Engine) (string, error) {
+func upstream(ctx context.Context, h driver.Host, eng *wafv1alpha1.Engine) (string, error) {
 	var list corev1.ServiceList
-	if err := r.reader.List(ctx, &list, client.InNamespace(eng.Namespace),
+	if err := h.Reader().List(ctx, &list, client.InNamespace(eng.Namespace),
 		client.MatchingLabels{wafv1alpha1.GatewayNameLabel: eng.Spec.Target.Name}); err != nil {
 		return "", fmt.Errorf("list the Services of Gateway %s: %w", eng.Spec.Target.Name, err)
 	}
@@ -74,10 +100,12 @@ func (r *Reconciler) upstream(ctx context.Context, eng *wafv1alpha1.Engine) (str
 	return fmt.Sprintf("http://%s.%s.svc:%d", svc.Name, svc.Namespace, port), nil
 }
 
-// provisionProxy applies the waf-proxy data plane: the NetworkPolicy to the
+// Provision applies the waf-proxy data plane: the NetworkPolicy to the
 // cache, the ServiceAccount whose projected token the proxy sends, the
 // cache's CA, and the Deployment, Service and PodDisruptionBudget.
-func (r *Reconciler) provisionProxy(ctx context.Context, eng *wafv1alpha1.Engine) (provisioned, error) {
+func (wafProxy) Provision(ctx context.Context, h driver.Host, eng *wafv1alpha1.Engine) (driver.Result, error) {
+	s := h.Settings()
+	def := s.Images[wafv1alpha1.DriverWAFProxy]
 	cfg := wafv1alpha1.WAFProxyDriverConfig{Replicas: 2, Port: 80}
 	if p := eng.Spec.Driver.WAFProxy; p != nil {
 		cfg = *p
@@ -88,45 +116,41 @@ func (r *Reconciler) provisionProxy(ctx context.Context, eng *wafv1alpha1.Engine
 			cfg.Port = 80
 		}
 	}
-	if err := r.checkImage(cfg.Image, r.opts.ProxyImage, "spec.driver.wafProxy.image"); err != nil {
-		return provisioned{}, err
+	if err := checkImage(s, cfg.Image, def, "spec.driver.wafProxy.image"); err != nil {
+		return driver.Result{}, err
 	}
 	if cfg.Image == "" {
-		cfg.Image = r.opts.ProxyImage
+		cfg.Image = def
 	}
 	if cfg.Image == "" {
-		return provisioned{}, errors.New("no waf-proxy image: set spec.driver.wafProxy.image or Portal's --waf-proxy-image")
+		return driver.Result{}, errors.New("no waf-proxy image: set spec.driver.wafProxy.image or Portal's --waf-proxy-image")
 	}
-	ca := r.opts.CABundle()
+	ca := s.CABundle()
 	if len(ca) == 0 {
-		return provisioned{}, errors.New("the cache's CA is not issued yet")
+		return driver.Result{}, errors.New("the cache's CA is not issued yet")
 	}
-	up, err := r.upstream(ctx, eng)
+	up, err := upstream(ctx, h, eng)
 	if err != nil {
-		return provisioned{}, err
+		return driver.Result{}, err
 	}
-	if err := r.applyNetworkPolicy(ctx, eng, proxyPodLabels(eng)); err != nil {
-		return provisioned{}, err
+	if err := h.AllowCache(ctx, eng, proxyPodLabels(eng)); err != nil {
+		return driver.Result{}, err
 	}
-	if _, err := r.applyServiceAccount(ctx, eng); err != nil {
-		return provisioned{}, err
+	if _, err := h.ServiceAccount(ctx, eng); err != nil {
+		return driver.Result{}, err
 	}
 	name := ChildName(eng.Name)
-	for _, o := range r.proxyObjects(eng, cfg, ca, up) {
-		if err := r.apply(ctx, o); err != nil {
-			return provisioned{}, err
+	for _, o := range proxyObjects(s, eng, cfg, ca, up) {
+		if err := h.Apply(ctx, o); err != nil {
+			return driver.Result{}, err
 		}
 	}
-	r.tokens.forget(eng.UID)
-	if err := r.teardown(ctx, eng, wasmObjects); err != nil {
-		return provisioned{}, err
-	}
-	return provisioned{message: fmt.Sprintf("waf-proxy %s enforces RuleSet %s in front of %s; send traffic to Service %s", name, eng.Spec.RuleSet.Name, up, name)}, nil
+	return driver.Result{Message: fmt.Sprintf("waf-proxy %s enforces RuleSet %s in front of %s; send traffic to Service %s", name, eng.Spec.RuleSet.Name, up, name)}, nil
 }
 
 // proxyObjects are the waf-proxy's CA ConfigMap, Deployment, Service and
 // PodDisruptionBudget, in the order they are applied.
-func (r *Reconciler) proxyObjects(eng *wafv1alpha1.Engine, cfg wafv1alpha1.WAFProxyDriverConfig, ca []byte, up string) []client.Object {
+func proxyObjects(s driver.Settings, eng *wafv1alpha1.Engine, cfg wafv1alpha1.WAFProxyDriverConfig, ca []byte, up string) []client.Object {
 	name := ChildName(eng.Name)
 	om := func(n string) metav1.ObjectMeta {
 		l := labels(eng)
@@ -148,7 +172,7 @@ func (r *Reconciler) proxyObjects(eng *wafv1alpha1.Engine, cfg wafv1alpha1.WAFPr
 			Selector: &metav1.LabelSelector{MatchLabels: proxyPodLabels(eng)},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: proxyPodLabels(eng)},
-				Spec:       r.proxyPod(eng, name, cfg.Image, up),
+				Spec:       proxyPod(s, eng, name, cfg.Image, up),
 			},
 		},
 	}
@@ -174,17 +198,17 @@ func (r *Reconciler) proxyObjects(eng *wafv1alpha1.Engine, cfg wafv1alpha1.WAFPr
 	return []client.Object{cm, dep, svc, pdb}
 }
 
-// ProxyArgs are the arguments of `portal waf-proxy` for an Engine: the
+// proxyArgs are the arguments of `portal waf-proxy` for an Engine: the
 // Gateway's route table decides per request, so the WAFGatewayBindingPolicies
 // and RuleSetOverrides attached to the Gateway and its routes apply, and the
 // Engine's RuleSet guards the requests no policy covers. The body caps are
 // spelled out because the pod's memory limit is sized against them: one
 // proxy serves every route of a shared Gateway, so no tenant's rule set may
 // make it buffer more of a request or a response than they allow.
-func (r *Reconciler) ProxyArgs(eng *wafv1alpha1.Engine, upstream string) []string {
+func proxyArgs(s driver.Settings, eng *wafv1alpha1.Engine, upstream string) []string {
 	return []string{
 		"waf-proxy",
-		fmt.Sprintf("--cache-url=https://%s.%s.svc:%d", r.opts.CacheService, r.opts.Namespace, r.opts.CachePort),
+		fmt.Sprintf("--cache-url=https://%s.%s.svc:%d", s.CacheService, s.Namespace, s.CachePort),
 		"--gateway=" + eng.Namespace + "/" + eng.Spec.Target.Name,
 		"--ruleset=" + eng.Namespace + "/" + eng.Spec.RuleSet.Name,
 		"--upstream=" + upstream,
@@ -199,7 +223,7 @@ func (r *Reconciler) ProxyArgs(eng *wafv1alpha1.Engine, upstream string) []strin
 	}
 }
 
-func (r *Reconciler) proxyPod(eng *wafv1alpha1.Engine, name, image, upstream string) corev1.PodSpec {
+func proxyPod(s driver.Settings, eng *wafv1alpha1.Engine, name, image, upstream string) corev1.PodSpec {
 	t, f := true, false
 	secs := int64(proxyTokenSeconds)
 	probe := func(path string) *corev1.Probe {
@@ -215,7 +239,7 @@ func (r *Reconciler) proxyPod(eng *wafv1alpha1.Engine, name, image, upstream str
 		Containers: []corev1.Container{{
 			Name:  "waf-proxy",
 			Image: image,
-			Args:  r.ProxyArgs(eng, upstream),
+			Args:  proxyArgs(s, eng, upstream),
 			Ports: []corev1.ContainerPort{
 				{Name: "http", ContainerPort: proxyListenPort, Protocol: corev1.ProtocolTCP},
 				{Name: "metrics", ContainerPort: proxyMetricPort, Protocol: corev1.ProtocolTCP},

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
-	"github.com/vilaca/portal/internal/waf/ruleset"
+	"github.com/vilaca/portal/internal/waf/driver"
 )
 
 // Results of a reconcile, the values of the result label of
@@ -70,7 +70,7 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 		// cost the API server nothing but this check.
 		if prev := meta.FindStatusCondition(eng.Status.Conditions, wafv1alpha1.ConditionAccepted); prev == nil ||
 			prev.Status != metav1.ConditionFalse || prev.ObservedGeneration != eng.Generation {
-			if err := r.teardown(ctx, eng, allObjects); err != nil {
+			if err := r.teardown(ctx, r.everything(eng)); err != nil {
 				return r.failed(o, err), 0, err
 			}
 		}
@@ -101,20 +101,18 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 	}
 	o.revision = rs.Status.CachedRevision.UUID
 
-	driver := driverOf(eng)
-	if driver == wafv1alpha1.DriverIstioWASM {
-		if msg := unsupported(&rs); msg != "" {
-			return o.refuse(ResultUnsupportedRules, wafv1alpha1.ReasonUnsupportedRules, msg), 0, nil
-		}
+	drv, ok := driver.Lookup(driver.Of(eng))
+	if !ok {
+		// The CRD's enum offers only registered drivers
+		// (TestEngineCRDEnumMatchesRegistry); this is an older CRD.
+		msg := fmt.Sprintf("this Portal has no driver %q (it has %v)", driver.Of(eng), driver.Names())
+		return o.refuse(ResultFailed, wafv1alpha1.ReasonProvisioningFailed, msg), 0, nil
+	}
+	if msg := unsupported(&rs, drv); msg != "" {
+		return o.refuse(ResultUnsupportedRules, wafv1alpha1.ReasonUnsupportedRules, msg), 0, nil
 	}
 
-	var p provisioned
-	switch driver {
-	case wafv1alpha1.DriverWAFProxy:
-		p, err = r.provisionProxy(ctx, eng)
-	default:
-		p, err = r.provisionWASM(ctx, eng)
-	}
+	p, err := r.provision(ctx, eng, drv)
 	if err != nil {
 		var nf *targetServiceNotFound
 		if errors.As(err, &nf) {
@@ -127,14 +125,33 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 		}
 		return r.failed(o, err), 0, err
 	}
-	o.tokenExpiry = p.tokenExpiry
+	o.tokenExpiry = p.TokenExpiry
 	o.result = ResultProvisioned
-	o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned, p.message)
+	o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioned, p.Message)
 	o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionFalse, wafv1alpha1.ReasonAsExpected, "")
 	if reason, msg := ruleSetHealth(&rs); reason != "" {
 		o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
 	}
-	return o, p.requeue, nil
+	return o, p.Requeue, nil
+}
+
+// provision applies the driver's data plane, then removes what every other
+// driver owns for the Engine, so that an Engine moved between drivers is
+// never enforced by both once the new one is up.
+func (r *Reconciler) provision(ctx context.Context, eng *wafv1alpha1.Engine, drv driver.Driver) (driver.Result, error) {
+	// Its errors are the Ready condition's message as they are: each
+	// already names the object or setting at fault.
+	p, err := drv.Provision(ctx, host{r}, eng)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if p.TokenExpiry == nil {
+		r.tokens.forget(eng.UID)
+	}
+	if err := r.teardown(ctx, r.ownedByOthers(eng, drv)); err != nil {
+		return driver.Result{}, err
+	}
+	return p, nil
 }
 
 // failed is the outcome of an error while provisioning.
@@ -146,13 +163,6 @@ func (r *Reconciler) failed(o outcome, err error) outcome {
 	o.ready = cond(wafv1alpha1.ConditionReady, metav1.ConditionFalse, wafv1alpha1.ReasonProvisioningFailed, err.Error())
 	o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, wafv1alpha1.ReasonProvisioningFailed, err.Error())
 	return o
-}
-
-func driverOf(eng *wafv1alpha1.Engine) wafv1alpha1.DriverType {
-	if eng.Spec.Driver.Type == "" {
-		return wafv1alpha1.DriverIstioWASM
-	}
-	return eng.Spec.Driver.Type
 }
 
 // checkTarget returns ReasonAccepted, or why the Engine may not attach to
@@ -196,16 +206,17 @@ func winner(engines []wafv1alpha1.Engine) *wafv1alpha1.Engine {
 	return w
 }
 
-// unsupported says why the istio-wasm driver refuses the RuleSet's cached
-// revision, or "" when it does not: rules the WASM build cannot run, not
-// acknowledged with the allow-unsupported-rules annotation.
-func unsupported(rs *wafv1alpha1.RuleSet) string {
+// unsupported says why the driver refuses the RuleSet's cached revision, or
+// "" when it does not: rules it cannot run (the RuleSet controller found
+// them with the driver's Limits), not acknowledged with the
+// allow-unsupported-rules annotation.
+func unsupported(rs *wafv1alpha1.RuleSet, drv driver.Driver) string {
 	if rs.Annotations[wafv1alpha1.AnnotationAllowUnsupportedRules] == "true" {
 		return ""
 	}
 	var ids []string
 	for _, u := range rs.Status.UnsupportedRules {
-		if u.Driver != string(ruleset.DriverIstioWASM) {
+		if u.Driver != string(drv.Name()) {
 			continue
 		}
 		what := fmt.Sprintf("rule %d", u.RuleID)
@@ -223,8 +234,12 @@ func unsupported(rs *wafv1alpha1.RuleSet) string {
 		more = fmt.Sprintf(" and %d more", len(ids)-most)
 		ids = ids[:most]
 	}
-	return fmt.Sprintf("RuleSet %q revision %s holds rules the Istio WASM build of Coraza cannot run: %s%s (see the RuleSet's status.unsupportedRules); remove them, or acknowledge them with the annotation %s: \"true\" on the RuleSet",
-		rs.Name, rs.Status.CachedRevision.UUID, strings.Join(ids, ", "), more, wafv1alpha1.AnnotationAllowUnsupportedRules)
+	runtime := drv.Limits().Runtime
+	if runtime == "" {
+		runtime = "the " + string(drv.Name()) + " driver"
+	}
+	return fmt.Sprintf("RuleSet %q revision %s holds rules %s cannot run: %s%s (see the RuleSet's status.unsupportedRules); remove them, or acknowledge them with the annotation %s: \"true\" on the RuleSet",
+		rs.Name, rs.Status.CachedRevision.UUID, runtime, strings.Join(ids, ", "), more, wafv1alpha1.AnnotationAllowUnsupportedRules)
 }
 
 // ruleSetHealth returns RuleSetDegraded and why when the RuleSet serves an

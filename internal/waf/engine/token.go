@@ -64,12 +64,11 @@ func TokenAudience(eng *wafv1alpha1.Engine) string {
 	return cache.RuleSetAudience(eng.Namespace, eng.Spec.RuleSet.Name)
 }
 
-// ensureToken returns a token of sa for the Engine's audience, minting one
+// ensureToken returns a token of sa for the audience, minting one
 // (TokenRequest) when there is none, it is for another audience or
 // ServiceAccount, or less than TokenRenewBefore is left of it.
-func (r *Reconciler) ensureToken(ctx context.Context, eng *wafv1alpha1.Engine, sa *corev1.ServiceAccount) (token, error) {
-	aud := TokenAudience(eng)
-	if t, ok := r.tokens.get(eng.UID); ok && t.audience == aud && t.saUID == sa.UID && time.Now().Before(t.renewAt) {
+func (r *Reconciler) ensureToken(ctx context.Context, eng *wafv1alpha1.Engine, sa *corev1.ServiceAccount, aud string) (token, error) {
+	if t, ok := r.tokens.get(eng.UID); ok && t.audience == aud && t.saUID == sa.UID && r.opts.Clock.Now().Before(t.renewAt) {
 		return t, nil
 	}
 	secs := int64(r.opts.TokenExpiration / time.Second)
@@ -89,7 +88,7 @@ func (r *Reconciler) ensureToken(ctx context.Context, eng *wafv1alpha1.Engine, s
 	// The API server may shorten the lifetime asked for; renew relative
 	// to what it granted.
 	before := r.opts.TokenRenewBefore
-	if life := time.Until(exp); before >= life {
+	if life := exp.Sub(r.opts.Clock.Now()); before >= life {
 		before = life / 5
 	}
 	t := token{value: tr.Status.Token, audience: aud, saUID: sa.UID, expires: exp, renewAt: exp.Add(-before)}
