@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -99,6 +100,9 @@ type Options struct {
 	// Gone, when set, hears of each evaluated object found deleted, so the
 	// lookup layer drops what it holds for it.
 	Gone func(gvk schema.GroupVersionKind, namespace, name string)
+	// Clock stamps when findings were seen and events observed, and times
+	// the retry of unresolved kinds; default the real clock.
+	Clock clock.WithTicker
 	// Logger, default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics. Default: controller-runtime's
@@ -136,6 +140,9 @@ func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
 	}
 	if o.RetryInterval <= 0 {
 		o.RetryInterval = DefaultRetryInterval
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	if o.EvalTimeout <= 0 {
 		o.EvalTimeout = DefaultEvalTimeout

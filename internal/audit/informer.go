@@ -83,7 +83,7 @@ func (s *Source) startWatch(key watchKey, gvk schema.GroupVersionKind, namespace
 		default:
 			s.metrics.Events.WithLabelValues("update").Inc()
 		}
-		s.enqueueKey(w, e.Key, time.Now())
+		s.enqueueKey(w, e.Key, s.clock.Now())
 	}, clustercache.SubscribeOptions{ResyncPeriod: s.resync})
 	if err != nil {
 		h.Release()

@@ -2,7 +2,6 @@ package audit
 
 import (
 	"slices"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -17,7 +16,7 @@ import (
 func (s *Source) Requeue(gk schema.GroupKind, namespace, name string) bool {
 	for _, w := range s.watches.list() {
 		if w.gvk.GroupKind() == gk && (w.namespace == "" || w.namespace == namespace) && !w.stopped.Load() {
-			s.enqueueKey(w, clustercache.Key{Namespace: namespace, Name: name}, time.Now())
+			s.enqueueKey(w, clustercache.Key{Namespace: namespace, Name: name}, s.clock.Now())
 			return true
 		}
 	}
@@ -29,7 +28,7 @@ func (s *Source) Requeue(gk schema.GroupKind, namespace, name string) bool {
 // expired or went away concerns. The objects keep their findings until they
 // are evaluated again.
 func (s *Source) RequeueKinds(namespace string, gks []schema.GroupKind) {
-	now := time.Now()
+	now := s.clock.Now()
 	for _, w := range s.watches.list() {
 		if !slices.Contains(gks, w.gvk.GroupKind()) || w.stopped.Load() {
 			continue

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/core"
@@ -46,6 +47,7 @@ type Source struct {
 	evalTimeout time.Duration
 	rulesLoaded <-chan struct{}
 	gone        func(gvk schema.GroupVersionKind, namespace, name string)
+	clock       clock.WithTicker
 
 	queue   workqueue.TypedRateLimitingInterface[queueKey]
 	watches watchSet
@@ -70,7 +72,7 @@ func newSource(o *Options, eng *engine.Engine, mapper meta.RESTMapper, cc *clust
 	return &Source{
 		eng: eng, mapper: mapper, cache: cc, store: store, counter: o.RuleCounter,
 		log: o.Logger, metrics: m, resync: o.ResyncPeriod, workers: o.Workers,
-		syncTimeout: o.SyncTimeout, retry: o.RetryInterval, rulesLoaded: o.RulesLoaded, evalTimeout: o.EvalTimeout, gone: o.Gone,
+		syncTimeout: o.SyncTimeout, retry: o.RetryInterval, rulesLoaded: o.RulesLoaded, evalTimeout: o.EvalTimeout, gone: o.Gone, clock: o.Clock,
 		// One namespace's thousands of objects must not queue ahead of
 		// another namespace's single change: see fairQueue.
 		queue:        newFairWorkqueue("portal-audit", func(k queueKey) string { return k.namespace }, m.QueueNamespaces),
@@ -128,7 +130,7 @@ func (s *Source) Start(ctx context.Context) error {
 	started := s.reconcile(ctx)
 	go s.waitSynced(ctx, started)
 
-	retry := time.NewTimer(s.retry)
+	retry := s.clock.NewTimer(s.retry)
 	defer retry.Stop()
 	for {
 		select {
@@ -136,7 +138,7 @@ func (s *Source) Start(ctx context.Context) error {
 			return nil
 		case <-s.rulesChanged:
 			s.reconcile(ctx)
-		case <-retry.C:
+		case <-retry.C():
 			s.mu.Lock()
 			n := len(s.unresolved)
 			s.mu.Unlock()
@@ -325,7 +327,7 @@ func (s *Source) stopWatch(w *resourceWatch, want wantedSet) {
 	s.store.DeleteFunc(func(k core.ObjectKey) bool {
 		return k.APIVersion == apiVersion && k.Kind == kind &&
 			(w.namespace == "" || k.Namespace == w.namespace) && !want.covers(w.gvr, k.Namespace)
-	}, time.Now())
+	}, s.clock.Now())
 	s.log.Info("audit stopped watching", "resource", w.gvr.String(), "namespace", w.namespace)
 }
 
@@ -349,7 +351,7 @@ func (s *Source) pruneAfterSync(ctx context.Context, w *resourceWatch) {
 		}
 		_, exists := w.handle.Object(k.Namespace, k.Name)
 		return !exists
-	}, time.Now())
+	}, s.clock.Now())
 }
 
 // WatchScope is one running informer: a resource, watched in one namespace
@@ -390,7 +392,7 @@ func (s *Source) requeueChangedKinds(watches, started []*resourceWatch) {
 	prev := s.ruleSets
 	s.ruleSets = sets
 	s.mu.Unlock()
-	now := time.Now()
+	now := s.clock.Now()
 	for _, w := range watches {
 		gk := w.gvk.GroupKind()
 		if slices.Contains(started, w) || slices.Equal(prev[gk], sets[gk]) {
@@ -425,7 +427,7 @@ func (s *Source) processNext() bool {
 	observed, ok := s.pending[k]
 	delete(s.pending, k)
 	if !ok {
-		observed = time.Now()
+		observed = s.clock.Now()
 	}
 	s.inflight++
 	s.metrics.QueueDepth.Set(float64(len(s.pending)))
@@ -482,7 +484,7 @@ func (s *Source) evaluate(k queueKey, observed time.Time) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := s.clock.Now()
 	var findings []core.Finding
 	var counted *core.Rule
 	for _, r := range results {

@@ -56,7 +56,7 @@ func (l *auditLayer) Setup(d Deps) error {
 	if err != nil {
 		return err
 	}
-	counts := rule.NewStatusCounts(d.Manager.GetClient(), rule.CountOptions{Logger: d.Logger, Registerer: d.Registerer})
+	counts := rule.NewStatusCounts(d.Manager.GetClient(), rule.CountOptions{Logger: d.Logger, Registerer: d.Registerer, Clock: d.Clock})
 	d.Rules.OnChange(func() { counts.RulesChanged(d.Engine.Rules()) })
 	if err := d.Manager.Add(counts); err != nil {
 		return err
@@ -79,6 +79,7 @@ func (l *auditLayer) Setup(d Deps) error {
 		Exemptions:   exemptionCounter(d.Exceptions),
 		Logger:       d.Logger,
 		Registerer:   d.Registerer,
+		Clock:        d.Clock,
 	})
 	if err != nil {
 		return err

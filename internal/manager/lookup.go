@@ -79,7 +79,7 @@ func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, eng *engine.Engi
 		Engine: eng, Cache: l.cache, Resolver: l.cache, Index: index,
 		Access:     lookup.AccessReview{Client: cs.AuthorizationV1().SelfSubjectAccessReviews()},
 		CycleLimit: cfg.Lookup.CycleLimit, CycleWindow: cfg.Lookup.CycleWindow, MaxPending: cfg.Lookup.MaxDependencies,
-		Metrics: lookup.NewMetrics(reg, index), Logger: log.With("layer", "lookup"),
+		Metrics: lookup.NewMetrics(reg, index), Logger: log.With("layer", "lookup"), Clock: cfg.Clock,
 		OnStatus: func(k lookup.RuleKey) {
 			if l.status != nil {
 				l.status.Changed(k.Kind, k.Namespace, k.Name)

@@ -364,7 +364,7 @@ func setupRuleLoading(mgr ctrl.Manager, cfg *Config, d Deps, lk *lookups, loaded
 	if err := mgr.Add(lk.status); err != nil {
 		return err
 	}
-	budget := rule.NewBudgetStatus(mgr.GetClient(), loader, rule.BudgetOptions{Logger: log, Registerer: reg})
+	budget := rule.NewBudgetStatus(mgr.GetClient(), loader, rule.BudgetOptions{Logger: log, Registerer: reg, Clock: cfg.Clock})
 	if err := mgr.Add(budget); err != nil {
 		return err
 	}
