@@ -36,7 +36,7 @@ func init() {
 		New: func(env Env, s AlertSettings) ([]core.OutputSink, error) {
 			a, err := alertmanager.New(alertmanager.Options{
 				URL: s.URL, ResendInterval: s.ResendInterval, BufferSize: s.BufferSize,
-				Logger: env.Logger.With("sink", alertmanager.Name), Registerer: env.Registerer,
+				Logger: env.Logger.With("sink", alertmanager.Name), Registerer: env.Registerer, Clock: env.Clock,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("alertmanager sink: %w", err)

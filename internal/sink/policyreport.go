@@ -60,7 +60,7 @@ func newReports(env Env, s ReportSettings) ([]core.OutputSink, error) {
 	for _, f := range formats {
 		s, err := policyreport.New(policyreport.Options{
 			Client: env.Manager.GetClient(), Reader: env.Manager.GetAPIReader(), Format: f, MaxResults: s.MaxResults,
-			Logger: env.Logger.With("sink", f), Registerer: env.Registerer,
+			Logger: env.Logger.With("sink", f), Registerer: env.Registerer, Clock: env.Clock,
 		})
 		if err != nil {
 			return nil, err

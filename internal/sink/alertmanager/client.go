@@ -28,7 +28,7 @@ func (e *refusedError) Error() string {
 // post sends alerts to Alertmanager. Firing alerts get endsAt four re-send
 // intervals ahead.
 func (s *Sink) post(ctx context.Context, alerts []alert) error {
-	endsAt := time.Now().Add(4 * s.o.ResendInterval).UTC()
+	endsAt := s.o.Clock.Now().Add(4 * s.o.ResendInterval).UTC()
 	out := make([]alert, len(alerts))
 	for i, a := range alerts {
 		if a.EndsAt.IsZero() {
