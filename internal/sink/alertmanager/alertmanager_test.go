@@ -3,6 +3,7 @@ package alertmanager_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
@@ -397,4 +399,61 @@ func TestTenantRuleCannotImpersonateAPlatformAlert(t *testing.T) {
 			}
 		}
 	}
+}
+
+// While Alertmanager cannot be reached, sends are retried after a delay that
+// doubles from MinBackoff up to MaxBackoff on the sink's clock, never
+// before the delay has passed on it; once a send goes through, the next
+// outage starts again from MinBackoff.
+func TestUnreachableBacksOffOnTheClock(t *testing.T) {
+	var failing atomic.Bool
+	var posts atomic.Int64
+	failing.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		posts.Add(1)
+		if failing.Load() {
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	fc := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	s, _ := start(t, alertmanager.Options{URL: srv.URL, MinBackoff: time.Second, MaxBackoff: 3 * time.Second, ResendInterval: time.Hour,
+		Clock: fc, Logger: slog.New(slog.DiscardHandler)})
+	// The sink waits on its re-send ticker and, while failing, on its
+	// backoff: two waiters.
+	retries := func(delays ...time.Duration) {
+		t.Helper()
+		for _, d := range delays {
+			n := posts.Load()
+			poll(t, fmt.Sprintf("a failed send waiting %s", d), func() bool { return fc.Waiters() == 2 && posts.Load() == n })
+			fc.Step(d - time.Millisecond)
+			if fc.Waiters() != 2 || posts.Load() != n {
+				t.Fatalf("retried before its %s delay", d)
+			}
+			fc.Step(time.Millisecond)
+			poll(t, fmt.Sprintf("the retry after %s", d), func() bool { return posts.Load() >= n+1 })
+		}
+	}
+	if err := s.Publish(context.Background(), core.FindingBatch{Full: true, Objects: []core.ObjectFindings{object("clock", "p0", true, fc.Now())}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the first send", func() bool { return posts.Load() == 1 })
+	retries(time.Second, 2*time.Second, 3*time.Second)
+	failing.Store(false)
+	retries(3 * time.Second)
+	poll(t, "the queue drained", func() bool { return testutil.ToFloat64(s.Metrics().Pending) == 0 })
+
+	failing.Store(true)
+	before := posts.Load()
+	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{object("clock", "p1", true, fc.Now())}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the send of the next alert", func() bool { return posts.Load() == before+1 })
+	retries(time.Second)
 }
