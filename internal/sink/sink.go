@@ -107,7 +107,9 @@ func Register[S any](sp Spec[S]) {
 func Registrations() []Registration { return slices.Clone(registry) }
 
 // Options select and configure the sinks: the settings of each registered
-// sink, which BindFlags binds, and what every sink is given.
+// sink, which BindFlags binds, and what every sink is given. Options hold
+// the settings by reference: a copy shares them with the original, as the
+// flags bound into one do.
 type Options struct {
 	// Logger, default slog.Default().
 	Logger *slog.Logger
