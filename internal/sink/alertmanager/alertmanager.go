@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -521,12 +520,6 @@ func (s *Sink) refuse(p *pending, err *refusedError) {
 		cur.retry = s.backoff()
 	}
 	cur.retryAt = s.o.Clock.Now().Add(cur.retry.Step())
-}
-
-// backoff is the delay of consecutive failures: doubling from MinBackoff
-// up to MaxBackoff.
-func (s *Sink) backoff() *wait.Backoff {
-	return &wait.Backoff{Duration: s.o.MinBackoff, Factor: 2, Cap: s.o.MaxBackoff, Steps: math.MaxInt32}
 }
 
 // takePending returns up to BatchSize queued changes that are due: fresh
