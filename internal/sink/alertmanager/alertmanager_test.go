@@ -214,8 +214,9 @@ func notifiedStart(t *testing.T, recv *amtest.Receiver, name, with string) time.
 // the dropped ones included.
 func TestBufferWhileDown(t *testing.T) {
 	am := amtest.Start(t)
-	s, _ := start(t, alertmanager.Options{URL: am.URL(), BufferSize: 3, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour})
-	now := time.Now()
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, _ := start(t, alertmanager.Options{URL: am.URL(), BufferSize: 3, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour, Clock: fc})
+	now := fc.Now()
 	if err := s.Publish(context.Background(), core.FindingBatch{Full: true, Objects: []core.ObjectFindings{object("down", "p0", true, now)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -247,6 +248,11 @@ func TestBufferWhileDown(t *testing.T) {
 	if err := am.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The next try comes after the backoff, on the sink's clock.
+	poll(t, "the buffer sent once Alertmanager is back", func() bool {
+		fc.Step(200 * time.Millisecond)
+		return testutil.ToFloat64(s.Metrics().Pending) == 0
+	})
 	waitAlerts(t, am, "down", want)
 }
 
@@ -257,8 +263,9 @@ func TestBufferWhileDown(t *testing.T) {
 // while the refused alert keeps being retried.
 func TestRefusedAlertKeepsOthers(t *testing.T) {
 	am := amtest.Start(t)
-	s, delivered := start(t, alertmanager.Options{URL: am.URL(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour})
-	now := time.Now()
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, delivered := start(t, alertmanager.Options{URL: am.URL(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour, Clock: fc})
+	now := fc.Now()
 	b := core.FindingBatch{Full: true}
 	for i := range 3 {
 		b.Objects = append(b.Objects, object("refused", fmt.Sprintf("p%d", i), true, now))
@@ -270,6 +277,7 @@ func TestRefusedAlertKeepsOthers(t *testing.T) {
 	waitAlerts(t, am, "refused", []string{"no-root/p0/app", "no-root/p1/app", "no-root/p2/app"})
 	poll(t, "the accepted alerts reported delivered", func() bool { return delivered.Load() == 3 })
 	poll(t, "the refused alert counted by rule and retried", func() bool {
+		fc.Step(200 * time.Millisecond)
 		return testutil.ToFloat64(s.Metrics().RefusedTotal.WithLabelValues("no-root")) >= 2
 	})
 	if got := testutil.ToFloat64(s.Metrics().Refused); got != 1 {
@@ -279,7 +287,7 @@ func TestRefusedAlertKeepsOthers(t *testing.T) {
 		t.Errorf("pending = %v, want the refused alert still queued", got)
 	}
 
-	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{object("refused", "later", true, time.Now())}}); err != nil {
+	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{object("refused", "later", true, fc.Now())}}); err != nil {
 		t.Fatal(err)
 	}
 	waitAlerts(t, am, "refused", []string{"no-root/later/app", "no-root/p0/app", "no-root/p1/app", "no-root/p2/app"})
@@ -311,8 +319,9 @@ func TestRefusingProxyDropsNothing(t *testing.T) {
 	}))
 	t.Cleanup(proxy.Close)
 
-	s, delivered := start(t, alertmanager.Options{URL: proxy.URL, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour})
-	now := time.Now()
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, delivered := start(t, alertmanager.Options{URL: proxy.URL, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour, Clock: fc})
+	now := fc.Now()
 	if err := s.Publish(context.Background(), core.FindingBatch{Full: true, Objects: []core.ObjectFindings{object("proxy", "p0", true, now)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -330,16 +339,17 @@ func TestRefusingProxyDropsNothing(t *testing.T) {
 	if got := testutil.ToFloat64(s.Metrics().Pending); got != 5 {
 		t.Errorf("pending = %v while refused, want all 5 changes queued", got)
 	}
-	poll(t, "refused sends retried", func() bool { return refusals.Load() >= 3 })
+	poll(t, "refused sends retried", func() bool { fc.Step(200 * time.Millisecond); return refusals.Load() >= 3 })
 	if got := testutil.ToFloat64(s.Metrics().Failures); got < 3 {
 		t.Errorf("send failures = %v, want each refusal counted", got)
 	}
 
 	refusing.Store(false)
-	waitAlerts(t, am, "proxy", []string{"no-root/p1/app", "no-root/p2/app", "no-root/p3/app", "no-root/p4/app"})
 	poll(t, "queue drained and every change reported delivered", func() bool {
+		fc.Step(200 * time.Millisecond)
 		return testutil.ToFloat64(s.Metrics().Pending) == 0 && delivered.Load() == 6
 	})
+	waitAlerts(t, am, "proxy", []string{"no-root/p1/app", "no-root/p2/app", "no-root/p3/app", "no-root/p4/app"})
 }
 
 func poll(t *testing.T, what string, cond func() bool) {
