@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -89,9 +90,15 @@ func (r *recorder) reports(ns string) []reportsv1alpha2.PolicyReport {
 // delivered. limits, when given, are MaxResults and MaxBytes.
 func startSink(t *testing.T, r *recorder, limits ...int) (*Sink, func() int) {
 	t.Helper()
+	return startSinkOn(t, r, clock.RealClock{}, limits...)
+}
+
+// startSinkOn is startSink on the clock clk.
+func startSinkOn(t *testing.T, r *recorder, clk clock.WithTicker, limits ...int) (*Sink, func() int) {
+	t.Helper()
 	c := r.client()
 	o := Options{Client: c, Reader: c, RetryMin: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clk}
 	if len(limits) == 2 {
 		o.MaxResults, o.MaxBytes = limits[0], limits[1]
 	}
@@ -138,12 +145,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestWriteFailureRetriedAlone(t *testing.T) {
 	r := newRecorder()
 	r.fail["a"] = 3
-	s, delivered := startSink(t, r)
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, delivered := startSinkOn(t, r, fc)
 	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{violation("a", "p"), violation("b", "q")}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "report of b", func() bool { return len(r.reports("b")) == 1 })
-	waitFor(t, "report of a after its failures", func() bool { return len(r.reports("a")) == 1 })
+	// a's retries come as its backoff passes on the sink's clock.
+	waitFor(t, "report of a after its failures", func() bool { fc.Step(40 * time.Millisecond); return len(r.reports("a")) == 1 })
 	if got := r.reports("a")[0]; len(got.Results) != 1 || got.Summary.Fail != 1 {
 		t.Errorf("report of a: %d results, summary fail %d", len(got.Results), got.Summary.Fail)
 	}
