@@ -55,8 +55,9 @@ func (r *runnables) Add(x manager.Runnable) error { *r = append(*r, x); return n
 // gauge is 1 once the full state is out, and 0 when the sink stops.
 func TestRunnerStartsWithEveryProducersFullState(t *testing.T) {
 	sink := &recordingSink{fail: 1}
+	fc := clocktesting.NewFakeClock(time.Now())
 	var added runnables
-	p, err := New(&added, Options{Sinks: []core.OutputSink{sink}, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, Registerer: prometheus.NewRegistry()})
+	p, err := New(&added, Options{Sinks: []core.OutputSink{sink}, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, Clock: fc, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,9 @@ func TestRunnerStartsWithEveryProducersFullState(t *testing.T) {
 		t.Fatal("the sink published before every producer synced")
 	}
 	close(netSynced)
+	// The first try fails; the retry comes after the backoff on the clock.
 	err = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		fc.Step(time.Millisecond)
 		return len(sink.got()) > 0, nil
 	})
 	if err != nil {
