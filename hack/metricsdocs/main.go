@@ -33,9 +33,7 @@ import (
 	"github.com/vilaca/portal/internal/network"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/runtime"
-	"github.com/vilaca/portal/internal/sink/alertmanager"
-	"github.com/vilaca/portal/internal/sink/policyreport"
-	sinkprometheus "github.com/vilaca/portal/internal/sink/prometheus"
+	"github.com/vilaca/portal/internal/sink"
 	wafbinding "github.com/vilaca/portal/internal/waf/binding"
 	wafbundle "github.com/vilaca/portal/internal/waf/bundle"
 	wafcache "github.com/vilaca/portal/internal/waf/cache"
@@ -51,40 +49,47 @@ type layer struct {
 	register     func(prometheus.Registerer)
 }
 
-var layers = []layer{
-	{"Rule loading", "rule-loading", func(r prometheus.Registerer) {
-		rule.NewMetrics(r)
-		rule.NewBudgetStatus(nil, nil, rule.BudgetOptions{Registerer: r})
-	}},
-	{"Exceptions", "exceptions", func(r prometheus.Registerer) { exception.NewMetrics(r) }},
-	{"Admission", "admission", func(r prometheus.Registerer) {
-		admission.NewMetrics(r)
-		r.MustRegister(admission.NewClientCAMetrics().Collectors()...)
-	}},
-	{"Certificates", "certificates", func(r prometheus.Registerer) { certs.NewMetrics(r) }},
-	{"Cluster cache", "cluster-cache", func(r prometheus.Registerer) { clustercache.NewMetrics(r) }},
-	{"Cross-resource lookups", "cross-resource-lookups", func(r prometheus.Registerer) { lookup.NewMetrics(r, lookup.NewDepIndex(1)) }},
-	{"Audit", "audit", func(r prometheus.Registerer) {
-		audit.NewMetrics(r)
-		findings.NewMetrics(r)
-		sinkprometheus.New(r)
-		policyreport.NewMetrics(r, "wgpolicyk8s")
-		alertmanager.NewMetrics(r)
-		rule.NewStatusCounts(nil, rule.CountOptions{Registerer: r})
-	}},
-	{"Response actions", "response-actions", func(r prometheus.Registerer) { actions.NewMetrics(r) }},
-	{"Network analysis", "network-analysis", func(r prometheus.Registerer) { network.NewMetrics(r) }},
-	{"Runtime", "runtime", func(r prometheus.Registerer) { runtime.NewMetrics(r) }},
-	{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
-		wafcontroller.NewMetrics(r)
-		wafcache.NewMetrics(r)
-		wafbinding.NewMetrics(r)
-		// As internal/waf/setup.go names the rule set cache's certificate metrics.
-		certs.NewNamedMetrics(r, "portal_waf_cache_cert", "rule set cache")
-		wafengine.NewMetrics(r)
-	}},
-	{"WAF bundles", "waf-bundles", func(r prometheus.Registerer) { wafbundle.NewMetrics(r) }},
-	{"WAF proxy", "waf-proxy", func(r prometheus.Registerer) { wafproxy.NewMetrics(r) }},
+// layersWith returns the index's sections; the findings sinks' metrics are
+// those of every sink in sinks (sink.Registrations()), so a new sink's
+// metrics are listed with no edit here.
+func layersWith(sinks []sink.Registration) []layer {
+	return []layer{
+		{"Rule loading", "rule-loading", func(r prometheus.Registerer) {
+			rule.NewMetrics(r)
+			rule.NewBudgetStatus(nil, nil, rule.BudgetOptions{Registerer: r})
+		}},
+		{"Exceptions", "exceptions", func(r prometheus.Registerer) { exception.NewMetrics(r) }},
+		{"Admission", "admission", func(r prometheus.Registerer) {
+			admission.NewMetrics(r)
+			r.MustRegister(admission.NewClientCAMetrics().Collectors()...)
+		}},
+		{"Certificates", "certificates", func(r prometheus.Registerer) { certs.NewMetrics(r) }},
+		{"Cluster cache", "cluster-cache", func(r prometheus.Registerer) { clustercache.NewMetrics(r) }},
+		{"Cross-resource lookups", "cross-resource-lookups", func(r prometheus.Registerer) { lookup.NewMetrics(r, lookup.NewDepIndex(1)) }},
+		{"Audit", "audit", func(r prometheus.Registerer) {
+			audit.NewMetrics(r)
+			findings.NewMetrics(r)
+			for _, s := range sinks {
+				if s.Metrics != nil {
+					s.Metrics(r)
+				}
+			}
+			rule.NewStatusCounts(nil, rule.CountOptions{Registerer: r})
+		}},
+		{"Response actions", "response-actions", func(r prometheus.Registerer) { actions.NewMetrics(r) }},
+		{"Network analysis", "network-analysis", func(r prometheus.Registerer) { network.NewMetrics(r) }},
+		{"Runtime", "runtime", func(r prometheus.Registerer) { runtime.NewMetrics(r) }},
+		{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
+			wafcontroller.NewMetrics(r)
+			wafcache.NewMetrics(r)
+			wafbinding.NewMetrics(r)
+			// As internal/waf/setup.go names the rule set cache's certificate metrics.
+			certs.NewNamedMetrics(r, "portal_waf_cache_cert", "rule set cache")
+			wafengine.NewMetrics(r)
+		}},
+		{"WAF bundles", "waf-bundles", func(r prometheus.Registerer) { wafbundle.NewMetrics(r) }},
+		{"WAF proxy", "waf-proxy", func(r prometheus.Registerer) { wafproxy.NewMetrics(r) }},
+	}
 }
 
 // metric is one row of the index.
@@ -105,6 +110,7 @@ func main() {
 }
 
 func run(outPath, refPath string, check bool) error {
+	layers := layersWith(sink.Registrations())
 	sections := make([][]metric, len(layers))
 	var all []string
 	for i, l := range layers {
@@ -124,7 +130,7 @@ func run(outPath, refPath string, check bool) error {
 	if err := crossCheck(all, ref, refPath); err != nil {
 		return err
 	}
-	page := render(sections)
+	page := render(layers, sections)
 	if !check {
 		return os.WriteFile(outPath, page, 0o644)
 	}
@@ -271,7 +277,7 @@ func parseDesc(s string) (metric, error) {
 	return metric{Name: name, Help: help, Labels: labels}, nil
 }
 
-func render(sections [][]metric) []byte {
+func render(layers []layer, sections [][]metric) []byte {
 	var b strings.Builder
 	b.WriteString(`<!-- Generated by hack/metricsdocs from the metrics Portal registers: change a metric in
 its package and run make docs-generate; make docs fails when this page is stale. -->

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/sink"
 )
 
 // The committed index is what the registered metrics give, and metrics.md
@@ -67,5 +73,50 @@ func TestCrossCheck(t *testing.T) {
 	}
 	if err := crossCheck([]string{"portal_a"}, []byte("### portal_a\n"), "metrics.md"); err != nil {
 		t.Errorf("matching pages: %v", err)
+	}
+}
+
+// A sink added to the registry has its metrics in the index, and metrics.md
+// must document them, with no edit to this generator: the sinks' metrics
+// are derived from sink.Registrations().
+func TestNewSinkMetricsAreIndexed(t *testing.T) {
+	test := sink.Describe(sink.Spec[bool]{
+		Name:    "testsink",
+		Flags:   func(*pflag.FlagSet, *bool) {},
+		Enabled: func(bool) bool { return false },
+		New:     func(sink.Env, bool) ([]core.OutputSink, error) { return nil, nil },
+		Metrics: func(r prometheus.Registerer) {
+			r.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "portal_testsink_writes_total", Help: "Writes of the test sink."}))
+		},
+	})
+	layers := layersWith(append(sink.Registrations(), test))
+	var names []string
+	for _, l := range layers {
+		ms, err := collect(l.register)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			names = append(names, m.Name)
+			if m.Name == "portal_testsink_writes_total" && l.name != "Audit" {
+				t.Errorf("the test sink's metric is listed under %s", l.name)
+			}
+		}
+	}
+	if !slices.Contains(names, "portal_testsink_writes_total") {
+		t.Fatal("the registered test sink's metric is not in the index")
+	}
+	ref, err := os.ReadFile("../../docs/reference/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := crossCheck(names, ref, "metrics.md"); err == nil || !strings.Contains(err.Error(), `no section "### portal_testsink_writes_total"`) {
+		t.Errorf("metrics.md was not asked to document the test sink's metric: %v", err)
+	}
+	// Every sink Portal registers has its metrics indexed.
+	for _, want := range []string{"portal_audit_violations", "portal_policyreport_writes_total", "portal_alertmanager_alerts_sent_total"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("%s is not in the index", want)
+		}
 	}
 }

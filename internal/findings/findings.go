@@ -28,12 +28,15 @@ package findings
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -64,6 +67,9 @@ type Options struct {
 	// Registerer receives the metrics. Default: controller-runtime's
 	// metrics.Registry.
 	Registerer prometheus.Registerer
+	// Clock times the retries and the event-to-report latency. Default
+	// clock.RealClock{}.
+	Clock clock.WithTicker
 }
 
 // RuleCounter receives a producer's open violation counts for rule status;
@@ -107,6 +113,7 @@ type Adder interface {
 // Every replica keeps one, fed by its own producers, so a replica that
 // becomes the leader publishes the full current state at once.
 type Pipeline struct {
+	clock   clock.WithTicker
 	metrics *Metrics
 	log     *slog.Logger
 
@@ -152,7 +159,11 @@ func New(mgr Adder, o Options) (*Pipeline, error) {
 	if o.Registerer == nil {
 		o.Registerer = metrics.Registry
 	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
 	p := &Pipeline{
+		clock:     o.Clock,
 		metrics:   NewMetrics(o.Registerer),
 		log:       o.Logger,
 		producers: map[string]*Producer{},
@@ -173,7 +184,8 @@ func New(mgr Adder, o Options) (*Pipeline, error) {
 	for _, sk := range o.Sinks {
 		err := mgr.Add(&sinkRunner{
 			sink: sk, pipeline: p, metrics: p.metrics, log: o.Logger,
-			maxBatch: o.MaxBatch, minBackoff: o.MinBackoff, maxBackoff: o.MaxBackoff, leading: leading,
+			maxBatch: o.MaxBatch, leading: leading,
+			retry: wait.Backoff{Duration: o.MinBackoff, Factor: 2, Cap: o.MaxBackoff, Steps: math.MaxInt32},
 		})
 		if err != nil {
 			return nil, err

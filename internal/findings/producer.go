@@ -75,7 +75,7 @@ func (pr *Producer) DeleteFunc(drop func(core.ObjectKey) bool, observed time.Tim
 // part of it.
 func (pr *Producer) Publish(b core.FindingBatch) {
 	p := pr.pipeline
-	now := time.Now()
+	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if b.Full {

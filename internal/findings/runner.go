@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vilaca/portal/internal/core"
 )
@@ -18,14 +19,15 @@ import (
 // producer, and a sink that cannot keep up only ever lags, it never loses a
 // change.
 type sinkRunner struct {
-	sink       core.OutputSink
-	pipeline   *Pipeline
-	metrics    *Metrics
-	log        *slog.Logger
-	maxBatch   int
-	minBackoff time.Duration
-	maxBackoff time.Duration
-	leading    *leadGauge
+	sink     core.OutputSink
+	pipeline *Pipeline
+	metrics  *Metrics
+	log      *slog.Logger
+	maxBatch int
+	// retry is the delay before a batch the sink failed is published
+	// again: doubling from Options.MinBackoff to MaxBackoff.
+	retry   wait.Backoff
+	leading *leadGauge
 }
 
 // leadGauge is portal_audit_leader: 1 once every leader-only sink of this
@@ -83,7 +85,7 @@ func (r *sinkRunner) Start(ctx context.Context) error {
 	latency := r.metrics.EventToReport.WithLabelValues(name)
 	observe := func(t time.Time) {
 		if !t.IsZero() {
-			latency.Observe(time.Since(t).Seconds())
+			latency.Observe(r.pipeline.clock.Since(t).Seconds())
 		}
 	}
 	async, isAsync := r.sink.(core.RunnableSink)
@@ -93,7 +95,7 @@ func (r *sinkRunner) Start(ctx context.Context) error {
 	}
 	defer wg.Wait()
 
-	backoff := r.minBackoff
+	backoff := r.retry
 	for {
 		b, err := sub.Next(ctx, r.maxBatch)
 		if err != nil {
@@ -105,16 +107,16 @@ func (r *sinkRunner) Start(ctx context.Context) error {
 			}
 			sub.Retry(b)
 			r.metrics.SinkErrors.WithLabelValues(name).Inc()
-			r.log.Warn("findings sink failed; retrying", "sink", name, "objects", len(b.Objects), "full", b.Full, "retryIn", backoff, "error", err)
+			delay := backoff.Step()
+			r.log.Warn("findings sink failed; retrying", "sink", name, "objects", len(b.Objects), "full", b.Full, "retryIn", delay, "error", err)
 			select {
-			case <-time.After(backoff):
+			case <-r.pipeline.clock.After(delay):
 			case <-ctx.Done():
 				return nil
 			}
-			backoff = min(2*backoff, r.maxBackoff)
 			continue
 		}
-		backoff = r.minBackoff
+		backoff = r.retry
 		if leader && !published {
 			published = true
 			r.leading.up()

@@ -25,7 +25,9 @@ func TestActionsLayer(t *testing.T) {
 	cfg, _, _ := layerConfig(t, "layers-actions")
 	cfg.Namespace = "actions-portal"
 	cfg.Audit.Enabled = true
-	cfg.Audit.Sinks.ReportFormat = "none"
+	if err := cfg.Audit.Sinks.Parse("--report-format=none"); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Actions.Enabled = true
 	cfg.Actions.Types = []string{"label"}
 	rule := &policyv1alpha1.PortalRule{

@@ -115,13 +115,7 @@ func (*auditLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.BoolVar(&au.Enabled, "audit", au.Enabled, "run continuous audit of live objects into reports, alerts, metrics and logs (L5)")
 	f.DurationVar(&au.ResyncPeriod, "resync-period", au.ResyncPeriod, "re-evaluate every watched object this often, a safety net behind the watches")
 	f.IntVar(&au.Workers, "audit-workers", au.Workers, "concurrent audit evaluations")
-	f.StringVar(&au.Sinks.ReportFormat, "report-format", au.Sinks.ReportFormat, "reports to write: wgpolicyk8s, openreports, both or none")
-	f.IntVar(&au.Sinks.ReportMaxResults, "report-max-results", au.Sinks.ReportMaxResults, "results per report before a namespace's report is sharded (0: the default, 50)")
-	f.StringVar(&au.Sinks.AlertmanagerURL, "alertmanager-url", au.Sinks.AlertmanagerURL, "send one alert per finding to this Alertmanager (v2 API); empty disables alerts")
-	f.DurationVar(&au.Sinks.AlertResendInterval, "alert-resend-interval", au.Sinks.AlertResendInterval, "re-send open alerts this often (0: the default, 1m)")
-	f.IntVar(&au.Sinks.AlertBufferSize, "alert-buffer-size", au.Sinks.AlertBufferSize, "alert changes kept while Alertmanager is unreachable (0: the default, 10000)")
-	f.BoolVar(&au.Sinks.Prometheus, "audit-metrics", au.Sinks.Prometheus, "export portal_audit_violations")
-	f.BoolVar(&au.Sinks.Stdout, "audit-log-findings", au.Sinks.Stdout, "log one JSON line per finding raised, changed and resolved")
+	sink.BindFlags(f, &au.Sinks)
 }
 
 func (*auditLayer) CheckFlags(cfg *Config) error {

@@ -164,7 +164,9 @@ func startChangePortal(b *testing.B, cl *devcluster.Cluster, dyn dynamic.Interfa
 	p.cfg, p.reg, _ = layerConfig(b, "change-bench")
 	p.cfg.Audit.Enabled = true
 	p.cfg.Audit.ResyncPeriod = time.Hour // every re-evaluation measured is an event
-	p.cfg.Audit.Sinks.ReportFormat = "wgpolicyk8s"
+	if err := p.cfg.Audit.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
+		b.Fatal(err)
+	}
 	p.cfg.RulesFolder = dir
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())

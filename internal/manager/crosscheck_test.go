@@ -79,7 +79,9 @@ func TestEvalClusterStateMatchesLiveAudit(t *testing.T) {
 			cfg, _, _ := layerConfig(t, "crosscheck-"+name)
 			cfg.Audit.Enabled = true
 			cfg.Audit.ResyncPeriod = time.Hour
-			cfg.Audit.Sinks.ReportFormat = "wgpolicyk8s"
+			if err := cfg.Audit.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
+				t.Fatal(err)
+			}
 			cfg.RulesFolder = rules
 			runUntilReady(t, cl, cfg)
 

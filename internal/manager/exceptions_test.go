@@ -91,7 +91,9 @@ func startExceptionPortal(t *testing.T) *excEnv {
 	cfg.Admission.Enabled = true
 	cfg.Audit.Enabled = true
 	cfg.Audit.ResyncPeriod = time.Hour
-	cfg.Audit.Sinks.ReportFormat = "wgpolicyk8s"
+	if err := cfg.Audit.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
+		t.Fatal(err)
+	}
 	cfg.ExceptionNamespaces = []string{"exc-*"}
 	cfg.ExceptionMaxDuration = excMaxDuration
 	// The API server keeps expires in real time: the fake clock starts

@@ -99,7 +99,9 @@ func TestCrossResourceLookups(t *testing.T) {
 	cfg.Admission.Enabled = true
 	cfg.Audit.Enabled = true
 	cfg.Audit.ResyncPeriod = time.Hour
-	cfg.Audit.Sinks.ReportFormat = "wgpolicyk8s"
+	if err := cfg.Audit.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
+		t.Fatal(err)
+	}
 	cfg.RulesFolder = dir
 	runUntilReady(t, cl, cfg)
 

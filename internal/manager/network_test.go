@@ -50,7 +50,9 @@ func TestNetworkLayer(t *testing.T) {
 	cfg, reg, _ := layerConfig(t, "layers-network")
 	cfg.Namespace = "portal-network-test"
 	cfg.Network.Enabled = true
-	cfg.Audit.Sinks.ReportFormat = "wgpolicyk8s"
+	if err := cfg.Audit.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
+		t.Fatal(err)
+	}
 	for _, ns := range []string{cfg.Namespace, "network-layer-team"} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)

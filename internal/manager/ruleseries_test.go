@@ -32,7 +32,9 @@ func TestRuleSeriesGoWithTheirRule(t *testing.T) {
 	cfg, reg, _ := layerConfig(t, "rule-series")
 	cfg.Admission.Enabled = true
 	cfg.Audit.Enabled = true
-	cfg.Audit.Sinks.ReportFormat = "none"
+	if err := cfg.Audit.Sinks.Parse("--report-format=none"); err != nil {
+		t.Fatal(err)
+	}
 	runUntilReady(t, cl, cfg)
 
 	r := &policyv1alpha1.PortalRule{

@@ -162,8 +162,9 @@ func startRuntimeEnv(t *testing.T) *runtimeEnv {
 	// Short, so the test sees the alert resolve when the window ends.
 	cfg.Runtime.FindingWindow = 5 * time.Second
 	e.am = amtest.Start(t)
-	cfg.Audit.Sinks.AlertmanagerURL, cfg.Audit.Sinks.AlertResendInterval = e.am.URL(), time.Second
-	cfg.Audit.Sinks.Stdout, cfg.Audit.Sinks.ReportFormat = true, "wgpolicyk8s"
+	if err := cfg.Audit.Sinks.Parse("--alertmanager-url="+e.am.URL(), "--alert-resend-interval=1s", "--audit-log-findings", "--report-format=wgpolicyk8s"); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Actions.Enabled = true
 	cfg.Actions.Types = []string{"label", "revoke-sa-token", "alertmanager", "patch-networkpolicy"}
 	cfg.RulesFolder = t.TempDir()

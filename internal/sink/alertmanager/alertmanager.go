@@ -41,6 +41,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/sink/track"
@@ -85,6 +87,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Clock times the re-sends, the alerts' endsAt and the retries.
+	// Default clock.RealClock{}.
+	Clock clock.WithTicker
 }
 
 // alert is a postable alert of the v2 API.
@@ -102,9 +107,10 @@ type pending struct {
 	observed time.Time
 	seq      uint64
 	// refused is set while Alertmanager refuses this alert sent on its
-	// own; it is then retried at retryAt, after its own backoff.
+	// own; it is then retried at retryAt, after a delay of its own
+	// backoff, retry.
 	refused bool
-	backoff time.Duration
+	retry   *wait.Backoff
 	retryAt time.Time
 }
 
@@ -162,6 +168,9 @@ func New(o Options) (*Sink, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
 	return &Sink{
 		o: o, url: u.String(), log: o.Logger, metrics: NewMetrics(o.Registerer), tracker: track.New(),
 		active: map[string]alert{}, pending: map[string]*pending{}, started: map[string]time.Time{}, wake: make(chan struct{}, 1),
@@ -177,7 +186,7 @@ func (s *Sink) Metrics() *Metrics { return s.metrics }
 // Publish implements core.OutputSink: it records which alerts fire and which
 // resolve and wakes the sender. It never blocks on Alertmanager.
 func (s *Sink) Publish(_ context.Context, b core.FindingBatch) error {
-	now := time.Now()
+	now := s.o.Clock.Now()
 	s.mu.Lock()
 	for _, d := range s.tracker.Apply(b) {
 		before, after := alertsOf(d.Old), alertsOf(d.New)
@@ -310,10 +319,13 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 	if err := s.adoptStarts(ctx); err != nil {
 		s.log.Info("alertmanager: cannot read the active alerts; open alerts keep this replica's start times", "error", err)
 	}
-	resend := time.NewTicker(s.o.ResendInterval)
+	resend := s.o.Clock.NewTicker(s.o.ResendInterval)
 	defer resend.Stop()
-	retry := time.NewTimer(time.Hour)
+	retry := s.o.Clock.NewTimer(time.Hour)
 	defer retry.Stop()
+	// failures is the backoff while Alertmanager cannot be reached, nil
+	// while it answers; backoff is the delay before the next try.
+	var failures *wait.Backoff
 	var backoff time.Duration
 	failing := false
 	for {
@@ -321,13 +333,13 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-s.o.Clock.After(backoff):
 			}
 		} else {
 			// A refused alert waits for its own retry time; the others
 			// go out as they come.
 			if at, ok := s.nextRetry(); ok {
-				retry.Reset(time.Until(at))
+				retry.Reset(at.Sub(s.o.Clock.Now()))
 			} else {
 				retry.Stop()
 			}
@@ -335,8 +347,8 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 			case <-ctx.Done():
 				return
 			case <-s.wake:
-			case <-retry.C:
-			case <-resend.C:
+			case <-retry.C():
+			case <-resend.C():
 				s.mu.Lock()
 				s.resendDue = true
 				s.mu.Unlock()
@@ -348,7 +360,7 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 			// Alertmanager is back, possibly restarted without its
 			// alerts: re-send every open one now.
 			s.log.Info("alertmanager reachable again; re-sending open alerts", "url", s.url)
-			failing, backoff = false, 0
+			failing, failures, backoff = false, nil, 0
 			s.mu.Lock()
 			s.resendDue = true
 			s.mu.Unlock()
@@ -356,11 +368,14 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 		case err == nil:
 			// Only retries of refused alerts were sent (and refused
 			// again): no sign yet that Alertmanager is back.
-			backoff = 0
+			failures, backoff = nil, 0
 		case ctx.Err() != nil:
 			return
 		default:
-			backoff = min(max(2*backoff, s.o.MinBackoff), s.o.MaxBackoff)
+			if failures == nil {
+				failures = s.backoff()
+			}
+			backoff = failures.Step()
 			if !failing {
 				s.log.Warn("alertmanager unreachable; buffering alerts", "url", s.url, "error", err)
 			}
@@ -374,7 +389,7 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 func (s *Sink) flush(ctx context.Context, delivered func(time.Time)) (bool, error) {
 	f := &flushing{delivered: delivered}
 	for {
-		batch := s.takePending(time.Now())
+		batch := s.takePending(s.o.Clock.Now())
 		if len(batch) == 0 {
 			break
 		}
@@ -501,8 +516,10 @@ func (s *Sink) refuse(p *pending, err *refusedError) {
 			"kind", p.alert.Labels["kind"], "name", p.alert.Labels["name"], "status", err.status, "error", err.body)
 	}
 	cur.refused = true
-	cur.backoff = min(max(2*cur.backoff, s.o.MinBackoff), s.o.MaxBackoff)
-	cur.retryAt = time.Now().Add(cur.backoff)
+	if cur.retry == nil {
+		cur.retry = s.backoff()
+	}
+	cur.retryAt = s.o.Clock.Now().Add(cur.retry.Step())
 }
 
 // takePending returns up to BatchSize queued changes that are due: fresh

@@ -3,6 +3,7 @@ package alertmanager_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/sink/alertmanager"
@@ -212,8 +214,9 @@ func notifiedStart(t *testing.T, recv *amtest.Receiver, name, with string) time.
 // the dropped ones included.
 func TestBufferWhileDown(t *testing.T) {
 	am := amtest.Start(t)
-	s, _ := start(t, alertmanager.Options{URL: am.URL(), BufferSize: 3, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour})
-	now := time.Now()
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, _ := start(t, alertmanager.Options{URL: am.URL(), BufferSize: 3, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour, Clock: fc})
+	now := fc.Now()
 	if err := s.Publish(context.Background(), core.FindingBatch{Full: true, Objects: []core.ObjectFindings{object("down", "p0", true, now)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -245,6 +248,11 @@ func TestBufferWhileDown(t *testing.T) {
 	if err := am.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The next try comes after the backoff, on the sink's clock.
+	poll(t, "the buffer sent once Alertmanager is back", func() bool {
+		fc.Step(200 * time.Millisecond)
+		return testutil.ToFloat64(s.Metrics().Pending) == 0
+	})
 	waitAlerts(t, am, "down", want)
 }
 
@@ -255,8 +263,9 @@ func TestBufferWhileDown(t *testing.T) {
 // while the refused alert keeps being retried.
 func TestRefusedAlertKeepsOthers(t *testing.T) {
 	am := amtest.Start(t)
-	s, delivered := start(t, alertmanager.Options{URL: am.URL(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour})
-	now := time.Now()
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, delivered := start(t, alertmanager.Options{URL: am.URL(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour, Clock: fc})
+	now := fc.Now()
 	b := core.FindingBatch{Full: true}
 	for i := range 3 {
 		b.Objects = append(b.Objects, object("refused", fmt.Sprintf("p%d", i), true, now))
@@ -268,6 +277,7 @@ func TestRefusedAlertKeepsOthers(t *testing.T) {
 	waitAlerts(t, am, "refused", []string{"no-root/p0/app", "no-root/p1/app", "no-root/p2/app"})
 	poll(t, "the accepted alerts reported delivered", func() bool { return delivered.Load() == 3 })
 	poll(t, "the refused alert counted by rule and retried", func() bool {
+		fc.Step(200 * time.Millisecond)
 		return testutil.ToFloat64(s.Metrics().RefusedTotal.WithLabelValues("no-root")) >= 2
 	})
 	if got := testutil.ToFloat64(s.Metrics().Refused); got != 1 {
@@ -277,7 +287,7 @@ func TestRefusedAlertKeepsOthers(t *testing.T) {
 		t.Errorf("pending = %v, want the refused alert still queued", got)
 	}
 
-	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{object("refused", "later", true, time.Now())}}); err != nil {
+	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{object("refused", "later", true, fc.Now())}}); err != nil {
 		t.Fatal(err)
 	}
 	waitAlerts(t, am, "refused", []string{"no-root/later/app", "no-root/p0/app", "no-root/p1/app", "no-root/p2/app"})
@@ -309,8 +319,9 @@ func TestRefusingProxyDropsNothing(t *testing.T) {
 	}))
 	t.Cleanup(proxy.Close)
 
-	s, delivered := start(t, alertmanager.Options{URL: proxy.URL, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour})
-	now := time.Now()
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, delivered := start(t, alertmanager.Options{URL: proxy.URL, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, ResendInterval: time.Hour, Clock: fc})
+	now := fc.Now()
 	if err := s.Publish(context.Background(), core.FindingBatch{Full: true, Objects: []core.ObjectFindings{object("proxy", "p0", true, now)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -328,16 +339,17 @@ func TestRefusingProxyDropsNothing(t *testing.T) {
 	if got := testutil.ToFloat64(s.Metrics().Pending); got != 5 {
 		t.Errorf("pending = %v while refused, want all 5 changes queued", got)
 	}
-	poll(t, "refused sends retried", func() bool { return refusals.Load() >= 3 })
+	poll(t, "refused sends retried", func() bool { fc.Step(200 * time.Millisecond); return refusals.Load() >= 3 })
 	if got := testutil.ToFloat64(s.Metrics().Failures); got < 3 {
 		t.Errorf("send failures = %v, want each refusal counted", got)
 	}
 
 	refusing.Store(false)
-	waitAlerts(t, am, "proxy", []string{"no-root/p1/app", "no-root/p2/app", "no-root/p3/app", "no-root/p4/app"})
 	poll(t, "queue drained and every change reported delivered", func() bool {
+		fc.Step(200 * time.Millisecond)
 		return testutil.ToFloat64(s.Metrics().Pending) == 0 && delivered.Load() == 6
 	})
+	waitAlerts(t, am, "proxy", []string{"no-root/p1/app", "no-root/p2/app", "no-root/p3/app", "no-root/p4/app"})
 }
 
 func poll(t *testing.T, what string, cond func() bool) {
@@ -397,4 +409,61 @@ func TestTenantRuleCannotImpersonateAPlatformAlert(t *testing.T) {
 			}
 		}
 	}
+}
+
+// While Alertmanager cannot be reached, sends are retried after a delay that
+// doubles from MinBackoff up to MaxBackoff on the sink's clock, never
+// before the delay has passed on it; once a send goes through, the next
+// outage starts again from MinBackoff.
+func TestUnreachableBacksOffOnTheClock(t *testing.T) {
+	var failing atomic.Bool
+	var posts atomic.Int64
+	failing.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		posts.Add(1)
+		if failing.Load() {
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	fc := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	s, _ := start(t, alertmanager.Options{URL: srv.URL, MinBackoff: time.Second, MaxBackoff: 3 * time.Second, ResendInterval: time.Hour,
+		Clock: fc, Logger: slog.New(slog.DiscardHandler)})
+	// The sink waits on its re-send ticker and, while failing, on its
+	// backoff: two waiters.
+	retries := func(delays ...time.Duration) {
+		t.Helper()
+		for _, d := range delays {
+			n := posts.Load()
+			poll(t, fmt.Sprintf("a failed send waiting %s", d), func() bool { return fc.Waiters() == 2 && posts.Load() == n })
+			fc.Step(d - time.Millisecond)
+			if fc.Waiters() != 2 || posts.Load() != n {
+				t.Fatalf("retried before its %s delay", d)
+			}
+			fc.Step(time.Millisecond)
+			poll(t, fmt.Sprintf("the retry after %s", d), func() bool { return posts.Load() >= n+1 })
+		}
+	}
+	if err := s.Publish(context.Background(), core.FindingBatch{Full: true, Objects: []core.ObjectFindings{object("clock", "p0", true, fc.Now())}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the first send", func() bool { return posts.Load() == 1 })
+	retries(time.Second, 2*time.Second, 3*time.Second)
+	failing.Store(false)
+	retries(3 * time.Second)
+	poll(t, "the queue drained", func() bool { return testutil.ToFloat64(s.Metrics().Pending) == 0 })
+
+	failing.Store(true)
+	before := posts.Load()
+	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{object("clock", "p1", true, fc.Now())}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the send of the next alert", func() bool { return posts.Load() == before+1 })
+	retries(time.Second)
 }

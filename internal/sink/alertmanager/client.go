@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // refusedError is Alertmanager, or a proxy in front of it, refusing a
@@ -28,7 +30,7 @@ func (e *refusedError) Error() string {
 // post sends alerts to Alertmanager. Firing alerts get endsAt four re-send
 // intervals ahead.
 func (s *Sink) post(ctx context.Context, alerts []alert) error {
-	endsAt := time.Now().Add(4 * s.o.ResendInterval).UTC()
+	endsAt := s.o.Clock.Now().Add(4 * s.o.ResendInterval).UTC()
 	out := make([]alert, len(alerts))
 	for i, a := range alerts {
 		if a.EndsAt.IsZero() {
@@ -161,4 +163,10 @@ func (s *Sink) adoptStarts(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// backoff is the delay of consecutive failures: doubling from MinBackoff
+// up to MaxBackoff.
+func (s *Sink) backoff() *wait.Backoff {
+	return &wait.Backoff{Duration: s.o.MinBackoff, Factor: 2, Cap: s.o.MaxBackoff, Steps: math.MaxInt32}
 }

@@ -3,6 +3,8 @@ package policyreport
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/vilaca/portal/internal/core"
 )
 
@@ -47,22 +49,22 @@ type shard struct {
 	// dropped is how many results the last rendering cut to stay under the
 	// byte limit (portal_policyreport_results_dropped).
 	dropped int
-	// failures counts consecutive failed writes; retryAt holds the shard
-	// back until its backoff passes.
-	failures int
-	retryAt  time.Time
+	// retry is the backoff of a shard whose writes fail (nil while they
+	// succeed); retryAt holds the shard back until its delay passes.
+	retry   *wait.Backoff
+	retryAt time.Time
 }
 
-// markDirty queues the shard for a write.
-func (sh *shard) markDirty() {
+// markDirty queues the shard for a write; now orders it among the dirty.
+func (sh *shard) markDirty(now time.Time) {
 	if !sh.dirty {
-		sh.dirty, sh.dirtySince = true, time.Now()
+		sh.dirty, sh.dirtySince = true, now
 	}
 }
 
 // touch marks the shard dirty and remembers when key's change was observed.
-func (sh *shard) touch(key core.ObjectKey, observed time.Time) {
-	sh.markDirty()
+func (sh *shard) touch(key core.ObjectKey, observed, now time.Time) {
+	sh.markDirty(now)
 	if observed.IsZero() {
 		return
 	}
@@ -90,8 +92,8 @@ func (sc *scope) shardAt(i int) *shard {
 
 // set replaces an object's results; nil results remove it. prefer is the
 // shard to keep it in when it fits (-1: none). observed is when the change
-// was seen (zero: unknown).
-func (sc *scope) set(key core.ObjectKey, results []result, bytes int, prefer int, lim limits, observed time.Time) {
+// was seen (zero: unknown), now the time of the sink's clock.
+func (sc *scope) set(key core.ObjectKey, results []result, bytes int, prefer int, lim limits, observed, now time.Time) {
 	if old := sc.objects[key]; old != nil {
 		if prefer < 0 {
 			prefer = old.shard
@@ -102,11 +104,11 @@ func (sc *scope) set(key core.ObjectKey, results []result, bytes int, prefer int
 		sh.bytes -= old.bytes
 		delete(sc.objects, key)
 		if len(results) == 0 {
-			sh.touch(key, observed)
+			sh.touch(key, observed, now)
 			return
 		}
 		// Only the shard the object ends up in carries its observation.
-		sh.markDirty()
+		sh.markDirty(now)
 	}
 	if len(results) == 0 {
 		return
@@ -116,7 +118,7 @@ func (sc *scope) set(key core.ObjectKey, results []result, bytes int, prefer int
 	sh.objects[key] = struct{}{}
 	sh.results += len(results)
 	sh.bytes += bytes
-	sh.touch(key, observed)
+	sh.touch(key, observed, now)
 	sc.objects[key] = o
 }
 

@@ -30,7 +30,7 @@ func objectFindings(name string, n int, msg string) core.ObjectFindings {
 
 func set(sc *scope, of core.ObjectFindings, lim limits) {
 	r, b := renderObject(of)
-	sc.set(of.Object.Key(), r, b, -1, lim, time.Time{})
+	sc.set(of.Object.Key(), r, b, -1, lim, time.Time{}, time.Time{})
 }
 
 // Objects fill the lowest shard with room, stay in their shard while they

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	reportsv1alpha2 "github.com/vilaca/portal/api/reports/v1alpha2"
@@ -134,6 +135,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Clock orders and holds back the writes. Default clock.RealClock{}.
+	Clock clock.WithTicker
 }
 
 // Sink writes PolicyReports and ClusterPolicyReports. It runs on the leader.
@@ -188,6 +191,9 @@ func New(o Options) (*Sink, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
 	return &Sink{
 		o:       o,
 		format:  f,
@@ -232,7 +238,7 @@ func (s *Sink) setLocked(of core.ObjectFindings, prefer int) {
 		s.scopes[ns] = sc
 	}
 	results, bytes := renderObject(of)
-	sc.set(of.Object.Key(), results, bytes, prefer, s.lim, of.Observed)
+	sc.set(of.Object.Key(), results, bytes, prefer, s.lim, of.Observed, s.o.Clock.Now())
 }
 
 // wakeLocked wakes every idle writer.
@@ -253,7 +259,7 @@ func (s *Sink) wakeLocked() {
 // namespace's findings. What it can do stays in its namespace: have Portal
 // rewrite or delete that report.
 func (s *Sink) adopt(ctx context.Context, b core.FindingBatch) error {
-	start := time.Now()
+	start := s.o.Clock.Now()
 	var (
 		mu      sync.Mutex
 		prior   = map[core.ObjectKey]int{}
@@ -275,7 +281,7 @@ func (s *Sink) adopt(ctx context.Context, b core.FindingBatch) error {
 		sh := sc.shardAt(i)
 		sh.exists = true
 		reports++
-		sh.markDirty()
+		sh.markDirty(start)
 		for _, key := range listedObjects(u) {
 			// Anyone who may write reports in a namespace can list any
 			// object in one: only its own namespace's objects (cluster
@@ -308,7 +314,7 @@ func (s *Sink) adopt(ctx context.Context, b core.FindingBatch) error {
 		s.setLocked(of, p)
 	}
 	s.wakeLocked()
-	s.log.Info("policy reports adopted", "reports", reports, "objects", len(b.Objects), "took", time.Since(start))
+	s.log.Info("policy reports adopted", "reports", reports, "objects", len(b.Objects), "took", s.o.Clock.Since(start))
 	return nil
 }
 

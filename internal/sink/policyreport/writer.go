@@ -2,6 +2,7 @@ package policyreport
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vilaca/portal/internal/core"
@@ -36,7 +38,7 @@ func (s *Sink) Run(ctx context.Context, delivered func(observed time.Time)) {
 }
 
 func (s *Sink) writeLoop(ctx context.Context, delivered func(time.Time)) {
-	timer := time.NewTimer(time.Hour)
+	timer := s.o.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		w, done, wake, retryIn := s.next()
@@ -47,7 +49,7 @@ func (s *Sink) writeLoop(ctx context.Context, delivered func(time.Time)) {
 			}
 			select {
 			case <-wake:
-			case <-timer.C:
+			case <-timer.C():
 			case <-ctx.Done():
 				return
 			}
@@ -80,7 +82,7 @@ func (s *Sink) next() (w *write, done []time.Time, wake <-chan struct{}, retryIn
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		now := time.Now()
+		now := s.o.Clock.Now()
 		var best *scope
 		bestShard := -1
 		var due time.Time
@@ -178,18 +180,18 @@ func (s *Sink) apply(ctx context.Context, w *write) error {
 	u.SetGroupVersionKind(s.format.gv.WithKind(s.format.kind(w.sc.namespace)))
 	u.SetNamespace(w.sc.namespace)
 	u.SetName(reportName(w.shard))
-	start := time.Now()
+	start := s.o.Clock.Now()
 	if w.data == nil {
 		s.metrics.Writes.WithLabelValues("delete").Inc()
 		err := client.IgnoreNotFound(s.o.Client.Delete(ctx, u))
-		s.metrics.WriteSeconds.WithLabelValues("delete").Observe(time.Since(start).Seconds())
+		s.metrics.WriteSeconds.WithLabelValues("delete").Observe(s.o.Clock.Since(start).Seconds())
 		return err
 	}
 	s.metrics.Writes.WithLabelValues("apply").Inc()
 	s.metrics.Size.Observe(float64(len(w.data)))
 	// The report is sent as rendered: no second encoding.
 	err := s.o.Client.Patch(ctx, u, client.RawPatch(types.ApplyPatchType, w.data), client.FieldOwner(FieldOwner), client.ForceOwnership)
-	s.metrics.WriteSeconds.WithLabelValues("apply").Observe(time.Since(start).Seconds())
+	s.metrics.WriteSeconds.WithLabelValues("apply").Observe(s.o.Clock.Since(start).Seconds())
 	return err
 }
 
@@ -203,25 +205,24 @@ func (s *Sink) settle(w *write, err error) []time.Time {
 	sh.inflight = false
 	switch {
 	case err == nil && w.data == nil:
-		sh.exists, sh.written, sh.failures = false, "", 0
+		sh.exists, sh.written, sh.retry = false, "", nil
 		if !sh.dirty && len(sh.objects) == 0 {
 			s.dropLocked(w.sc, w.shard)
 		}
 	case err == nil:
-		sh.exists, sh.written, sh.failures = true, w.digest, 0
+		sh.exists, sh.written, sh.retry = true, w.digest, nil
 	case gone(err):
 		// The namespace is gone or terminating: nothing to report there;
 		// its objects' deletions will follow.
 		s.log.Debug("policy report not written: namespace gone", "namespace", w.sc.namespace, "report", reportName(w.shard), "error", err)
-		sh.failures = 0
+		sh.retry = nil
 	default:
 		s.metrics.Errors.Inc()
-		sh.failures++
-		backoff := s.o.RetryMin << min(sh.failures-1, 16)
-		if backoff > s.o.RetryMax || backoff <= 0 {
-			backoff = s.o.RetryMax
+		if sh.retry == nil {
+			sh.retry = &wait.Backoff{Duration: s.o.RetryMin, Factor: 2, Cap: s.o.RetryMax, Steps: math.MaxInt32}
 		}
-		sh.retryAt = time.Now().Add(backoff)
+		backoff := sh.retry.Step()
+		sh.retryAt = s.o.Clock.Now().Add(backoff)
 		s.log.Warn("policy report write failed; retrying", "namespace", w.sc.namespace, "report", reportName(w.shard), "retryIn", backoff, "error", err)
 		s.requeueLocked(w)
 		return nil
@@ -246,9 +247,10 @@ func (s *Sink) giveBack(w *write) {
 // the observations it carried.
 func (s *Sink) requeueLocked(w *write) {
 	sh := w.sc.shards[w.shard]
-	sh.markDirty()
+	now := s.o.Clock.Now()
+	sh.markDirty(now)
 	for k, t := range w.pending {
-		sh.touch(k, t)
+		sh.touch(k, t, now)
 	}
 }
 

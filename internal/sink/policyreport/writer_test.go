@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -88,9 +90,15 @@ func (r *recorder) reports(ns string) []reportsv1alpha2.PolicyReport {
 // delivered. limits, when given, are MaxResults and MaxBytes.
 func startSink(t *testing.T, r *recorder, limits ...int) (*Sink, func() int) {
 	t.Helper()
+	return startSinkOn(t, r, clock.RealClock{}, limits...)
+}
+
+// startSinkOn is startSink on the clock clk.
+func startSinkOn(t *testing.T, r *recorder, clk clock.WithTicker, limits ...int) (*Sink, func() int) {
+	t.Helper()
 	c := r.client()
 	o := Options{Client: c, Reader: c, RetryMin: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clk}
 	if len(limits) == 2 {
 		o.MaxResults, o.MaxBytes = limits[0], limits[1]
 	}
@@ -137,12 +145,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestWriteFailureRetriedAlone(t *testing.T) {
 	r := newRecorder()
 	r.fail["a"] = 3
-	s, delivered := startSink(t, r)
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, delivered := startSinkOn(t, r, fc)
 	if err := s.Publish(context.Background(), core.FindingBatch{Objects: []core.ObjectFindings{violation("a", "p"), violation("b", "q")}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "report of b", func() bool { return len(r.reports("b")) == 1 })
-	waitFor(t, "report of a after its failures", func() bool { return len(r.reports("a")) == 1 })
+	// a's retries come as its backoff passes on the sink's clock.
+	waitFor(t, "report of a after its failures", func() bool { fc.Step(40 * time.Millisecond); return len(r.reports("a")) == 1 })
 	if got := r.reports("a")[0]; len(got.Results) != 1 || got.Summary.Fail != 1 {
 		t.Errorf("report of a: %d results, summary fail %d", len(got.Results), got.Summary.Fail)
 	}
@@ -221,4 +231,47 @@ func TestLargeObjectKeepsItsResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "dropped back to 0", func() bool { return testutil.ToFloat64(s.Metrics().Dropped) == 0 })
+}
+
+// A report whose writes fail is held back by a delay that doubles from
+// RetryMin up to RetryMax on the sink's clock, and written once the delay
+// has passed on that clock; a write that succeeds ends the backoff.
+func TestFailedWriteBacksOffOnTheClock(t *testing.T) {
+	r := newRecorder()
+	r.fail["a"] = 3
+	fc := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	c := r.client()
+	s, err := New(Options{Client: c, Reader: c, RetryMin: time.Second, RetryMax: 3 * time.Second, Clock: fc, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := s.Publish(ctx, core.FindingBatch{Full: true, Objects: []core.ObjectFindings{violation("a", "p")}}); err != nil {
+		t.Fatal(err)
+	}
+	// retryIn is how long, on the clock, the failed report of a is held
+	// back; false while it is being written or has not failed.
+	retryIn := func() (time.Duration, bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		sc := s.scopes["a"]
+		if sc == nil || len(sc.shards) == 0 || sc.shards[0] == nil || sc.shards[0].inflight || sc.shards[0].retry == nil {
+			return 0, false
+		}
+		return sc.shards[0].retryAt.Sub(fc.Now()), true
+	}
+	for i, want := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second} {
+		waitFor(t, fmt.Sprintf("failure %d held back %s", i+1, want), func() bool { d, ok := retryIn(); return ok && d == want })
+		if n := len(r.reports("a")); n != 0 {
+			t.Fatalf("report of a written during its backoff")
+		}
+		fc.Step(want)
+	}
+	waitFor(t, "report of a after its failures", func() bool { return len(r.reports("a")) == 1 })
+	if _, failing := retryIn(); failing {
+		t.Error("the backoff outlived a successful write")
+	}
 }

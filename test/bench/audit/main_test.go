@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
 	"syscall"
 	"testing"
 
@@ -66,14 +65,14 @@ func runPortal() error {
 	cfg.HealthAddr = os.Getenv(childHealthEnv)
 	cfg.Admission.Enabled = false
 	cfg.Audit.Enabled = true
-	cfg.Audit.Sinks.AlertmanagerURL = os.Getenv(childAlertmanager)
+	if err := cfg.Audit.Sinks.Parse("--alertmanager-url=" + os.Getenv(childAlertmanager)); err != nil {
+		return err
+	}
 	// --report-max-results, to compare shard sizes.
 	if v := os.Getenv(reportMaxResultsEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
+		if err := cfg.Audit.Sinks.Parse("--report-max-results=" + v); err != nil {
 			return fmt.Errorf("%s: %w", reportMaxResultsEnv, err)
 		}
-		cfg.Audit.Sinks.ReportMaxResults = n
 	}
 	// One replica: no leader election, as in `portal dev`.
 	cfg.LeaderElection = false

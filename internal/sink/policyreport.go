@@ -1,0 +1,84 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+
+	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/sink/policyreport"
+)
+
+// Values of --report-format.
+const (
+	ReportsWGPolicy    = policyreport.FormatWGPolicy
+	ReportsOpenReports = policyreport.FormatOpenReports
+	ReportsBoth        = "both"
+	ReportsNone        = "none"
+)
+
+// ReportSettings are the report sink's flags.
+type ReportSettings struct {
+	// Format selects the reports written: ReportsWGPolicy (wgpolicyk8s.io
+	// PolicyReport and ClusterPolicyReport), ReportsOpenReports
+	// (openreports.io Report and ClusterReport), ReportsBoth, or
+	// ReportsNone ("" is none).
+	Format string
+	// MaxResults bounds the results of one report (0: the default,
+	// policyreport.DefaultMaxResults).
+	MaxResults int
+}
+
+func init() {
+	Register(Spec[ReportSettings]{
+		Name:       "policyreport",
+		LeaderOnly: true,
+		Defaults:   ReportSettings{Format: ReportsWGPolicy},
+		Flags: func(fs *pflag.FlagSet, s *ReportSettings) {
+			fs.StringVar(&s.Format, "report-format", s.Format, "reports to write: wgpolicyk8s, openreports, both or none")
+			fs.IntVar(&s.MaxResults, "report-max-results", s.MaxResults, "results per report before a namespace's report is sharded (0: the default, 50)")
+		},
+		// An unknown format is on, so that New refuses it.
+		Enabled: func(s ReportSettings) bool { return s.Format != "" && s.Format != ReportsNone },
+		New:     newReports,
+		Metrics: func(r prometheus.Registerer) { policyreport.NewMetrics(r, ReportsWGPolicy) },
+	})
+}
+
+// newReports builds one report sink per format.
+func newReports(env Env, s ReportSettings) ([]core.OutputSink, error) {
+	formats, err := reportFormats(s.Format)
+	if err != nil {
+		return nil, err
+	}
+	if env.Manager == nil {
+		return nil, errors.New("policyreport: no manager to write reports with")
+	}
+	var out []core.OutputSink
+	for _, f := range formats {
+		s, err := policyreport.New(policyreport.Options{
+			Client: env.Manager.GetClient(), Reader: env.Manager.GetAPIReader(), Format: f, MaxResults: s.MaxResults,
+			Logger: env.Logger.With("sink", f), Registerer: env.Registerer, Clock: env.Clock,
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// reportFormats maps a --report-format to the report sinks' formats.
+func reportFormats(f string) ([]string, error) {
+	switch f {
+	case "", ReportsNone:
+		return nil, nil
+	case ReportsWGPolicy, ReportsOpenReports:
+		return []string{f}, nil
+	case ReportsBoth:
+		return []string{ReportsWGPolicy, ReportsOpenReports}, nil
+	}
+	return nil, fmt.Errorf("report format %q is not one of %s, %s, %s, %s", f, ReportsWGPolicy, ReportsOpenReports, ReportsBoth, ReportsNone)
+}
