@@ -161,7 +161,9 @@ func TestLayersWireWhateverTheOrder(t *testing.T) {
 		cfg.Clock = clock.RealClock{}
 		cfg.Admission.Enabled = true
 		cfg.Audit.Enabled = true
-		cfg.Audit.Sinks.ReportFormat = "none"
+		if err := cfg.Audit.Sinks.Parse("--report-format=none"); err != nil {
+			t.Fatal(err)
+		}
 		cfg.Network.Enabled = true
 		cfg.Runtime.Enabled = true
 		cfg.Actions.Enabled = true
