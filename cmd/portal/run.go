@@ -17,6 +17,7 @@ import (
 	"github.com/vilaca/portal/internal/flagalias"
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/rule"
+	"github.com/vilaca/portal/internal/sink"
 )
 
 func newRunCommand() *cobra.Command {
@@ -146,6 +147,9 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 
 	f.StringSliceVar(&cfg.ExceptionNamespaces, "exception-namespaces", cfg.ExceptionNamespaces, "namespaces (names or shell globs) whose PortalExceptions Portal honours; a PortalException elsewhere is refused in its status and exempts nothing. Empty: every namespace. PortalClusterExceptions always apply")
 	f.DurationVar(&cfg.ExceptionMaxDuration, "exception-max-duration", cfg.ExceptionMaxDuration, "when set, a PortalException must set expires no later than this after its creation (e.g. 720h), or it is refused in its status and exempts nothing; 0: no bound. PortalClusterExceptions are not bound")
+
+	// The findings pipeline's outputs, which every producer shares.
+	sink.BindFlags(f, &cfg.Sinks)
 
 	// Cross-resource lookups (cluster.* in rules).
 	lk := &cfg.Lookup

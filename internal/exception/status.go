@@ -174,10 +174,13 @@ func (s *StatusReconciler) countWait(kind string, req ctrl.Request, status *poli
 	k := key(kind, req.Namespace, req.Name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if wait := countEvery - s.loader.clock.Since(s.counted[k]); wait > 0 {
+	// Wall time, not the loader's clock: the wait becomes a RequeueAfter,
+	// which controller-runtime's queue counts in wall time. (Expiry,
+	// which the loader times itself, is on its clock.)
+	if wait := countEvery - time.Since(s.counted[k]); wait > 0 {
 		return wait
 	}
-	s.counted[k] = s.loader.clock.Now()
+	s.counted[k] = time.Now()
 	status.ExemptedCount = n
 	return 0
 }

@@ -93,7 +93,7 @@ func (l *actionsLayer) Setup(d Deps) error {
 func actionsStatus(cfg *Config, d Deps) error {
 	st := actions.NewStatus(actions.StatusOptions{
 		Client: d.Manager.GetClient(), Layer: cfg.Actions.Enabled, Enabled: cfg.Actions.Types, DryRun: cfg.Actions.DryRun,
-		AlertSink: cfg.Audit.Sinks.Enabled("alertmanager"), Logger: d.Logger,
+		AlertSink: cfg.Sinks.Enabled("alertmanager"), Logger: d.Logger,
 		Rules: func() []*core.Rule {
 			rs := d.Rules.Rules()
 			out := make([]*core.Rule, 0, len(rs))
@@ -111,7 +111,7 @@ func (*actionsLayer) fromConfig(cfg *Config) (Layer, error) {
 	if !cfg.Actions.Enabled {
 		return nil, nil
 	}
-	return &actionsLayer{cfg: cfg.Actions, alertsSink: cfg.Audit.Sinks.Enabled("alertmanager"), admission: cfg.Admission.Enabled}, nil
+	return &actionsLayer{cfg: cfg.Actions, alertsSink: cfg.Sinks.Enabled("alertmanager"), admission: cfg.Admission.Enabled}, nil
 }
 
 func (*actionsLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {

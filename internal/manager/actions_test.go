@@ -25,7 +25,7 @@ func TestActionsLayer(t *testing.T) {
 	cfg, _, _ := layerConfig(t, "layers-actions")
 	cfg.Namespace = "actions-portal"
 	cfg.Audit.Enabled = true
-	if err := cfg.Audit.Sinks.Parse("--report-format=none"); err != nil {
+	if err := cfg.Sinks.Parse("--report-format=none"); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Actions.Enabled = true

@@ -12,7 +12,6 @@ import (
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
-	"github.com/vilaca/portal/internal/sink"
 )
 
 // AuditConfig configures the L5 continuous audit layer.
@@ -26,14 +25,10 @@ type AuditConfig struct {
 	// EvalTimeout is the deadline of one object's evaluation by its audit
 	// rules, so no rule holds a worker longer.
 	EvalTimeout time.Duration
-	// Sinks selects and configures the outputs of the findings pipeline,
-	// which every producer of findings shares; they sit here because their
-	// flags came with audit.
-	Sinks sink.Options
 }
 
 func defaultAudit() AuditConfig {
-	return AuditConfig{ResyncPeriod: audit.DefaultResyncPeriod, Workers: audit.DefaultWorkers, EvalTimeout: audit.DefaultEvalTimeout, Sinks: sink.Defaults()}
+	return AuditConfig{ResyncPeriod: audit.DefaultResyncPeriod, Workers: audit.DefaultWorkers, EvalTimeout: audit.DefaultEvalTimeout}
 }
 
 // auditLayer is the L5 continuous audit: informers and evaluation, whose
@@ -115,7 +110,6 @@ func (*auditLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.BoolVar(&au.Enabled, "audit", au.Enabled, "run continuous audit of live objects into reports, alerts, metrics and logs (L5)")
 	f.DurationVar(&au.ResyncPeriod, "resync-period", au.ResyncPeriod, "re-evaluate every watched object this often, a safety net behind the watches")
 	f.IntVar(&au.Workers, "audit-workers", au.Workers, "concurrent audit evaluations")
-	sink.BindFlags(f, &au.Sinks)
 }
 
 func (*auditLayer) CheckFlags(cfg *Config) error {

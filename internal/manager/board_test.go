@@ -161,7 +161,7 @@ func TestLayersWireWhateverTheOrder(t *testing.T) {
 		cfg.Clock = clock.RealClock{}
 		cfg.Admission.Enabled = true
 		cfg.Audit.Enabled = true
-		if err := cfg.Audit.Sinks.Parse("--report-format=none"); err != nil {
+		if err := cfg.Sinks.Parse("--report-format=none"); err != nil {
 			t.Fatal(err)
 		}
 		cfg.Network.Enabled = true

@@ -164,7 +164,7 @@ func startChangePortal(b *testing.B, cl *devcluster.Cluster, dyn dynamic.Interfa
 	p.cfg, p.reg, _ = layerConfig(b, "change-bench")
 	p.cfg.Audit.Enabled = true
 	p.cfg.Audit.ResyncPeriod = time.Hour // every re-evaluation measured is an event
-	if err := p.cfg.Audit.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
+	if err := p.cfg.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
 		b.Fatal(err)
 	}
 	p.cfg.RulesFolder = dir

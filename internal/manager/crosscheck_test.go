@@ -79,7 +79,7 @@ func TestEvalClusterStateMatchesLiveAudit(t *testing.T) {
 			cfg, _, _ := layerConfig(t, "crosscheck-"+name)
 			cfg.Audit.Enabled = true
 			cfg.Audit.ResyncPeriod = time.Hour
-			if err := cfg.Audit.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
+			if err := cfg.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
 				t.Fatal(err)
 			}
 			cfg.RulesFolder = rules

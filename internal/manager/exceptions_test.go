@@ -91,7 +91,7 @@ func startExceptionPortal(t *testing.T) *excEnv {
 	cfg.Admission.Enabled = true
 	cfg.Audit.Enabled = true
 	cfg.Audit.ResyncPeriod = time.Hour
-	if err := cfg.Audit.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
+	if err := cfg.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
 		t.Fatal(err)
 	}
 	cfg.ExceptionNamespaces = []string{"exc-*"}

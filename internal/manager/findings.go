@@ -24,9 +24,10 @@ func provideFindings(b *Board, cfg *Config) error {
 // sinks run once, whatever the number of producers; the leader-only ones
 // only on the leader.
 func newFindings(cfg *Config, d Deps) (*findings.Pipeline, error) {
-	so := cfg.Audit.Sinks
+	so := cfg.Sinks
 	so.Logger = d.Logger
 	so.Registerer = d.Registerer
+	so.Clock = d.Clock
 	sinks, err := sink.New(d.Manager, so)
 	if err != nil {
 		return nil, err
@@ -36,7 +37,7 @@ func newFindings(cfg *Config, d Deps) (*findings.Pipeline, error) {
 		return nil, err
 	}
 	sinks = append(sinks, provided...)
-	return findings.New(d.Manager, findings.Options{Sinks: sinks, Logger: d.Logger, Registerer: d.Registerer})
+	return findings.New(d.Manager, findings.Options{Sinks: sinks, Logger: d.Logger, Registerer: d.Registerer, Clock: d.Clock})
 }
 
 // errNoPipeline is a producer of findings set up without the pipeline,

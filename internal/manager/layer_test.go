@@ -75,7 +75,7 @@ func TestLayerSwitches(t *testing.T) {
 	t.Run("audit only", func(t *testing.T) {
 		cfg, reg, port := layerConfig(t, "layers-audit")
 		cfg.Audit.Enabled = true
-		if err := cfg.Audit.Sinks.Parse("--report-format=none"); err != nil {
+		if err := cfg.Sinks.Parse("--report-format=none"); err != nil {
 			t.Fatal(err)
 		}
 		// One audit rule on ConfigMaps: audit acquires them from the

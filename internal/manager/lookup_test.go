@@ -99,7 +99,7 @@ func TestCrossResourceLookups(t *testing.T) {
 	cfg.Admission.Enabled = true
 	cfg.Audit.Enabled = true
 	cfg.Audit.ResyncPeriod = time.Hour
-	if err := cfg.Audit.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
+	if err := cfg.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
 		t.Fatal(err)
 	}
 	cfg.RulesFolder = dir

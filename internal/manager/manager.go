@@ -40,6 +40,7 @@ import (
 	"github.com/vilaca/portal/internal/exception"
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/rule"
+	"github.com/vilaca/portal/internal/sink"
 	"github.com/vilaca/portal/internal/waf"
 )
 
@@ -110,6 +111,10 @@ type Config struct {
 	// Admission, Audit and WAF switch the layers on and configure them.
 	Admission AdmissionConfig
 	Audit     AuditConfig
+	// Sinks select and configure the outputs of the findings pipeline,
+	// which every producer of findings (audit, network, runtime) shares;
+	// their flags are the sink registry's (sink.BindFlags).
+	Sinks sink.Options
 	// Lookup configures cluster.* lookups in rules (admission and audit).
 	Lookup LookupConfig
 	// Actions runs the response actions.
@@ -156,6 +161,7 @@ func Defaults() Config {
 		WAFOptions:        waf.DefaultOptions(),
 		APIGatewayOptions: apigateway.DefaultOptions(),
 		Audit:             defaultAudit(),
+		Sinks:             sink.Defaults(),
 		Actions:           defaultActions(),
 		Network:           defaultNetwork(),
 		Runtime:           defaultRuntime(),

@@ -54,7 +54,7 @@ func (l *networkLayer) Setup(d Deps) error {
 	}
 	_, err = network.Setup(d.Manager, network.Options{
 		Config: checks, Cache: d.Cache, Findings: pipeline, Workers: l.cfg.Workers,
-		ResyncPeriod: resync, Logger: d.Logger, Registerer: d.Registerer,
+		ResyncPeriod: resync, Logger: d.Logger, Registerer: d.Registerer, Clock: d.Clock,
 	})
 	return err
 }

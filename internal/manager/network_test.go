@@ -50,7 +50,7 @@ func TestNetworkLayer(t *testing.T) {
 	cfg, reg, _ := layerConfig(t, "layers-network")
 	cfg.Namespace = "portal-network-test"
 	cfg.Network.Enabled = true
-	if err := cfg.Audit.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
+	if err := cfg.Sinks.Parse("--report-format=wgpolicyk8s"); err != nil {
 		t.Fatal(err)
 	}
 	for _, ns := range []string{cfg.Namespace, "network-layer-team"} {

@@ -32,7 +32,7 @@ func TestRuleSeriesGoWithTheirRule(t *testing.T) {
 	cfg, reg, _ := layerConfig(t, "rule-series")
 	cfg.Admission.Enabled = true
 	cfg.Audit.Enabled = true
-	if err := cfg.Audit.Sinks.Parse("--report-format=none"); err != nil {
+	if err := cfg.Sinks.Parse("--report-format=none"); err != nil {
 		t.Fatal(err)
 	}
 	runUntilReady(t, cl, cfg)

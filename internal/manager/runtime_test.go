@@ -162,7 +162,7 @@ func startRuntimeEnv(t *testing.T) *runtimeEnv {
 	// Short, so the test sees the alert resolve when the window ends.
 	cfg.Runtime.FindingWindow = 5 * time.Second
 	e.am = amtest.Start(t)
-	if err := cfg.Audit.Sinks.Parse("--alertmanager-url="+e.am.URL(), "--alert-resend-interval=1s", "--audit-log-findings", "--report-format=wgpolicyk8s"); err != nil {
+	if err := cfg.Sinks.Parse("--alertmanager-url="+e.am.URL(), "--alert-resend-interval=1s", "--audit-log-findings", "--report-format=wgpolicyk8s"); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Actions.Enabled = true

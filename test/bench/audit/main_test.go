@@ -65,12 +65,12 @@ func runPortal() error {
 	cfg.HealthAddr = os.Getenv(childHealthEnv)
 	cfg.Admission.Enabled = false
 	cfg.Audit.Enabled = true
-	if err := cfg.Audit.Sinks.Parse("--alertmanager-url=" + os.Getenv(childAlertmanager)); err != nil {
+	if err := cfg.Sinks.Parse("--alertmanager-url=" + os.Getenv(childAlertmanager)); err != nil {
 		return err
 	}
 	// --report-max-results, to compare shard sizes.
 	if v := os.Getenv(reportMaxResultsEnv); v != "" {
-		if err := cfg.Audit.Sinks.Parse("--report-max-results=" + v); err != nil {
+		if err := cfg.Sinks.Parse("--report-max-results=" + v); err != nil {
 			return fmt.Errorf("%s: %w", reportMaxResultsEnv, err)
 		}
 	}

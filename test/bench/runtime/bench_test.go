@@ -127,7 +127,7 @@ func start(b *testing.B, runtime bool, queue, workers int) *env {
 	cfg.Runtime.Enabled, cfg.Runtime.Listen, cfg.Runtime.CertDir = true, fmt.Sprintf("127.0.0.1:%d", port), dir
 	cfg.Runtime.AuditTokenFile, cfg.Runtime.QueueSize, cfg.Runtime.Workers = filepath.Join(dir, "token"), queue, workers
 	cfg.Runtime.RequestRate = 10000
-	if err := cfg.Audit.Sinks.Parse("--report-format=none", "--audit-log-findings=false"); err != nil {
+	if err := cfg.Sinks.Parse("--report-format=none", "--audit-log-findings=false"); err != nil {
 		b.Fatal(err)
 	}
 	cfg.Actions.Enabled, cfg.Actions.Types, cfg.Actions.Workers = true, []string{"label"}, 8
