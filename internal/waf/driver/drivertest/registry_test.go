@@ -35,12 +35,13 @@ import (
 // The test-only driver: this file's init and type are all it takes, as
 // docs/contributing/adding-a-driver.md promises. Its data plane is one
 // ConfigMap; it cannot run rule 1001.
+const testDriver wafv1alpha1.DriverType = "test-driver"
+
 const (
-	testDriver   wafv1alpha1.DriverType = "test-driver"
-	testRuleID                          = 1001
-	testRuntime                         = "the test build of Coraza"
-	testMessage                         = "the test data plane holds the RuleSet"
-	testDataPlan                        = "-test-plane"
+	testRuleID   = 1001
+	testRuntime  = "the test build of Coraza"
+	testMessage  = "the test data plane holds the RuleSet"
+	testDataPlan = "-test-plane"
 )
 
 func init() { driver.Register(testOnly{}) }
