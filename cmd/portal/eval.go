@@ -112,7 +112,7 @@ not pass a CI check; --allow-empty accepts it).`,
 	f.StringVar(&o.kubeContext, "context", "", "the kubeconfig context to use with --kubeconfig (default: its current context)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(eval.Formats, "|"))
 	f.StringVar(&o.mode, "mode", "", "only evaluate rules with this mode: admission|audit")
-	f.StringVar(&o.events, "events", "", "evaluate the runtime rules against this recorded audit log (JSON lines) instead of --file")
+	f.StringVar(&o.events, "events", "", "evaluate the runtime rules against this recorded audit log (JSON lines; Falco alerts as json_output writes them may be mixed in) instead of --file")
 	f.DurationVar(&o.dedupWindow, "runtime-dedup-window", o.dedupWindow, "with --events: a rule, actor and target raise one finding per window of the events' time (as portal run)")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when no rule or no object was read, instead of 2")
 	f.IntVarP(&o.jobs, "jobs", "j", runtime.GOMAXPROCS(0), "documents decoded and evaluated in parallel (the report keeps input order)")

@@ -18,7 +18,8 @@ import (
 
 // Replay evaluates the runtime rules of eng on each request of the
 // recorded audit log at path (JSON lines, as the API server's log backend
-// writes it), in order, as a live Portal with --runtime would: one
+// writes it; lines may also be Falco alerts, as Falco's json_output writes
+// them), in order, as a live Portal with --runtime would: one
 // evaluation per request, deduplicated per rule, actor and target over
 // window of the events' own time, which is the clock. targets holds the
 // objects the events are about (nil: none). Each finding goes to found with
@@ -47,13 +48,17 @@ func Replay(ctx context.Context, eng *engine.Engine, targets clustercache.Reader
 		if len(sc.Bytes()) == 0 {
 			continue
 		}
-		ev, err := event.DecodeLine(sc.Bytes())
+		ev, err := event.DecodeRecorded(sc.Bytes())
 		if err != nil {
 			return read, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
 		read++
 		now = ev.StageTimestamp
-		for _, r := range src.Evaluate(ctx, "file", ev) {
+		input := InputFile
+		if ev.Falco != nil {
+			input = InputFalco
+		}
+		for _, r := range src.Evaluate(ctx, input, ev) {
 			found(line, &ev, r)
 		}
 	}

@@ -73,6 +73,34 @@ func TestDecodeRefusesOtherKinds(t *testing.T) {
 	}
 }
 
+// TestDecodeRecordedTakesAuditEventsAndFalcoAlerts: a recorded log's line
+// is an audit event or a Falco alert; anything else, including an audit
+// event of another version that happens to name a rule, keeps the audit
+// error that says what was expected.
+func TestDecodeRecordedTakesAuditEventsAndFalcoAlerts(t *testing.T) {
+	ev, err := event.DecodeRecorded([]byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","verb":"get","stage":"ResponseComplete"}`))
+	if err != nil || ev.Falco != nil || ev.Verb != "get" {
+		t.Errorf("audit event: %+v, %v", ev, err)
+	}
+	ev, err = event.DecodeRecorded([]byte(`{"rule":"Terminal shell in container","priority":"Notice","output_fields":{"k8s.ns.name":"prod","k8s.pod.name":"web-0"}}`))
+	if err != nil || ev.Falco == nil || ev.ObjectRef == nil || ev.ObjectRef.Name != "web-0" {
+		t.Errorf("Falco alert: %+v, %v", ev, err)
+	}
+	for _, line := range []string{
+		`{"kind":"Event","apiVersion":"audit.k8s.io/v1beta1","rule":"r","priority":"Notice"}`,
+		`{"kind":"Pod","apiVersion":"v1"}`,
+		`{"rule":"r"}`,
+		`not json`,
+	} {
+		if _, err := event.DecodeRecorded([]byte(line)); err == nil || !strings.Contains(err.Error(), "decode audit event") {
+			t.Errorf("%s: %v, want the audit event's error", line, err)
+		}
+	}
+	if _, err := event.DecodeRecorded([]byte(`{"rule":"r","priority":"Urgent"}`)); err == nil || !strings.Contains(err.Error(), "priority") {
+		t.Errorf("a Falco alert of an unknown priority: %v, want its own error", err)
+	}
+}
+
 // TestDecodeListRefusesABatchBeforeBuildingIt: a body of empty items
 // ({},{},...) took, decoded whole, about 550 MiB for 1 MiB sent before the
 // batch limit could refuse it, and the endpoint takes 16 MiB bodies. Items

@@ -59,6 +59,28 @@ func DecodeFalco(data []byte) (Event, error) {
 	return ev, nil
 }
 
+// DecodeRecorded reads one line of a recorded event log: an API server
+// audit event, or a Falco alert as Falco's json_output writes it (to a
+// file or a program's stdin), so one log can replay both inputs in order.
+// A line is a Falco alert when it is not an audit event and names a Falco
+// rule and priority.
+func DecodeRecorded(line []byte) (Event, error) {
+	ev, err := DecodeLine(line)
+	if err == nil {
+		return ev, nil
+	}
+	var probe struct {
+		Kind       string `json:"kind"`
+		APIVersion string `json:"apiVersion"`
+		Rule       string `json:"rule"`
+		Priority   string `json:"priority"`
+	}
+	if json.Unmarshal(line, &probe) != nil || probe.Kind != "" || probe.APIVersion != "" || probe.Rule == "" || probe.Priority == "" {
+		return Event{}, err
+	}
+	return DecodeFalco(line)
+}
+
 func (a *FalcoAlert) bound() {
 	for _, p := range []*string{&a.UUID, &a.Rule, &a.Source, &a.Hostname} {
 		*p = core.Truncate(*p, MaxStringBytes)
