@@ -1,6 +1,8 @@
 // Command metricsdocs writes the metrics index (docs/reference/metrics-index.md)
-// from the metrics Portal registers: it calls every package's metric
-// constructor with a fresh registry, as the layers do at start, and lists each
+// from the metrics Portal registers: for each section manager.MetricsSections
+// lists (the shared components, then each registered layer, and the sinks
+// from the sink registry) it calls the metric constructors with a fresh
+// registry, as the layers do at start, and lists each
 // metric's name, type, labels and help. Every metric must also have its own
 // section in docs/reference/metrics.md (a "### <name>" heading) and every such
 // heading must name a registered metric, so neither page can miss a new metric
@@ -21,76 +23,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/vilaca/portal/internal/actions"
-	"github.com/vilaca/portal/internal/admission"
-	"github.com/vilaca/portal/internal/audit"
-	"github.com/vilaca/portal/internal/certs"
-	"github.com/vilaca/portal/internal/clustercache"
-	"github.com/vilaca/portal/internal/exception"
-	"github.com/vilaca/portal/internal/findings"
-	"github.com/vilaca/portal/internal/lookup"
-	"github.com/vilaca/portal/internal/network"
-	"github.com/vilaca/portal/internal/rule"
-	"github.com/vilaca/portal/internal/runtime"
-	"github.com/vilaca/portal/internal/sink"
-	wafbinding "github.com/vilaca/portal/internal/waf/binding"
-	wafbundle "github.com/vilaca/portal/internal/waf/bundle"
-	wafcache "github.com/vilaca/portal/internal/waf/cache"
-	wafcontroller "github.com/vilaca/portal/internal/waf/controller"
-	wafengine "github.com/vilaca/portal/internal/waf/engine"
-	wafproxy "github.com/vilaca/portal/internal/waf/proxy"
+	"github.com/vilaca/portal/internal/manager"
 )
-
-// layer is a section of the index: the metrics one layer registers, in the
-// order metrics.md presents the layers.
-type layer struct {
-	name, anchor string
-	register     func(prometheus.Registerer)
-}
-
-// layersWith returns the index's sections; the findings sinks' metrics are
-// those of every sink in sinks (sink.Registrations()), so a new sink's
-// metrics are listed with no edit here.
-func layersWith(sinks []sink.Registration) []layer {
-	return []layer{
-		{"Rule loading", "rule-loading", func(r prometheus.Registerer) {
-			rule.NewMetrics(r)
-			rule.NewBudgetStatus(nil, nil, rule.BudgetOptions{Registerer: r})
-		}},
-		{"Exceptions", "exceptions", func(r prometheus.Registerer) { exception.NewMetrics(r) }},
-		{"Admission", "admission", func(r prometheus.Registerer) {
-			admission.NewMetrics(r)
-			r.MustRegister(admission.NewClientCAMetrics().Collectors()...)
-		}},
-		{"Certificates", "certificates", func(r prometheus.Registerer) { certs.NewMetrics(r) }},
-		{"Cluster cache", "cluster-cache", func(r prometheus.Registerer) { clustercache.NewMetrics(r) }},
-		{"Cross-resource lookups", "cross-resource-lookups", func(r prometheus.Registerer) { lookup.NewMetrics(r, lookup.NewDepIndex(1)) }},
-		{"Audit", "audit", func(r prometheus.Registerer) {
-			audit.NewMetrics(r)
-			findings.NewMetrics(r)
-			for _, s := range sinks {
-				if s.Metrics != nil {
-					s.Metrics(r)
-				}
-			}
-			rule.NewStatusCounts(nil, rule.CountOptions{Registerer: r})
-		}},
-		{"Response actions", "response-actions", func(r prometheus.Registerer) { actions.NewMetrics(r) }},
-		{"Network analysis", "network-analysis", func(r prometheus.Registerer) { network.NewMetrics(r) }},
-		{"Runtime", "runtime", func(r prometheus.Registerer) { runtime.NewMetrics(r) }},
-		{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
-			wafcontroller.NewMetrics(r)
-			wafcache.NewMetrics(r)
-			wafbinding.NewMetrics(r)
-			// As internal/waf/setup.go names the rule set cache's certificate metrics.
-			certs.NewNamedMetrics(r, "portal_waf_cache_cert", "rule set cache")
-			wafengine.NewMetrics(r)
-		}},
-		{"WAF bundles", "waf-bundles", func(r prometheus.Registerer) { wafbundle.NewMetrics(r) }},
-		{"WAF proxy", "waf-proxy", func(r prometheus.Registerer) { wafproxy.NewMetrics(r) }},
-	}
-}
 
 // metric is one row of the index.
 type metric struct {
@@ -110,13 +44,13 @@ func main() {
 }
 
 func run(outPath, refPath string, check bool) error {
-	layers := layersWith(sink.Registrations())
+	layers := manager.MetricsSections()
 	sections := make([][]metric, len(layers))
 	var all []string
 	for i, l := range layers {
-		ms, err := collect(l.register)
+		ms, err := collect(l.Register)
 		if err != nil {
-			return fmt.Errorf("%s: %w", l.name, err)
+			return fmt.Errorf("%s: %w", l.Name, err)
 		}
 		sections[i] = ms
 		for _, m := range ms {
@@ -277,7 +211,7 @@ func parseDesc(s string) (metric, error) {
 	return metric{Name: name, Help: help, Labels: labels}, nil
 }
 
-func render(layers []layer, sections [][]metric) []byte {
+func render(layers []manager.MetricsSection, sections [][]metric) []byte {
 	var b strings.Builder
 	b.WriteString(`<!-- Generated by hack/metricsdocs from the metrics Portal registers: change a metric in
 its package and run make docs-generate; make docs fails when this page is stale. -->
@@ -289,7 +223,7 @@ Every metric Portal registers, by layer, with its type, labels and help text, as
 [metrics reference](metrics.md), which says when it moves and what to alert on.
 `)
 	for i, l := range layers {
-		fmt.Fprintf(&b, "\n## %s\n\nSee [%s](metrics.md#%s).\n\n| metric | type | labels | help |\n|---|---|---|---|\n", l.name, l.name, l.anchor)
+		fmt.Fprintf(&b, "\n## %s\n\nSee [%s](metrics.md#%s).\n\n| metric | type | labels | help |\n|---|---|---|---|\n", l.Name, l.Name, l.Anchor)
 		for _, m := range sections[i] {
 			labels := make([]string, len(m.Labels))
 			for j, lb := range m.Labels {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/sink"
 )
 
@@ -89,17 +90,17 @@ func TestNewSinkMetricsAreIndexed(t *testing.T) {
 			r.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "portal_testsink_writes_total", Help: "Writes of the test sink."}))
 		},
 	})
-	layers := layersWith(append(sink.Registrations(), test))
+	layers := manager.MetricsSectionsWith(append(sink.Registrations(), test))
 	var names []string
 	for _, l := range layers {
-		ms, err := collect(l.register)
+		ms, err := collect(l.Register)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range ms {
 			names = append(names, m.Name)
-			if m.Name == "portal_testsink_writes_total" && l.name != "Audit" {
-				t.Errorf("the test sink's metric is listed under %s", l.name)
+			if m.Name == "portal_testsink_writes_total" && l.Anchor != "audit" {
+				t.Errorf("the test sink's metric is listed under %s", l.Name)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/vilaca/portal/internal/actions"
@@ -48,6 +49,11 @@ type actionsLayer struct {
 }
 
 func (*actionsLayer) Name() string { return "actions" }
+
+// metricsSections implements registeredLayer.
+func (*actionsLayer) metricsSections() []MetricsSection {
+	return []MetricsSection{{"Response actions", "response-actions", func(r prometheus.Registerer) { actions.NewMetrics(r) }}}
+}
 
 // Provide offers the engine to the findings pipeline and to admission.
 func (l *actionsLayer) Provide(b *Board) error {

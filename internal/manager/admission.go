@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -72,6 +73,14 @@ type admissionLayer struct {
 }
 
 func (*admissionLayer) Name() string { return "admission" }
+
+// metricsSections implements registeredLayer.
+func (*admissionLayer) metricsSections() []MetricsSection {
+	return []MetricsSection{{"Admission", "admission", func(r prometheus.Registerer) {
+		admission.NewMetrics(r)
+		r.MustRegister(admission.NewClientCAMetrics().Collectors()...)
+	}}}
+}
 
 // Provide hands the manager the webhook server, which serves the
 // certificate controller's certificate.

@@ -13,6 +13,11 @@ type apiGatewayLayer struct{ opts apigateway.Options }
 
 func (*apiGatewayLayer) Name() string { return "apigateway" }
 
+// metricsSections implements registeredLayer.
+func (*apiGatewayLayer) metricsSections() []MetricsSection {
+	return nil
+}
+
 // Provide offers nothing: API exposure neither feeds nor reads another
 // layer.
 func (*apiGatewayLayer) Provide(*Board) error { return nil }

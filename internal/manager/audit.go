@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -36,6 +37,14 @@ func defaultAudit() AuditConfig {
 type auditLayer struct{ cfg AuditConfig }
 
 func (*auditLayer) Name() string { return "audit" }
+
+// metricsSections implements registeredLayer.
+func (*auditLayer) metricsSections() []MetricsSection {
+	return []MetricsSection{{"Audit", "audit", func(r prometheus.Registerer) {
+		audit.NewMetrics(r)
+		rule.NewStatusCounts(nil, rule.CountOptions{Registerer: r})
+	}}}
+}
 
 // Provide says audit publishes findings, so the pipeline is built.
 func (*auditLayer) Provide(b *Board) error {

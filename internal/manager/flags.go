@@ -23,6 +23,9 @@ type LayerFlags interface {
 type registeredLayer interface {
 	LayerFlags
 	fromConfig(cfg *Config) (Layer, error)
+	// metricsSections are the index sections of the metrics the layer
+	// registers (MetricsSections); none for a layer without metrics.
+	metricsSections() []MetricsSection
 }
 
 // registry lists every layer, in the order they are set up. Adding a layer

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/vilaca/portal/internal/network"
@@ -31,6 +32,11 @@ func defaultNetwork() NetworkConfig {
 type networkLayer struct{ cfg NetworkConfig }
 
 func (*networkLayer) Name() string { return "network" }
+
+// metricsSections implements registeredLayer.
+func (*networkLayer) metricsSections() []MetricsSection {
+	return []MetricsSection{{"Network analysis", "network-analysis", func(r prometheus.Registerer) { network.NewMetrics(r) }}}
+}
 
 // Provide says the analyser publishes findings, so the pipeline is built.
 func (*networkLayer) Provide(b *Board) error {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	crmanager "sigs.k8s.io/controller-runtime/pkg/manager"
@@ -72,6 +73,11 @@ func defaultRuntime() RuntimeConfig {
 type runtimeLayer struct{ cfg RuntimeConfig }
 
 func (*runtimeLayer) Name() string { return "runtime" }
+
+// metricsSections implements registeredLayer.
+func (*runtimeLayer) metricsSections() []MetricsSection {
+	return []MetricsSection{{"Runtime", "runtime", func(r prometheus.Registerer) { runtime.NewMetrics(r) }}}
+}
 
 // Provide says the runtime source publishes findings, so the pipeline is
 // built.

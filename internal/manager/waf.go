@@ -4,17 +4,41 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/flagalias"
 	"github.com/vilaca/portal/internal/waf"
+	wafbinding "github.com/vilaca/portal/internal/waf/binding"
+	wafbundle "github.com/vilaca/portal/internal/waf/bundle"
+	wafcache "github.com/vilaca/portal/internal/waf/cache"
+	wafcontroller "github.com/vilaca/portal/internal/waf/controller"
+	wafengine "github.com/vilaca/portal/internal/waf/engine"
+	wafproxy "github.com/vilaca/portal/internal/waf/proxy"
 )
 
 // wafLayer is the L7 WAF rule pipeline and its rule set cache.
 type wafLayer struct{ opts waf.Options }
 
 func (*wafLayer) Name() string { return "waf" }
+
+// metricsSections implements registeredLayer.
+func (*wafLayer) metricsSections() []MetricsSection {
+	return []MetricsSection{
+		{"WAF rules", "waf-rules", func(r prometheus.Registerer) {
+			wafcontroller.NewMetrics(r)
+			wafcache.NewMetrics(r)
+			wafbinding.NewMetrics(r)
+			// As internal/waf/setup.go names the rule set cache's certificate metrics.
+			certs.NewNamedMetrics(r, "portal_waf_cache_cert", "rule set cache")
+			wafengine.NewMetrics(r)
+		}},
+		{"WAF bundles", "waf-bundles", func(r prometheus.Registerer) { wafbundle.NewMetrics(r) }},
+		// The data plane `portal waf-proxy` runs, which the layer deploys.
+		{"WAF proxy", "waf-proxy", func(r prometheus.Registerer) { wafproxy.NewMetrics(r) }},
+	}
+}
 
 // Provide offers nothing: the WAF neither feeds nor reads another layer.
 func (*wafLayer) Provide(*Board) error { return nil }
