@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -67,8 +68,9 @@ type Options struct {
 	Logger   *slog.Logger
 	// Registerer receives the metrics; default controller-runtime's.
 	Registerer prometheus.Registerer
-	// Now is the clock, for tests of the rate limit.
-	Now func() time.Time
+	// Clock decides the rate limits and dedup windows; default the real
+	// clock.
+	Clock clock.PassiveClock
 }
 
 // Engine runs the response actions. It is a findings sink (Publish), an
@@ -144,8 +146,8 @@ func New(o Options) (*Engine, error) {
 	if o.Registerer == nil {
 		o.Registerer = metrics.Registry
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	def, err := ParseRateLimit(o.DefaultRateLimit)
 	if err != nil {
@@ -318,7 +320,7 @@ func (e *Engine) stateLocked(of *core.ObjectFindings, tasks []task) []task {
 			tasks = append(tasks, t)
 			continue
 		}
-		en := &entry{req: req, object: key, at: e.o.Now()}
+		en := &entry{req: req, object: key, at: e.o.Clock.Now()}
 		e.keys.Add(k, en)
 		e.holdLocked(key, en)
 		tasks = append(tasks, task{req: req, entry: en, observed: of.Observed, charged: t.charged})
@@ -377,7 +379,7 @@ func (e *Engine) limitLocked(req Request) (task, bool) {
 			w = pw
 		}
 	}
-	now := e.o.Now()
+	now := e.o.Clock.Now()
 	var times []time.Time
 	if v, ok := e.limits.Get(req.Key); ok {
 		times = v.([]time.Time)
@@ -455,7 +457,7 @@ func (e *Engine) verdictTasks(v core.Verdict) []task {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var tasks []task
-	now := e.o.Now()
+	now := e.o.Clock.Now()
 	mode := v.LoopMode()
 	for ai, a := range v.Rule.Actions {
 		if len(a.Modes) > 0 && !slices.Contains(a.Modes, mode) {

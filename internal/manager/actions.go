@@ -75,7 +75,7 @@ func (l *actionsLayer) newEngine(d Deps) (*actions.Engine, error) {
 		Enabled: l.cfg.Types, Workers: l.cfg.Workers, QueueSize: l.cfg.QueueSize, CacheSize: l.cfg.CacheSize,
 		DryRun: l.cfg.DryRun, DefaultRateLimit: l.cfg.DefaultRateLimit, Namespace: d.Namespace,
 		Protected: l.cfg.Protected, Recorder: mgr.GetEventRecorder("portal-actions"),
-		Logger: d.Logger, Registerer: d.Registerer, Now: d.Clock.Now,
+		Logger: d.Logger, Registerer: d.Registerer, Clock: d.Clock,
 	})
 }
 

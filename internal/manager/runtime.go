@@ -105,7 +105,7 @@ func (l *runtimeLayer) Setup(d Deps) error {
 	src := runtime.NewSource(runtime.Options{
 		Engine: d.Engine, Targets: d.Cache, Findings: producer, Verdicts: verdicts,
 		QueueSize: c.QueueSize, FalcoQueueSize: c.FalcoQueueSize, Workers: c.Workers, MaxOpenFindings: c.MaxOpenFindings,
-		FindingWindow: c.FindingWindow, DedupWindow: c.DedupWindow, EvalTimeout: c.EvalTimeout, Now: d.Clock.Now, Logger: d.Logger,
+		FindingWindow: c.FindingWindow, DedupWindow: c.DedupWindow, EvalTimeout: c.EvalTimeout, Clock: d.Clock, Logger: d.Logger,
 	}, m)
 	if err := d.Manager.Add(src); err != nil {
 		return err

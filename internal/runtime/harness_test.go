@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/yaml"
 
 	"github.com/vilaca/portal/internal/clustercache"
@@ -20,19 +21,6 @@ import (
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/runtime"
 )
-
-// clock is the injected clock the windows are decided by.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // reports records what the runtime producer says is open now, per object,
 // as the findings pipeline would hold it.
@@ -90,7 +78,7 @@ type harness struct {
 	metrics  *runtime.Metrics
 	reports  *reports
 	verdicts *verdicts
-	clock    *clock
+	clock    *clocktesting.FakeClock
 }
 
 // newHarness loads rulesYAML (rule files' syntax) into a real engine and a
@@ -121,11 +109,11 @@ func newHarness(t *testing.T, rulesYAML string, objects []string, o runtime.Opti
 			t.Fatal(err)
 		}
 	}
-	h := &harness{reports: &reports{}, verdicts: &verdicts{}, clock: &clock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}}
+	h := &harness{reports: &reports{}, verdicts: &verdicts{}, clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))}
 	if o.Targets == nil {
 		o.Targets = b.Build()
 	}
-	o.Engine, o.Findings, o.Verdicts, o.Now = eng, h.reports, h.verdicts, h.clock.Now
+	o.Engine, o.Findings, o.Verdicts, o.Clock = eng, h.reports, h.verdicts, h.clock
 	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	h.metrics = runtime.NewMetrics(prometheus.NewRegistry())
 	h.src = runtime.NewSource(o, h.metrics)

@@ -35,10 +35,10 @@ func Replay(ctx context.Context, eng *engine.Engine, targets clustercache.Reader
 	if targets == nil {
 		targets = (&clustercache.StaticBuilder{}).Build()
 	}
-	var now time.Time
+	now := &eventClock{}
 	src := NewSource(Options{
 		Engine: eng, Targets: targets, DedupWindow: window,
-		Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler),
+		Clock: now, Logger: slog.New(slog.DiscardHandler),
 	}, NewMetrics(prometheus.NewRegistry()))
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), MaxLineBytes)
@@ -53,7 +53,7 @@ func Replay(ctx context.Context, eng *engine.Engine, targets clustercache.Reader
 			return read, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
 		read++
-		now = ev.StageTimestamp
+		now.t = ev.StageTimestamp
 		input := InputFile
 		if ev.Falco != nil {
 			input = InputFalco
@@ -67,3 +67,10 @@ func Replay(ctx context.Context, eng *engine.Engine, targets clustercache.Reader
 	}
 	return read, nil
 }
+
+// eventClock is the time of the event being replayed: a recorded log's
+// windows run on its own timestamps.
+type eventClock struct{ t time.Time }
+
+func (c *eventClock) Now() time.Time                  { return c.t }
+func (c *eventClock) Since(t time.Time) time.Duration { return c.t.Sub(t) }

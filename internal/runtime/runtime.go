@@ -27,6 +27,7 @@ import (
 	"github.com/vilaca/portal/internal/clustercache"
 	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/core"
+	"k8s.io/utils/clock"
 )
 
 // ProducerName is the runtime source's name in the findings pipeline.
@@ -80,8 +81,8 @@ type Options struct {
 	// ExpiryInterval is how often open findings are checked for expiry.
 	// Default: a tenth of FindingWindow, at least a second.
 	ExpiryInterval time.Duration
-	// Now is the clock deciding windows and deduplication.
-	Now    func() time.Time
+	// Clock decides windows and deduplication; default the real clock.
+	Clock  clock.PassiveClock
 	Logger *slog.Logger
 }
 
@@ -113,8 +114,8 @@ func (o *Options) defaults() {
 	if o.ExpiryInterval <= 0 {
 		o.ExpiryInterval = max(time.Second, o.FindingWindow/10)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -130,7 +131,7 @@ func (s *Source) Queue(ctx context.Context, input string, ev event.Event) error 
 		return nil
 	}
 	select {
-	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Now()}:
+	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Clock.Now()}:
 		s.m.QueueDepth.Inc()
 		return nil
 	case <-ctx.Done():

@@ -2,11 +2,12 @@ package runtime
 
 import (
 	"context"
-	"golang.org/x/time/rate"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -106,7 +107,7 @@ func (s *Source) Offer(input string, ev event.Event) bool {
 		return true
 	}
 	select {
-	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Now()}:
+	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Clock.Now()}:
 		s.m.QueueDepth.Inc()
 		return true
 	default:
@@ -166,7 +167,7 @@ func (s *Source) Start(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				s.open.expire(s.o.Now())
+				s.open.expire(s.o.Clock.Now())
 			}
 		}
 	})
@@ -207,7 +208,7 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 	if ref.APIGroup != "" {
 		name += "." + ref.APIGroup
 	}
-	res, err := s.resolve(name, s.o.Now())
+	res, err := s.resolve(name, s.o.Clock.Now())
 	if err != nil {
 		s.m.Skipped.WithLabelValues(SkipResource).Inc()
 		return nil
@@ -227,10 +228,10 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 	}
 	s.m.Evaluated.Inc()
 	if !ev.StageTimestamp.IsZero() {
-		s.m.Latency.Observe(s.o.Now().Sub(ev.StageTimestamp).Seconds())
+		s.m.Latency.Observe(s.o.Clock.Now().Sub(ev.StageTimestamp).Seconds())
 	}
 	var raised []core.Result
-	now := s.o.Now()
+	now := s.o.Clock.Now()
 	for i := range results {
 		r := &results[i]
 		if r.Outcome == core.OutcomeError {

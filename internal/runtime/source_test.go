@@ -3,10 +3,11 @@ package runtime_test
 import (
 	"context"
 	"fmt"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"slices"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/core"
@@ -157,7 +158,7 @@ spec: {containers: [{name: web, image: nginx}]}
 	if n := process("4", "system:serviceaccount:ci:a", "web-1"); n != 1 {
 		t.Fatalf("another target raised %d", n)
 	}
-	h.clock.Add(time.Minute)
+	h.clock.Step(time.Minute)
 	if n := process("5", "system:serviceaccount:ci:a", "web-0"); n != 1 {
 		t.Fatalf("after the window raised %d", n)
 	}
@@ -174,12 +175,12 @@ func TestFindingsExpire(t *testing.T) {
 	ev := execEvent("e1", event.StageResponseStarted)
 	h.src.Process(t.Context(), runtime.InputWebhook, &ev)
 	key := core.ObjectKey{APIVersion: "v1", Kind: "Pod", Namespace: "prod", Name: "web-0"}
-	h.clock.Add(9 * time.Minute)
+	h.clock.Step(9 * time.Minute)
 	h.src.Expire(h.clock.Now())
 	if len(h.reports.rules(key)) != 1 {
 		t.Fatal("closed before its window ended")
 	}
-	h.clock.Add(time.Minute)
+	h.clock.Step(time.Minute)
 	h.src.Expire(h.clock.Now())
 	if got := h.reports.rules(key); len(got) != 0 || h.src.OpenFindings() != 0 {
 		t.Fatalf("still open after the window: %v", got)
