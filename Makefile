@@ -192,29 +192,48 @@ check-macos: ## Build bin/portal for macOS (darwin/arm64 and amd64): make run's 
 test-go: tools ## go test ./... against the real control plane in bin/k8s
 	@$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-# Every Fuzz target in the module, found with `go test -list`, runs for FUZZTIME.
+# The instrumented test binaries of `make fuzz`, one per package. Kept between runs:
+# `go test -c -o` relinks only a binary whose inputs changed.
+FUZZ_BIN ?= $(BIN)/fuzz
+# The packages whose Fuzz targets `make fuzz` runs (make fuzz FUZZ_PKGS=./internal/image).
+FUZZ_PKGS ?= ./...
+
+# Every Fuzz target in the module runs for FUZZTIME. `go test -fuzz` builds and links
+# an instrumented test binary for each target it runs, so a package's binary is built
+# once (`go test -c -fuzz .`: the flag only instruments) and runs each of its targets,
+# found with the binary's -test.list, from the package directory as `go test` would
+# (testdata/fuzz is read there and a failing input written there), with the flags
+# and fuzz cache directory `go test` passes. The packages are those whose test files
+# declare a Fuzz function (go list and grep: no test binary is built to find them).
 # Output is shown only for a failing target (it names the crasher under testdata/fuzz).
 # Go 1.26's fuzz coordinator can end a duration-bound run with a bare "context
 # deadline exceeded" and no failing input (go.dev/issue/75804, fixed in Go
 # 1.27): that is not a finding, so only a run that wrote a failing input, or
 # failed otherwise, fails the target.
-fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each
-	@list=$$($(GO) test -list '^Fuzz' ./...) || { printf '%s\n' "$$list"; exit 1; }; \
-	targets=$$(printf '%s\n' "$$list" | awk ' \
-		/^Fuzz[A-Za-z0-9_]*$$/ { names[n++] = $$1; next } \
-		/^ok[ \t]/ { for (i = 0; i < n; i++) print $$2 ":" names[i]; n = 0; next } \
-		{ n = 0 }'); \
-	if [ -z "$$targets" ]; then echo 'fuzz: no Fuzz targets'; exit 0; fi; \
-	for t in $$targets; do \
-		pkg=$${t%%:*}; name=$${t#*:}; \
-		echo "fuzz: $$pkg $$name ($(FUZZTIME))"; \
-		out=$$($(GO) test -run '^$$' -fuzz '^'"$$name"'$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x "$$pkg" 2>&1) && continue; \
-		case "$$out" in \
-		*'Failing input written to'*) printf '%s\n' "$$out"; exit 1;; \
-		*'context deadline exceeded'*) echo "fuzz: $$name: the fuzz coordinator's end-of-fuzztime race (go.dev/issue/75804), no failing input: not a failure";; \
-		*) printf '%s\n' "$$out"; exit 1;; \
-		esac; \
-	done
+fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each, from one instrumented test binary per package
+	@files=$$($(GO) list -f '{{$$p := .ImportPath}}{{$$d := .Dir}}{{range .TestGoFiles}}{{$$p}} {{$$d}}/{{.}}{{"\n"}}{{end}}{{range .XTestGoFiles}}{{$$p}} {{$$d}}/{{.}}{{"\n"}}{{end}}' $(FUZZ_PKGS)) || \
+		{ printf '%s\n' "$$files"; exit 1; }; \
+	pkgs=$$(printf '%s\n' "$$files" | while read -r pkg file; do \
+		[ -z "$$file" ] || ! grep -q '^func Fuzz' "$$file" || echo "$$pkg $$(dirname "$$file")"; done | sort -u); \
+	if [ -z "$$pkgs" ]; then echo 'fuzz: no Fuzz targets'; exit 0; fi; \
+	mkdir -p '$(FUZZ_BIN)' && bindir=$$(cd '$(FUZZ_BIN)' && pwd) && \
+	cache=$$($(GO) env GOCACHE) || exit 1; \
+	printf '%s\n' "$$pkgs" | { while read -r pkg dir; do \
+		bin="$$bindir/$$(printf '%s' "$$pkg" | tr '/' '_').test"; \
+		out=$$($(GO) test -c -fuzz . -o "$$bin" "$$pkg" 2>&1 </dev/null) || { printf '%s\n' "$$out"; exit 1; }; \
+		names=$$(cd "$$dir" && "$$bin" -test.list '^Fuzz' 2>&1 </dev/null) || { printf '%s\n' "$$names"; exit 1; }; \
+		for name in $$(printf '%s\n' "$$names" | grep -E '^Fuzz[A-Za-z0-9_]*$$'); do \
+			echo "fuzz: $$pkg $$name ($(FUZZTIME))"; \
+			out=$$(cd "$$dir" && "$$bin" -test.paniconexit0 -test.timeout=10m0s -test.run '^$$' \
+				-test.fuzz '^'"$$name"'$$' -test.fuzztime $(FUZZTIME) -test.fuzzminimizetime 100x \
+				-test.fuzzcachedir "$$cache/fuzz/$$pkg" 2>&1 </dev/null) && continue; \
+			case "$$out" in \
+			*'Failing input written to'*) printf '%s\n' "$$out"; echo "fuzz: $$pkg $$name failed; the input is under $$dir" >&2; exit 1;; \
+			*'context deadline exceeded'*) echo "fuzz: $$name: the fuzz coordinator's end-of-fuzztime race (go.dev/issue/75804), no failing input: not a failure";; \
+			*) printf '%s\n' "$$out"; echo "fuzz: $$pkg $$name failed" >&2; exit 1;; \
+			esac; \
+		done; \
+	done; }
 
 # The steps run one after another (also under -j) and stop at the first failure.
 test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go, fuzz
@@ -309,7 +328,7 @@ eval-demo: build ## Evaluate the pod-security bundle on examples/manifests offli
 
 clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
-	@rm -rf $(BIN)/site
+	@rm -rf $(BIN)/site $(FUZZ_BIN)
 
 clean-tools: ## Remove bin/k8s (with the node binaries), bin/alertmanager, bin/helm, bin/versitygw, bin/istioctl and bin/kyverno (the next `make tools` rebuilds what it needs)
 	@rm -rf $(K8S_BIN) $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl $(BIN)/kyverno
