@@ -57,16 +57,30 @@ endef
 # kube-apiserver. Defined before `tools`, whose prerequisites make expands as it reads them.
 NODE_BINS := $(K8S_BIN)/kubelet $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kube-scheduler $(K8S_BIN)/kube-proxy
 
-tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(NODE_BINS) node-tools $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl bundle-tools ## Build bin/k8s/{kube-apiserver,kubectl,etcd,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}, bin/alertmanager, bin/helm, bin/versitygw and bin/istioctl when missing or when hack/tools pins change; install nginx and the node's packages (apt-get) when missing
+tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(NODE_BINS) tools-pkgs $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl ## Build bin/k8s/{kube-apiserver,kubectl,etcd,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}, bin/alertmanager, bin/helm, bin/versitygw and bin/istioctl when missing or when hack/tools pins change; install nginx and the node's packages (apt-get) when missing
 	@:
 
 # Debian packages of the test node: the container runtime, the CNI plugins
 # (/usr/lib/cni) and what kube-proxy needs.
 NODE_PKGS := containerd runc containernetworking-plugins iptables conntrack
 
-.PHONY: node-tools
+.PHONY: node-tools tools-pkgs
 node-tools: ## Install containerd, runc, containernetworking-plugins, iptables and conntrack (apt-get) when missing
 	@$(call apt_install,node-tools,$(NODE_PKGS))
+
+# `tools` installs the node's and the bundle tests' packages in one apt-get run: under
+# make -j two runs at once would fail on dpkg's lock.
+tools-pkgs:
+	@$(call apt_install,tools,$(NODE_PKGS) $(BUNDLE_PKGS))
+
+# Under make -j the other tools, each its own module, build beside these, but these
+# build one after another (each waits for the one before it, order-only): they share
+# most of their packages, which two go commands at once would each compile.
+$(K8S_BIN)/kubectl: | $(K8S_BIN)/kube-apiserver
+$(K8S_BIN)/kubelet: | $(K8S_BIN)/kubectl
+$(K8S_BIN)/kube-controller-manager: | $(K8S_BIN)/kubelet
+$(K8S_BIN)/kube-scheduler: | $(K8S_BIN)/kube-controller-manager
+$(K8S_BIN)/kube-proxy: | $(K8S_BIN)/kube-scheduler
 
 # The version of k8s.io/kubernetes in hack/tools/go.mod is stamped in as the release
 # build does, so /version and `kubectl version` report it instead of v0.0.0-master.
