@@ -30,7 +30,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 # Files compared before and after `make generate` by verify-generated.
 GENERATED_DIRS := api deploy/crds
 
-.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go fuzz test \
+.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go test-race fuzz test \
 	bench bench-admission bench-audit bench-runtime bench-eval-kyverno build run run-node eval-demo clean clean-tools
 
 help: ## List the targets
@@ -206,6 +206,21 @@ check-macos: ## Build bin/portal for macOS (darwin/arm64 and amd64): make run's 
 test-go: tools ## go test ./... against the real control plane in bin/k8s
 	@$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+# The packages whose tests run again under the race detector in `make test`: those
+# whose code shares state between goroutines (informer handlers, worker queues,
+# webhook handlers, sinks' batches) and whose tests drive it concurrently. Left
+# out: internal/audit (TestShardedReports, 3,000 pods, misses its deadlines under
+# -race), internal/waf/cache (TestPutTableRefusesBeforeEncoding bounds allocations,
+# and -race makes sync.Pool drop entries on purpose), and the packages whose extra
+# dependencies or minutes the race run would add (manager, waf/proxy, the e2e tests).
+RACE_PKGS ?= ./internal/findings/... ./internal/sink/... ./internal/clustercache/... ./internal/lookup/... \
+	./internal/runtime/... ./internal/exception/... ./internal/network/... ./internal/actions/... \
+	./internal/admission/... ./internal/rule/... ./internal/engine/...
+RACE_TIMEOUT ?= 15m
+
+test-race: tools ## go test -race on the packages that share state between goroutines (RACE_PKGS)
+	@$(GO) test -race -count=1 -timeout $(RACE_TIMEOUT) $(RACE_PKGS)
+
 # The instrumented test binaries of `make fuzz`, one per package. Kept between runs:
 # `go test -c -o` relinks only a binary whose inputs changed.
 FUZZ_BIN ?= $(BIN)/fuzz
@@ -250,7 +265,7 @@ fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each, from one instrume
 	done; }
 
 # The steps run one after another (also under -j) and stop at the first failure.
-test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go, fuzz
+test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go, test-race, fuzz
 	@$(MAKE) --no-print-directory tools
 	@$(MAKE) --no-print-directory verify-generated
 	@$(MAKE) --no-print-directory fmt-check
@@ -259,6 +274,7 @@ test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go, f
 	@$(MAKE) --no-print-directory helm-check
 	@$(MAKE) --no-print-directory docs
 	@$(MAKE) --no-print-directory test-go
+	@$(MAKE) --no-print-directory test-race
 	@$(MAKE) --no-print-directory fuzz
 
 bench: tools ## Run all benchmarks; raw output also goes to bin/bench.txt
