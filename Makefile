@@ -30,7 +30,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 # Files compared before and after `make generate` by verify-generated.
 GENERATED_DIRS := api deploy/crds
 
-.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go fuzz test \
+.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go test-race fuzz test \
 	bench bench-admission bench-audit bench-runtime bench-eval-kyverno build run run-node eval-demo clean clean-tools
 
 help: ## List the targets
@@ -57,16 +57,30 @@ endef
 # kube-apiserver. Defined before `tools`, whose prerequisites make expands as it reads them.
 NODE_BINS := $(K8S_BIN)/kubelet $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kube-scheduler $(K8S_BIN)/kube-proxy
 
-tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(NODE_BINS) node-tools $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl bundle-tools ## Build bin/k8s/{kube-apiserver,kubectl,etcd,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}, bin/alertmanager, bin/helm, bin/versitygw and bin/istioctl when missing or when hack/tools pins change; install nginx and the node's packages (apt-get) when missing
+tools: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd $(NODE_BINS) tools-pkgs $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl ## Build bin/k8s/{kube-apiserver,kubectl,etcd,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}, bin/alertmanager, bin/helm, bin/versitygw and bin/istioctl when missing or when hack/tools pins change; install nginx and the node's packages (apt-get) when missing
 	@:
 
 # Debian packages of the test node: the container runtime, the CNI plugins
 # (/usr/lib/cni) and what kube-proxy needs.
 NODE_PKGS := containerd runc containernetworking-plugins iptables conntrack
 
-.PHONY: node-tools
+.PHONY: node-tools tools-pkgs
 node-tools: ## Install containerd, runc, containernetworking-plugins, iptables and conntrack (apt-get) when missing
 	@$(call apt_install,node-tools,$(NODE_PKGS))
+
+# `tools` installs the node's and the bundle tests' packages in one apt-get run: under
+# make -j two runs at once would fail on dpkg's lock.
+tools-pkgs:
+	@$(call apt_install,tools,$(NODE_PKGS) $(BUNDLE_PKGS))
+
+# Under make -j the other tools, each its own module, build beside these, but these
+# build one after another (each waits for the one before it, order-only): they share
+# most of their packages, which two go commands at once would each compile.
+$(K8S_BIN)/kubectl: | $(K8S_BIN)/kube-apiserver
+$(K8S_BIN)/kubelet: | $(K8S_BIN)/kubectl
+$(K8S_BIN)/kube-controller-manager: | $(K8S_BIN)/kubelet
+$(K8S_BIN)/kube-scheduler: | $(K8S_BIN)/kube-controller-manager
+$(K8S_BIN)/kube-proxy: | $(K8S_BIN)/kube-scheduler
 
 # The version of k8s.io/kubernetes in hack/tools/go.mod is stamped in as the release
 # build does, so /version and `kubectl version` report it instead of v0.0.0-master.
@@ -192,32 +206,66 @@ check-macos: ## Build bin/portal for macOS (darwin/arm64 and amd64): make run's 
 test-go: tools ## go test ./... against the real control plane in bin/k8s
 	@$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-# Every Fuzz target in the module, found with `go test -list`, runs for FUZZTIME.
+# The packages whose tests run again under the race detector in `make test`: those
+# whose code shares state between goroutines (informer handlers, worker queues,
+# webhook handlers, sinks' batches) and whose tests drive it concurrently. Left
+# out: internal/audit (TestShardedReports, 3,000 pods, misses its deadlines under
+# -race), internal/waf/cache (TestPutTableRefusesBeforeEncoding bounds allocations,
+# and -race makes sync.Pool drop entries on purpose), and the packages whose extra
+# dependencies or minutes the race run would add (manager, waf/proxy, the e2e tests).
+RACE_PKGS ?= ./internal/findings/... ./internal/sink/... ./internal/clustercache/... ./internal/lookup/... \
+	./internal/runtime/... ./internal/exception/... ./internal/network/... ./internal/actions/... \
+	./internal/admission/... ./internal/rule/... ./internal/engine/...
+RACE_TIMEOUT ?= 15m
+
+test-race: tools ## go test -race on the packages that share state between goroutines (RACE_PKGS)
+	@$(GO) test -race -count=1 -timeout $(RACE_TIMEOUT) $(RACE_PKGS)
+
+# The instrumented test binaries of `make fuzz`, one per package. Kept between runs:
+# `go test -c -o` relinks only a binary whose inputs changed.
+FUZZ_BIN ?= $(BIN)/fuzz
+# The packages whose Fuzz targets `make fuzz` runs (make fuzz FUZZ_PKGS=./internal/image).
+FUZZ_PKGS ?= ./...
+
+# Every Fuzz target in the module runs for FUZZTIME. `go test -fuzz` builds and links
+# an instrumented test binary for each target it runs, so a package's binary is built
+# once (`go test -c -fuzz .`: the flag only instruments) and runs each of its targets,
+# found with the binary's -test.list, from the package directory as `go test` would
+# (testdata/fuzz is read there and a failing input written there), with the flags
+# and fuzz cache directory `go test` passes. The packages are those whose test files
+# declare a Fuzz function (go list and grep: no test binary is built to find them).
 # Output is shown only for a failing target (it names the crasher under testdata/fuzz).
 # Go 1.26's fuzz coordinator can end a duration-bound run with a bare "context
 # deadline exceeded" and no failing input (go.dev/issue/75804, fixed in Go
 # 1.27): that is not a finding, so only a run that wrote a failing input, or
 # failed otherwise, fails the target.
-fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each
-	@list=$$($(GO) test -list '^Fuzz' ./...) || { printf '%s\n' "$$list"; exit 1; }; \
-	targets=$$(printf '%s\n' "$$list" | awk ' \
-		/^Fuzz[A-Za-z0-9_]*$$/ { names[n++] = $$1; next } \
-		/^ok[ \t]/ { for (i = 0; i < n; i++) print $$2 ":" names[i]; n = 0; next } \
-		{ n = 0 }'); \
-	if [ -z "$$targets" ]; then echo 'fuzz: no Fuzz targets'; exit 0; fi; \
-	for t in $$targets; do \
-		pkg=$${t%%:*}; name=$${t#*:}; \
-		echo "fuzz: $$pkg $$name ($(FUZZTIME))"; \
-		out=$$($(GO) test -run '^$$' -fuzz '^'"$$name"'$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x "$$pkg" 2>&1) && continue; \
-		case "$$out" in \
-		*'Failing input written to'*) printf '%s\n' "$$out"; exit 1;; \
-		*'context deadline exceeded'*) echo "fuzz: $$name: the fuzz coordinator's end-of-fuzztime race (go.dev/issue/75804), no failing input: not a failure";; \
-		*) printf '%s\n' "$$out"; exit 1;; \
-		esac; \
-	done
+fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each, from one instrumented test binary per package
+	@files=$$($(GO) list -f '{{$$p := .ImportPath}}{{$$d := .Dir}}{{range .TestGoFiles}}{{$$p}} {{$$d}}/{{.}}{{"\n"}}{{end}}{{range .XTestGoFiles}}{{$$p}} {{$$d}}/{{.}}{{"\n"}}{{end}}' $(FUZZ_PKGS)) || \
+		{ printf '%s\n' "$$files"; exit 1; }; \
+	pkgs=$$(printf '%s\n' "$$files" | while read -r pkg file; do \
+		[ -z "$$file" ] || ! grep -q '^func Fuzz' "$$file" || echo "$$pkg $$(dirname "$$file")"; done | sort -u); \
+	if [ -z "$$pkgs" ]; then echo 'fuzz: no Fuzz targets'; exit 0; fi; \
+	mkdir -p '$(FUZZ_BIN)' && bindir=$$(cd '$(FUZZ_BIN)' && pwd) && \
+	cache=$$($(GO) env GOCACHE) || exit 1; \
+	printf '%s\n' "$$pkgs" | { while read -r pkg dir; do \
+		bin="$$bindir/$$(printf '%s' "$$pkg" | tr '/' '_').test"; \
+		out=$$($(GO) test -c -fuzz . -o "$$bin" "$$pkg" 2>&1 </dev/null) || { printf '%s\n' "$$out"; exit 1; }; \
+		names=$$(cd "$$dir" && "$$bin" -test.list '^Fuzz' 2>&1 </dev/null) || { printf '%s\n' "$$names"; exit 1; }; \
+		for name in $$(printf '%s\n' "$$names" | grep -E '^Fuzz[A-Za-z0-9_]*$$'); do \
+			echo "fuzz: $$pkg $$name ($(FUZZTIME))"; \
+			out=$$(cd "$$dir" && "$$bin" -test.paniconexit0 -test.timeout=10m0s -test.run '^$$' \
+				-test.fuzz '^'"$$name"'$$' -test.fuzztime $(FUZZTIME) -test.fuzzminimizetime 100x \
+				-test.fuzzcachedir "$$cache/fuzz/$$pkg" 2>&1 </dev/null) && continue; \
+			case "$$out" in \
+			*'Failing input written to'*) printf '%s\n' "$$out"; echo "fuzz: $$pkg $$name failed; the input is under $$dir" >&2; exit 1;; \
+			*'context deadline exceeded'*) echo "fuzz: $$name: the fuzz coordinator's end-of-fuzztime race (go.dev/issue/75804), no failing input: not a failure";; \
+			*) printf '%s\n' "$$out"; echo "fuzz: $$pkg $$name failed" >&2; exit 1;; \
+			esac; \
+		done; \
+	done; }
 
 # The steps run one after another (also under -j) and stop at the first failure.
-test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go, fuzz
+test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go, test-race, fuzz
 	@$(MAKE) --no-print-directory tools
 	@$(MAKE) --no-print-directory verify-generated
 	@$(MAKE) --no-print-directory fmt-check
@@ -226,6 +274,7 @@ test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go, f
 	@$(MAKE) --no-print-directory helm-check
 	@$(MAKE) --no-print-directory docs
 	@$(MAKE) --no-print-directory test-go
+	@$(MAKE) --no-print-directory test-race
 	@$(MAKE) --no-print-directory fuzz
 
 bench: tools ## Run all benchmarks; raw output also goes to bin/bench.txt
@@ -309,7 +358,7 @@ eval-demo: build ## Evaluate the pod-security bundle on examples/manifests offli
 
 clean: ## Remove build outputs (keeps bin/k8s; see clean-tools)
 	@rm -f $(BIN)/portal $(BIN)/bench.txt $(BIN)/.bench.rc
-	@rm -rf $(BIN)/site
+	@rm -rf $(BIN)/site $(FUZZ_BIN)
 
 clean-tools: ## Remove bin/k8s (with the node binaries), bin/alertmanager, bin/helm, bin/versitygw, bin/istioctl and bin/kyverno (the next `make tools` rebuilds what it needs)
 	@rm -rf $(K8S_BIN) $(BIN)/alertmanager $(BIN)/helm $(BIN)/versitygw $(BIN)/istioctl $(BIN)/kyverno
