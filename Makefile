@@ -420,14 +420,18 @@ helm-docs: ## Generate docs/reference/helm-values.md from the comments in the ch
 # cli.md or waf-proxy.md misses a flag or names one that does not exist.
 DOCS_GENERATORS := crddocs metricsdocs cookbookdocs costdocs
 CLI_DOCS_TEST   := $(GO) test -count=1 -run '^(TestCLIReference|TestCLIPageFlagTablesMatchCommands)$$' ./cmd/portal/
+# The NetworkPolicy checks table of docs/concepts/network-analysis.md, from the check registry.
+CHECK_DOCS_TEST := $(GO) test -count=1 -run '^TestChecksDocs$$' ./internal/network/
 
-docs-generate: ## Regenerate the generated reference pages and blocks (CRD fields, commands and flags, metrics index, cookbook)
+docs-generate: ## Regenerate the generated reference pages and blocks (CRD fields, commands and flags, metrics index, cookbook, network checks)
 	@for g in $(DOCS_GENERATORS); do $(GO) run ./hack/$$g || exit 1; done
 	@UPDATE_DOCS=1 $(CLI_DOCS_TEST) >/dev/null
+	@UPDATE_DOCS=1 $(CHECK_DOCS_TEST) >/dev/null
 
 docs-check: ## Fail when a generated reference page or block is stale (run make docs-generate)
 	@for g in $(DOCS_GENERATORS); do $(GO) run ./hack/$$g -check || exit 1; done
 	@out=$$($(CLI_DOCS_TEST) 2>&1) || { printf '%s\n' "$$out" >&2; exit 1; }
+	@out=$$($(CHECK_DOCS_TEST) 2>&1) || { printf '%s\n' "$$out" >&2; exit 1; }
 
 # Debian's mkdocs (1.4) and mkdocs-material, as bench-tools installs its packages.
 DOCS_PKGS := mkdocs mkdocs-material python3-pymdownx
