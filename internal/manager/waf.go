@@ -64,6 +64,7 @@ func (l *wafLayer) Setup(d Deps) error {
 		return fmt.Errorf("cache certificate: %w", err)
 	}
 	o.Certificates = cc
+	o.Clock = d.Clock
 	_, err = waf.Setup(d.Manager, o)
 	return err
 }

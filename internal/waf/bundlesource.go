@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/waf/bundle"
@@ -39,6 +40,7 @@ type bundleAdapter struct {
 	metrics *bundle.Metrics
 	cache   *cache.Cache
 	log     *slog.Logger
+	clock   clock.PassiveClock
 	// trigger recomputes the tables; set once the controller exists.
 	trigger func()
 
@@ -63,11 +65,14 @@ type bundleOutcome struct {
 }
 
 // bundleSource returns the adapter of b, or nil without bundle storage.
-func bundleSource(b *bundle.Bundles, c *cache.Cache, log *slog.Logger) *bundleAdapter {
+func bundleSource(b *bundle.Bundles, c *cache.Cache, clk clock.PassiveClock, log *slog.Logger) *bundleAdapter {
 	if b == nil {
 		return nil
 	}
-	return &bundleAdapter{fetcher: b.Fetcher, access: b.Access, metrics: b.Metrics, cache: c, log: log,
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &bundleAdapter{fetcher: b.Fetcher, access: b.Access, metrics: b.Metrics, cache: c, log: log, clock: clk,
 		results: map[string]bundleOutcome{}, inflight: map[string]bool{}, queue: newFetchQueue(b.FetchConcurrency),
 		installed: map[string]bool{}}
 }
@@ -82,7 +87,7 @@ func (a *bundleAdapter) Bundle(policy types.NamespacedName, location, sha string
 		a.wanted[key], a.policies[policy.String()] = true, true
 	}
 	o, have := a.results[key]
-	if (!have || ((!o.ok || o.reason != "") && time.Since(o.at) > bundleRetry)) && !a.inflight[key] {
+	if (!have || ((!o.ok || o.reason != "") && a.clock.Since(o.at) > bundleRetry)) && !a.inflight[key] {
 		a.inflight[key] = true
 		a.queue.push(fetchJob{key: key, policy: policy, location: location, sha: sha})
 		a.dispatch()
@@ -140,7 +145,7 @@ func (a *bundleAdapter) get(j fetchJob) (bundle.Result, error) {
 
 func (a *bundleAdapter) fetch(j fetchJob) {
 	res, err := a.get(j)
-	o := bundleOutcome{at: time.Now()}
+	o := bundleOutcome{at: a.clock.Now()}
 	if err != nil {
 		_, o.reason, o.detail = bundle.Programmed(res, err)
 		a.log.Warn("WAF bundle not fetched", "policy", j.policy.String(), "location", j.location, "reason", o.reason, "error", err)

@@ -9,12 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/waf/bundle"
@@ -61,6 +64,11 @@ func newBundleAdapter(t *testing.T, url, dir string) (*bundleAdapter, *cache.Cac
 
 func newBundleAdapterWith(t *testing.T, url, dir string, access *bundle.Access, concurrency int) (*bundleAdapter, *cache.Cache) {
 	t.Helper()
+	return newBundleAdapterOn(t, url, dir, access, concurrency, nil)
+}
+
+func newBundleAdapterOn(t *testing.T, url, dir string, access *bundle.Access, concurrency int, clk clock.PassiveClock) (*bundleAdapter, *cache.Cache) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := bundle.NewMetrics(prometheus.NewRegistry())
 	f, err := bundle.NewFetcher(bundle.Options{URL: url, Dir: dir, Attempts: 1, Logger: log, Metrics: m,
@@ -69,7 +77,7 @@ func newBundleAdapterWith(t *testing.T, url, dir string, access *bundle.Access, 
 		t.Fatal(err)
 	}
 	c := cache.New(nil, nil)
-	return bundleSource(&bundle.Bundles{Fetcher: f, Access: access, FetchConcurrency: concurrency, Metrics: m}, c, log), c
+	return bundleSource(&bundle.Bundles{Fetcher: f, Access: access, FetchConcurrency: concurrency, Metrics: m}, c, clk, log), c
 }
 
 // enforce asks for policy's bundle until the adapter has it in the cache.
@@ -151,5 +159,40 @@ func TestBundlesDeletedWhenUnused(t *testing.T) {
 	}
 	if res, _ := f3.fetcher.Get(t.Context(), p3.String(), a.loc, a.sha); res.State != bundle.StateMissing {
 		t.Errorf("the deleted policy p3 still has a last good bundle: %s", res.State)
+	}
+}
+
+// A bundle that could not be had is fetched again once bundleRetry has
+// passed on the adapter's clock: an object uploaded after the policy that
+// pins it is enforced without a restart, and one that stays missing is not
+// asked for on every reconcile.
+func TestFailedBundleIsRetriedOnTheClock(t *testing.T) {
+	s := s3test.Start(t)
+	s.CreateBucket(t, "bundles")
+	good := storeBundle(t, s, "shop/rules.json", 7103)
+	access, err := bundle.NewAccess([]string{"s3://bundles/"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	a, _ := newBundleAdapterOn(t, s.URL(), "", access, bundle.DefaultFetchConcurrency, clk)
+	policy := types.NamespacedName{Namespace: "shop", Name: "p"}
+	missing := strings.Replace(good.loc, "rules.json", "later.json", 1)
+	poll(t, "the missing bundle reported", func() bool {
+		_, reason, _ := reasonOf(a, policy, missing, good.sha)
+		return reason == bundle.ReasonFetchError
+	})
+	storeBundle(t, s, "shop/later.json", 7103)
+	if ok, reason, _ := reasonOf(a, policy, missing, good.sha); ok || reason != bundle.ReasonFetchError {
+		t.Fatalf("within the retry interval the adapter reports %v %s, want the failure it holds", ok, reason)
+	}
+	clk.SetTime(clk.Now().Add(bundleRetry + time.Second))
+	// Well within bundleRetry of wall time: only the clock can have moved.
+	err = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, bundleRetry/3, true, func(context.Context) (bool, error) {
+		ok, _, _ := reasonOf(a, policy, missing, good.sha)
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("the uploaded bundle is not enforced after the retry interval passed on the clock: %v", err)
 	}
 }

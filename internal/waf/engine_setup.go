@@ -30,6 +30,9 @@ func setupEngine(mgr ctrl.Manager, opts Options, log *slog.Logger, reg prometheu
 	eo.Logger = log.With("controller", "waf-engine")
 	eo.Recorder = mgr.GetEventRecorder(recorder)
 	eo.Metrics = engine.NewMetrics(reg)
+	if eo.Clock == nil {
+		eo.Clock = opts.Clock
+	}
 	r, err := engine.New(mgr, eo)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -66,6 +67,10 @@ type Options struct {
 	// EventRecorderName names the recorder of RuleSet events ("portal" when
 	// empty).
 	EventRecorderName string
+	// Clock decides when a bundle that could not be had is fetched again
+	// and, unless Engine.Clock is set, when Engine tokens are renewed; nil:
+	// the real clock.
+	Clock clock.PassiveClock
 	// Certificates serves the cache's TLS certificate; required. The
 	// manager gives it one from internal/certs (certs.CacheOptions with
 	// CacheService and CacheCertSecret: its own CA and Secret, renewed and
@@ -195,7 +200,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Layer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("waf: %w", err)
 	}
-	bind, err := setupBinding(mgr, c, bundleSource(bundles, c, log), log, reg)
+	bind, err := setupBinding(mgr, c, bundleSource(bundles, c, opts.Clock, log), log, reg)
 	if err != nil {
 		return nil, err
 	}
