@@ -42,7 +42,7 @@ type Grant struct {
 }
 
 // Grants lists what every registered driver needs for the objects it owns
-// for eng under s: patch (server-side apply) and delete (teardown). Give s
+// for eng under s: get (whose the object is, before apply and teardown), patch (server-side apply) and delete (teardown). Give s
 // every optional setting (OperatorName) to see every kind.
 func Grants(s Settings, eng *wafv1alpha1.Engine) []Grant {
 	var out []Grant
@@ -51,7 +51,12 @@ func Grants(s Settings, eng *wafv1alpha1.Engine) []Grant {
 			// The kinds drivers write are regular English plurals; a
 			// RESTMapper would need the API server for the same answer.
 			res, _ := meta.UnsafeGuessKindToResource(o.GVK)
-			for _, verb := range []string{"patch", "delete"} {
+			verbs := []string{"get", "patch", "delete"}
+			if o.GVK.Group == "" && o.GVK.Kind == "Secret" {
+				// Never read in tenants' namespaces (see engine's current).
+				verbs = verbs[1:]
+			}
+			for _, verb := range verbs {
 				g := Grant{Driver: d.Name(), Verb: verb, Group: o.GVK.Group, Resource: res.Resource, Namespace: o.Namespace}
 				if !slices.Contains(out, g) {
 					out = append(out, g)

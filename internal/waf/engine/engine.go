@@ -243,7 +243,7 @@ func (r *Reconciler) finalize(ctx context.Context, eng *wafv1alpha1.Engine) erro
 	if !slices.Contains(eng.Finalizers, Finalizer) {
 		return nil
 	}
-	if err := r.teardown(ctx, r.everything(eng)); err != nil {
+	if err := r.teardown(ctx, eng, r.everything(eng)); err != nil {
 		return err
 	}
 	r.tokens.forget(eng.UID)

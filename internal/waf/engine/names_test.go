@@ -13,6 +13,8 @@ func FuzzChildName(f *testing.F) {
 	for _, s := range []string{"a", "edge-waf", "edge.waf", "edge-waf.", "a.b", "a-b", string(make([]byte, 253))} {
 		f.Add(s, "a-b")
 	}
+	// A plain name shaped like a.b's hashed child name.
+	f.Add("a.b", "a-b-2e7336dc8e")
 	f.Fuzz(func(t *testing.T, a, b string) {
 		if len(validation.IsDNS1123Subdomain(a)) > 0 || len(validation.IsDNS1123Subdomain(b)) > 0 {
 			return

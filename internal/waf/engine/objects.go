@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -44,11 +45,14 @@ var (
 // waf-engine-<name>. Service names must be DNS labels while Engine names
 // may hold dots and run to 253 characters, so such names have their dots
 // replaced and are cut to fit, with a hash of the whole name appended so
-// two Engines never share a name.
+// two Engines never share a name. A name that already ends as a hashed one
+// does ("a-b-2e7336dc8e" would otherwise be "a.b"'s child name) is hashed
+// too; apply and teardown also check whose an object is, since a hash
+// prefix can be searched for.
 func ChildName(engineName string) string {
 	const prefix, most = "waf-engine-", 63
 	n := prefix + engineName
-	if len(n) <= most && !strings.Contains(engineName, ".") {
+	if len(n) <= most && !strings.Contains(engineName, ".") && !hashedSuffix.MatchString(engineName) {
 		return n
 	}
 	sum := sha256.Sum256([]byte(engineName))
@@ -59,6 +63,9 @@ func ChildName(engineName string) string {
 	}
 	return n + "-" + h
 }
+
+// hashedSuffix is the end ChildName gives a hashed name.
+var hashedSuffix = regexp.MustCompile(`-[0-9a-f]{10}$`)
 
 // NetworkPolicyName is the name of the NetworkPolicy, in Portal's
 // namespace, that lets the Engine's data plane reach the cache.
@@ -121,7 +128,15 @@ func (r *Reconciler) apply(ctx context.Context, obj runtime.Object) error {
 }
 
 func (r *Reconciler) applyUnstructured(ctx context.Context, u *unstructured.Unstructured) error {
-	err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
+	cur, err := r.current(ctx, u.GroupVersionKind(), u.GetNamespace(), u.GetName())
+	if err != nil {
+		return err
+	}
+	if cur != nil && !sameOwner(cur, u) {
+		return fmt.Errorf("%s %s/%s belongs to another Engine (%s): Portal does not take it over; rename one of the Engines",
+			u.GetKind(), u.GetNamespace(), u.GetName(), ownerOf(cur))
+	}
+	err = r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
 	if meta.IsNoMatchError(err) {
 		return fmt.Errorf("%s (%s) is not installed in the cluster", u.GetKind(), u.GroupVersionKind().GroupVersion())
 	}
@@ -170,20 +185,95 @@ func (r *Reconciler) everything(eng *wafv1alpha1.Engine) []driver.Object {
 	return append(r.ownedByOthers(eng, nil), r.sharedObjects(eng)...)
 }
 
-// teardown deletes these objects; absent objects and kinds are fine.
-func (r *Reconciler) teardown(ctx context.Context, objs []driver.Object) error {
+// teardown deletes eng's objects among objs; absent objects and kinds are
+// fine. An object of the same name that another Engine controls is left
+// alone: child names are derived from Engine names, and one Engine's name
+// must never let it delete another's data plane.
+func (r *Reconciler) teardown(ctx context.Context, eng *wafv1alpha1.Engine, objs []driver.Object) error {
 	var errs []error
 	for _, t := range objs {
-		obj := &metav1.PartialObjectMetadata{}
-		obj.SetGroupVersionKind(t.GVK)
-		obj.SetNamespace(t.Namespace)
-		obj.SetName(t.Name)
-		err := r.client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+		cur, err := r.current(ctx, t.GVK, t.Namespace, t.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cur == nil {
+			continue
+		}
+		if !ownedBy(cur, eng) {
+			r.opts.Logger.Warn("WAF engine teardown: left an object another Engine owns", "engine", eng.Namespace+"/"+eng.Name,
+				"kind", t.GVK.Kind, "namespace", t.Namespace, "name", t.Name, "owner", ownerOf(cur))
+			continue
+		}
+		opts := []client.DeleteOption{client.PropagationPolicy(metav1.DeletePropagationBackground)}
+		if cur.UID != "" {
+			opts = append(opts, client.Preconditions{UID: &cur.UID})
+		}
+		err = r.client.Delete(ctx, cur, opts...)
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && !meta.IsNoMatchError(err) {
 			errs = append(errs, fmt.Errorf("delete %s %s/%s: %w", t.GVK.Kind, t.Namespace, t.Name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// current is the metadata of the object, nil when it (or its kind) does
+// not exist. A Secret is not read: Portal may not read Secrets in tenants'
+// namespaces, so it is taken as it is named (a metadata-only object of that
+// name, whose ownership is not checked).
+func (r *Reconciler) current(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*metav1.PartialObjectMetadata, error) {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk)
+	if gvk.Group == "" && gvk.Kind == "Secret" {
+		obj.SetNamespace(namespace)
+		obj.SetName(name)
+		return obj, nil
+	}
+	// Uncached: a one-off read of a kind the controller does not watch.
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj)
+	switch {
+	case err == nil:
+		return obj, nil
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("read %s %s/%s: %w", gvk.Kind, namespace, name, err)
+	}
+}
+
+// engineOf names the Engine an object says it belongs to: its controller
+// (by UID) in the Engine's namespace, or the AnnotationEngine of an object
+// in Portal's namespace. Empty: none (an object from before owner
+// references, which teardown and apply still take).
+func engineOf(o metav1.Object) string {
+	if c := metav1.GetControllerOfNoCopy(o); c != nil && c.Kind == "Engine" {
+		return string(c.UID)
+	}
+	return o.GetAnnotations()[AnnotationEngine]
+}
+
+// ownedBy reports whether eng may delete o.
+func ownedBy(o metav1.Object, eng *wafv1alpha1.Engine) bool {
+	if c := metav1.GetControllerOfNoCopy(o); c != nil && c.Kind == "Engine" {
+		return c.UID == eng.UID
+	}
+	if a, ok := o.GetAnnotations()[AnnotationEngine]; ok {
+		return a == eng.Namespace+"/"+eng.Name
+	}
+	return true
+}
+
+// sameOwner reports whether applying want over cur keeps cur's Engine.
+func sameOwner(cur, want metav1.Object) bool {
+	c := engineOf(cur)
+	return c == "" || c == engineOf(want)
+}
+
+func ownerOf(o metav1.Object) string {
+	if c := metav1.GetControllerOfNoCopy(o); c != nil {
+		return c.Kind + " " + c.Name
+	}
+	return o.GetAnnotations()[AnnotationEngine]
 }
 
 // applyNetworkPolicy lets pods matching from, in the Engine's namespace,

@@ -70,7 +70,7 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 		// cost the API server nothing but this check.
 		if prev := meta.FindStatusCondition(eng.Status.Conditions, wafv1alpha1.ConditionAccepted); prev == nil ||
 			prev.Status != metav1.ConditionFalse || prev.ObservedGeneration != eng.Generation {
-			if err := r.teardown(ctx, r.everything(eng)); err != nil {
+			if err := r.teardown(ctx, eng, r.everything(eng)); err != nil {
 				return r.failed(o, err), 0, err
 			}
 		}
@@ -148,7 +148,7 @@ func (r *Reconciler) provision(ctx context.Context, eng *wafv1alpha1.Engine, drv
 	if p.TokenExpiry == nil {
 		r.tokens.forget(eng.UID)
 	}
-	if err := r.teardown(ctx, r.ownedByOthers(eng, drv)); err != nil {
+	if err := r.teardown(ctx, eng, r.ownedByOthers(eng, drv)); err != nil {
 		return driver.Result{}, err
 	}
 	return p, nil
