@@ -177,7 +177,7 @@ func Setup(mgr ctrl.Manager, eng *engine.Engine, o Options) (*Layer, error) {
 	case pipe == nil:
 		pipe, err = findings.New(mgr, findings.Options{
 			Sinks: o.Sinks, MinBackoff: o.RetryInterval / 10, MaxBackoff: 3 * o.RetryInterval,
-			Logger: o.Logger, Registerer: o.Registerer,
+			Logger: o.Logger, Registerer: o.Registerer, Clock: o.Clock,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)

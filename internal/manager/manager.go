@@ -366,7 +366,7 @@ func setupRuleLoading(mgr ctrl.Manager, cfg *Config, d Deps, lk *lookups, loaded
 	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	lk.status = rule.NewLookupStatus(mgr.GetClient(), lookupSource{lk.watcher}, loader, log)
+	lk.status = rule.NewLookupStatus(mgr.GetClient(), lookupSource{lk.watcher}, loader, log, cfg.Clock)
 	if err := mgr.Add(lk.status); err != nil {
 		return err
 	}

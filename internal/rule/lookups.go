@@ -6,6 +6,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
@@ -42,9 +43,9 @@ type LookupStatus struct {
 
 // NewLookupStatus returns the writer; call Changed for each rule whose
 // lookup state changed.
-func NewLookupStatus(c client.Client, src LookupSource, l *CRLoader, log *slog.Logger) *LookupStatus {
+func NewLookupStatus(c client.Client, src LookupSource, l *CRLoader, log *slog.Logger, clk clock.WithTicker) *LookupStatus {
 	return &LookupStatus{
-		statusWriter: newStatusWriter(writerOptions{name: "portal-rule-lookups", log: log}),
+		statusWriter: newStatusWriter(writerOptions{name: "portal-rule-lookups", log: log, clock: clk}),
 		client:       c, source: src, loader: l,
 	}
 }

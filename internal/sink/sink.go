@@ -109,7 +109,9 @@ func Registrations() []Registration { return slices.Clone(registry) }
 // Options select and configure the sinks: the settings of each registered
 // sink, which BindFlags binds, and what every sink is given. Options hold
 // the settings by reference: a copy shares them with the original, as the
-// flags bound into one do.
+// flags bound into one do. A sink whose settings Options does not hold
+// (the zero Options) runs with its defaults, as with no flag set: build
+// Options with Defaults, or Parse the flags that turn sinks off.
 type Options struct {
 	// Logger, default slog.Default().
 	Logger *slog.Logger

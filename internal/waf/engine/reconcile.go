@@ -105,7 +105,12 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 	if !ok {
 		// The CRD's enum offers only registered drivers
 		// (TestEngineCRDEnumMatchesRegistry); this is an older CRD.
+		// Whatever data plane an earlier driver left would keep
+		// enforcing the old spec while the status says it failed.
 		msg := fmt.Sprintf("this Portal has no driver %q (it has %v)", driver.Of(eng), driver.Names())
+		if err := r.teardown(ctx, eng, r.everything(eng)); err != nil {
+			return r.failed(o, err), 0, err
+		}
 		return o.refuse(ResultFailed, wafv1alpha1.ReasonProvisioningFailed, msg), 0, nil
 	}
 	if msg := unsupported(&rs, drv); msg != "" {
