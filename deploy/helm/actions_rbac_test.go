@@ -53,17 +53,11 @@ func TestChartKnowsEveryRegisteredAction(t *testing.T) {
 			} `json:"actions"`
 		} `json:"properties"`
 	}
-	raw, err := os.ReadFile(filepath.Join("portal", "values.schema.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &schema); err != nil {
-		t.Fatal(err)
-	}
+	readValuesSchema(t, &schema)
 	var values struct {
 		Actions map[string]any `json:"actions"`
 	}
-	raw, err = os.ReadFile(filepath.Join("portal", "values.yaml"))
+	raw, err := os.ReadFile(filepath.Join("portal", "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

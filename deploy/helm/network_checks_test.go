@@ -29,15 +29,21 @@ func TestChartKnowsEveryNetworkCheck(t *testing.T) {
 			} `json:"network"`
 		} `json:"properties"`
 	}
+	readValuesSchema(t, &schema)
+	got := schema.Properties.Network.Properties.Checks.Items.Enum
+	if want := network.Checks(); !slices.Equal(got, want) {
+		t.Errorf("values.schema.json: properties.network.properties.checks.items.enum is %q; the registry's checks are %q (sorted)", got, want)
+	}
+}
+
+// readValuesSchema decodes the chart's values.schema.json into v.
+func readValuesSchema(t *testing.T, v any) {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("portal", "values.schema.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(raw, &schema); err != nil {
+	if err := json.Unmarshal(raw, v); err != nil {
 		t.Fatal(err)
-	}
-	got := schema.Properties.Network.Properties.Checks.Items.Enum
-	if want := network.Checks(); !slices.Equal(got, want) {
-		t.Errorf("values.schema.json: properties.network.properties.checks.items.enum is %q; the registry's checks are %q (sorted)", got, want)
 	}
 }

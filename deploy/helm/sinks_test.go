@@ -1,10 +1,7 @@
 package helm_test
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -12,7 +9,6 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/vilaca/portal/internal/sink"
 )
@@ -31,16 +27,7 @@ func sinkFlags() *pflag.FlagSet {
 func producerSinkArgs(t *testing.T, manifest []byte, fs *pflag.FlagSet) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, u := range objects(t, manifest) {
 		containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
 		for i, c := range containers {
 			args, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "args")
@@ -61,6 +48,7 @@ func producerSinkArgs(t *testing.T, manifest []byte, fs *pflag.FlagSet) map[stri
 			}
 		}
 	}
+	return out
 }
 
 // TestChartConfiguresSinksForEveryProducer: the chart's Deployments and
