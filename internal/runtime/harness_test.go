@@ -136,3 +136,13 @@ func counter(t *testing.T, c prometheus.Collector) float64 {
 	t.Helper()
 	return testutil.ToFloat64(c)
 }
+
+// queued is portal_runtime_queue_depth summed over the inputs.
+func queued(t *testing.T, m *runtime.Metrics) float64 {
+	t.Helper()
+	var n float64
+	for _, in := range []string{runtime.InputWebhook, runtime.InputFile, runtime.InputFalco} {
+		n += counter(t, m.QueueDepth.WithLabelValues(in))
+	}
+	return n
+}

@@ -35,7 +35,7 @@ type Metrics struct {
 	Findings     prometheus.Counter
 	Deduplicated prometheus.Counter
 	Expired      *prometheus.CounterVec
-	QueueDepth   prometheus.Gauge
+	QueueDepth   *prometheus.GaugeVec
 	Requests     *prometheus.CounterVec
 	Refused      *prometheus.CounterVec
 	Latency      prometheus.Histogram
@@ -73,10 +73,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portal_runtime_findings_expired_total",
 			Help: "Runtime findings closed, by reason (window: --runtime-finding-window passed; capacity: --runtime-max-open-findings were open and this was the oldest).",
 		}, []string{"reason"}),
-		QueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+		QueueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "portal_runtime_queue_depth",
-			Help: "Runtime events waiting for evaluation.",
-		}),
+			Help: "Runtime events waiting for evaluation, by input (webhook, file, falco): which source fills the queue.",
+		}, []string{"input"}),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_runtime_requests_total",
 			Help: "HTTP requests to the runtime endpoint, by input and status code.",
@@ -94,6 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, in := range []string{InputWebhook, InputFile, InputFalco} {
 		m.Received.WithLabelValues(in)
 		m.Dropped.WithLabelValues(in, DropQueueFull)
+		m.QueueDepth.WithLabelValues(in)
 	}
 	for _, in := range []string{InputWebhook, InputFalco} {
 		m.Refused.WithLabelValues(in, RefuseCredentials)

@@ -132,7 +132,7 @@ func (s *Source) Queue(ctx context.Context, input string, ev event.Event) error 
 	}
 	select {
 	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Clock.Now()}:
-		s.m.QueueDepth.Inc()
+		s.m.QueueDepth.WithLabelValues(input).Inc()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -198,8 +198,11 @@ func TestWebhookFloodDropsAndCounts(t *testing.T) {
 			t.Fatalf("flood batch: %d %v", got, err)
 		}
 	}
-	if got := counter(t, h.metrics.QueueDepth); got != 100 {
-		t.Errorf("queued = %v, want 100", got)
+	if got := counter(t, h.metrics.QueueDepth.WithLabelValues(runtime.InputWebhook)); got != 100 {
+		t.Errorf("queued from the webhook = %v, want 100", got)
+	}
+	if got := queued(t, h.metrics); got != 100 {
+		t.Errorf("queued = %v, want 100, all from the webhook", got)
 	}
 	if got := counter(t, h.metrics.Dropped.WithLabelValues(runtime.InputWebhook, runtime.DropQueueFull)); got != 400 {
 		t.Errorf("dropped = %v, want 400", got)

@@ -108,7 +108,7 @@ func (s *Source) Offer(input string, ev event.Event) bool {
 	}
 	select {
 	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Clock.Now()}:
-		s.m.QueueDepth.Inc()
+		s.m.QueueDepth.WithLabelValues(input).Inc()
 		return true
 	default:
 		s.m.Dropped.WithLabelValues(input, DropQueueFull).Inc()
@@ -184,12 +184,12 @@ func (s *Source) work(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case it := <-s.audit:
-			s.m.QueueDepth.Dec()
+			s.m.QueueDepth.WithLabelValues(it.input).Dec()
 			s.Process(ctx, it.input, &it.ev)
 		case it := <-s.falco:
 			// Chosen at random among ready queues: a flood of one input
 			// takes at most its share of the workers.
-			s.m.QueueDepth.Dec()
+			s.m.QueueDepth.WithLabelValues(it.input).Dec()
 			s.Process(ctx, it.input, &it.ev)
 		}
 	}

@@ -51,7 +51,7 @@ func drain(t *testing.T, h *harness, evaluated float64) {
 	done := make(chan struct{})
 	go func() { _ = h.src.Start(ctx); close(done) }()
 	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return counter(t, h.metrics.QueueDepth) == 0 && counter(t, h.metrics.Evaluated) >= evaluated, nil
+		return queued(t, h.metrics) == 0 && counter(t, h.metrics.Evaluated) >= evaluated, nil
 	})
 	if err != nil {
 		t.Fatal("queue not drained")
@@ -323,12 +323,12 @@ func TestLongRunningRequestsRememberedPerNamespace(t *testing.T) {
 	for i := range 50 {
 		h.src.Offer(runtime.InputWebhook, watch(fmt.Sprint("t", i), "tenant", event.StageResponseStarted))
 	}
-	queued := counter(t, h.metrics.QueueDepth)
+	before := queued(t, h.metrics)
 	h.src.Offer(runtime.InputWebhook, execEvent("exec-1", event.StageResponseComplete))
-	if got := counter(t, h.metrics.QueueDepth); got != queued {
+	if got := queued(t, h.metrics); got != before {
 		t.Errorf("the exec's ResponseComplete was queued for a second evaluation: its ResponseStarted was forgotten")
 	}
-	if got, want := queued, float64(1+20+50); got != want {
+	if got, want := before, float64(1+20+50); got != want {
 		t.Errorf("queued = %v, want %v (each request once, at ResponseStarted)", got, want)
 	}
 }
