@@ -235,6 +235,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if requeue <= 0 || requeue > r.opts.ResyncInterval {
 		requeue = r.opts.ResyncInterval
 	}
+	// controller-runtime waits RequeueAfter in wall time while requeue was
+	// measured on opts.Clock: it is only when to look again. Whether a token
+	// is renewed is decided on the clock when the reconcile runs, so a
+	// stepped test clock renews on the next reconcile, whatever wakes it.
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
