@@ -134,6 +134,7 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return usageError(err)
 	}
+	applyGCDefaults(os.Getenv, cgroupMemoryMax, evalGCPercent)
 	eng, opts, err := o.loadEngine(cmd, mode)
 	if err != nil {
 		return usageError(err)

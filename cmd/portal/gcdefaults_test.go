@@ -60,3 +60,24 @@ func TestGCDefaults(t *testing.T) {
 		}
 	})
 }
+
+// TestEvalSetsItsGOGC: portal eval collects at its own GOGC (a run's live
+// heap is a few batches while it allocates tens of KB a pod), unless the
+// environment sets GOGC.
+func TestEvalSetsItsGOGC(t *testing.T) {
+	restoreGC(t)
+	for _, set := range []string{"", "150"} {
+		debug.SetGCPercent(100)
+		t.Setenv("GOGC", set)
+		if _, err := runCLI(t, "", "eval", "--rules", evalRules, "--file", evalManifests, "-o", "json"); exitCodeOf(err) != exitViolation {
+			t.Fatalf("GOGC=%q: portal eval: %v", set, err)
+		}
+		want := evalGCPercent
+		if set != "" {
+			want = 100 // the runtime read the environment's at start
+		}
+		if got := debug.SetGCPercent(100); got != want {
+			t.Errorf("GOGC=%q: portal eval ran at GC percent %d, want %d", set, got, want)
+		}
+	}
+}

@@ -376,6 +376,13 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	}
 	rep := newReport(opts)
 	var errs []error
+	// A spilled batch's buffer is copied to the file at once: it goes back
+	// to the workers instead of to the collector (a batch's JSON is most
+	// of what evaluating it allocates).
+	var free chan []byte
+	if rep.spill != nil {
+		free = make(chan []byte, 3*jobs)
+	}
 	merge := func(b *batch) {
 		rep.objects += b.objects
 		rep.denied = rep.denied || b.denied
@@ -387,6 +394,12 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		rep.addMatched(b.matched)
 		if len(b.encoded) > 0 {
 			rep.addEncoded(b.encoded)
+			if free != nil {
+				select {
+				case free <- b.encoded[:0]:
+				default:
+				}
+			}
 		}
 		if b.junit != nil {
 			rep.junit.add(b.junit)
@@ -399,7 +412,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		var results []Result
 		hint := 0
 		err := produce(func(in input) bool {
-			b := &batch{in: in, results: results[:0], encodedHint: hint}
+			b := &batch{in: in, results: results[:0], encodedHint: hint, encoded: reuse(free)}
 			w.run(b)
 			results, hint = b.results, len(b.encoded)+len(b.encoded)/8
 			merge(b)
@@ -428,7 +441,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		go func() {
 			hint := 0
 			for j := range work {
-				j.b.encodedHint = hint
+				j.b.encodedHint, j.b.encoded = hint, reuse(free)
 				w.run(j.b)
 				hint = len(j.b.encoded) + len(j.b.encoded)/8
 				j.done <- j.b
@@ -439,6 +452,16 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		merge(<-done)
 	}
 	return rep, errs, produceErr
+}
+
+// reuse is a buffer from free, if one is there (nil otherwise).
+func reuse(free chan []byte) []byte {
+	select {
+	case b := <-free:
+		return b
+	default:
+		return nil
+	}
 }
 
 type batchJob struct {
@@ -552,8 +575,8 @@ func (b *batch) add(res *core.Result, encode, dropPasses bool) {
 	}
 	b.denied = b.denied || r.denies
 	if encode {
-		if b.encoded == nil {
-			b.encoded = make([]byte, 0, max(b.encodedHint, encodedBatchCap))
+		if want := max(b.encodedHint, encodedBatchCap); cap(b.encoded) < want {
+			b.encoded = make([]byte, 0, want)
 		}
 		b.encoded = appendResultElem(b.encoded, &r)
 		return

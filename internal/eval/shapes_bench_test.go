@@ -113,8 +113,8 @@ func flow(v any) string {
 // on disk, on 10,000 pods in each input shape, with one worker and with
 // two: reading, splitting, decoding, evaluation and the report spilled to
 // a temporary file. PORTAL_EVAL_JOBS sets the job counts
-// (comma-separated: 1,2,4,8,16 on a larger machine) and PORTAL_EVAL_PODS
-// the number of pods. pods/s is by wall clock; pods/cpu-s divides by the
+// (comma-separated: 1,2,4,8,16 on a larger machine), PORTAL_EVAL_PODS
+// the number of pods and PORTAL_EVAL_SHAPES the shapes (all by default). pods/s is by wall clock; pods/cpu-s divides by the
 // process's user+system time, which other load on a shared machine moves
 // less (compare shapes by it, job counts by pods/s on an idle machine).
 func BenchmarkEvalShapes(b *testing.B) {
@@ -123,6 +123,9 @@ func BenchmarkEvalShapes(b *testing.B) {
 	eng := restrictedEngine(b)
 	dir := b.TempDir()
 	for _, shape := range inputShapes {
+		if only := os.Getenv("PORTAL_EVAL_SHAPES"); only != "" && !slices.Contains(strings.Split(only, ","), shape) {
+			continue
+		}
 		path := filepath.Join(dir, shape+".yaml")
 		if err := os.WriteFile(path, shapeInput(b, shape, pods), 0o600); err != nil {
 			b.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/vilaca/portal/internal/eval"
@@ -33,6 +34,13 @@ func TestSpilledJSONIsTheSameReport(t *testing.T) {
 			}
 			if again := render(t, rep, "json"); again != got {
 				t.Fatalf("%d documents, %d jobs: a second write differs", n, jobs)
+			}
+			// To a file, the spill is copied by the kernel, from the
+			// file's own offset: the same bytes, every time.
+			for range 2 {
+				if inFile := writeFile(t, rep, "json"); inFile != got {
+					t.Fatalf("%d documents, %d jobs: the report written to a file differs\n got: %.1000s", n, jobs, inFile)
+				}
 			}
 			if err := rep.Close(); err != nil {
 				t.Fatal(err)
@@ -125,4 +133,26 @@ func TestTableReportKeepsNoPasses(t *testing.T) {
 			}
 		}
 	}
+}
+
+// writeFile writes rep to a file, as `portal eval > report.json` does, and
+// returns what the file holds.
+func writeFile(t *testing.T, rep *eval.Report, format string) string {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "report"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("prefix:"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Write(f, format); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(string(data), "prefix:")
 }

@@ -177,6 +177,17 @@ func (s *itemSplitter) jsonString(buf []byte) ([]byte, error) {
 	}
 }
 
+// jsonOutside and jsonInString are the bytes jsonValue stops at outside
+// and inside a string.
+var jsonOutside, jsonInString = byteSet("\"{}[]\n"), byteSet("\"\\\n")
+
+func byteSet(stops string) (set [256]bool) {
+	for i := range len(stops) {
+		set[stops[i]] = true
+	}
+	return set
+}
+
 // jsonValue appends the value starting at the next byte to buf: an object
 // or array up to its closing bracket, a string, or a literal up to the
 // next delimiter.
@@ -210,7 +221,9 @@ func (s *itemSplitter) jsonValue(buf []byte) ([]byte, error) {
 		}
 	}
 	// The bytes buffered are scanned in place and copied at once, not read
-	// one at a time: this loop sees every byte of a JSON input.
+	// one at a time: this loop sees every byte of a JSON input, so it skips
+	// the bytes that change nothing by table (most of an indented List is
+	// spaces, names and values) and stops only at those that do.
 	depth, inString, escaped := 1, false, false
 	for depth > 0 {
 		chunk, err := s.br.Peek(max(s.br.Buffered(), 1))
@@ -218,28 +231,38 @@ func (s *itemSplitter) jsonValue(buf []byte) ([]byte, error) {
 			return nil, s.eofIsSyntax(err)
 		}
 		i := 0
-		for ; i < len(chunk) && depth > 0; i++ {
-			c := chunk[i]
-			switch {
-			case inString && escaped:
+		for i < len(chunk) && depth > 0 {
+			if escaped { // the byte after a backslash, whatever it is
 				escaped = false
-			case inString && c == '\\':
-				escaped = true
-			case inString && c == '"':
-				inString = false
+				i++
+				continue
+			}
+			stop := &jsonOutside
+			if inString {
+				stop = &jsonInString
+			}
+			for i < len(chunk) && !stop[chunk[i]] {
+				i++
+			}
+			if i == len(chunk) {
+				break
+			}
+			switch c := chunk[i]; {
 			case c == '\n':
 				if inString {
 					return nil, s.syntax("a newline in a string")
 				}
 				s.line++
-			case inString:
+			case inString && c == '\\':
+				escaped = true
 			case c == '"':
-				inString = true
+				inString = !inString
 			case c == '{' || c == '[':
 				depth++
 			case c == '}' || c == ']':
 				depth--
 			}
+			i++
 		}
 		buf = append(buf, chunk[:i]...)
 		_, _ = s.br.Discard(i)
