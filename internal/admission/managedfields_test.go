@@ -94,3 +94,24 @@ func BenchmarkDecodeSubject(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDecodeReview is what the handler does with a body before any
+// rule runs: the AdmissionReview, then the object it carries, as a map.
+func BenchmarkDecodeReview(b *testing.B) {
+	body := []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"0b5e0e6c-1c0e-4c5e-9d1b-7f0b8a7e6f01",` +
+		`"kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},` +
+		`"requestKind":{"group":"","version":"v1","kind":"Pod"},"requestResource":{"group":"","version":"v1","resource":"pods"},` +
+		`"name":"p","namespace":"ns","operation":"CREATE","userInfo":{"username":"alice","groups":["system:authenticated"]},` +
+		`"object":` + podWithManagedFields + `,"oldObject":null,"dryRun":false,"options":{"kind":"CreateOptions","apiVersion":"meta.k8s.io/v1"}}}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		review, err := decodeReview(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := decodeMap(review.Request.Object.Raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

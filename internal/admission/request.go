@@ -6,10 +6,10 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/manifest"
 )
 
 // subject returns the object a request is about: request.object, or
@@ -77,8 +77,8 @@ func coreRequest(req *admission.Request) (*core.Request, error) {
 // types at admission as in audit and in `portal eval`, and without
 // metadata.managedFields, as in audit.
 func decodeMap(raw []byte) (map[string]any, error) {
-	var m map[string]any
-	if err := json.Unmarshal(withoutManagedFields(raw), &m); err != nil {
+	m, err := manifest.DecodeJSON(withoutManagedFields(raw))
+	if err != nil {
 		return nil, err
 	}
 	if m == nil {

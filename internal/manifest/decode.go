@@ -18,19 +18,27 @@ import (
 // round-trip, which is most of the cost of `portal eval`.
 func decode(data []byte) (map[string]any, error) {
 	if first := firstByte(data); first == '{' {
-		if m, ok := fastJSON(data); ok {
-			return m, nil
-		}
-		var m map[string]any
-		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, err
-		}
-		return m, nil
+		return DecodeJSON(data)
 	}
 	if m, ok := fastDecode(data); ok {
 		return m, nil
 	}
 	return decodeYAML(data)
+}
+
+// DecodeJSON reads a JSON object into the map shape of
+// k8s.io/apimachinery/pkg/util/json.Unmarshal, through the same fast path as
+// a JSON manifest: the admission webhook decodes each request's object
+// with it. A value that is not an object decodes to nil.
+func DecodeJSON(data []byte) (map[string]any, error) {
+	if m, ok := fastJSON(data); ok {
+		return m, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // decodeYAML is decode with the general YAML parser.

@@ -55,6 +55,9 @@ func runPortal() error {
 	// token, and measures Portal rather than TokenReviews.
 	cfg.MetricsSecure = false
 	cfg.HealthAddr = os.Getenv(childHealthEnv)
+	// PORTAL_BENCH_PPROF_ADDR serves Portal's /debug/pprof/ there, to
+	// profile the webhook under the benchmark's load.
+	cfg.PprofAddr = os.Getenv("PORTAL_BENCH_PPROF_ADDR")
 	cfg.Admission.Enabled = true
 	cfg.Admission.Host = "127.0.0.1"
 	cfg.Admission.Port = port
