@@ -12,6 +12,9 @@ const (
 	SentRefused = "refused"
 	// SentFailed: no leader took it within the attempts.
 	SentFailed = "failed"
+	// SentHandedOver: this replica took the lease while the verdict
+	// waited, and its own actions took it.
+	SentHandedOver = "handed_over"
 )
 
 // Reasons a sender drops a verdict before an attempt (the reason label of
@@ -63,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_verdicts_forwarded_total",
-			Help: "Verdicts a replica that does not lead forwarded to the leader, by result (accepted, refused: the leader refused the request for good, failed: no leader took it within the attempts).",
+			Help: "Verdicts a replica that does not lead forwarded to the leader, by result (accepted, refused: the leader refused the request for good, failed: no leader took it within the attempts, handed_over: this replica took the lease meanwhile and acted on it itself).",
 		}, []string{"result"}),
 		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portal_verdicts_forward_dropped_total",
@@ -82,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Requests to the forwarding endpoint refused whole, by reason (unauthenticated, forbidden: another identity than Portal's, rate_limited, not_leader, invalid, review_failed: the TokenReview could not be made).",
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{SentAccepted, SentRefused, SentFailed} {
+	for _, r := range []string{SentAccepted, SentRefused, SentFailed, SentHandedOver} {
 		m.Forwarded.WithLabelValues(r)
 	}
 	m.Dropped.WithLabelValues(DropQueueFull)

@@ -66,9 +66,13 @@ type SenderOptions struct {
 // leader it is never offered anything.
 type Sender struct {
 	o SenderOptions
-	q chan Verdict
+	q chan queued
 
-	// pool and client are rebuilt when the CA bundle changes (Start's
+	// local is this replica's engine, set before Start: a batch still
+	// waiting when this replica takes the lease is handed to it.
+	local Local
+
+	// bundle and client are rebuilt when the CA bundle changes (Start's
 	// goroutine only).
 	bundle []byte
 	client *http.Client
@@ -106,8 +110,20 @@ func NewSender(o SenderOptions) (*Sender, error) {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	return &Sender{o: o, q: make(chan Verdict, o.QueueSize)}, nil
+	return &Sender{o: o, q: make(chan queued, o.QueueSize)}, nil
 }
+
+// queued is a verdict waiting, with the ID it is sent under.
+type queued struct {
+	id string
+	v  core.Verdict
+}
+
+// HandOver makes s give its verdicts to l, instead of sending them, once l
+// leads: a verdict forwarded during a leader change, when the old leader
+// has stopped and this replica takes over, is acted on here. Call it
+// before Start.
+func (s *Sender) HandOver(l Local) { s.local = l }
 
 // Offer implements core.VerdictSink. It never blocks.
 func (s *Sender) Offer(v core.Verdict) {
@@ -115,7 +131,7 @@ func (s *Sender) Offer(v core.Verdict) {
 		return
 	}
 	select {
-	case s.q <- encode(newID(), &v):
+	case s.q <- queued{id: newID(), v: v}:
 		s.o.Metrics.Queued.Inc()
 	default:
 		s.o.Metrics.Dropped.WithLabelValues(DropQueueFull).Inc()
@@ -131,13 +147,13 @@ func (*Sender) NeedLeaderElection() bool { return false }
 // Start implements manager.Runnable: it sends batches until ctx ends.
 func (s *Sender) Start(ctx context.Context) error {
 	for {
-		var first Verdict
+		var first queued
 		select {
 		case <-ctx.Done():
 			return nil
 		case first = <-s.q:
 		}
-		batch := []Verdict{first}
+		batch := []queued{first}
 	fill:
 		for len(batch) < MaxBatch {
 			select {
@@ -156,14 +172,22 @@ func (s *Sender) Start(ctx context.Context) error {
 var errRefused = errors.New("refused")
 
 // deliver sends batch, retrying with backoff, and counts the outcome.
-func (s *Sender) deliver(ctx context.Context, batch []Verdict) {
-	body, err := json.Marshal(Batch{Verdicts: batch})
+func (s *Sender) deliver(ctx context.Context, batch []queued) {
+	wire := Batch{Verdicts: make([]Verdict, len(batch))}
+	for i := range batch {
+		wire.Verdicts[i] = encode(batch[i].id, &batch[i].v)
+	}
+	body, err := json.Marshal(wire)
 	if err != nil {
 		s.fail(batch, SentRefused, err)
 		return
 	}
 	wait := s.o.MinBackoff
 	for attempt := 1; ; attempt++ {
+		if s.local != nil && s.local.Leading() {
+			s.handOver(batch)
+			return
+		}
 		err = s.post(ctx, body)
 		switch {
 		case err == nil:
@@ -188,7 +212,15 @@ func (s *Sender) deliver(ctx context.Context, batch []Verdict) {
 	}
 }
 
-func (s *Sender) fail(batch []Verdict, result string, err error) {
+// handOver gives batch to this replica's engine, which leads now.
+func (s *Sender) handOver(batch []queued) {
+	for i := range batch {
+		s.local.Accept(batch[i].v)
+	}
+	s.o.Metrics.Forwarded.WithLabelValues(SentHandedOver).Add(float64(len(batch)))
+}
+
+func (s *Sender) fail(batch []queued, result string, err error) {
 	s.o.Metrics.Forwarded.WithLabelValues(result).Add(float64(len(batch)))
 	s.o.Logger.Warn("verdicts not forwarded to the leader", "audit", "action", "reason", result, "verdicts", len(batch), "error", err)
 }

@@ -111,6 +111,7 @@ func (f *forwarding) setup(d Deps, eng *actions.Engine) error {
 		return nil
 	}
 	if f.sender != nil {
+		f.sender.HandOver(eng)
 		if err := d.Manager.Add(f.sender); err != nil {
 			return err
 		}

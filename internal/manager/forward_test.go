@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +52,7 @@ type fwdReplica struct {
 	reg  *prometheus.Registry
 	logs *syncBuffer
 	port int
+	stop func()
 }
 
 // TestForwardedVerdictsActOnceOnTheLeader runs two replicas of Portal with
@@ -60,33 +62,16 @@ type fwdReplica struct {
 // the endpoint refuses callers without Portal's ServiceAccount token.
 func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 	ctx := context.Background()
-	cl := shared.Cluster(t)
-	c := clusterClient(t, cl, fwdPortal, fwdTenant)
-	for _, sa := range []string{"portal", "intruder"} {
-		must(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: fwdPortal, Name: sa}}))
-	}
-	token, intruder := saToken(t, cl, fwdPortal, "portal"), saToken(t, cl, fwdPortal, "intruder")
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	must(t, os.WriteFile(tokenFile, []byte(token), 0o600))
-	rules := t.TempDir()
-	must(t, os.WriteFile(filepath.Join(rules, "deny.yaml"), []byte(fwdRule), 0o600))
-	t.Cleanup(func() {
-		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "fwd"}}
-		if err := c.Delete(context.Background(), vwc); err != nil && !apierrors.IsNotFound(err) {
-			t.Error(err)
-		}
-	})
+	f := fwdSetup(t, "fwd")
+	c, token, intruder := f.c, f.token, saToken(t, f.cl, fwdPortal, "intruder")
 
 	// The leader starts alone, so it leads; the forwarding URL is its
 	// port, as a Service selecting the leader's pod would be.
-	leader := startFwdReplica(t, cl, rules, tokenFile, 0)
+	leader := startFwdReplica(t, f, 0)
 	e := &verdictEnv{t: t, c: c, logs: leader.logs, port: leader.port}
-	e.poll("the leader holding the lease", func() bool {
-		l := &coordinationv1.Lease{}
-		err := c.Get(ctx, client.ObjectKey{Namespace: fwdPortal, Name: "fwd-leader"}, l)
-		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
-	})
-	follower := startFwdReplica(t, cl, rules, tokenFile, leader.port)
+	f.waitLeader(e)
+	follower := startFwdReplica(t, f, leader.port)
+	waitServing(e, follower.port)
 
 	// A review decided on the follower (posted straight to its webhook
 	// port, as the API server would when the webhook Service picks it).
@@ -151,31 +136,159 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 	}
 }
 
-// startFwdReplica runs a replica with leader election, forwarding its
-// verdicts to leaderPort (none when 0) and accepting those of the
-// "portal" ServiceAccount.
-func startFwdReplica(t *testing.T, cl *devcluster.Cluster, rules, tokenFile string, leaderPort int) fwdReplica {
+// fwdEnv is what the replicas of one forwarding test share.
+type fwdEnv struct {
+	name      string
+	cl        *devcluster.Cluster
+	c         client.Client
+	token     string
+	tokenFile string
+	rules     string
+}
+
+// fwdSetup makes Portal's ServiceAccounts, a token of "portal" for the
+// replicas to forward with, and the rules; name names the webhook
+// configuration and the lease.
+func fwdSetup(t *testing.T, name string) *fwdEnv {
 	t.Helper()
-	cfg, reg, port := layerConfig(t, "fwd")
+	ctx := context.Background()
+	cl := shared.Cluster(t)
+	c := clusterClient(t, cl, fwdPortal, fwdTenant)
+	for _, sa := range []string{"portal", "intruder"} {
+		err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: fwdPortal, Name: sa}})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	f := &fwdEnv{name: name, cl: cl, c: c, token: saToken(t, cl, fwdPortal, "portal"), rules: t.TempDir()}
+	f.tokenFile = filepath.Join(t.TempDir(), "token")
+	must(t, os.WriteFile(f.tokenFile, []byte(f.token), 0o600))
+	must(t, os.WriteFile(filepath.Join(f.rules, "deny.yaml"), []byte(fwdRule), 0o600))
+	// Registered first, so it runs once the replicas have stopped.
+	t.Cleanup(func() {
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := c.Delete(context.Background(), vwc); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	})
+	return f
+}
+
+// waitLeader waits until a replica holds the lease.
+func (f *fwdEnv) waitLeader(e *verdictEnv) {
+	e.poll("a replica holding the lease", func() bool {
+		l := &coordinationv1.Lease{}
+		err := f.c.Get(context.Background(), client.ObjectKey{Namespace: fwdPortal, Name: f.name + "-leader"}, l)
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
+	})
+}
+
+// startFwdReplica runs a replica with leader election, forwarding its
+// verdicts to leaderPort (its own port when 0) and accepting those of the
+// "portal" ServiceAccount.
+func startFwdReplica(t *testing.T, f *fwdEnv, leaderPort int) fwdReplica {
+	t.Helper()
+	cfg, reg, port := layerConfig(t, f.name)
 	cfg.Namespace = fwdPortal
 	cfg.LeaderElection = true
-	cfg.LeaderElectionID = "fwd-leader"
+	cfg.LeaderElectionID = f.name + "-leader"
 	cfg.Admission.Enabled = true
 	cfg.Actions.Enabled = true
 	cfg.Actions.Types = []string{"label"}
-	cfg.RulesFolder = rules
+	cfg.RulesFolder = f.rules
 	cfg.Actions.Forward.ServiceAccount = "portal"
-	cfg.Actions.Forward.TokenFile = tokenFile
-	if leaderPort != 0 {
-		cfg.Actions.Forward.URL = fmt.Sprintf("https://127.0.0.1:%d%s", leaderPort, forward.Path)
-	} else {
-		// The leader's own URL: it never forwards while it leads.
-		cfg.Actions.Forward.URL = fmt.Sprintf("https://127.0.0.1:%d%s", port, forward.Path)
+	cfg.Actions.Forward.TokenFile = f.tokenFile
+	if leaderPort == 0 {
+		leaderPort = port // it never forwards while it leads
 	}
+	cfg.Actions.Forward.URL = fmt.Sprintf("https://127.0.0.1:%d%s", leaderPort, forward.Path)
 	logs := &syncBuffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
-	runUntilReady(t, cl, cfg)
-	return fwdReplica{reg: reg, logs: logs, port: port}
+	stop := runStoppable(t, f.cl, cfg)
+	return fwdReplica{reg: reg, logs: logs, port: port, stop: stop}
+}
+
+// runStoppable is runUntilReady with a stop the test may call earlier.
+func runStoppable(t *testing.T, cl *devcluster.Cluster, cfg Config) func() {
+	t.Helper()
+	ready := make(chan struct{})
+	cfg.OnReady = func() { close(ready) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cl.Config, cfg) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	select {
+	case <-ready:
+	case <-time.After(time.Minute):
+		t.Fatal("manager not ready within a minute")
+	case err := <-done:
+		t.Fatalf("manager stopped before ready: %v", err)
+	}
+	return stop
+}
+
+// TestForwardedVerdictsSurviveALeaderChange: the leader stops; a verdict
+// decided meanwhile on the other replica, which it forwards to the leader
+// that is gone, is acted on once that replica takes the lease, once, and
+// nothing is dropped.
+func TestForwardedVerdictsSurviveALeaderChange(t *testing.T) {
+	ctx := context.Background()
+	f := fwdSetup(t, "fwd-failover")
+	old := startFwdReplica(t, f, 0)
+	e := &verdictEnv{t: t, c: f.c, logs: old.logs, port: old.port}
+	f.waitLeader(e)
+	next := startFwdReplica(t, f, old.port)
+	pod := e.pod(fwdTenant, "during-failover", nil)
+	en := &verdictEnv{t: t, c: f.c, logs: next.logs, port: next.port}
+	waitServing(en, next.port)
+
+	old.stop()
+	if resp := en.forge("fwd-failover-1", fwdTenant, "during-failover", string(pod.UID)); resp.Allowed {
+		t.Fatalf("review admitted: %+v", resp)
+	}
+	en.poll("the new leader labelling the pod", func() bool {
+		p := &corev1.Pod{}
+		return f.c.Get(ctx, client.ObjectKeyFromObject(pod), p) == nil && p.Labels["portal.io/flagged"] == "true"
+	})
+	if got := en.results("label", "during-failover"); got != "success" {
+		t.Errorf("label by the new leader: %q, want one success", got)
+	}
+	if got := e.results("label", "during-failover"); got != "" {
+		t.Errorf("the old leader acted too: %q", got)
+	}
+	for _, m := range []string{"portal_actions_dropped_total", "portal_verdicts_forward_dropped_total"} {
+		if n := counter(t, next.reg, m); n != 0 {
+			t.Errorf("%s = %v on the new leader", m, n)
+		}
+	}
+	if n := gauge0(t, next.reg, "portal_verdicts_forwarded_total", "result", forward.SentFailed); n != 0 {
+		t.Errorf("%v verdicts given up", n)
+	}
+	t.Logf("the verdict was %v handed over, %v sent", gauge0(t, next.reg, "portal_verdicts_forwarded_total", "result", forward.SentHandedOver),
+		gauge0(t, next.reg, "portal_verdicts_forwarded_total", "result", forward.SentAccepted))
+}
+
+// waitServing waits until the replica on port serves the webhook
+// certificate, which a replica that does not lead reads from the Secret the
+// leader writes.
+func waitServing(e *verdictEnv, port int) {
+	e.t.Helper()
+	e.poll(fmt.Sprintf("port %d serving the webhook certificate", port), func() bool {
+		conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{InsecureSkipVerify: true})
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err == nil
+	})
 }
 
 // postForward posts batch to the forwarding endpoint on port with token
