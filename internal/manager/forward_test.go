@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/forward"
@@ -64,6 +65,19 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 	ctx := context.Background()
 	f := fwdSetup(t, "fwd")
 	c, token, intruder := f.c, f.token, saToken(t, f.cl, fwdPortal, "intruder")
+
+	// A tenant's rule: its verdicts may only ever act in its namespace.
+	tenantRule := &policyv1alpha1.PortalRule{
+		ObjectMeta: metav1.ObjectMeta{Namespace: fwdTenant, Name: "tenant-flag"},
+		Spec: policyv1alpha1.RuleSpec{
+			Mode:    []policyv1alpha1.Mode{"admission"},
+			Match:   policyv1alpha1.Match{GVK: []policyv1alpha1.GroupVersionKind{{Version: "v1", Kind: "Pod"}}},
+			Rule:    `object.metadata.labels?.tenantbad == "yes"`,
+			Actions: []policyv1alpha1.Action{{Type: "label", Key: "portal.io/flagged", Value: "true"}},
+		},
+	}
+	must(t, c.Create(ctx, tenantRule))
+	t.Cleanup(func() { _ = c.Delete(context.Background(), tenantRule) })
 
 	// The leader starts alone, so it leads; the forwarding URL is its
 	// port, as a Service selecting the leader's pod would be.
@@ -115,6 +129,24 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 		t.Errorf("duplicates received: %v, want 1", got)
 	}
 
+	// The wire names a rule; the leader acts only through one it holds,
+	// and never on a PortalRule's verdict about another namespace.
+	bystander := e.pod(fwdPortal, "bystander", nil)
+	forged := forward.Batch{Verdicts: []forward.Verdict{
+		{ID: "no-such-rule", Rule: forward.RuleRef{Kind: "file", Name: "no-such-rule"},
+			Resource: core.ResourceRef{APIVersion: "v1", Kind: "Pod", Namespace: fwdPortal, Name: "bystander", UID: string(bystander.UID)}},
+		{ID: "cross-namespace", Rule: forward.RuleRef{Kind: "PortalRule", Namespace: fwdTenant, Name: "tenant-flag"},
+			Resource: core.ResourceRef{APIVersion: "v1", Kind: "Pod", Namespace: fwdPortal, Name: "bystander", UID: string(bystander.UID)}},
+	}}
+	if code := postForward(t, leader.port, token, forged); code != http.StatusOK {
+		t.Fatalf("forged batch: HTTP %d", code)
+	}
+	for result, want := range map[string]float64{forward.ReceivedUnknownRule: 1, forward.ReceivedOutOfNamespace: 1} {
+		if got := gauge0(t, leader.reg, "portal_verdicts_forward_received_total", "result", result); got != want {
+			t.Errorf("received %s: %v, want %v", result, got, want)
+		}
+	}
+
 	// Callers without Portal's ServiceAccount token are refused before
 	// anything is read.
 	for _, tc := range []struct {
@@ -133,6 +165,14 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 	}
 	if got := gauge0(t, leader.reg, "portal_verdicts_forward_received_total", "result", forward.ReceivedAccepted); got != 2 {
 		t.Errorf("verdicts accepted by the leader: %v, want 2 (the follower's and the replayed one)", got)
+	}
+	if got := e.results("label", "bystander"); got != "" {
+		t.Errorf("the leader acted on the bystander: %q", got)
+	}
+	p := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(bystander), p))
+	if p.Labels["portal.io/flagged"] != "" {
+		t.Errorf("the bystander was labelled: %v", p.Labels)
 	}
 }
 
