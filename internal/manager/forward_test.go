@@ -129,8 +129,18 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 		t.Errorf("duplicates received: %v, want 1", got)
 	}
 
-	// The wire names a rule; the leader acts only through one it holds,
-	// and never on a PortalRule's verdict about another namespace.
+	fwdOwnRulesOnly(t, e, leader, token)
+	fwdRefusesStrangers(t, leader, intruder, batch)
+	if got := gauge0(t, leader.reg, "portal_verdicts_forward_received_total", "result", forward.ReceivedAccepted); got != 2 {
+		t.Errorf("verdicts accepted by the leader: %v, want 2 (the follower's and the replayed one)", got)
+	}
+}
+
+// fwdOwnRulesOnly: the wire names a rule; the leader acts only through one
+// it holds, and never on a PortalRule's verdict about another namespace.
+func fwdOwnRulesOnly(t *testing.T, e *verdictEnv, leader fwdReplica, token string) {
+	t.Helper()
+	ctx := context.Background()
 	bystander := e.pod(fwdPortal, "bystander", nil)
 	forged := forward.Batch{Verdicts: []forward.Verdict{
 		{ID: "no-such-rule", Rule: forward.RuleRef{Kind: "file", Name: "no-such-rule"},
@@ -147,8 +157,21 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 		}
 	}
 
-	// Callers without Portal's ServiceAccount token are refused before
-	// anything is read.
+	// Posted synchronously: what the leader did not queue it never acts on.
+	if got := e.results("label", "bystander"); got != "" {
+		t.Errorf("the leader acted on the bystander: %q", got)
+	}
+	p := &corev1.Pod{}
+	must(t, e.c.Get(ctx, client.ObjectKeyFromObject(bystander), p))
+	if p.Labels["portal.io/flagged"] != "" {
+		t.Errorf("the bystander was labelled: %v", p.Labels)
+	}
+}
+
+// fwdRefusesStrangers: callers without Portal's ServiceAccount token are
+// refused before anything is read.
+func fwdRefusesStrangers(t *testing.T, leader fwdReplica, intruder string, batch forward.Batch) {
+	t.Helper()
 	for _, tc := range []struct {
 		name, token string
 		code        int
@@ -162,17 +185,6 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 	}
 	if got := gauge0(t, leader.reg, "portal_verdicts_forward_refused_total", "reason", forward.RefusedForbidden); got != 1 {
 		t.Errorf("refused as forbidden: %v, want 1", got)
-	}
-	if got := gauge0(t, leader.reg, "portal_verdicts_forward_received_total", "result", forward.ReceivedAccepted); got != 2 {
-		t.Errorf("verdicts accepted by the leader: %v, want 2 (the follower's and the replayed one)", got)
-	}
-	if got := e.results("label", "bystander"); got != "" {
-		t.Errorf("the leader acted on the bystander: %q", got)
-	}
-	p := &corev1.Pod{}
-	must(t, c.Get(ctx, client.ObjectKeyFromObject(bystander), p))
-	if p.Labels["portal.io/flagged"] != "" {
-		t.Errorf("the bystander was labelled: %v", p.Labels)
 	}
 }
 
