@@ -127,6 +127,7 @@ func checkManagerFlags(cfg *manager.Config) error {
 // manager's own here, each layer's by the layer.
 func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	f.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "Portal's own namespace (leader election, certificates; never subject to admission)")
+	f.StringVar(&cfg.LeaderPod, "leader-pod", cfg.LeaderPod, "this replica's pod in --namespace, labelled "+manager.RuntimeLeaderLabel+"=true while it leads, so a Service selecting the label reaches the leader alone: the runtime endpoint, and the verdicts the other replicas forward (the chart passes $(POD_NAME))")
 	f.StringVar(&cfg.RulesFolder, "rules-folder", cfg.RulesFolder, "also load rule files from this directory, reloading on change")
 	f.StringVar(&cfg.MetricsAddr, "metrics-bind-address", cfg.MetricsAddr, "listen address of /metrics; 0 disables it")
 	f.BoolVar(&cfg.MetricsSecure, "metrics-secure", cfg.MetricsSecure, "serve /metrics over HTTPS only to bearer tokens allowed get on the /metrics non-resource URL (TokenReview, SubjectAccessReview); false serves plain HTTP to anyone who can connect")
@@ -160,6 +161,8 @@ func addManagerFlags(f *pflag.FlagSet, cfg *manager.Config) {
 	// Names Portal used before it followed controller-runtime's and kubectl's.
 	flagalias.Deprecated(f, "metrics-addr", "metrics-bind-address")
 	flagalias.Deprecated(f, "health-addr", "health-probe-bind-address")
+	// The leader label's first use, the runtime endpoint, named its flag.
+	flagalias.Deprecated(f, "runtime-leader-pod", "leader-pod")
 
 	for _, l := range manager.Layers() {
 		l.AddFlags(f, cfg)

@@ -20,7 +20,7 @@ func TestSplitModeRuntimeRBAC(t *testing.T) {
 	checkAccess(t, sas, []access{
 		{"runtime", "list", "", "pods", "", "", "", true},
 		{"runtime", "watch", "", "pods", "", "", "", true},
-		// The leader label on its own pod (--runtime-leader-pod).
+		// The leader label on its own pod (--leader-pod).
 		{"runtime", "patch", "", "pods", "", releaseNS, "", true},
 		{"runtime", "patch", "", "pods", "", team, "", true},
 		{"runtime", "create", "wgpolicyk8s.io", "policyreports", "", team, "", true},

@@ -71,6 +71,10 @@ type Options struct {
 	// Clock decides the rate limits and dedup windows; default the real
 	// clock.
 	Clock clock.PassiveClock
+	// Forward, when set, takes the verdicts offered while this replica
+	// does not lead, to carry them to the leader; without it they are
+	// dropped and counted (not_leader).
+	Forward core.VerdictSink
 }
 
 // Engine runs the response actions. It is a findings sink (Publish), an
@@ -418,16 +422,33 @@ func (e *Engine) refund(key string, charged time.Time) {
 }
 
 // Offer implements core.VerdictSink. It never blocks: a verdict that finds
-// the queue full, or this replica not leading, is counted and logged.
+// the queue full is counted and logged; one offered while this replica does
+// not lead goes to Options.Forward, or is counted and logged without one.
 func (e *Engine) Offer(v core.Verdict) {
+	if !e.running.Load() && e.o.Forward != nil {
+		e.o.Forward.Offer(v)
+		return
+	}
+	e.Accept(v)
+}
+
+// Leading reports whether this replica runs the actions now.
+func (e *Engine) Leading() bool { return e.running.Load() }
+
+// Accept queues v for the actions of this replica, never forwarding it: a
+// verdict forwarded here is not sent on again. It reports whether v was
+// queued; a full queue, or this replica not leading, is counted and logged.
+func (e *Engine) Accept(v core.Verdict) bool {
 	if !e.running.Load() {
 		e.drop("not_leader", v)
-		return
+		return false
 	}
 	select {
 	case e.verdicts <- v:
+		return true
 	default:
 		e.drop("queue_full", v)
+		return false
 	}
 }
 

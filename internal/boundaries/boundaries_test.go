@@ -37,13 +37,15 @@ var layers = []string{
 // rule set cache's certificates), so it is one too; so is internal/findings,
 // the pipeline every producer of findings publishes into, and
 // internal/clustercache, the informer cache every layer reads the cluster
-// through. internal/pki, the certificate library, is used by the data
+// through; and internal/forward, which carries the verdicts of a replica
+// that does not lead to the leader's actions. internal/pki, the certificate library, is used by the data
 // planes' tests and tools as well as by internal/certs.
 var foundations = []string{
 	"internal/certs",
 	"internal/pki",
 	"internal/clustercache",
 	"internal/findings",
+	"internal/forward",
 	"internal/core",
 	"internal/engine",
 	"internal/expr",

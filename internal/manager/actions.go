@@ -12,6 +12,7 @@ import (
 	"github.com/vilaca/portal/internal/actions"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/findings"
+	"github.com/vilaca/portal/internal/forward"
 )
 
 // ActionsConfig configures the response actions layer.
@@ -29,12 +30,16 @@ type ActionsConfig struct {
 	// Protected namespaces are never targets of evict,
 	// patch-networkpolicy or revoke-sa-token; Portal's own always is.
 	Protected []string
+	// Forward carries the verdicts of replicas that do not lead to the
+	// leader (forward.go).
+	Forward ForwardConfig
 }
 
 func defaultActions() ActionsConfig {
 	return ActionsConfig{
 		Workers: actions.DefaultWorkers, QueueSize: actions.DefaultQueueSize, CacheSize: actions.DefaultCacheSize,
 		DefaultRateLimit: actions.DefaultRateLimit, Protected: core.SystemNamespaces(),
+		Forward: ForwardConfig{TokenFile: forward.DefaultTokenFile, QueueSize: forward.DefaultQueueSize},
 	}
 }
 
@@ -46,13 +51,18 @@ type actionsLayer struct {
 	cfg        ActionsConfig
 	alertsSink bool
 	admission  bool
+	// forward is the verdict forwarding, built with the engine.
+	forward *forwarding
 }
 
 func (*actionsLayer) Name() string { return "actions" }
 
 // metricsSections implements registeredLayer.
 func (*actionsLayer) metricsSections() []MetricsSection {
-	return []MetricsSection{{"Response actions", "response-actions", func(r prometheus.Registerer) { actions.NewMetrics(r) }}}
+	return []MetricsSection{{"Response actions", "response-actions", func(r prometheus.Registerer) {
+		actions.NewMetrics(r)
+		forward.NewMetrics(r)
+	}}}
 }
 
 // Provide offers the engine to the findings pipeline and to admission.
@@ -69,7 +79,12 @@ func (l *actionsLayer) newEngine(d Deps) (*actions.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	fwd, err := l.newForwarding(d)
+	if err != nil {
+		return nil, err
+	}
 	return actions.New(actions.Options{
+		Forward: fwd.sink(),
 		Env: actions.Env{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Policy: policy,
 			AlertsSink: l.alertsSink, Logger: d.Logger},
 		Enabled: l.cfg.Types, Workers: l.cfg.Workers, QueueSize: l.cfg.QueueSize, CacheSize: l.cfg.CacheSize,
@@ -90,6 +105,9 @@ func (l *actionsLayer) Setup(d Deps) error {
 	}
 	if pipeline == nil && !l.admission {
 		return errors.New("nothing feeds the actions: enable --audit (findings), --admission or --runtime (verdicts)")
+	}
+	if err := l.forward.setup(d, eng); err != nil {
+		return err
 	}
 	return d.Manager.Add(eng)
 }
@@ -130,6 +148,7 @@ func (*actionsLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.IntVar(&ac.CacheSize, "actions-cache-size", ac.CacheSize, "idempotency keys and rate-limit windows kept (LRU)")
 	f.StringVar(&ac.DefaultRateLimit, "actions-default-rate-limit", ac.DefaultRateLimit, "rate limit per rule, target and action of actions without rateLimit, as COUNT/UNIT (s, min, h)")
 	f.StringSliceVar(&ac.Protected, "actions-protected-namespaces", ac.Protected, "namespaces evict, patch-networkpolicy and revoke-sa-token never act in (Portal's own always)")
+	addForwardFlags(f, &ac.Forward)
 }
 
 func (*actionsLayer) CheckFlags(cfg *Config) error {
@@ -145,5 +164,5 @@ func (*actionsLayer) CheckFlags(cfg *Config) error {
 	if a.Workers <= 0 || a.QueueSize <= 0 || a.CacheSize <= 0 {
 		return fmt.Errorf("--actions-workers (%d), --actions-queue-size (%d) and --actions-cache-size (%d) must be positive", a.Workers, a.QueueSize, a.CacheSize)
 	}
-	return nil
+	return checkForwardFlags(cfg)
 }

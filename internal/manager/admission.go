@@ -86,7 +86,24 @@ func (*admissionLayer) metricsSections() []MetricsSection {
 // certificate controller's certificate.
 func (l *admissionLayer) Provide(b *Board) error {
 	Offer(b, "admission layer", managerOption(func(opts *ctrl.Options) { opts.WebhookServer = l.server }))
+	tls := webhookTLS{caBundle: l.certs.CABundle}
+	if !l.cfg.LocalURL {
+		tls.serverName = l.cfg.ServiceName + "." + l.namespace + ".svc"
+	}
+	Offer(b, "admission layer", tls)
 	return nil
+}
+
+// webhookTLS is what the other replicas trust the webhook server by: the
+// CA of its certificate, which every replica holds, and a name the
+// certificate bears. The forwarding endpoint is served on the webhook
+// server, so a replica that forwards a verdict knows it reaches a Portal
+// replica without a certificate of its own.
+type webhookTLS struct {
+	caBundle func() []byte
+	// serverName is "" when the URL's host is in the certificate
+	// (--webhook-local: 127.0.0.1).
+	serverName string
 }
 
 // newAdmission prepares the certificate controller and the webhook server,

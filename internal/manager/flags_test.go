@@ -120,3 +120,35 @@ func TestRuntimeAllowedNamesFlags(t *testing.T) {
 		t.Errorf("a 254-character name: %v", err)
 	}
 }
+
+// TestForwardFlags: forwarding needs the webhook server, and one that asks
+// every caller for the API server's client certificate cannot take it; a
+// URL must be HTTPS.
+func TestForwardFlags(t *testing.T) {
+	check := func(args ...string) error {
+		cfg := Defaults()
+		f := pflag.NewFlagSet("portal", pflag.ContinueOnError)
+		for _, l := range Layers() {
+			l.AddFlags(f, &cfg)
+		}
+		if err := f.Parse(append([]string{"--actions"}, args...)); err != nil {
+			return err
+		}
+		return (&actionsLayer{}).CheckFlags(&cfg)
+	}
+	const url = "--actions-forward-url=https://portal-leader.portal-system.svc/forward/verdicts"
+	if err := check("--admission", url, "--actions-forward-service-account=portal"); err != nil {
+		t.Errorf("admission with the forward: %v", err)
+	}
+	for name, args := range map[string][]string{
+		"without admission":  {url},
+		"with a client CA":   {"--admission", "--webhook-client-ca-file=/ca.crt", url},
+		"plain HTTP":         {"--admission", "--actions-forward-url=http://portal-leader/forward/verdicts"},
+		"a bad account name": {"--admission", "--actions-forward-service-account=Not/A/Name"},
+		"an empty queue":     {"--admission", url, "--actions-forward-queue-size=0"},
+	} {
+		if err := check(args...); err == nil || !strings.Contains(err.Error(), "--actions-forward") {
+			t.Errorf("%s: %v, want an error naming the flag", name, err)
+		}
+	}
+}

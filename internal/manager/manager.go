@@ -85,6 +85,11 @@ type Config struct {
 	// configuration) run on one replica at a time.
 	LeaderElection   bool
 	LeaderElectionID string
+	// LeaderPod is this replica's pod in Portal's namespace, labelled
+	// LeaderLabel while it leads, so a Service selecting the label reaches
+	// the leader alone: the runtime endpoint, and the verdicts forwarded
+	// by the other replicas. Empty labels nothing.
+	LeaderPod string
 
 	// RuleBudget bounds every rule evaluation (admission, audit): the
 	// operations it may run and the bytes it may build.
@@ -287,6 +292,9 @@ func assemble(restCfg *rest.Config, cfg *Config, layers []Layer, draining <-chan
 		return nil, nil, err
 	}
 	if err := actionsStatus(cfg, deps); err != nil {
+		return nil, nil, err
+	}
+	if err := labelLeader(cfg, deps); err != nil {
 		return nil, nil, err
 	}
 	if err := setupRuleLoading(mgr, cfg, deps, lk, loaded); err != nil {

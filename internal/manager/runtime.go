@@ -41,10 +41,6 @@ type RuntimeConfig struct {
 	// far it was read.
 	AuditLog      string
 	AuditLogState string
-	// LeaderPod is this replica's pod in Portal's namespace, labelled
-	// RuntimeLeaderLabel while it leads so the runtime Service reaches the
-	// leader only; empty labels nothing.
-	LeaderPod string
 
 	QueueSize       int
 	FalcoQueueSize  int
@@ -127,15 +123,6 @@ func (l *runtimeLayer) Setup(d Deps) error {
 	if (c.Listen == "" || c.Listen == "0") && c.AuditLog == "" {
 		d.Logger.Warn("runtime: no input: set --runtime-listen (the audit webhook, Falco) or --runtime-audit-log; no runtime event will arrive")
 	}
-	if c.LeaderPod != "" {
-		ll := &leaderLabel{c: d.Manager.GetClient(), ns: d.Namespace, name: c.LeaderPod, log: d.Logger}
-		if err := ll.clear(context.Background()); err != nil {
-			d.Logger.Warn("runtime: cannot take a stale leader label off this pod", "pod", c.LeaderPod, "error", err)
-		}
-		if err := d.Manager.Add(ll); err != nil {
-			return err
-		}
-	}
 	if c.Listen != "" && c.Listen != "0" {
 		srv, err := l.server(d, src, m)
 		if err != nil {
@@ -213,7 +200,6 @@ func (*runtimeLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.StringVar(&r.AuditTokenFile, "runtime-audit-token-file", r.AuditTokenFile, "file holding a bearer token /audit accepts instead of a client certificate")
 	f.StringVar(&r.FalcoTokenFile, "runtime-falco-token-file", r.FalcoTokenFile, "file holding a bearer token /falco accepts instead of a client certificate")
 	f.StringVar(&r.AuditLog, "runtime-audit-log", r.AuditLog, "follow this API server audit log (JSON lines), across rotations, resuming where it stopped")
-	f.StringVar(&r.LeaderPod, "runtime-leader-pod", r.LeaderPod, "this replica's pod in --namespace, labelled "+RuntimeLeaderLabel+"=true while it leads, so a Service selecting the label sends audit events and Falco alerts to the leader only (the chart passes $(POD_NAME))")
 	f.StringVar(&r.AuditLogState, "runtime-audit-log-state", r.AuditLogState, "file recording how far --runtime-audit-log was read")
 	f.IntVar(&r.QueueSize, "runtime-queue-size", r.QueueSize, "audit events (webhook and log file) waiting for evaluation; an event from the endpoint that finds the queue full is dropped and counted")
 	f.IntVar(&r.FalcoQueueSize, "runtime-falco-queue-size", r.FalcoQueueSize, "Falco alerts waiting for evaluation, in a queue of their own so a flood of alerts never leaves audit events no room (nor the other way round); beyond, dropped and counted")

@@ -156,7 +156,7 @@ func startRuntimeEnv(t *testing.T) *runtimeEnv {
 	// This replica's pod, as the chart names it: labelled while it leads.
 	must(t, e.c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "rt-portal", Name: "portal-0"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "portal", Image: "registry.example/portal:1"}}}}))
-	cfg.Runtime.LeaderPod = "portal-0"
+	cfg.LeaderPod = "portal-0"
 	cfg.Runtime.Enabled, cfg.Runtime.Listen, cfg.Runtime.CertDir = true, fmt.Sprintf("127.0.0.1:%d", port), dir
 	cfg.Runtime.AuditTokenFile, cfg.Runtime.FalcoTokenFile = filepath.Join(dir, "token"), filepath.Join(dir, "falco-token")
 	// Short, so the test sees the alert resolve when the window ends.

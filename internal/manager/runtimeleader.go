@@ -12,10 +12,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// RuntimeLeaderLabel marks the pod of the replica that leads, and so
-// serves the runtime endpoint: the chart's runtime Service selects it, so
-// the API server's audit webhook and Falco reach the leader only.
+// RuntimeLeaderLabel marks the pod of the replica that leads (--leader-pod):
+// the chart's runtime Service selects it, so the API server's audit webhook
+// and Falco reach the leader only, and so does its leader Service, which the
+// other replicas forward their verdicts to. It kept the name of its first
+// use, so Services that select it keep working.
 const RuntimeLeaderLabel = "portal.io/runtime-leader"
+
+// labelLeader labels this replica's pod while it leads, when cfg names it.
+func labelLeader(cfg *Config, d Deps) error {
+	if cfg.LeaderPod == "" {
+		return nil
+	}
+	ll := &leaderLabel{c: d.Manager.GetClient(), ns: d.Namespace, name: cfg.LeaderPod, log: d.Logger}
+	if err := ll.clear(context.Background()); err != nil {
+		d.Logger.Warn("cannot take a stale leader label off this pod", "pod", cfg.LeaderPod, "error", err)
+	}
+	return d.Manager.Add(ll)
+}
 
 // leaderLabel puts RuntimeLeaderLabel on this replica's pod while it leads
 // and takes it off when it stops leading. A replica that starts takes it off
@@ -38,7 +52,7 @@ func (l *leaderLabel) clear(ctx context.Context) error {
 func (l *leaderLabel) Start(ctx context.Context) error {
 	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := l.patch(ctx, ptrTo("true")); err != nil {
-			l.log.Warn("runtime: cannot label this pod as the leader; the runtime Service does not reach it yet", "pod", l.name, "error", err)
+			l.log.Warn("cannot label this pod as the leader; the leader Services do not reach it yet", "pod", l.name, "error", err)
 			return false, nil
 		}
 		return true, nil
@@ -50,7 +64,7 @@ func (l *leaderLabel) Start(ctx context.Context) error {
 	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := l.patch(stop, nil); err != nil {
-		l.log.Warn("runtime: cannot take the leader label off this pod", "pod", l.name, "error", err)
+		l.log.Warn("cannot take the leader label off this pod", "pod", l.name, "error", err)
 	}
 	return nil
 }

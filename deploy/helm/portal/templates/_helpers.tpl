@@ -243,6 +243,17 @@ audit is off.
 {{- if and (include "portal.actionTypes" .root) (or (has "audit" .layers) (has "runtime" .layers) (and (not $v.audit.enabled) (has "admission" .layers))) }}true{{ end }}
 {{- end }}
 
+{{/*
+portal.forwardOn is true (non-empty) when the Deployment of (dict root
+layers) runs admission and the actions, and forwards the admission verdicts
+of its replicas that do not lead to the one that does
+(actions.forwardVerdicts). Not with admission.clientCA: the endpoint is
+on the webhook server, which then accepts the API server alone.
+*/}}
+{{- define "portal.forwardOn" -}}
+{{- if and .root.Values.actions.forwardVerdicts (has "admission" .layers) (include "portal.actionsOn" .) (not (include "portal.clientCA" .root)) }}true{{ end }}
+{{- end }}
+
 {{/* portal.clientCA is true (non-empty) when the webhook requires client certificates. */}}
 {{- define "portal.clientCA" -}}
 {{- with .Values.admission.clientCA }}{{ if or .configMap .secret }}true{{ end }}{{ end }}
