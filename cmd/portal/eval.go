@@ -134,7 +134,10 @@ func (o *evalOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return usageError(err)
 	}
-	applyGCDefaults(os.Getenv, cgroupMemoryMax, evalGCPercent)
+	// The memory limit from the container's cgroup, and Go's GOGC until the
+	// results are known to spill (loadEngine's Options.Spilling): a table,
+	// or a report held in memory, grows with the input.
+	applyGCDefaults(os.Getenv, cgroupMemoryMax, 100)
 	eng, opts, err := o.loadEngine(cmd, mode)
 	if err != nil {
 		return usageError(err)
@@ -175,7 +178,7 @@ func (o *evalOptions) checkFlags() (core.Mode, error) {
 func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.Engine, eval.Options, error) {
 	// A JSON report's results wait in a temporary file, not in memory, until
 	// the run has read every manifest and the report can be written.
-	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output, SpillDir: os.TempDir()}
+	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output, SpillDir: os.TempDir(), Spilling: collectLessOften}
 	var engOpts []engine.Option
 	if len(o.clusterState) > 0 {
 		state, errs := eval.LoadClusterState(o.clusterState, cmd.InOrStdin())

@@ -24,14 +24,24 @@ const wafProxyGCPercent = 400
 // dozen admission requests instead of every hundred or so.
 const runGCPercent = 50
 
-// evalGCPercent is `portal eval`'s GOGC when the environment sets none. A
-// run's live heap is the rules and a few batches in flight (about 8 MB with
-// two jobs) while every pod evaluated allocates tens of KB, so at Go's
-// default of 100 the collector ran every 9 ms (600 collections for 100,000
-// pods, 16% of the CPU, and the write barrier on for much of the rest); at
-// 400 the same run takes a fifth less CPU for about 50 MB more peak memory
-// (docs/performance.md, "Input shapes, Lists and scaling").
+// evalGCPercent is `portal eval`'s GOGC when the environment sets none and
+// the report's results go to a temporary file. The run's live heap is then
+// the rules and a few batches in flight (about 8 MB with two jobs) while
+// every pod evaluated allocates tens of KB, so at Go's default of 100 the
+// collector ran every 9 ms (600 collections for 100,000 pods, 16% of the
+// CPU, and the write barrier on for much of the rest); at 400 the same run
+// takes a fifth less CPU for about 40 MB more peak memory (docs/
+// performance.md, "16 cores"). A report held in memory (the table's
+// failures, or no usable $TMPDIR) grows with the input: there 400 would
+// multiply the peak, so those runs keep 100.
 const evalGCPercent = 400
+
+// collectLessOften sets evalGCPercent unless the environment sets GOGC.
+func collectLessOften() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(evalGCPercent)
+	}
+}
 
 // cgroupMemoryMax is where cgroup v2 publishes the container's memory limit.
 const cgroupMemoryMax = "/sys/fs/cgroup/memory.max"

@@ -61,23 +61,28 @@ func TestGCDefaults(t *testing.T) {
 	})
 }
 
-// TestEvalSetsItsGOGC: portal eval collects at its own GOGC (a run's live
-// heap is a few batches while it allocates tens of KB a pod), unless the
-// environment sets GOGC.
+// TestEvalSetsItsGOGC: portal eval collects at its own GOGC when its
+// results wait in a temporary file (a live heap of a few batches while it
+// allocates tens of KB a pod), at Go's default when the report grows with
+// the input (the table), and at the environment's GOGC when it sets one.
 func TestEvalSetsItsGOGC(t *testing.T) {
 	restoreGC(t)
-	for _, set := range []string{"", "150"} {
-		debug.SetGCPercent(100)
-		t.Setenv("GOGC", set)
-		if _, err := runCLI(t, "", "eval", "--rules", evalRules, "--file", evalManifests, "-o", "json"); exitCodeOf(err) != exitViolation {
-			t.Fatalf("GOGC=%q: portal eval: %v", set, err)
+	for _, tc := range []struct {
+		gogc, output string
+		want         int
+	}{
+		{"", "json", evalGCPercent},
+		{"", "junit", evalGCPercent},
+		{"", "table", 100},
+		{"150", "json", 50}, // the runtime read the environment's at start: here, what the test set
+	} {
+		debug.SetGCPercent(50)
+		t.Setenv("GOGC", tc.gogc)
+		if _, err := runCLI(t, "", "eval", "--rules", evalRules, "--file", evalManifests, "-o", tc.output); exitCodeOf(err) != exitViolation {
+			t.Fatalf("GOGC=%q -o %s: portal eval: %v", tc.gogc, tc.output, err)
 		}
-		want := evalGCPercent
-		if set != "" {
-			want = 100 // the runtime read the environment's at start
-		}
-		if got := debug.SetGCPercent(100); got != want {
-			t.Errorf("GOGC=%q: portal eval ran at GC percent %d, want %d", set, got, want)
+		if got := debug.SetGCPercent(100); got != tc.want {
+			t.Errorf("GOGC=%q -o %s: portal eval ran at GC percent %d, want %d", tc.gogc, tc.output, got, tc.want)
 		}
 	}
 }

@@ -138,6 +138,10 @@ type Options struct {
 	// removes it. "" keeps them in memory, and so does a directory where
 	// no file can be created.
 	SpillDir string
+	// Spilling, when set, is called once the results are known to go to
+	// a file under SpillDir, before the first is evaluated: memory then
+	// holds the rules and a few batches, whatever the input's size.
+	Spilling func()
 }
 
 // Run evaluates every document against the engine's rules, one at a time.
@@ -313,10 +317,17 @@ func newReport(opts Options) *Report {
 	if (rep.holdsBytes() || rep.junit != nil) && opts.SpillDir != "" {
 		// Where no temporary file can be made, the run still works, in
 		// memory as it did before spilling.
-		if s, err := newSpill(opts.SpillDir); err == nil && rep.junit != nil {
+		s, err := newSpill(opts.SpillDir)
+		switch {
+		case err != nil:
+			return rep
+		case rep.junit != nil:
 			rep.junit.spill = s
-		} else if err == nil {
+		default:
 			rep.spill = s
+		}
+		if opts.Spilling != nil {
+			opts.Spilling()
 		}
 	}
 	return rep

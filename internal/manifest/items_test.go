@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"sigs.k8s.io/yaml"
 )
@@ -61,8 +63,12 @@ func objectsOf(docs []Document) ([]map[string]any, error) {
 }
 
 func itemsOf(in string) ([]Document, error) {
+	return itemsFrom(strings.NewReader(in))
+}
+
+func itemsFrom(r io.Reader) ([]Document, error) {
 	var docs []Document
-	_, err := splitItems("f.yaml", strings.NewReader(in), func(d Document) bool {
+	_, err := splitItems("f.yaml", r, func(d Document) bool {
 		docs = append(docs, d)
 		return true
 	})
@@ -77,6 +83,13 @@ func checkItems(t *testing.T, in string) (cut bool) {
 	whole := Split("f.yaml", []byte(in))
 	want, wantErr := objectsOf(whole)
 	docs, readErr := itemsOf(in)
+	// The reader sees the input a buffer at a time: read a byte at a time,
+	// every string, escape and bracket straddles a buffer's end, and the
+	// cut must not change.
+	slow, slowErr := itemsFrom(iotest.OneByteReader(strings.NewReader(in)))
+	if fmt.Sprint(slowErr) != fmt.Sprint(readErr) || !reflect.DeepEqual(slow, docs) {
+		t.Fatalf("%q: read a byte at a time, cut into\n%+v (%v)\nelse\n%+v (%v)", in, slow, slowErr, docs, readErr)
+	}
 	got, gotErr := objectsOf(docs)
 	tops := 0
 	for _, d := range docs {
