@@ -391,7 +391,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	// to the workers instead of to the collector (a batch's JSON is most
 	// of what evaluating it allocates).
 	var free chan []byte
-	if rep.spill != nil {
+	if rep.spill != nil && rep.isJSON { // YAML entries are encoded into buffers of their own
 		free = make(chan []byte, 3*jobs)
 	}
 	merge := func(b *batch) {
