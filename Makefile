@@ -321,7 +321,7 @@ bench-eval-kyverno: $(BIN)/kyverno ## portal eval vs kyverno apply (podSecurity 
 # Kyverno's policies are read from its module's kyverno-policies chart (helm template)
 # at run time, never copied into the repository.
 # -v: the per-pair table is a log, which go test cuts to ten lines without it.
-bench-kyverno-parity: $(BIN)/kyverno $(BIN)/helm ## Every kyverno-policies chart ClusterPolicy against its library rule on generated workloads: per-pair agreement; fails on a difference docs/library.md does not list
+bench-kyverno-parity: $(BIN)/kyverno $(BIN)/helm ## Every kyverno-policies chart policy (ClusterPolicy and ValidatingPolicy form) against its library rule on generated workloads: per-pair agreement; fails on a difference docs/library.md does not list
 	@PORTAL_KYVERNO='$(CURDIR)/$(BIN)/kyverno' $(GO) test -v -tags kyverno -run '^$$' -bench '^BenchmarkKyvernoParity$$' -benchtime 1x -timeout $(TEST_TIMEOUT) ./internal/eval/
 
 ## ---- WAF proxy -------------------------------------------------------------

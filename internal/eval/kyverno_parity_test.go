@@ -46,24 +46,36 @@ var kyvernoPairs = []struct{ policy, rule, file string }{
 	{"require-non-root-groups", "require-non-root-groups", "other/require-non-root-groups.yaml"},
 }
 
-// BenchmarkKyvernoParity runs `kyverno apply` with every ClusterPolicy of
-// the kyverno-policies chart (rendered by bin/helm from the Kyverno module
-// at benchmark time, never copied here) and `portal eval` with the paired
-// library rules on the same generated workloads: a compliant pod and one
-// variant per field each policy reads, in every container list, each as a
-// Pod, a Deployment and a CronJob. It prints, per pair, how many objects
-// both decide alike, and fails when a difference is not in docs/library.md's
-// "Parity with Kyverno" table, or when that table lists one that no longer
-// appears.
+// kyvernoPolicyKinds are the two forms the kyverno-policies chart renders
+// its policies in (its policyType value): the pattern ClusterPolicies, and
+// the CEL ValidatingPolicies, its default in chart 3.9.1 (Kyverno 1.19.1). They are
+// separate policies whose verdicts differ, so both are compared.
+// PORTAL_KYVERNO_POLICY_KINDS narrows them (comma-separated).
+var kyvernoPolicyKinds = []string{"ClusterPolicy", "ValidatingPolicy"}
+
+// BenchmarkKyvernoParity runs `kyverno apply` with every policy of the
+// kyverno-policies chart, in each of kyvernoPolicyKinds (rendered by
+// bin/helm from the Kyverno module at benchmark time, never copied here),
+// and `portal eval` with the paired library rules on the same generated
+// workloads: a compliant pod and one variant per field each policy reads,
+// in every container list, each as a Pod, a Deployment and a CronJob. It
+// prints, per pair, how many objects both decide alike, and fails when a
+// difference is not in docs/library.md's "Parity with Kyverno" table, or
+// when that table lists one that no longer appears.
 func BenchmarkKyvernoParity(b *testing.B) {
 	kyverno := os.Getenv("PORTAL_KYVERNO")
 	if kyverno == "" {
 		b.Fatal("PORTAL_KYVERNO must name the Kyverno CLI: run make bench-eval-kyverno")
 	}
+	kinds := kyvernoPolicyKinds
+	if only := os.Getenv("PORTAL_KYVERNO_POLICY_KINDS"); only != "" {
+		kinds = strings.Split(only, ",")
+	}
 	dir := b.TempDir()
-	policies := renderKyvernoPolicies(b, dir)
-	checkPairs(b, policies)
-
+	policies := map[string]string{}
+	for _, kind := range kinds {
+		policies[kind] = renderKyvernoPolicies(b, dir, kind)
+	}
 	cases := parityCases()
 	input := filepath.Join(dir, "workloads.yaml")
 	var buf bytes.Buffer
@@ -80,43 +92,56 @@ func BenchmarkKyvernoParity(b *testing.B) {
 		rules = append(rules, filepath.Join("..", "..", "examples", "rules", p.file))
 	}
 
-	portalOut, kyvernoOut := filepath.Join(dir, "portal.json"), filepath.Join(dir, "kyverno.json")
-	var portalWall, kyvernoWall time.Duration
+	portalOut := filepath.Join(dir, "portal.json")
+	var portalWall time.Duration
+	kyvernoWall := map[string]time.Duration{}
 	for b.Loop() {
 		w, _ := runOneCore(b, portalOut, bin, "eval", "--rules", strings.Join(rules, ","), "--file", input, "-o", "json")
 		portalWall += w
-		w, _ = runOneCore(b, kyvernoOut, kyverno, "apply", policies, "--resource", input, "--policy-report", "--output-format", "json")
-		kyvernoWall += w
+		for _, kind := range kinds {
+			w, _ = runOneCore(b, filepath.Join(dir, kind+".json"), kyverno, "apply", policies[kind], "--resource", input, "--policy-report", "--output-format", "json")
+			kyvernoWall[kind] += w
+		}
 	}
 	b.StopTimer()
 
 	portal := portalVerdictsByRule(b, portalOut)
-	kyv := kyvernoVerdictsByPolicy(b, kyvernoOut)
-	documented := documentedDifferences(b)
-	rows, found := compareParity(cases, portal, kyv)
-	printParity(b, rows)
-	for _, key := range slices.SortedFunc(maps.Keys(found), compareDifferenceKeys) {
-		if kinds := found[key]; !documented[key] {
-			b.Errorf("%s / %s: case %s differs (%s) and docs/library.md's parity table does not list it: fix the rule or add the row",
-				key.policy, pairRule(key.policy), key.caseName, strings.Join(kinds, "; "))
-		}
+	found := map[differenceKey][]string{}
+	for _, kind := range kinds {
+		rows, diffs := compareParity(kind, cases, portal, kyvernoVerdictsByPolicy(b, filepath.Join(dir, kind+".json")))
+		printParity(b, kind, rows)
+		maps.Copy(found, diffs)
+		b.ReportMetric(kyvernoWall[kind].Seconds()/float64(b.N), "kyverno-"+strings.ToLower(kind)+"-s")
 	}
-	for _, key := range slices.SortedFunc(maps.Keys(documented), compareDifferenceKeys) {
-		if found[key] == nil {
-			b.Errorf("docs/library.md lists %s / case %s as a difference, but both now agree: remove the row", key.policy, key.caseName)
-		}
-	}
+	checkDocumented(b, kinds, found)
 	b.ReportMetric(float64(len(kyvernoPairs)), "pairs")
 	b.ReportMetric(float64(len(cases)*len(parityKinds)), "objects")
 	b.ReportMetric(float64(len(found)), "differences")
 	b.ReportMetric(portalWall.Seconds()/float64(b.N), "portal-s")
-	b.ReportMetric(kyvernoWall.Seconds()/float64(b.N), "kyverno-s")
+}
+
+// checkDocumented fails on each difference docs/library.md does not list,
+// and on each it lists, for a policy kind that ran, that did not appear.
+func checkDocumented(b *testing.B, kinds []string, found map[differenceKey][]string) {
+	documented := documentedDifferences(b)
+	for _, key := range slices.SortedFunc(maps.Keys(found), compareDifferenceKeys) {
+		if !documented[key] {
+			b.Errorf("%s %s / %s: case %s differs (%s) and docs/library.md's parity table does not list it: fix the rule or add the row",
+				key.kind, key.policy, pairRule(key.policy), key.caseName, strings.Join(found[key], "; "))
+		}
+	}
+	for _, key := range slices.SortedFunc(maps.Keys(documented), compareDifferenceKeys) {
+		if slices.Contains(kinds, key.kind) && found[key] == nil {
+			b.Errorf("docs/library.md lists %s %s / case %s as a difference, but both now agree: remove the row", key.kind, key.policy, key.caseName)
+		}
+	}
 }
 
 // renderKyvernoPolicies renders the kyverno-policies chart of the module
-// hack/tools/kyverno pins, every baseline, restricted and other
-// ClusterPolicy, into dir and returns the file.
-func renderKyvernoPolicies(b *testing.B, dir string) string {
+// hack/tools/kyverno pins, every baseline, restricted and other policy as a
+// kind (ClusterPolicy or ValidatingPolicy), into dir, checks that each has
+// a pair, and returns the file.
+func renderKyvernoPolicies(b *testing.B, dir, kind string) string {
 	mod := exec.Command("go", "mod", "download", "-json", "github.com/kyverno/kyverno")
 	mod.Dir = filepath.Join("..", "..", "hack", "tools", "kyverno")
 	out, err := mod.Output()
@@ -140,7 +165,7 @@ func renderKyvernoPolicies(b *testing.B, dir string) string {
 		}
 	}
 	helm := exec.Command(filepath.Join("..", "..", "bin", "helm"), "template", "kyverno-policies", chart,
-		"--set", "policyType=ClusterPolicy", "--set", "podSecurityStandard=restricted",
+		"--set", "policyType="+kind, "--set", "podSecurityStandard=restricted",
 		"--set", "includeOtherPolicies={"+strings.Join(names, ",")+"}")
 	var stderr bytes.Buffer
 	helm.Stderr = &stderr
@@ -148,16 +173,17 @@ func renderKyvernoPolicies(b *testing.B, dir string) string {
 	if err != nil {
 		b.Fatalf("helm template %s: %v: %s", chart, err, stderr.String())
 	}
-	path := filepath.Join(dir, "kyverno-policies.yaml")
+	path := filepath.Join(dir, kind+"-policies.yaml")
 	if err := os.WriteFile(path, rendered, 0o600); err != nil {
 		b.Fatal(err)
 	}
+	checkPairs(b, path, kind)
 	return path
 }
 
-// checkPairs fails unless the rendered chart's ClusterPolicies are exactly
-// the pairs' policies.
-func checkPairs(b *testing.B, path string) {
+// checkPairs fails unless the rendered chart's policies of kind are
+// exactly the pairs' policies.
+func checkPairs(b *testing.B, path, kind string) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		b.Fatal(err)
@@ -171,7 +197,7 @@ func checkPairs(b *testing.B, path string) {
 		if err := yaml.Unmarshal([]byte(doc), &p); err != nil {
 			b.Fatalf("rendered chart: %v", err)
 		}
-		if p.Kind == "ClusterPolicy" {
+		if p.Kind == kind {
 			got = append(got, p.Metadata.Name)
 		}
 	}
@@ -182,7 +208,7 @@ func checkPairs(b *testing.B, path string) {
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		b.Fatalf("the chart renders ClusterPolicies %v; kyvernoPairs pairs %v: pair each with a library rule", got, want)
+		b.Fatalf("the chart renders %ss %v; kyvernoPairs pairs %v: pair each with a library rule", kind, got, want)
 	}
 }
 
@@ -196,7 +222,7 @@ func pairRule(policy string) string {
 }
 
 func compareDifferenceKeys(a, b differenceKey) int {
-	return cmp.Or(cmp.Compare(a.policy, b.policy), cmp.Compare(a.caseName, b.caseName))
+	return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.policy, b.policy), cmp.Compare(a.caseName, b.caseName))
 }
 
 // objectKey is Kind/name: every generated object is in namespace parity.
@@ -286,9 +312,9 @@ func kyvernoVerdictsByPolicy(b *testing.B, path string) verdicts {
 	return v
 }
 
-// differenceKey is what the docs table lists: a pair (by its Kyverno
-// policy) and a generated case.
-type differenceKey struct{ policy, caseName string }
+// differenceKey is what the docs table lists: the Kyverno policy kind, a
+// pair (by its Kyverno policy) and a generated case.
+type differenceKey struct{ kind, policy, caseName string }
 
 // parityRow is one pair's line of the printed table.
 type parityRow struct {
@@ -302,15 +328,15 @@ type parityRow struct {
 // compareParity decides, per pair and object, whether both CLIs agree, and
 // returns the table's rows and each differing (pair, case) with the kinds
 // and verdicts that differ.
-func compareParity(cases []parityCase, portal, kyv verdicts) ([]parityRow, map[differenceKey][]string) {
+func compareParity(kind string, cases []parityCase, portal, kyv verdicts) ([]parityRow, map[differenceKey][]string) {
 	found := map[differenceKey][]string{}
 	var rows []parityRow
 	for _, p := range kyvernoPairs {
 		row := parityRow{policy: p.policy, rule: p.rule}
 		for _, c := range cases {
 			differs := false
-			for _, kind := range parityKinds {
-				obj := objectKey{kind, c.name}
+			for _, objKind := range parityKinds {
+				obj := objectKey{objKind, c.name}
 				pv, kv := portal.of(p.rule, obj), kyv.of(p.policy, obj)
 				row.objects++
 				if pv == kv {
@@ -323,8 +349,8 @@ func compareParity(cases []parityCase, portal, kyv verdicts) ([]parityRow, map[d
 				} else if kv == "fail" {
 					row.kyvernoStricter++
 				}
-				key := differenceKey{p.policy, c.name}
-				found[key] = append(found[key], fmt.Sprintf("%s: portal %s, kyverno %s", kind, pv, kv))
+				key := differenceKey{kind, p.policy, c.name}
+				found[key] = append(found[key], fmt.Sprintf("%s: portal %s, kyverno %s", objKind, pv, kv))
 			}
 			if differs {
 				row.differingCases = append(row.differingCases, c.name)
@@ -335,7 +361,7 @@ func compareParity(cases []parityCase, portal, kyv verdicts) ([]parityRow, map[d
 	return rows, found
 }
 
-func printParity(b *testing.B, rows []parityRow) {
+func printParity(b *testing.B, kind string, rows []parityRow) {
 	var buf bytes.Buffer
 	w := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "kyverno policy\tportal rule\tobjects\tagree\tportal fails only\tkyverno fails only\tdiffering cases")
@@ -344,12 +370,12 @@ func printParity(b *testing.B, rows []parityRow) {
 			r.portalStricter, r.kyvernoStricter, strings.Join(r.differingCases, ", "))
 	}
 	w.Flush()
-	b.Logf("parity per pair (objects: each case as Pod, Deployment and CronJob):\n%s", buf.String())
+	b.Logf("parity per pair, Kyverno's %s form (objects: each case as Pod, Deployment and CronJob):\n%s", kind, buf.String())
 }
 
 // documentedDifferences reads docs/library.md's parity table: the rows of
-// "| `policy` / `rule` | `case`, `case` | why |" under the header
-// "| pair | differing case | why |" in the "## Parity with Kyverno" section.
+// "| `policy` / `rule` | kind | `case`, `case` | why |" under its header
+// in the "## Parity with Kyverno" section.
 func documentedDifferences(b *testing.B) map[differenceKey]bool {
 	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "library.md"))
 	if err != nil {
@@ -360,24 +386,29 @@ func documentedDifferences(b *testing.B) map[differenceKey]bool {
 		b.Fatal(`docs/library.md: no "## Parity with Kyverno" section`)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
-	_, table, ok := strings.Cut(section, "\n| pair | differing case | why |\n|---|---|---|\n")
+	const header = "\n| pair | Kyverno policy kind | differing cases | why |\n|---|---|---|---|\n"
+	_, table, ok := strings.Cut(section, header)
 	if !ok {
-		b.Fatal(`docs/library.md: no "| pair | differing case | why |" table under "## Parity with Kyverno"`)
+		b.Fatalf("docs/library.md: no table %q under \"## Parity with Kyverno\"", header)
 	}
 	table, _, _ = strings.Cut(table, "\n\n")
 	code := regexp.MustCompile("`([^`]+)`")
 	docs := map[differenceKey]bool{}
 	for line := range strings.SplitSeq(table, "\n") {
 		cells := strings.Split(line, "|")
-		if len(cells) != 5 {
-			b.Fatalf("docs/library.md parity table: %q is not a row of three cells", line)
+		if len(cells) != 6 {
+			b.Fatalf("docs/library.md parity table: %q is not a row of four cells", line)
 		}
 		pair := code.FindAllStringSubmatch(cells[1], -1)
 		if len(pair) != 2 || pairRule(pair[0][1]) != pair[1][1] {
 			b.Fatalf("docs/library.md parity table: %q does not name a pair as `policy` / `rule`", cells[1])
 		}
-		for _, c := range code.FindAllStringSubmatch(cells[2], -1) {
-			docs[differenceKey{pair[0][1], c[1]}] = true
+		kind := strings.TrimSpace(cells[2])
+		if !slices.Contains(kyvernoPolicyKinds, kind) {
+			b.Fatalf("docs/library.md parity table: kind %q is none of %v", kind, kyvernoPolicyKinds)
+		}
+		for _, c := range code.FindAllStringSubmatch(cells[3], -1) {
+			docs[differenceKey{kind, pair[0][1], c[1]}] = true
 		}
 	}
 	return docs
