@@ -107,7 +107,7 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 	if n := counter(t, follower.reg, "portal_actions_dropped_total"); n != 0 {
 		t.Errorf("the follower dropped %v verdicts", n)
 	}
-	if n := gauge0(t, follower.reg, "portal_verdicts_forwarded_total", "result", forward.SentAccepted); n != 1 {
+	if n := gauge(t, follower.reg, "portal_verdicts_forwarded_total", "result", forward.SentAccepted); n != 1 {
 		t.Errorf("the follower forwarded %v verdicts, want 1", n)
 	}
 
@@ -125,13 +125,13 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 		}
 	}
 	e.poll("the leader labelling the replayed pod", func() bool { return e.results("label", "replayed") != "" })
-	if got := gauge0(t, leader.reg, "portal_verdicts_forward_received_total", "result", forward.ReceivedDuplicate); got != 1 {
+	if got := gauge(t, leader.reg, "portal_verdicts_forward_received_total", "result", forward.ReceivedDuplicate); got != 1 {
 		t.Errorf("duplicates received: %v, want 1", got)
 	}
 
 	fwdOwnRulesOnly(t, e, leader, token)
 	fwdRefusesStrangers(t, leader, intruder, batch)
-	if got := gauge0(t, leader.reg, "portal_verdicts_forward_received_total", "result", forward.ReceivedAccepted); got != 2 {
+	if got := gauge(t, leader.reg, "portal_verdicts_forward_received_total", "result", forward.ReceivedAccepted); got != 2 {
 		t.Errorf("verdicts accepted by the leader: %v, want 2 (the follower's and the replayed one)", got)
 	}
 }
@@ -152,7 +152,7 @@ func fwdOwnRulesOnly(t *testing.T, e *verdictEnv, leader fwdReplica, token strin
 		t.Fatalf("forged batch: HTTP %d", code)
 	}
 	for result, want := range map[string]float64{forward.ReceivedUnknownRule: 1, forward.ReceivedOutOfNamespace: 1} {
-		if got := gauge0(t, leader.reg, "portal_verdicts_forward_received_total", "result", result); got != want {
+		if got := gauge(t, leader.reg, "portal_verdicts_forward_received_total", "result", result); got != want {
 			t.Errorf("received %s: %v, want %v", result, got, want)
 		}
 	}
@@ -183,7 +183,7 @@ func fwdRefusesStrangers(t *testing.T, leader fwdReplica, intruder string, batch
 			t.Errorf("%s: HTTP %d, want %d", tc.name, code, tc.code)
 		}
 	}
-	if got := gauge0(t, leader.reg, "portal_verdicts_forward_refused_total", "reason", forward.RefusedForbidden); got != 1 {
+	if got := gauge(t, leader.reg, "portal_verdicts_forward_refused_total", "reason", forward.RefusedForbidden); got != 1 {
 		t.Errorf("refused as forbidden: %v, want 1", got)
 	}
 }
@@ -322,11 +322,11 @@ func TestForwardedVerdictsSurviveALeaderChange(t *testing.T) {
 			t.Errorf("%s = %v on the new leader", m, n)
 		}
 	}
-	if n := gauge0(t, next.reg, "portal_verdicts_forwarded_total", "result", forward.SentFailed); n != 0 {
+	if n := gauge(t, next.reg, "portal_verdicts_forwarded_total", "result", forward.SentFailed); n != 0 {
 		t.Errorf("%v verdicts given up", n)
 	}
-	t.Logf("the verdict was %v handed over, %v sent", gauge0(t, next.reg, "portal_verdicts_forwarded_total", "result", forward.SentHandedOver),
-		gauge0(t, next.reg, "portal_verdicts_forwarded_total", "result", forward.SentAccepted))
+	t.Logf("the verdict was %v handed over, %v sent", gauge(t, next.reg, "portal_verdicts_forwarded_total", "result", forward.SentHandedOver),
+		gauge(t, next.reg, "portal_verdicts_forwarded_total", "result", forward.SentAccepted))
 }
 
 // waitServing waits until the replica on port serves the webhook
@@ -380,27 +380,4 @@ func saToken(t *testing.T, cl *devcluster.Cluster, ns, name string) string {
 		t.Fatalf("token for %s/%s: %v", ns, name, err)
 	}
 	return tr.Status.Token
-}
-
-// gauge0 is the value of the counter or gauge series of name in reg with
-// label l=v.
-func gauge0(t *testing.T, reg *prometheus.Registry, name, l, v string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == l && lp.GetValue() == v {
-					return metricValue(m)
-				}
-			}
-		}
-	}
-	return 0
 }

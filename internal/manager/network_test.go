@@ -14,7 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// gauge is the value of the series of name in reg with label l=v.
+// gauge is the value of the gauge or counter series of name in reg with
+// label l=v.
 func gauge(t *testing.T, reg *prometheus.Registry, name, l, v string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -28,7 +29,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, l, v string) float64 {
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
 				if lp.GetName() == l && lp.GetValue() == v {
-					return m.GetGauge().GetValue()
+					return metricValue(m)
 				}
 			}
 		}
