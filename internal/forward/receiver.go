@@ -32,6 +32,10 @@ const (
 	identityTTL   = 30 * time.Second
 	identities    = 64
 	reviewTimeout = 10 * time.Second
+	// MaxTokenBytes bounds a bearer token sent on to a TokenReview: a
+	// projected ServiceAccount token is about 1 KiB, and the HTTP server
+	// alone would let a caller make the API server review 1 MiB ones.
+	MaxTokenBytes = 8 << 10
 )
 
 // TokenReviewer creates TokenReviews: client-go's
@@ -127,8 +131,8 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		rc.refuse(w, r, http.StatusUnauthorized, RefusedUnauthenticated, "a bearer token is needed")
+	if !ok || token == "" || len(token) > MaxTokenBytes {
+		rc.refuse(w, r, http.StatusUnauthorized, RefusedUnauthenticated, fmt.Sprintf("a bearer token of at most %d bytes is needed", MaxTokenBytes))
 		return
 	}
 	user, err := rc.authenticate(r.Context(), token)
