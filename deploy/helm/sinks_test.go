@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/vilaca/portal/internal/sink"
+	"github.com/vilaca/portal/internal/sink/policyreport"
 )
 
 // sinkFlags binds every registered sink's flags, as `portal run` does.
@@ -51,13 +52,31 @@ func producerSinkArgs(t *testing.T, manifest []byte, fs *pflag.FlagSet) map[stri
 	return out
 }
 
+// reportName takes --report-name out of a producer's sink arguments (each
+// producer names its own reports) and returns the rest, sorted, and the
+// name it writes its reports under.
+func reportName(args []string) ([]string, string) {
+	name := policyreport.ReportName
+	var rest []string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--report-name="); ok {
+			name = v
+			continue
+		}
+		rest = append(rest, a)
+	}
+	slices.Sort(rest)
+	return rest, name
+}
+
 // TestChartConfiguresSinksForEveryProducer: the chart's Deployments and
 // DaemonSet name the sinks' flags in several places, one per way a findings
 // producer can run (audit, network without audit, runtime alone, the
 // audit-log reader). Whatever runs a producer, the sinks it starts are the
 // ones the chart's values choose, through flags the sink registry binds: a
 // place that forgets a sink flag the others pass, or a sink flag renamed in
-// the registry but not in the chart, fails here.
+// the registry but not in the chart, fails here. Each writes reports of
+// its own name: two writers of one name undo each other's reports.
 func TestChartConfiguresSinksForEveryProducer(t *testing.T) {
 	fs := sinkFlags()
 	const url = "http://alertmanager.monitoring:9093"
@@ -85,8 +104,19 @@ func TestChartConfiguresSinksForEveryProducer(t *testing.T) {
 				t.Fatalf("%d containers run a findings producer (%v), want %d", len(got), slices.Sorted(maps.Keys(got)), c.producers)
 			}
 			var first []string
+			writers := map[string]string{}
 			for _, where := range slices.Sorted(maps.Keys(got)) {
-				args := slices.Sorted(slices.Values(got[where]))
+				if err := sinkFlags().Parse(got[where]); err != nil {
+					t.Errorf("%s: the sink registry refuses %v: %v", where, got[where], err)
+				}
+				args, name := reportName(got[where])
+				if other, dup := writers[name]; dup {
+					t.Errorf("%s and %s both write the reports named %s: each would rewrite and delete the other's", other, where, name)
+				}
+				writers[name] = where
+				if strings.HasPrefix(where, "DaemonSet/") && !strings.Contains(name, "$(NODE_NAME)") {
+					t.Errorf("%s writes its reports as %s on every node: each node's reader needs a name of its own", where, name)
+				}
 				for _, w := range want {
 					if !slices.Contains(args, w) {
 						t.Errorf("%s passes the sinks %v, without %s", where, args, w)
@@ -96,9 +126,6 @@ func TestChartConfiguresSinksForEveryProducer(t *testing.T) {
 					t.Errorf("%s passes the sinks %v; another producer of the same release passes %v", where, args, first)
 				}
 				first = args
-				if err := sinkFlags().Parse(args); err != nil {
-					t.Errorf("%s: the sink registry refuses %v: %v", where, args, err)
-				}
 			}
 		})
 	}

@@ -279,3 +279,45 @@ func TestFakeReportsAreNotAdopted(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoWritersKeepToTheirOwnReports: two instances that write reports at
+// once (the split Deployments of audit and network, an audit log reader on
+// each control-plane node) keep their findings in reports of their own,
+// also when one restarts and adopts the reports it finds. With one name for
+// both, each rewrote the other's report with its own findings.
+func TestTwoWritersKeepToTheirOwnReports(t *testing.T) {
+	c := cluster(t)
+	ns := namespace(t, c, "two-writers")
+	create(t, c, pod(ns, "p", true, nil))
+	a := instanceOptions{rules: podRule("writer-a", ns, privileged, "a")}
+	b := instanceOptions{rules: podRule("writer-b", ns, privileged, "b"), reportName: "portal-network"}
+	first := startInstance(t, a)
+	startInstance(t, b)
+	inOwnReports := func(pods ...string) func(reportState) bool {
+		return func(st reportState) bool {
+			for _, p := range pods {
+				if reportOf(st, "writer-a/"+p+"/c") != policyreport.ReportName || reportOf(st, "writer-b/"+p+"/c") != "portal-network" {
+					return false
+				}
+			}
+			return len(st.reports) == 2
+		}
+	}
+	waitReport(t, c, ns, "each writer's finding in its own report", inOwnReports("p"))
+	first.stop(t)
+	create(t, c, pod(ns, "q", true, nil))
+	startInstance(t, a)
+	waitReport(t, c, ns, "a restarted writer adopting only its own report", inOwnReports("p", "q"))
+}
+
+// reportOf names the report that lists the result key, "" when none does.
+func reportOf(st reportState, key string) string {
+	for _, r := range st.reports {
+		for _, res := range r.Results {
+			if resultKey(res) == key {
+				return r.Name
+			}
+		}
+	}
+	return ""
+}

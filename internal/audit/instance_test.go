@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,6 +80,8 @@ type instanceOptions struct {
 	gone func(gvk schema.GroupVersionKind, namespace, name string)
 	// counter is audit.Options.RuleCounter, when crRules does not set it.
 	counter audit.RuleCounter
+	// reportName names the instance's reports (policyreport.Options.Name).
+	reportName string
 }
 
 func startInstance(t *testing.T, o instanceOptions) *instance {
@@ -108,7 +109,7 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 		formats = []string{policyreport.FormatWGPolicy}
 	}
 	for _, f := range formats {
-		pr, err := policyreport.New(policyreport.Options{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Format: f, Logger: log, Registerer: reg})
+		pr, err := policyreport.New(policyreport.Options{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Format: f, Logger: log, Registerer: reg, Name: o.reportName})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,8 +274,13 @@ func checkReports(t *testing.T, st reportState) {
 		if len(data) >= 1<<20 {
 			t.Errorf("report %s/%s is %d bytes, not under 1 MiB", r.Namespace, r.Name, len(data))
 		}
-		if want := strings.TrimPrefix(strings.TrimPrefix(r.Name, "portal"), "-"); r.Labels[policyreport.LabelShard] != want && !(want == "" && r.Labels[policyreport.LabelShard] == "0") {
-			t.Errorf("report %s/%s has shard label %q", r.Namespace, r.Name, r.Labels[policyreport.LabelShard])
+		writer, shard := r.Labels[policyreport.LabelWriter], r.Labels[policyreport.LabelShard]
+		want := writer
+		if shard != "0" {
+			want += "-" + shard
+		}
+		if writer == "" || r.Name != want {
+			t.Errorf("report %s/%s has writer label %q and shard label %q", r.Namespace, r.Name, writer, shard)
 		}
 	}
 	for k, n := range st.results {

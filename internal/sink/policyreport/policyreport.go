@@ -87,6 +87,8 @@ const (
 	LabelManagedBy    = "app.kubernetes.io/managed-by"
 	ManagedBy         = "portal"
 	LabelShard        = "portal.io/shard"
+	// LabelWriter names the writer of a report: Options.Name.
+	LabelWriter = "portal.io/report-writer"
 
 	// DefaultMaxResults bounds the results of one report. Small reports
 	// apply fast: every change rewrites its whole report, and an apply
@@ -137,6 +139,12 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Clock orders and holds back the writes. Default clock.RealClock{}.
 	Clock clock.WithTicker
+	// Name names this writer's reports (Name, Name-1, ...) and is the
+	// value of their LabelWriter. Two instances that write reports at once
+	// (split Deployments, one audit log reader per control-plane node)
+	// need different names: each adopts, rewrites and deletes only its
+	// own. Default ReportName; see WriterName for a name from any string.
+	Name string
 }
 
 // Sink writes PolicyReports and ClusterPolicyReports. It runs on the leader.
@@ -149,6 +157,7 @@ type Options struct {
 // written are coalesced into its next write.
 type Sink struct {
 	o       Options
+	names   names
 	format  format
 	lim     limits
 	log     *slog.Logger
@@ -194,8 +203,15 @@ func New(o Options) (*Sink, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	if o.Name == "" {
+		o.Name = ReportName
+	}
+	if err := CheckName(o.Name); err != nil {
+		return nil, fmt.Errorf("policyreport: %w", err)
+	}
 	return &Sink{
 		o:       o,
+		names:   names(o.Name),
 		format:  f,
 		lim:     limits{results: o.MaxResults, bytes: o.MaxBytes - reportOverhead},
 		log:     o.Logger,
@@ -267,7 +283,7 @@ func (s *Sink) adopt(ctx context.Context, b core.FindingBatch) error {
 		reports = 0
 	)
 	record := func(u *unstructured.Unstructured) {
-		i, ok := shardOf(u)
+		i, ok := s.names.shardOf(u)
 		if !ok {
 			return
 		}

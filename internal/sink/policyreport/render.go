@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	reportsv1alpha2 "github.com/vilaca/portal/api/reports/v1alpha2"
@@ -101,23 +100,6 @@ func ResultSource(producer string) string {
 	return Source + "-" + producer
 }
 
-// reportName names shard i of a scope.
-func reportName(i int) string {
-	if i == 0 {
-		return ReportName
-	}
-	return ReportName + "-" + strconv.Itoa(i)
-}
-
-// shardOf returns the shard number of a report Portal wrote, from its label.
-func shardOf(u *unstructured.Unstructured) (int, bool) {
-	n, err := strconv.Atoi(u.GetLabels()[LabelShard])
-	if err != nil || n < 0 || n >= MaxShards || reportName(n) != u.GetName() {
-		return 0, false
-	}
-	return n, true
-}
-
 // buildReport renders shard i of sc as a report of format f (the cluster
 // kind for the cluster scope). The result count needs no check here: placing
 // objects in shards keeps it, except for one object with more results than a
@@ -125,7 +107,7 @@ func shardOf(u *unstructured.Unstructured) (int, bool) {
 // Only maxBytes cuts results, so that no report nears the API server's object
 // size limit; dropped says how many were cut. It returns the encoded report,
 // to apply as it is, and its digest.
-func buildReport(f format, sc *scope, i int, maxBytes int) (data []byte, digest string, dropped int, err error) {
+func buildReport(f format, n names, sc *scope, i int, maxBytes int) (data []byte, digest string, dropped int, err error) {
 	sh := sc.shards[i]
 	results := make([]result, 0, sh.results)
 	for key := range sh.objects {
@@ -155,8 +137,8 @@ func buildReport(f format, sc *scope, i int, maxBytes int) (data []byte, digest 
 	}
 	kind := f.kind(sc.namespace)
 	meta := map[string]any{
-		"name":   reportName(i),
-		"labels": map[string]string{LabelManagedBy: ManagedBy, LabelShard: strconv.Itoa(i)},
+		"name":   n.report(i),
+		"labels": map[string]string{LabelManagedBy: ManagedBy, LabelShard: strconv.Itoa(i), LabelWriter: string(n)},
 	}
 	if sc.namespace != "" {
 		meta["namespace"] = sc.namespace
@@ -173,7 +155,7 @@ func buildReport(f format, sc *scope, i int, maxBytes int) (data []byte, digest 
 	}
 	data, err = json.Marshal(doc)
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("encode %s %s: %w", kind, reportName(i), err)
+		return nil, "", 0, fmt.Errorf("encode %s %s: %w", kind, n.report(i), err)
 	}
 	sum := sha256.Sum256(data)
 	return data, hex.EncodeToString(sum[:]), dropped, nil

@@ -122,12 +122,12 @@ func (s *Sink) takeLocked(sc *scope, i int) (*write, []time.Time) {
 	sh := sc.shards[i]
 	w := &write{sc: sc, shard: i}
 	if len(sh.objects) > 0 {
-		data, digest, dropped, err := buildReport(s.format, sc, i, s.o.MaxBytes)
+		data, digest, dropped, err := buildReport(s.format, s.names, sc, i, s.o.MaxBytes)
 		s.setDroppedLocked(sc, i, dropped)
 		if err != nil {
 			// Encoding our own types cannot fail short of a bug: log it
 			// and leave the report as it is.
-			s.log.Error("policy report not rendered", "namespace", sc.namespace, "report", reportName(i), "error", err)
+			s.log.Error("policy report not rendered", "namespace", sc.namespace, "report", s.names.report(i), "error", err)
 			return nil, clearPending(sh)
 		}
 		if digest == sh.written && sh.exists {
@@ -158,7 +158,7 @@ func (s *Sink) setDroppedLocked(sc *scope, i, dropped int) {
 	s.metrics.Dropped.Add(float64(dropped - sh.dropped))
 	if dropped > 0 {
 		s.log.Warn("policy report results cut to stay under the report size limit; the object's remaining findings are in the logs and alerts only",
-			"namespace", sc.namespace, "report", reportName(i), "dropped", dropped, "maxBytes", s.o.MaxBytes)
+			"namespace", sc.namespace, "report", s.names.report(i), "dropped", dropped, "maxBytes", s.o.MaxBytes)
 	}
 	sh.dropped = dropped
 }
@@ -179,7 +179,7 @@ func (s *Sink) apply(ctx context.Context, w *write) error {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(s.format.gv.WithKind(s.format.kind(w.sc.namespace)))
 	u.SetNamespace(w.sc.namespace)
-	u.SetName(reportName(w.shard))
+	u.SetName(s.names.report(w.shard))
 	start := s.o.Clock.Now()
 	if w.data == nil {
 		s.metrics.Writes.WithLabelValues("delete").Inc()
@@ -214,7 +214,7 @@ func (s *Sink) settle(w *write, err error) []time.Time {
 	case gone(err):
 		// The namespace is gone or terminating: nothing to report there;
 		// its objects' deletions will follow.
-		s.log.Debug("policy report not written: namespace gone", "namespace", w.sc.namespace, "report", reportName(w.shard), "error", err)
+		s.log.Debug("policy report not written: namespace gone", "namespace", w.sc.namespace, "report", s.names.report(w.shard), "error", err)
 		sh.retry = nil
 	default:
 		s.metrics.Errors.Inc()
@@ -223,7 +223,7 @@ func (s *Sink) settle(w *write, err error) []time.Time {
 		}
 		backoff := sh.retry.Step()
 		sh.retryAt = s.o.Clock.Now().Add(backoff)
-		s.log.Warn("policy report write failed; retrying", "namespace", w.sc.namespace, "report", reportName(w.shard), "retryIn", backoff, "error", err)
+		s.log.Warn("policy report write failed; retrying", "namespace", w.sc.namespace, "report", s.names.report(w.shard), "retryIn", backoff, "error", err)
 		s.requeueLocked(w)
 		return nil
 	}
