@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
@@ -193,12 +194,15 @@ func (o *devOptions) falcoHint(ctx context.Context, c client.Client, kubectl str
 	if err != nil {
 		return "", err
 	}
-	data, err := json.Marshal(devFalcoAlert(pod, time.Now()))
-	if err != nil {
+	// Falco writes "<NA>" for a field it cannot read, not "\u003cNA\u003e".
+	var data bytes.Buffer
+	enc := json.NewEncoder(&data)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(devFalcoAlert(pod, time.Now())); err != nil {
 		return "", err
 	}
 	file := filepath.Join(o.runtimeDir(), devFalcoAlertFile)
-	if err := os.WriteFile(file, append(data, '\n'), 0o600); err != nil {
+	if err := os.WriteFile(file, data.Bytes(), 0o600); err != nil {
 		return "", fmt.Errorf("portal dev: %w", err)
 	}
 	// The endpoint's certificate names 127.0.0.1, whatever it listens on.
