@@ -7,7 +7,7 @@ import "embed"
 
 // FS holds the files `portal dev` installs: rules/pod-security,
 // rules/runtime-demo (with --runtime), manifests and
-// waf, at those paths.
+// waf, at those paths, and the Falco rule its --runtime hints apply.
 //
-//go:embed rules/pod-security rules/runtime-demo manifests waf
+//go:embed rules/pod-security rules/runtime-demo manifests waf rules/runtime/falco-quarantine.yaml
 var FS embed.FS

@@ -286,7 +286,12 @@ func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client
 			proxyHint += hint
 		}
 		if o.cfg.Runtime.Enabled {
-			proxyHint += runtimeHint(kubectl, o.node)
+			hint, err := o.falcoHint(ctx, c, kubectl, assets)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "portal dev:", err)
+				return
+			}
+			proxyHint += runtimeHint(kubectl, o.node) + hint
 		}
 		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
 		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",

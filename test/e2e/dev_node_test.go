@@ -34,8 +34,10 @@ var (
 // a pod answers through the printed ClusterIP from the host, the waf-proxy
 // Engine it deploys from Portal's own image blocks an attack and passes a
 // plain request, a real `kubectl exec` into a pod is seen in the API
-// server's audit events and the runtime rule labels that pod, and Ctrl-C
-// leaves nothing of the node on the host.
+// server's audit events and the runtime rule labels that pod, a
+// ServiceAccount's exec gets its token revoked, Falco alerts posted with
+// the credentials it prints quarantine the running pods they name, and
+// Ctrl-C leaves nothing of the node on the host.
 func TestPortalDevNode(t *testing.T) {
 	root, err := devcluster.RepoRoot()
 	if err != nil {
@@ -50,8 +52,9 @@ func TestPortalDevNode(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	am := amtest.Start(t)
 	dev := exec.Command(bin, "dev", "--node", "--runtime", "--kubeconfig-out", kubeconfig,
-		// The demo's objects, and the runtime cookbook's revoke-sa-token-on-exec.
-		"--install-manifests", "examples/waf,examples/manifests/legacy-deployment.yaml,examples/rules/runtime/revoke-sa-token-on-exec.yaml",
+		// The demo's objects, and the runtime cookbook's revoke-sa-token-on-exec
+		// and falco-quarantine.
+		"--install-manifests", "examples/waf,examples/manifests/legacy-deployment.yaml,examples/rules/runtime/revoke-sa-token-on-exec.yaml,examples/rules/runtime/falco-quarantine.yaml",
 		"--alertmanager-url", am.URL(),
 		"--runtime-listen", "127.0.0.1:"+itoa(freePort(t)),
 		"--webhook-port", itoa(freePort(t)),
@@ -70,11 +73,18 @@ func TestPortalDevNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	url, proxy := make(chan string, 1), make(chan []string, 1)
+	url, proxy, falco := make(chan string, 1), make(chan []string, 1), make(chan falcoHint, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
+		var falcoTarget string
 		for sc.Scan() {
 			t.Log(sc.Text())
+			if m := falcoPod.FindStringSubmatch(sc.Text()); m != nil {
+				falcoTarget = m[1]
+			}
+			if falcoCurl.MatchString(sc.Text()) {
+				falco <- parseFalcoHint(root, falcoTarget, sc.Text())
+			}
 			if m := helloURL.FindStringSubmatch(sc.Text()); m != nil && !strings.Contains(sc.Text(), "Host:") {
 				url <- m[1]
 			}
@@ -125,6 +135,14 @@ func TestPortalDevNode(t *testing.T) {
 	kubectl := filepath.Join(root, "bin", "k8s", "kubectl")
 	execIsAudited(t, kubectl, kubeconfig)
 	serviceAccountExecIsRevoked(t, kubectl, kubeconfig, am)
+	// Printed with the other hints, after the hello address.
+	var fh falcoHint
+	select {
+	case fh = <-falco:
+	case <-time.After(time.Minute):
+		t.Fatal("portal dev --runtime printed no curl line posting a Falco alert")
+	}
+	falcoAlertQuarantines(t, root, kubectl, kubeconfig, am, fh)
 
 	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
