@@ -64,6 +64,9 @@ func startGuardedWebhook(t *testing.T, caPEM []byte, open []string, paths ...str
 	}
 	srv := guard.Server(webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port,
 		TLSOpts: append(admission.TLSOptions(serving.GetCertificate), clientAuth)}))
+	if srv.WebhookMux() != nil {
+		t.Error("the guarded server hands out its mux: a handler added there would escape the guard")
+	}
 	for _, p := range paths {
 		n := &atomic.Int64{}
 		g.reached[p] = n
