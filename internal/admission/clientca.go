@@ -38,6 +38,9 @@ const (
 type ClientCAMetrics struct {
 	Reloads *prometheus.CounterVec
 	Expiry  prometheus.Gauge
+	// Refused counts, by path, the requests ClientGuard refused for want
+	// of a client certificate.
+	Refused *prometheus.CounterVec
 }
 
 // NewClientCAMetrics creates the metrics; Collectors lists them for
@@ -52,6 +55,10 @@ func NewClientCAMetrics() *ClientCAMetrics {
 			Name: "portal_admission_client_ca_expiry_timestamp_seconds",
 			Help: "When the first certificate of the webhook client CA in force expires, in seconds since the epoch.",
 		}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portal_admission_clients_refused_total",
+			Help: "Requests to the webhook server refused with HTTP 401 because their connection presented no client certificate, by path. Only while the verdict forwarding endpoint, which accepts callers without one, is served; otherwise such callers fail the TLS handshake.",
+		}, []string{"path"}),
 	}
 	m.Reloads.WithLabelValues(ClientCAReloaded)
 	m.Reloads.WithLabelValues(ClientCAFailed)
@@ -60,7 +67,7 @@ func NewClientCAMetrics() *ClientCAMetrics {
 
 // Collectors are the metrics to register.
 func (m *ClientCAMetrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Reloads, m.Expiry}
+	return []prometheus.Collector{m.Reloads, m.Expiry, m.Refused}
 }
 
 // ClientCAOptions configure ClientAuthFile.
@@ -75,6 +82,10 @@ type ClientCAOptions struct {
 	// Clock decides when the file is read again (ClientCARecheck); default
 	// the real clock.
 	Clock clock.PassiveClock
+	// Guard, when the webhook server is wrapped by it, lets the handshake
+	// go without a certificate while it serves an open path; nil: the
+	// handshake always demands one.
+	Guard *ClientGuard
 }
 
 // ClientAuthFile is ClientAuth with the CA read from path and re-read when
@@ -102,7 +113,7 @@ func ClientAuthFile(path string, o ClientCAOptions) (func(*tls.Config), error) {
 	ca.setExpiry(expires)
 	ca.last = data
 	ca.next = o.Clock.Now().Add(ClientCARecheck)
-	static := clientAuth(pool, o.AllowedNames)
+	static := clientAuth(pool, o.AllowedNames, o.Guard)
 	return func(c *tls.Config) {
 		static(c)
 		base := c

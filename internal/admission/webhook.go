@@ -182,20 +182,33 @@ func ClientAuth(caPEM []byte, allowedNames []string) (func(*tls.Config), error) 
 	if err != nil {
 		return nil, err
 	}
-	return clientAuth(pool, allowedNames), nil
+	return clientAuth(pool, allowedNames, nil), nil
 }
 
-func clientAuth(pool *x509.CertPool, allowedNames []string) func(*tls.Config) {
+// clientAuth is ClientAuth, the handshake demanding the certificate unless
+// guard serves a path that authenticates its callers otherwise (applied
+// when the server starts, after its paths are registered).
+func clientAuth(pool *x509.CertPool, allowedNames []string, guard *ClientGuard) func(*tls.Config) {
 	allowed := slices.Clone(allowedNames)
 	return func(c *tls.Config) {
 		c.ClientCAs = pool
 		c.ClientAuth = tls.RequireAndVerifyClientCert
+		optional := guard.certificateOptional()
+		if optional {
+			// A certificate presented is verified as before; guard
+			// refuses the requests of a connection without one on
+			// every path but the open ones.
+			c.ClientAuth = tls.VerifyClientCertIfGiven
+		}
 		if len(allowed) == 0 {
 			return
 		}
 		// Runs after the chain has been verified against pool.
 		c.VerifyConnection = func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
+				if optional {
+					return nil
+				}
 				return errors.New("admission: no client certificate")
 			}
 			leaf := cs.PeerCertificates[0]

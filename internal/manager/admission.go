@@ -13,6 +13,7 @@ import (
 	"github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/certs"
 	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/forward"
 )
 
 // AdmissionConfig configures the L4 admission layer.
@@ -37,8 +38,9 @@ type AdmissionConfig struct {
 	FailOpen bool
 	// ClientCAFile, when set, makes the webhook server require a client
 	// certificate signed by a CA in this PEM file (the API server's, through
-	// an AdmissionConfiguration kubeConfigFile); ClientAllowedNames further
-	// limits the certificate's common name or DNS names.
+	// an AdmissionConfiguration kubeConfigFile) on every path but the
+	// verdict forwarding endpoint; ClientAllowedNames further limits the
+	// certificate's common name or DNS names.
 	ClientCAFile       string
 	ClientAllowedNames []string
 	// MaxConcurrentEvaluations bounds the requests evaluated at once (0:
@@ -135,10 +137,16 @@ func newAdmission(cfg *Config) (*admissionLayer, error) {
 	}
 	tlsOpts := admission.TLSOptions(cc.GetCertificate)
 	var clientCA *admission.ClientCAMetrics
+	var guard *admission.ClientGuard
 	if a.ClientCAFile != "" {
 		clientCA = admission.NewClientCAMetrics()
+		// The forwarding endpoint is the one path whose callers, other
+		// replicas, hold no certificate from the API server's CA: they
+		// prove themselves by a ServiceAccount token there. Every other
+		// path, present or future, requires the certificate.
+		guard = admission.NewClientGuard([]string{forward.Path}, clientCA, cfg.Logger)
 		clientAuth, err := admission.ClientAuthFile(a.ClientCAFile, admission.ClientCAOptions{
-			AllowedNames: a.ClientAllowedNames, Logger: cfg.Logger, Metrics: clientCA, Clock: cfg.Clock})
+			AllowedNames: a.ClientAllowedNames, Logger: cfg.Logger, Metrics: clientCA, Clock: cfg.Clock, Guard: guard})
 		if err != nil {
 			return nil, fmt.Errorf("webhook client CA: %w", err)
 		}
@@ -149,6 +157,9 @@ func newAdmission(cfg *Config) (*admissionLayer, error) {
 		Port:    a.Port,
 		TLSOpts: tlsOpts,
 	})
+	if guard != nil {
+		server = guard.Server(server)
+	}
 	return &admissionLayer{cfg: a, namespace: cfg.Namespace, certs: cc, server: server, clientCA: clientCA}, nil
 }
 
@@ -241,7 +252,7 @@ func (*admissionLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.StringVar(&a.CertSource, "cert-source", a.CertSource, "webhook certificate: self (issued and renewed by Portal) or cert-manager (read from --cert-secret)")
 	f.StringVar(&a.CertSecret, "cert-secret", a.CertSecret, "Secret holding the webhook serving certificate")
 	f.BoolVar(&a.FailOpen, "fail-open", a.FailOpen, "failurePolicy Ignore: admit requests when Portal is unreachable (default: fail closed)")
-	f.StringVar(&a.ClientCAFile, "webhook-client-ca-file", a.ClientCAFile, "accept only webhook clients presenting a certificate signed by a CA in this PEM file, re-read when it changes: the API server, configured with an AdmissionConfiguration kubeConfigFile; empty accepts any client")
+	f.StringVar(&a.ClientCAFile, "webhook-client-ca-file", a.ClientCAFile, "accept only webhook clients presenting a certificate signed by a CA in this PEM file, re-read when it changes: the API server, configured with an AdmissionConfiguration kubeConfigFile; the verdict forwarding endpoint ("+forward.Path+") takes the ServiceAccount token instead; empty accepts any client")
 	f.StringSliceVar(&a.ClientAllowedNames, "webhook-client-allowed-names", a.ClientAllowedNames, "with --webhook-client-ca-file, also require the client certificate's common name or a DNS name to be one of these")
 	f.IntVar(&a.MaxConcurrentEvaluations, "webhook-max-concurrent-evaluations", a.MaxConcurrentEvaluations, "admission requests evaluated at once; the others wait, queued per namespace and served round-robin, until their deadline (0: twice GOMAXPROCS)")
 	f.IntVar(&a.MaxWaitingPerNamespace, "webhook-max-waiting-per-namespace", a.MaxWaitingPerNamespace, "admission requests of one namespace that may wait for an evaluation slot; more are answered 429 at once")

@@ -121,9 +121,8 @@ func TestRuntimeAllowedNamesFlags(t *testing.T) {
 	}
 }
 
-// TestForwardFlags: forwarding needs the webhook server, and one that asks
-// every caller for the API server's client certificate cannot take it; a
-// URL must be HTTPS.
+// TestForwardFlags: forwarding needs the webhook server, with or without
+// its client CA; a URL must be HTTPS.
 func TestForwardFlags(t *testing.T) {
 	check := func(args ...string) error {
 		cfg := Defaults()
@@ -140,9 +139,13 @@ func TestForwardFlags(t *testing.T) {
 	if err := check("--admission", url, "--actions-forward-service-account=portal"); err != nil {
 		t.Errorf("admission with the forward: %v", err)
 	}
+	// The forwarding endpoint authenticates by token on a webhook server
+	// that otherwise requires the API server's certificate.
+	if err := check("--admission", "--webhook-client-ca-file=/ca.crt", url, "--actions-forward-service-account=portal"); err != nil {
+		t.Errorf("the forward with a webhook client CA: %v", err)
+	}
 	for name, args := range map[string][]string{
 		"without admission":  {url},
-		"with a client CA":   {"--admission", "--webhook-client-ca-file=/ca.crt", url},
 		"plain HTTP":         {"--admission", "--actions-forward-url=http://portal-leader/forward/verdicts"},
 		"a bad account name": {"--admission", "--actions-forward-service-account=Not/A/Name"},
 		"an empty queue":     {"--admission", url, "--actions-forward-queue-size=0"},

@@ -46,11 +46,6 @@ func checkForwardFlags(cfg *Config) error {
 	if !cfg.Admission.Enabled {
 		return errors.New("--actions-forward-url and --actions-forward-service-account need --admission: verdicts are forwarded over the webhook server")
 	}
-	if cfg.Admission.ClientCAFile != "" {
-		// The webhook server then asks every caller for a certificate
-		// the API server's CA signed, which the replicas do not hold.
-		return errors.New("--actions-forward-url and --actions-forward-service-account do not work with --webhook-client-ca-file: the forwarding endpoint is on the webhook server, which then accepts the API server alone")
-	}
 	if c.URL != "" {
 		u, err := url.Parse(c.URL)
 		if err != nil || u.Scheme != "https" || u.Host == "" {

@@ -237,8 +237,8 @@ func (f *fwdEnv) waitLeader(e *verdictEnv) {
 
 // startFwdReplica runs a replica with leader election, forwarding its
 // verdicts to leaderPort (its own port when 0) and accepting those of the
-// "portal" ServiceAccount.
-func startFwdReplica(t *testing.T, f *fwdEnv, leaderPort int) fwdReplica {
+// "portal" ServiceAccount; opts change its configuration further.
+func startFwdReplica(t *testing.T, f *fwdEnv, leaderPort int, opts ...func(*Config)) fwdReplica {
 	t.Helper()
 	cfg, reg, port := layerConfig(t, f.name)
 	cfg.Namespace = fwdPortal
@@ -256,6 +256,9 @@ func startFwdReplica(t *testing.T, f *fwdEnv, leaderPort int) fwdReplica {
 	cfg.Actions.Forward.URL = fmt.Sprintf("https://127.0.0.1:%d%s", leaderPort, forward.Path)
 	logs := &syncBuffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	for _, o := range opts {
+		o(&cfg)
+	}
 	stop := runStoppable(t, f.cl, cfg)
 	return fwdReplica{reg: reg, logs: logs, port: port, stop: stop}
 }

@@ -57,6 +57,8 @@ type verdictEnv struct {
 	c    client.Client
 	logs *syncBuffer
 	port int
+	// cert is the client certificate forge presents; nil: none.
+	cert *tls.Certificate
 }
 
 // TestAdmissionVerdictsOnlyActOnTheReviewedObject runs admission and the
@@ -180,7 +182,8 @@ func (e *verdictEnv) pod(ns, name string, labels map[string]string) *corev1.Pod 
 }
 
 // forge posts a review of an UPDATE that labels ns/name bad=yes straight
-// to the webhook port, as any pod can without client certificates.
+// to the webhook port, as any pod can without client certificates (with
+// e.cert, as the API server would with one).
 func (e *verdictEnv) forge(reqUID, ns, name, uid string) *admissionv1.AdmissionResponse {
 	e.t.Helper()
 	meta := map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"bad": "yes"}}
@@ -198,7 +201,11 @@ func (e *verdictEnv) forge(reqUID, ns, name, uid string) *admissionv1.AdmissionR
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	tc := &tls.Config{InsecureSkipVerify: true}
+	if e.cert != nil {
+		tc.Certificates = []tls.Certificate{*e.cert}
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
 	resp, err := hc.Post(fmt.Sprintf("https://127.0.0.1:%d/validate", e.port), "application/json", strings.NewReader(string(body)))
 	if err != nil {
 		e.t.Fatal(err)

@@ -247,11 +247,12 @@ audit is off.
 portal.forwardOn is true (non-empty) when the Deployment of (dict root
 layers) runs admission and the actions, and forwards the admission verdicts
 of its replicas that do not lead to the one that does
-(actions.forwardVerdicts). Not with admission.clientCA: the endpoint is
-on the webhook server, which then accepts the API server alone.
+(actions.forwardVerdicts). With admission.clientCA too: the webhook server
+then requires the API server's client certificate on every path but the
+forwarding endpoint, which takes Portal's ServiceAccount token.
 */}}
 {{- define "portal.forwardOn" -}}
-{{- if and .root.Values.actions.forwardVerdicts (has "admission" .layers) (include "portal.actionsOn" .) (not (include "portal.clientCA" .root)) }}true{{ end }}
+{{- if and .root.Values.actions.forwardVerdicts (has "admission" .layers) (include "portal.actionsOn" .) }}true{{ end }}
 {{- end }}
 
 {{/* portal.clientCA is true (non-empty) when the webhook requires client certificates. */}}
