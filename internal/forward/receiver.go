@@ -65,8 +65,10 @@ type ReceiverOptions struct {
 	// holds none of that name.
 	Rules func(RuleRef) *core.Rule
 	Local Local
-	// RequestRate and RequestBurst bound the requests per second served,
-	// before any TokenReview, so a flood costs the API server nothing.
+	// RequestRate and RequestBurst bound the TokenReviews per second, so a
+	// flood of tokens costs the API server little. A token reviewed lately
+	// and found to be the Allowed user's passes without one, so no flood
+	// keeps the replicas' forwarding out.
 	RequestRate  float64
 	RequestBurst int
 	// Seen bounds the verdict IDs remembered to act on each once.
@@ -80,10 +82,13 @@ type ReceiverOptions struct {
 type Receiver struct {
 	o       ReceiverOptions
 	limiter *rate.Limiter
-	// seen holds the IDs accepted; identities the tokens reviewed
-	// lately, by sha256, with the user they authenticated (or "").
+	// seen holds the IDs accepted. allowed holds the tokens reviewed
+	// lately that authenticated the Allowed user, others the rest, with
+	// the user (or ""), both by sha256: apart, so that a flood of other
+	// tokens never evicts the replicas' own.
 	seen       *lru.Cache
-	identities *utilcache.LRUExpireCache
+	allowed    *utilcache.LRUExpireCache
+	others     *utilcache.LRUExpireCache
 	refusedLog *rate.Limiter
 }
 
@@ -115,7 +120,9 @@ func NewReceiver(o ReceiverOptions) (*Receiver, error) {
 	}
 	return &Receiver{
 		o: o, limiter: rate.NewLimiter(rate.Limit(o.RequestRate), o.RequestBurst),
-		seen: lru.New(o.Seen), identities: utilcache.NewLRUExpireCacheWithClock(identities, o.Clock),
+		seen:       lru.New(o.Seen),
+		allowed:    utilcache.NewLRUExpireCacheWithClock(identities, o.Clock),
+		others:     utilcache.NewLRUExpireCacheWithClock(identities, o.Clock),
 		refusedLog: rate.NewLimiter(1, 1),
 	}, nil
 }
@@ -126,10 +133,6 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.refuse(w, r, http.StatusMethodNotAllowed, RefusedInvalid, "POST only")
 		return
 	}
-	if !rc.limiter.Allow() {
-		rc.refuse(w, r, http.StatusTooManyRequests, RefusedRateLimited, "too many requests")
-		return
-	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" || len(token) > MaxTokenBytes {
 		rc.refuse(w, r, http.StatusUnauthorized, RefusedUnauthenticated, fmt.Sprintf("a bearer token of at most %d bytes is needed", MaxTokenBytes))
@@ -137,6 +140,9 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	user, err := rc.authenticate(r.Context(), token)
 	switch {
+	case errors.Is(err, errRateLimited):
+		rc.refuse(w, r, http.StatusTooManyRequests, RefusedRateLimited, "too many requests")
+		return
 	case err != nil:
 		rc.refuse(w, r, http.StatusServiceUnavailable, RefusedReviewFailed, "the token could not be reviewed")
 		return
@@ -204,12 +210,23 @@ func (rc *Receiver) take(v *Verdict) bool {
 	return true
 }
 
-// authenticate returns the user token authenticates, "" when none.
+// errRateLimited: a token not reviewed lately found the reviews' rate spent.
+var errRateLimited = errors.New("token reviews rate-limited")
+
+// authenticate returns the user token authenticates, "" when none. Only a
+// token not reviewed lately spends the rate, so a flood slows other
+// callers' first requests, never the replicas' own once reviewed.
 func (rc *Receiver) authenticate(ctx context.Context, token string) (string, error) {
 	sum := sha256.Sum256([]byte(token))
 	key := hex.EncodeToString(sum[:])
-	if u, ok := rc.identities.Get(key); ok {
+	if _, ok := rc.allowed.Get(key); ok {
+		return rc.o.Allowed, nil
+	}
+	if u, ok := rc.others.Get(key); ok {
 		return u.(string), nil
+	}
+	if !rc.limiter.Allow() {
+		return "", errRateLimited
 	}
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
@@ -221,7 +238,11 @@ func (rc *Receiver) authenticate(ctx context.Context, token string) (string, err
 	if tr.Status.Authenticated {
 		user = tr.Status.User.Username
 	}
-	rc.identities.Add(key, user, identityTTL)
+	if user == rc.o.Allowed {
+		rc.allowed.Add(key, user, identityTTL)
+	} else {
+		rc.others.Add(key, user, identityTTL)
+	}
 	return user, nil
 }
 
