@@ -41,7 +41,7 @@ func init() {
 		Flags: func(fs *pflag.FlagSet, s *ReportSettings) {
 			fs.StringVar(&s.Format, "report-format", s.Format, "reports to write: wgpolicyk8s, openreports, both or none")
 			fs.IntVar(&s.MaxResults, "report-max-results", s.MaxResults, "results per report before a namespace's report is sharded (0: the default, 50)")
-			fs.StringVar(&s.Name, "report-name", s.Name, "name of the reports this instance writes (NAME, NAME-1, ... labelled portal.io/report-writer=NAME); instances that write reports at the same time need different names, as each adopts and deletes only its own (the chart names each); a name over 63 characters is shortened with a hash")
+			fs.StringVar(&s.Name, "report-name", s.Name, "name of the reports this instance writes (NAME, NAME-1, ... labelled portal.io/report-writer=NAME); instances that write reports at the same time need different names, as each adopts and deletes only its own (the chart names each); a name over 63 characters or ending in a number gets a hash of it added")
 		},
 		// An unknown format is on, so that New refuses it.
 		Enabled: func(s ReportSettings) bool { return s.Format != "" && s.Format != ReportsNone },
@@ -63,7 +63,7 @@ func newReports(env Env, s ReportSettings) ([]core.OutputSink, error) {
 	for _, f := range formats {
 		s, err := policyreport.New(policyreport.Options{
 			Client: env.Manager.GetClient(), Reader: env.Manager.GetAPIReader(), Format: f, MaxResults: s.MaxResults,
-			Name:   policyreport.WriterName(s.Name),
+			Name:   s.Name,
 			Logger: env.Logger.With("sink", f), Registerer: env.Registerer, Clock: env.Clock,
 		})
 		if err != nil {

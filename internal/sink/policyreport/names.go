@@ -26,16 +26,36 @@ func CheckName(name string) error {
 	return nil
 }
 
-// WriterName shortens a name longer than MaxNameLength to a prefix and a
-// hash of the whole, so that a name made of parts of any length (a prefix
-// and a node name) stays distinct and usable.
+// WriterName makes a writer's name of any string (a prefix and a node name):
+// a name over MaxNameLength is shortened, and one ending in "-" and digits
+// gets a hash of the whole added, so that no writer's name is another's
+// shard ("portal-runtime-cp-1" would be shard 1 of "portal-runtime-cp") and
+// names that differ stay apart.
 func WriterName(name string) string {
-	if len(name) <= MaxNameLength {
+	if len(name) <= MaxNameLength && !endsInNumber(name) {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))
-	prefix := strings.TrimRight(name[:MaxNameLength-11], "-.")
-	return prefix + "-" + hex.EncodeToString(sum[:])[:10]
+	suffix := "-h" + hex.EncodeToString(sum[:])[:9]
+	if len(name) > MaxNameLength-len(suffix) {
+		name = strings.TrimRight(name[:MaxNameLength-len(suffix)], "-.")
+	}
+	return name + suffix
+}
+
+// endsInNumber reports whether name ends in "-" and digits, as shard names
+// past the first do.
+func endsInNumber(name string) bool {
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 || i == len(name)-1 {
+		return false
+	}
+	for _, c := range name[i+1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // names are the report names of one writer: base for shard 0, base-i for

@@ -1,6 +1,7 @@
 package policyreport
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -49,23 +50,52 @@ func TestWritersAdoptOnlyTheirOwnReports(t *testing.T) {
 	}
 }
 
-// TestWriterNameFromAnyNodeName: a name made of a prefix and a node name of
-// any length is a usable, distinct writer name.
+// TestWriterNameFromAnyNodeName: a writer's name made of a prefix and any
+// node name is usable, stays apart from every other's, and is never another
+// writer's shard, whatever the node names (cp and cp-1, a node named 1, a
+// node name at the length limit).
 func TestWriterNameFromAnyNodeName(t *testing.T) {
-	long := "portal-runtime-" + strings.Repeat("control-plane.", 17) + "example"
-	seen := map[string]string{}
-	for _, n := range []string{"portal-runtime-cp-1", long, long + "2", long[:MaxNameLength], long[:MaxNameLength+1]} {
-		w := WriterName(n)
+	long := strings.Repeat("control-plane.", 17) + "example"
+	nodes := []string{"cp", "cp-1", "cp-1-2", "1", "12", "10.0.0.1", "ip-10-0-0-1.ec2.internal", long, long + "2", long[:40], long[:41], long[:48] + "-1"}
+	// Random node names: DNS subdomains of labels of a, 1 and -, as nodes
+	// are named, up to 100 characters.
+	rnd := rand.New(rand.NewPCG(1, 2))
+	label := func() string {
+		b := []byte(strings.Repeat("a", 1+rnd.IntN(24)))
+		for i := range b {
+			b[i] = "a1-"[rnd.IntN(3)]
+		}
+		b[0], b[len(b)-1] = "a1"[rnd.IntN(2)], "a1"[rnd.IntN(2)]
+		return string(b)
+	}
+	for range 3000 {
+		parts := make([]string, 1+rnd.IntN(4))
+		for i := range parts {
+			parts[i] = label()
+		}
+		nodes = append(nodes, strings.Join(parts, "."))
+	}
+	writers := map[string]string{ReportName: "the default writer", "portal-runtime": "the runtime Deployment"}
+	for _, n := range nodes {
+		w := WriterName("portal-runtime-" + n)
 		if err := CheckName(w); err != nil {
-			t.Errorf("WriterName(%q) = %q: %v", n, w, err)
+			t.Errorf("node %q: WriterName = %q: %v", n, w, err)
+			continue
 		}
-		if len(n) <= MaxNameLength && w != n {
-			t.Errorf("WriterName(%q) = %q, want it unchanged", n, w)
+		if other, dup := writers[w]; dup && other != n {
+			t.Errorf("WriterName gives %q for node %q and for %q", w, n, other)
 		}
-		if other, dup := seen[w]; dup {
-			t.Errorf("WriterName gives %q for both %q and %q", w, other, n)
+		writers[w] = n
+	}
+	for b := range writers {
+		for i := range len(b) {
+			if _, ok := writers[b[:i]]; ok && b[i] == '-' && endsInNumber(b[i:]) && !strings.Contains(b[i+1:], "-") {
+				t.Errorf("writer %q is shard %s of writer %q", b, b[i+1:], b[:i])
+			}
 		}
-		seen[w] = n
+	}
+	if w := WriterName("portal-runtime-cp"); w != "portal-runtime-cp" {
+		t.Errorf("WriterName(portal-runtime-cp) = %q, want it unchanged", w)
 	}
 	for _, bad := range []string{"", "Portal", "portal_x", strings.Repeat("a", MaxNameLength+1)} {
 		if CheckName(bad) == nil {

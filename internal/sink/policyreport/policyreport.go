@@ -143,7 +143,7 @@ type Options struct {
 	// value of their LabelWriter. Two instances that write reports at once
 	// (split Deployments, one audit log reader per control-plane node)
 	// need different names: each adopts, rewrites and deletes only its
-	// own. Default ReportName; see WriterName for a name from any string.
+	// own. Default ReportName; New passes it through WriterName.
 	Name string
 }
 
@@ -206,6 +206,7 @@ func New(o Options) (*Sink, error) {
 	if o.Name == "" {
 		o.Name = ReportName
 	}
+	o.Name = WriterName(o.Name)
 	if err := CheckName(o.Name); err != nil {
 		return nil, fmt.Errorf("policyreport: %w", err)
 	}
