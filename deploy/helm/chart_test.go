@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/vilaca/portal/internal/devcluster"
 )
 
@@ -298,6 +300,59 @@ func TestWebhookNetworkPolicyNeedsAChoice(t *testing.T) {
 		out, err := exec.Command(helmBinary(t), args...).CombinedOutput()
 		if err != nil || !bytes.Contains(out, []byte(tc.want)) {
 			t.Errorf("%v: %v\n%.600s", tc.set, err, out)
+		}
+	}
+}
+
+// TestWebhookFromLetsReplicasForward: with networkPolicy.webhookFrom naming
+// the API server's addresses, Portal's replicas still reach the leader's
+// webhook port to forward their verdicts (actions.forwardVerdicts), and only
+// while forwarding is on: otherwise every verdict of a replica that does
+// not lead was blocked and counted as failed.
+func TestWebhookFromLetsReplicasForward(t *testing.T) {
+	for _, tc := range []struct {
+		set     []string
+		replica bool
+	}{
+		{[]string{"actions.label.enabled=true"}, true},
+		{[]string{"actions.label.enabled=true", "actions.forwardVerdicts=false"}, false},
+		{nil, false},
+	} {
+		set := append([]string{"networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"}, tc.set...)
+		out, err := render(t, "", set...)
+		if err != nil {
+			t.Fatalf("%v: %v", set, err)
+		}
+		var podLabels map[string]any
+		var rules []any
+		for _, u := range objects(t, out) {
+			switch u.GetKind() {
+			case "Deployment":
+				podLabels, _, _ = unstructured.NestedMap(u.Object, "spec", "template", "metadata", "labels")
+			case "NetworkPolicy":
+				rules, _, _ = unstructured.NestedSlice(u.Object, "spec", "ingress")
+			}
+		}
+		replica := false
+		for _, r := range rules {
+			r := r.(map[string]any)
+			ports, _, _ := unstructured.NestedSlice(r, "ports")
+			from, _, _ := unstructured.NestedSlice(r, "from")
+			if len(ports) != 1 || ports[0].(map[string]any)["port"] != "webhook" || len(from) != 1 {
+				continue
+			}
+			sel, ok, _ := unstructured.NestedStringMap(from[0].(map[string]any), "podSelector", "matchLabels")
+			if !ok || len(sel) == 0 {
+				continue
+			}
+			matches := true
+			for k, v := range sel {
+				matches = matches && podLabels[k] == v
+			}
+			replica = replica || matches
+		}
+		if replica != tc.replica {
+			t.Errorf("%v: the webhook port admits Portal's own pods: %v, want %v", set, replica, tc.replica)
 		}
 	}
 }
