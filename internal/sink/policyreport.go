@@ -90,7 +90,10 @@ func newReports(env Env, s ReportSettings) ([]core.OutputSink, error) {
 }
 
 // reportOwner resolves --report-owner-node to the owner reference of the
-// reports: nil without one.
+// reports: nil without one. Sinks are built while the manager is assembled,
+// before Run's context exists, so the one read is bounded by a timeout of
+// its own; failing here stops Portal at start with the flag named, rather
+// than writing reports no Node owns.
 func reportOwner(env Env, node string) (*metav1.OwnerReference, error) {
 	if node == "" {
 		return nil, nil
