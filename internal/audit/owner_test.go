@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,22 +88,35 @@ func newNode(t *testing.T, c client.Client, name string) *corev1.Node {
 }
 
 // TestReportOwnerNodeMustExist: a writer told to tie its reports to a Node
-// that does not exist (a typo, the wrong downward API field) does not start,
-// and says which flag is wrong, rather than writing reports the garbage
-// collector would delete at once.
+// that does not exist (a typo, the wrong downward API field), or that it
+// may not read (RBAC without get on nodes), does not start, and says which
+// flag is wrong, rather than writing reports the garbage collector would
+// delete at once or that no Node owns.
 func TestReportOwnerNodeMustExist(t *testing.T) {
-	cluster(t)
-	mgr, err := ctrl.NewManager(env.cfg, mgrOptions(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	so := sink.Defaults()
-	so.Logger, so.Registerer = testLogger(), prometheus.NewRegistry()
-	if err := so.Parse("--report-owner-node=no-such-node"); err != nil {
-		t.Fatal(err)
-	}
-	_, err = sink.New(mgr, so)
-	if err == nil || !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "--report-owner-node=no-such-node") {
-		t.Fatalf("report sinks for a missing Node: error %v, want a not-found naming --report-owner-node", err)
+	c := cluster(t)
+	node := newNode(t, c, namespace(t, c, "owner-rbac")+"-cp")
+	noRights := rest.CopyConfig(env.cfg)
+	noRights.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:default:no-node-rights"}
+	for _, tc := range []struct {
+		cfg   *rest.Config
+		node  string
+		cause func(error) bool
+	}{
+		{env.cfg, "no-such-node", apierrors.IsNotFound},
+		{noRights, node.Name, apierrors.IsForbidden},
+	} {
+		mgr, err := ctrl.NewManager(tc.cfg, mgrOptions(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		so := sink.Defaults()
+		so.Logger, so.Registerer = testLogger(), prometheus.NewRegistry()
+		if err := so.Parse("--report-owner-node=" + tc.node); err != nil {
+			t.Fatal(err)
+		}
+		_, err = sink.New(mgr, so)
+		if err == nil || !tc.cause(err) || !strings.Contains(err.Error(), "--report-owner-node="+tc.node) {
+			t.Errorf("report sinks for Node %s: error %v, want one naming --report-owner-node=%s", tc.node, err, tc.node)
+		}
 	}
 }
