@@ -52,21 +52,25 @@ func producerSinkArgs(t *testing.T, manifest []byte, fs *pflag.FlagSet) map[stri
 	return out
 }
 
-// reportName takes --report-name out of a producer's sink arguments (each
-// producer names its own reports) and returns the rest, sorted, and the
-// name it writes its reports under.
-func reportName(args []string) ([]string, string) {
-	name := policyreport.ReportName
-	var rest []string
+// reportName takes --report-name and --report-owner-node out of a
+// producer's sink arguments (each producer names its own reports, and the
+// Node that owns them) and returns the rest, sorted, the name it writes its
+// reports under and their owner Node ("" for none).
+func reportName(args []string) (rest []string, name, owner string) {
+	name = policyreport.ReportName
 	for _, a := range args {
 		if v, ok := strings.CutPrefix(a, "--report-name="); ok {
 			name = v
 			continue
 		}
+		if v, ok := strings.CutPrefix(a, "--report-owner-node="); ok {
+			owner = v
+			continue
+		}
 		rest = append(rest, a)
 	}
 	slices.Sort(rest)
-	return rest, name
+	return rest, name, owner
 }
 
 // TestChartConfiguresSinksForEveryProducer: the chart's Deployments and
@@ -76,7 +80,8 @@ func reportName(args []string) ([]string, string) {
 // ones the chart's values choose, through flags the sink registry binds: a
 // place that forgets a sink flag the others pass, or a sink flag renamed in
 // the registry but not in the chart, fails here. Each writes reports of
-// its own name: two writers of one name undo each other's reports.
+// its own name: two writers of one name undo each other's reports; a
+// node's reader owns them by its Node.
 func TestChartConfiguresSinksForEveryProducer(t *testing.T) {
 	fs := sinkFlags()
 	const url = "http://alertmanager.monitoring:9093"
@@ -109,13 +114,20 @@ func TestChartConfiguresSinksForEveryProducer(t *testing.T) {
 				if err := sinkFlags().Parse(got[where]); err != nil {
 					t.Errorf("%s: the sink registry refuses %v: %v", where, got[where], err)
 				}
-				args, name := reportName(got[where])
+				args, name, owner := reportName(got[where])
 				if other, dup := writers[name]; dup {
 					t.Errorf("%s and %s both write the reports named %s: each would rewrite and delete the other's", other, where, name)
 				}
 				writers[name] = where
 				if strings.HasPrefix(where, "DaemonSet/") && !strings.Contains(name, "$(NODE_NAME)") {
 					t.Errorf("%s writes its reports as %s on every node: each node's reader needs a name of its own", where, name)
+				}
+				// A node's reader owns its reports by its Node, so they go
+				// with a replaced node: no other writer adopts them. A
+				// Deployment's pods move between nodes: its reports outlive
+				// any one.
+				if daemon := strings.HasPrefix(where, "DaemonSet/"); daemon && owner != "$(NODE_NAME)" || !daemon && owner != "" {
+					t.Errorf("%s owns its reports by Node %q", where, owner)
 				}
 				for _, w := range want {
 					if !slices.Contains(args, w) {

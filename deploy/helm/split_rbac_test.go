@@ -25,8 +25,8 @@ type access struct {
 }
 
 // applyRBAC creates the render's ServiceAccounts and RBAC, hook objects
-// included, and returns the ServiceAccount of each Deployment by its
-// component label and of the uninstall Job as "uninstall".
+// included, and returns the ServiceAccount of each Deployment and
+// DaemonSet by its component label and of the uninstall Job as "uninstall".
 func applyRBAC(t *testing.T, manifest []byte) map[string]string {
 	t.Helper()
 	c, _ := adminClient(t)
@@ -40,7 +40,7 @@ func applyRBAC(t *testing.T, manifest []byte) map[string]string {
 			}
 			// Not ctx: a test's context is cancelled before its cleanups run.
 			t.Cleanup(func() { _ = c.Delete(context.Background(), u) })
-		case "Deployment", "Job":
+		case "Deployment", "Job", "DaemonSet":
 			sa, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
 			sas[u.GetLabels()["app.kubernetes.io/component"]] = sa
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/findings"
 	"github.com/vilaca/portal/internal/rule"
+	"github.com/vilaca/portal/internal/sink"
 	amsink "github.com/vilaca/portal/internal/sink/alertmanager"
 	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
 	"github.com/vilaca/portal/internal/sink/policyreport"
@@ -82,6 +84,10 @@ type instanceOptions struct {
 	counter audit.RuleCounter
 	// reportName names the instance's reports (policyreport.Options.Name).
 	reportName string
+	// ownerNode builds the report sinks as `portal run --report-name
+	// reportName --report-owner-node ownerNode` does, through the sink
+	// registry: the Node owns the reports.
+	ownerNode string
 }
 
 func startInstance(t *testing.T, o instanceOptions) *instance {
@@ -107,6 +113,10 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 	formats := o.formats
 	if formats == nil {
 		formats = []string{policyreport.FormatWGPolicy}
+	}
+	if o.ownerNode != "" {
+		sinks = append(sinks, registrySinks(t, mgr, log, reg, "--report-name="+o.reportName, "--report-owner-node="+o.ownerNode)...)
+		formats = nil
 	}
 	for _, f := range formats {
 		pr, err := policyreport.New(policyreport.Options{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Format: f, Logger: log, Registerer: reg, Name: o.reportName})
@@ -175,6 +185,23 @@ func startInstance(t *testing.T, o instanceOptions) *instance {
 	go func() { inst.done <- mgr.Start(ctx) }()
 	t.Cleanup(func() { inst.stop(t) })
 	return inst
+}
+
+// registrySinks builds the report sinks the flags args configure, as
+// `portal run` does, leaving out the metrics and log sinks every instance
+// has already.
+func registrySinks(t *testing.T, mgr ctrl.Manager, log *slog.Logger, reg prometheus.Registerer, args ...string) []core.OutputSink {
+	t.Helper()
+	so := sink.Defaults()
+	so.Logger, so.Registerer = log, reg
+	if err := so.Parse(append([]string{"--audit-metrics=false", "--audit-log-findings=false"}, args...)...); err != nil {
+		t.Fatal(err)
+	}
+	built, err := sink.New(mgr, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return built
 }
 
 // stop stops the instance and waits for its manager (releasing the Lease).

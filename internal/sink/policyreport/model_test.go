@@ -65,7 +65,7 @@ func TestShardPlacement(t *testing.T) {
 		if sc.shards[i] == nil || len(sc.shards[i].objects) == 0 {
 			continue
 		}
-		data, _, _, err := buildReport(formats[FormatWGPolicy], ReportName, sc, i, 1<<20)
+		data, _, _, err := buildReport(formats[FormatWGPolicy], ReportName, nil, sc, i, 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestReportBytesBounded(t *testing.T) {
 	}
 	set(sc, objectFindings("huge", 400, long), lim)
 	for i := range sc.shards {
-		data, _, _, err := buildReport(formats[FormatWGPolicy], ReportName, sc, i, 64<<10)
+		data, _, _, err := buildReport(formats[FormatWGPolicy], ReportName, nil, sc, i, 64<<10)
 		if err != nil {
 			t.Fatal(err)
 		}

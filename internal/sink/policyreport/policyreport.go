@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
@@ -145,6 +146,12 @@ type Options struct {
 	// need different names: each adopts, rewrites and deletes only its
 	// own. Default ReportName; New passes it through WriterName.
 	Name string
+	// Owner, when set, is put in every report's ownerReferences, so that the
+	// API server's garbage collector deletes the reports with their owner:
+	// a writer per control-plane node owns its reports by its Node
+	// (NodeOwner), whose reports no other writer would ever adopt once the
+	// node is replaced. Optional.
+	Owner *metav1.OwnerReference
 }
 
 // Sink writes PolicyReports and ClusterPolicyReports. It runs on the leader.
@@ -158,6 +165,7 @@ type Options struct {
 type Sink struct {
 	o       Options
 	names   names
+	owners  []metav1.OwnerReference
 	format  format
 	lim     limits
 	log     *slog.Logger
@@ -210,9 +218,17 @@ func New(o Options) (*Sink, error) {
 	if err := CheckName(o.Name); err != nil {
 		return nil, fmt.Errorf("policyreport: %w", err)
 	}
+	var owners []metav1.OwnerReference
+	if o.Owner != nil {
+		if err := checkOwner(*o.Owner); err != nil {
+			return nil, fmt.Errorf("policyreport: %w", err)
+		}
+		owners = []metav1.OwnerReference{*o.Owner}
+	}
 	return &Sink{
 		o:       o,
 		names:   names(o.Name),
+		owners:  owners,
 		format:  f,
 		lim:     limits{results: o.MaxResults, bytes: o.MaxBytes - reportOverhead},
 		log:     o.Logger,

@@ -106,8 +106,9 @@ func ResultSource(producer string) string {
 // report holds, which gets a shard of its own and keeps all its results.
 // Only maxBytes cuts results, so that no report nears the API server's object
 // size limit; dropped says how many were cut. It returns the encoded report,
-// to apply as it is, and its digest.
-func buildReport(f format, n names, sc *scope, i int, maxBytes int) (data []byte, digest string, dropped int, err error) {
+// to apply as it is, and its digest. owners, when set, are the report's
+// owner references (Options.Owner).
+func buildReport(f format, n names, owners []metav1.OwnerReference, sc *scope, i int, maxBytes int) (data []byte, digest string, dropped int, err error) {
 	sh := sc.shards[i]
 	results := make([]result, 0, sh.results)
 	for key := range sh.objects {
@@ -142,6 +143,12 @@ func buildReport(f format, n names, sc *scope, i int, maxBytes int) (data []byte
 	}
 	if sc.namespace != "" {
 		meta["namespace"] = sc.namespace
+	}
+	if len(owners) > 0 {
+		// Applied with the rest: server-side apply replaces the entries
+		// this field manager set before, so a Node re-created under its
+		// name (a new UID) leaves only the new reference.
+		meta["ownerReferences"] = owners
 	}
 	doc := map[string]any{
 		"apiVersion": f.gv.String(),

@@ -21,7 +21,7 @@ func TestSkipNamesItsException(t *testing.T) {
 	}}}
 	sc := newScope("ns")
 	set(sc, of, limits{results: 10, bytes: 1 << 20})
-	data, _, _, err := buildReport(formats[FormatWGPolicy], ReportName, sc, 0, 1<<20)
+	data, _, _, err := buildReport(formats[FormatWGPolicy], ReportName, nil, sc, 0, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

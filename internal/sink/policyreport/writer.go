@@ -122,7 +122,7 @@ func (s *Sink) takeLocked(sc *scope, i int) (*write, []time.Time) {
 	sh := sc.shards[i]
 	w := &write{sc: sc, shard: i}
 	if len(sh.objects) > 0 {
-		data, digest, dropped, err := buildReport(s.format, s.names, sc, i, s.o.MaxBytes)
+		data, digest, dropped, err := buildReport(s.format, s.names, s.owners, sc, i, s.o.MaxBytes)
 		s.setDroppedLocked(sc, i, dropped)
 		if err != nil {
 			// Encoding our own types cannot fail short of a bug: log it
