@@ -30,7 +30,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 # Files compared before and after `make generate` by verify-generated.
 GENERATED_DIRS := api deploy/crds
 
-.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go test-go-rest test-race fuzz test \
+.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go test-go-rest test-race fuzz test image-binary-cache \
 	bench bench-admission bench-audit bench-runtime bench-eval-kyverno bench-kyverno-parity build run run-node eval-demo clean clean-tools
 
 help: ## List the targets
@@ -221,6 +221,13 @@ RACE_TIMEOUT ?= 15m
 test-race: tools ## go test -race on the packages that share state between goroutines (RACE_PKGS)
 	@$(GO) test -race -count=1 -timeout $(RACE_TIMEOUT) $(RACE_PKGS)
 
+# test/e2e and test/e2e/chart each build Portal's image binary (devcluster.BuildImage:
+# CGO_ENABLED=0, -trimpath, the image's tags), and go test runs them at the same
+# time: with a cold build cache both compiled all of it, twice over on the same cores.
+# Compiled once here, before them, their builds find it in the cache.
+image-binary-cache:
+	@CGO_ENABLED=0 GOOS=linux $(GO) build -tags portal_nodev -trimpath -o /dev/null ./cmd/portal
+
 # make test runs RACE_PKGS once, under -race (test-race), and every other package
 # here: a second, plain run of the same tests would only add its link and test time.
 test-go-rest: tools
@@ -279,6 +286,7 @@ test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go (R
 	@$(MAKE) --no-print-directory staticcheck
 	@$(MAKE) --no-print-directory helm-check
 	@$(MAKE) --no-print-directory docs
+	@$(MAKE) --no-print-directory image-binary-cache
 	@$(MAKE) --no-print-directory test-go-rest
 	@$(MAKE) --no-print-directory test-race
 	@$(MAKE) --no-print-directory fuzz
