@@ -2,7 +2,6 @@ package audit_test
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -33,15 +32,7 @@ func TestFindingLifecycle(t *testing.T) {
 	ns := namespace(t, c, "life")
 	rules := podRule("audit-team-label", ns, "metadata.labels?.team == nil", "pod {{ metadata.name }} has no team label") +
 		podRule("audit-privileged", ns, privileged, "container {{ container.name }} is privileged") +
-		fmt.Sprintf(`
-name: audit-namespace-owner
-severity: medium
-mode: [audit]
-match:
-  gvk: [{group: "", kind: Namespace}]
-  labelSelector: {matchLabels: {portal-test: %s}}
-rule: metadata.labels?.owner == nil
-`, ns)
+		namespaceOwnerRule("audit-namespace-owner", ns)
 	create(t, c, pod(ns, "before", false, nil))
 	var goneMu sync.Mutex
 	var gone []string

@@ -330,4 +330,18 @@ message: %q
 ---`, name, ns, expr, message)
 }
 
+// namespaceOwnerRule is an audit rule failing the Namespaces labelled
+// portal-test=ns that have no owner label.
+func namespaceOwnerRule(name, ns string) string {
+	return fmt.Sprintf(`
+name: %s
+severity: medium
+mode: [audit]
+match:
+  gvk: [{group: "", kind: Namespace}]
+  labelSelector: {matchLabels: {portal-test: %s}}
+rule: metadata.labels?.owner == nil
+---`, name, ns)
+}
+
 const privileged = "container.securityContext?.privileged == true"

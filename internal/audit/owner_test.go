@@ -2,7 +2,6 @@ package audit_test
 
 import (
 	"context"
-	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -34,15 +33,7 @@ func TestNodeOwnsItsWritersReports(t *testing.T) {
 	node := newNode(t, c, ns+"-cp")
 	create(t, c, pod(ns, "p", true, nil),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-cl", Labels: map[string]string{"portal-test": ns}}})
-	rules := podRule("owned-privileged", ns, privileged, "privileged") + fmt.Sprintf(`
-name: owned-namespace-owner
-severity: medium
-mode: [audit]
-match:
-  gvk: [{group: "", kind: Namespace}]
-  labelSelector: {matchLabels: {portal-test: %s}}
-rule: metadata.labels?.owner == nil
-`, ns)
+	rules := podRule("owned-privileged", ns, privileged, "privileged") + namespaceOwnerRule("owned-namespace-owner", ns)
 	o := instanceOptions{rules: rules, reportName: "portal-runtime-" + node.Name, ownerNode: node.Name}
 	inst := startInstance(t, o)
 	waitOwned(t, c, ns, o.reportName, node)
