@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/vilaca/portal/internal/exepages"
 	"github.com/vilaca/portal/internal/flagalias"
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/rule"
@@ -68,9 +69,9 @@ kubeconfig ($KUBECONFIG or --kubeconfig).
 	return cmd
 }
 
-// dropStartupPages runs dropExecutablePages and logs how it went.
+// dropStartupPages runs exepages.Drop and logs how it went.
 func dropStartupPages(log *slog.Logger, stage string) {
-	if n, err := dropExecutablePages(); err != nil {
+	if n, err := exepages.Drop(); err != nil {
 		log.Warn("could not drop the executable's start-up pages; resident memory stays higher", "stage", stage, "err", err)
 	} else {
 		log.Debug("dropped the executable's start-up pages", "stage", stage, "mappedBytes", n)

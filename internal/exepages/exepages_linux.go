@@ -1,4 +1,4 @@
-package main
+package exepages
 
 import (
 	"bufio"
@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dropExecutablePages hands the pages of Portal's own executable that the
+// Drop hands the pages of Portal's own executable that the
 // start-up touched back to the kernel, so that resident memory follows the
 // pages Portal goes on using rather than the whole binary.
 //
@@ -29,7 +29,7 @@ import (
 // (.data, .bss, the heap) are never touched.
 //
 // It returns the bytes of mappings it advised.
-func dropExecutablePages() (int64, error) {
+func Drop() (int64, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return 0, err
