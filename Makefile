@@ -30,7 +30,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 # Files compared before and after `make generate` by verify-generated.
 GENERATED_DIRS := api deploy/crds
 
-.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go test-go-rest test-race fuzz test image-binary-cache \
+.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go test-go-rest test-race fuzz fuzz-build prebuild test-go-rest-prebuild test image-binary-cache \
 	bench bench-admission bench-audit bench-runtime bench-eval-kyverno bench-kyverno-parity build run run-node eval-demo clean clean-tools
 
 help: ## List the targets
@@ -197,9 +197,14 @@ lint: fmt-check vet staticcheck ## gofmt, vet and staticcheck
 
 # Not part of make test: cross-compiling every dependency for another OS
 # costs minutes with a cold build cache.
-check-macos: ## Build bin/portal for macOS (darwin/arm64 and amd64): make run's path has no Linux-only code
-	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/portal
-	GOOS=darwin GOARCH=amd64 $(GO) build -o /dev/null ./cmd/portal
+check-macos: ## Cross-compile what make run builds (bin/portal, kube-apiserver, kubectl, etcd) for macOS, darwin/arm64 and amd64: that path has no Linux-only code
+	@for arch in arm64 amd64; do \
+		echo "check-macos: darwin/$$arch"; \
+		GOOS=darwin GOARCH=$$arch $(GO) build -o /dev/null ./cmd/portal && \
+		(cd hack/tools && for c in kube-apiserver kubectl; do \
+			GOOS=darwin GOARCH=$$arch $(GO) build -o /dev/null k8s.io/kubernetes/cmd/$$c || exit 1; done) && \
+		(cd hack/tools/etcd && GOOS=darwin GOARCH=$$arch $(GO) build -o /dev/null .) || exit 1; \
+	done
 
 ## ---- tests -----------------------------------------------------------------
 
@@ -234,6 +239,24 @@ test-go-rest: tools
 	@race=$$($(GO) list $(RACE_PKGS)) && all=$$($(GO) list ./...) || exit 1; \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$(printf '%s\n' "$$all" | grep -vxF -e "$$race")
 
+# Once test-go-rest has compiled its test binaries, its tests spend minutes waiting on
+# control planes, the node, image builds and rollouts (the end-to-end packages, last,
+# alone for about 7 minutes), and the CPU is mostly idle. test-race and fuzz then compile
+# about 950 packages with -race and 1,200 instrumented ones, one after the other. So
+# `make test` compiles those beside test-go-rest at the lowest priority (nice 19): they
+# take only the CPU the tests leave, and the later steps find them in the build cache.
+# Only a cache is filled: prebuild's output goes to bin/prebuild.log, and a compile error
+# there is reported again by the step that needs it.
+prebuild:
+	@$(GO) test -race -count=1 -exec true $(RACE_PKGS) || true
+	@$(MAKE) --no-print-directory fuzz-build || true
+
+test-go-rest-prebuild: tools
+	@mkdir -p $(BIN); \
+	nice -n 19 $(MAKE) --no-print-directory prebuild >$(BIN)/prebuild.log 2>&1 & pre=$$!; \
+	$(MAKE) --no-print-directory test-go-rest; rc=$$?; \
+	wait $$pre; exit $$rc
+
 # The instrumented test binaries of `make fuzz`, one per package. Kept between runs:
 # `go test -c -o` relinks only a binary whose inputs changed.
 FUZZ_BIN ?= $(BIN)/fuzz
@@ -252,17 +275,28 @@ FUZZ_PKGS ?= ./...
 # deadline exceeded" and no failing input (go.dev/issue/75804, fixed in Go
 # 1.27): that is not a finding, so only a run that wrote a failing input, or
 # failed otherwise, fails the target.
-fuzz: ## Run every Fuzz target for FUZZTIME (default 5s) each, from one instrumented test binary per package
-	@files=$$($(GO) list -f '{{$$p := .ImportPath}}{{$$d := .Dir}}{{range .TestGoFiles}}{{$$p}} {{$$d}}/{{.}}{{"\n"}}{{end}}{{range .XTestGoFiles}}{{$$p}} {{$$d}}/{{.}}{{"\n"}}{{end}}' $(FUZZ_PKGS)) || \
+
+# Sets $$pkgs to "importpath dir" lines: the packages whose test files declare a
+# Fuzz function (go list and grep: no test binary is built to find them).
+FUZZ_FIND = files=$$($(GO) list -f '{{$$p := .ImportPath}}{{$$d := .Dir}}{{range .TestGoFiles}}{{$$p}} {{$$d}}/{{.}}{{"\n"}}{{end}}{{range .XTestGoFiles}}{{$$p}} {{$$d}}/{{.}}{{"\n"}}{{end}}' $(FUZZ_PKGS)) || \
 		{ printf '%s\n' "$$files"; exit 1; }; \
 	pkgs=$$(printf '%s\n' "$$files" | while read -r pkg file; do \
 		[ -z "$$file" ] || ! grep -q '^func Fuzz' "$$file" || echo "$$pkg $$(dirname "$$file")"; done | sort -u); \
+	mkdir -p '$(FUZZ_BIN)' && bindir=$$(cd '$(FUZZ_BIN)' && pwd) || exit 1
+
+fuzz-build: ## Build make fuzz's instrumented test binaries into bin/fuzz, one per package with Fuzz targets
+	@$(FUZZ_FIND); \
+	printf '%s\n' "$$pkgs" | { while read -r pkg dir; do \
+		[ -n "$$pkg" ] || continue; \
+		out=$$($(GO) test -c -fuzz . -o "$$bindir/$$(printf '%s' "$$pkg" | tr '/' '_').test" "$$pkg" 2>&1 </dev/null) || { printf '%s\n' "$$out"; exit 1; }; \
+	done; }
+
+fuzz: fuzz-build ## Run every Fuzz target for FUZZTIME (default 5s) each, from one instrumented test binary per package
+	@$(FUZZ_FIND); \
 	if [ -z "$$pkgs" ]; then echo 'fuzz: no Fuzz targets'; exit 0; fi; \
-	mkdir -p '$(FUZZ_BIN)' && bindir=$$(cd '$(FUZZ_BIN)' && pwd) && \
 	cache=$$($(GO) env GOCACHE) || exit 1; \
 	printf '%s\n' "$$pkgs" | { while read -r pkg dir; do \
 		bin="$$bindir/$$(printf '%s' "$$pkg" | tr '/' '_').test"; \
-		out=$$($(GO) test -c -fuzz . -o "$$bin" "$$pkg" 2>&1 </dev/null) || { printf '%s\n' "$$out"; exit 1; }; \
 		names=$$(cd "$$dir" && "$$bin" -test.list '^Fuzz' 2>&1 </dev/null) || { printf '%s\n' "$$names"; exit 1; }; \
 		for name in $$(printf '%s\n' "$$names" | grep -E '^Fuzz[A-Za-z0-9_]*$$'); do \
 			echo "fuzz: $$pkg $$name ($(FUZZTIME))"; \
@@ -287,7 +321,7 @@ test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go (R
 	@$(MAKE) --no-print-directory helm-check
 	@$(MAKE) --no-print-directory docs
 	@$(MAKE) --no-print-directory image-binary-cache
-	@$(MAKE) --no-print-directory test-go-rest
+	@$(MAKE) --no-print-directory test-go-rest-prebuild
 	@$(MAKE) --no-print-directory test-race
 	@$(MAKE) --no-print-directory fuzz
 
