@@ -33,8 +33,15 @@ func TestForcedExpiryIsRenewedWithoutFailedRequests(t *testing.T) {
 	cur := secretBundle(t, ns)
 	short := pki.Policy{DNSNames: opts.DNSNames, IPAddresses: localhost, Validity: 7 * 24 * time.Hour}
 	sec, _ := getSecret(t, ns)
-	writeSecret(t, ns, corev1.SecretTypeTLS, issue(t, short, pki.Read(sec.Data), pki.Plan{NewServing: true}))
-	forged := secretBundle(t, ns).Serving.Leaf
+	data := issue(t, short, pki.Read(sec.Data), pki.Plan{NewServing: true})
+	// The forged leaf is the one written, not read back: Portal may have
+	// replaced it before the test reads the Secret again.
+	written, err := pki.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := written.Serving.Leaf
+	writeSecret(t, ns, corev1.SecretTypeTLS, data)
 
 	var renewed *pki.Bundle
 	eventually(t, "the expiring certificate replaced", func() bool {
