@@ -208,6 +208,11 @@ func (d Document) Objects() ([]*unstructured.Unstructured, error) {
 		if d.kind == listItem {
 			return nil, d.Errorf("List item has no apiVersion or kind")
 		}
+		if looksLikePlainRule(m) {
+			// The usual cause: --file (or a test file's resources) given the
+			// rules' directory, or a tree holding rules and manifests.
+			return nil, d.Errorf("object has no apiVersion or kind: this is a plain Portal rule, not a Kubernetes object; rule files go to --rules")
+		}
 		return nil, d.Errorf("object has no apiVersion or kind")
 	}
 	switch d.kind {
@@ -271,4 +276,15 @@ func (d Document) SyntaxError(err error) *Error {
 		return &Error{Path: d.Path, Line: line, Err: errors.New(msg[len(m[0]):])}
 	}
 	return &Error{Path: d.Path, Line: d.Line, Err: errors.New(msg)}
+}
+
+// looksLikePlainRule reports whether a document without apiVersion and kind
+// has the shape of a plain rule file: a string rule and a match or a name.
+func looksLikePlainRule(m map[string]any) bool {
+	if _, ok := m["rule"].(string); !ok {
+		return false
+	}
+	_, match := m["match"]
+	_, name := m["name"]
+	return match || name
 }

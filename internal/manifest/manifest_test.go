@@ -50,6 +50,20 @@ metadata: {name: nokind}
 	}
 }
 
+// A plain rule handed over as a manifest (the rules' directory passed to
+// --file) says so, instead of only that it has no kind.
+func TestObjectsPlainRuleHint(t *testing.T) {
+	docs := Split("rules/latest.yaml", []byte("name: no-latest\nmatch: {gvk: [{kind: Pod}]}\nrule: container.image.tag == \"latest\"\n---\nname: not-a-rule\n"))
+	_, err := docs[0].Objects()
+	want := "rules/latest.yaml:1: object has no apiVersion or kind: this is a plain Portal rule, not a Kubernetes object; rule files go to --rules"
+	if err == nil || err.Error() != want {
+		t.Fatalf("plain rule as a manifest: got %v, want %q", err, want)
+	}
+	if _, err := docs[1].Objects(); err == nil || strings.Contains(err.Error(), "plain Portal rule") {
+		t.Fatalf("a document without rule got the rule hint: %v", err)
+	}
+}
+
 func TestReadPathsStdinLimit(t *testing.T) {
 	if _, err := ReadPaths([]string{"-"}, strings.NewReader(strings.Repeat("a", MaxStdin+1))); err == nil {
 		t.Fatal("oversized stdin accepted")
