@@ -100,7 +100,7 @@ binary, written next to the kubeconfig.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfigOut, "kubeconfig-out", o.kubeconfigOut, "where to write the kubeconfig of the local control plane")
-	f.StringSliceVar(&o.rules, "install-rules", o.rules, "rule files or directories to install as PortalClusterRules")
+	f.StringSliceVar(&o.rules, "install-rules", o.rules, "plain rule files, PortalClusterRule manifests, or directories of them, to install as PortalClusterRules")
 	f.StringSliceVar(&o.manifests, "install-manifests", o.manifests, "manifest files or directories to create (namespaced objects without a namespace go to default)")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (logs go to stderr)")
 	f.StringVar(&o.binDir, "k8s-bin-dir", o.binDir, "directory of kube-apiserver, etcd and kubectl (default: beside the portal binary, then bin/k8s of the checkout)")
@@ -384,30 +384,52 @@ func ensureNamespace(ctx context.Context, c client.Client, name string, annotati
 	return nil
 }
 
-// installRules creates a PortalClusterRule for every plain rule in paths, so
+// installRules creates a PortalClusterRule for every plain rule in paths, and
+// every PortalClusterRule manifest as it is (the tutorial's form), so
 // `kubectl get portalclusterrules` shows what is enforced.
 // It returns how many it installed, and how many of them run at admission
 // (no mode means admission and audit).
 func installRules(ctx context.Context, c client.Client, paths []string) (n, admission int, err error) {
 	docs, err := manifest.ReadPaths(paths, nil)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("--install-rules: %w", err)
 	}
 	for _, d := range docs {
-		var spec policyv1alpha1.RuleSpec
-		if err := yaml.UnmarshalStrict(d.Data, &spec); err != nil {
-			return n, admission, d.Errorf("not a plain rule: %v", err)
+		pcr, err := devRule(d)
+		if err != nil {
+			return n, admission, err
 		}
-		pcr := &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}, Spec: spec}
 		if err := c.Create(ctx, pcr); err != nil && !apierrors.IsAlreadyExists(err) {
-			return n, admission, d.Errorf("install rule %q: %v", spec.Name, err)
+			return n, admission, d.Errorf("install rule %q: %v", pcr.Name, err)
 		}
 		n++
-		if len(spec.Mode) == 0 || slices.Contains(spec.Mode, policyv1alpha1.Mode(core.ModeAdmission)) {
+		if len(pcr.Spec.Mode) == 0 || slices.Contains(pcr.Spec.Mode, policyv1alpha1.Mode(core.ModeAdmission)) {
 			admission++
 		}
 	}
 	return n, admission, nil
+}
+
+// devRule reads one --install-rules document: a plain rule, named by its
+// name, or a PortalClusterRule manifest. Any other kind is refused, naming
+// where it belongs.
+func devRule(d manifest.Document) (*policyv1alpha1.PortalClusterRule, error) {
+	var head struct{ APIVersion, Kind string }
+	if err := yaml.Unmarshal(d.Data, &head); err == nil && head.Kind != "" {
+		if head.Kind != "PortalClusterRule" || head.APIVersion != policyv1alpha1.GroupVersion.String() {
+			return nil, d.Errorf("%s %s is not a rule: --install-rules takes plain rules and PortalClusterRules; pass other objects to --install-manifests, or kubectl apply them once portal dev is ready", head.APIVersion, head.Kind)
+		}
+		var pcr policyv1alpha1.PortalClusterRule
+		if err := yaml.UnmarshalStrict(d.Data, &pcr); err != nil {
+			return nil, d.Errorf("not a PortalClusterRule: %v", err)
+		}
+		return &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: pcr.Name, Labels: pcr.Labels, Annotations: pcr.Annotations}, Spec: pcr.Spec}, nil
+	}
+	var spec policyv1alpha1.RuleSpec
+	if err := yaml.UnmarshalStrict(d.Data, &spec); err != nil {
+		return nil, d.Errorf("not a plain rule: %v", err)
+	}
+	return &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}, Spec: spec}, nil
 }
 
 // relative shortens p to a path relative to the working directory when it is
