@@ -84,7 +84,8 @@ func newDevCommand() *cobra.Command {
 		Short: "Run a local control plane with Portal in it (no Docker, no cluster)",
 		Long: `Start etcd and kube-apiserver on 127.0.0.1, install Portal's CRDs and the
 example rule bundles as PortalClusterRules, and run Portal in this process
-with every layer that exists. A kubeconfig for kubectl is written to
+with every layer on but --runtime (pass it to add the API server's audit
+events); switch one off with --LAYER=false. A kubeconfig for kubectl is written to
 --kubeconfig-out. Ctrl-C stops everything and leaves no process behind.
 
 It works from any directory. kube-apiserver, etcd and kubectl come from
