@@ -191,7 +191,9 @@ func (d Document) Objects() ([]*unstructured.Unstructured, error) {
 	}
 	m, err := decode(d.Data)
 	if err != nil {
-		return nil, d.SyntaxError(err)
+		e := d.SyntaxError(err)
+		e.Err = fmt.Errorf("%w%s", e.Err, templateHint(d.Data))
+		return nil, e
 	}
 	if m == nil {
 		switch d.kind {
@@ -276,6 +278,15 @@ func (d Document) SyntaxError(err error) *Error {
 		return &Error{Path: d.Path, Line: line, Err: errors.New(msg[len(m[0]):])}
 	}
 	return &Error{Path: d.Path, Line: d.Line, Err: errors.New(msg)}
+}
+
+// templateHint explains a syntax error in data holding template actions:
+// a chart's templates/ passed as manifests, the usual first try.
+func templateHint(data []byte) string {
+	if !bytes.Contains(data, []byte("{{")) {
+		return ""
+	}
+	return " (it holds {{ }}: a Helm or Go template? render it first, as in helm template CHART | portal eval --rules RULES --file -)"
 }
 
 // looksLikePlainRule reports whether a document without apiVersion and kind

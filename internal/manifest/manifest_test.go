@@ -1,6 +1,8 @@
 package manifest
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -61,6 +63,30 @@ func TestObjectsPlainRuleHint(t *testing.T) {
 	}
 	if _, err := docs[1].Objects(); err == nil || strings.Contains(err.Error(), "plain Portal rule") {
 		t.Fatalf("a document without rule got the rule hint: %v", err)
+	}
+}
+
+// A chart's templates given as manifests fail to parse; the error says they
+// look like templates and how to render them.
+func TestTemplateHint(t *testing.T) {
+	const hint = " (it holds {{ }}: a Helm or Go template? render it first, as in helm template CHART | portal eval --rules RULES --file -)"
+	docs := Split("cm.yaml", []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n"))
+	if _, err := docs[0].Objects(); err == nil || !strings.HasSuffix(err.Error(), hint) {
+		t.Errorf("templated YAML: %v", err)
+	}
+	if _, err := Split("bad.yaml", []byte("a: [\n"))[0].Objects(); err == nil || strings.Contains(err.Error(), "template") {
+		t.Errorf("a plain syntax error got the template hint: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "certificate.yaml")
+	if err := os.WriteFile(path, []byte("{{- if .Values.tls }}\napiVersion: v1\nkind: Secret\n{{- end }}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for _, err := range StreamItems([]string{path}, nil) {
+		last = err
+	}
+	if last == nil || !strings.HasSuffix(last.Error(), hint) {
+		t.Errorf("templated file: %v", last)
 	}
 }
 
