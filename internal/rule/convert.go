@@ -139,6 +139,9 @@ func convertMatch(m policyv1alpha1.Match, errs []error) (core.Match, []error) {
 		if g.Kind == "" {
 			errs = append(errs, fieldErr(fmt.Sprintf("match.gvk[%d]", i), "match.gvk[%d].kind is required", i))
 		}
+		if err := checkBuiltinGroup(i, g); err != nil {
+			errs = append(errs, err)
+		}
 		if gk := (schema.GroupKind{Group: g.Group, Kind: g.Kind}); slices.Contains(OutputKinds, gk) {
 			errs = append(errs, fieldErr(fmt.Sprintf("match.gvk[%d]", i), "match.gvk[%d]: %s is what Portal writes its findings to; a rule on it would rewrite the report it is reported in", i, flagKind(gk)))
 		}
