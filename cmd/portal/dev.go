@@ -47,6 +47,10 @@ type devOptions struct {
 	// admissionRules counts the installed rules that run at admission:
 	// without one the webhook configuration has no rules to wait for.
 	admissionRules int
+	// demoRules and demoManifests: --install-rules and --install-manifests
+	// kept their defaults, so the hints about the demo's pods, reports and
+	// WAF rule sets hold.
+	demoRules, demoManifests bool
 	// edge: run the waf-proxy Engine in the node (--node with the WAF
 	// layer); waitImage waits for its image.
 	edge      bool
@@ -173,10 +177,11 @@ func (o *devOptions) prepare(changed func(flag string) bool) (devAssets, error) 
 	if err != nil {
 		return devAssets{}, err
 	}
-	if !changed("install-rules") {
+	o.demoRules, o.demoManifests = !changed("install-rules"), !changed("install-manifests")
+	if o.demoRules {
 		o.rules = mapSlice(o.rules, assets.path)
 	}
-	if !changed("install-manifests") {
+	if o.demoManifests {
 		o.manifests = mapSlice(o.manifests, assets.path)
 	}
 	if o.node && !changed("waf-cache-addr") {
@@ -264,10 +269,14 @@ func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client
 		}
 		var proxyHint string
 		if o.cfg.WAF {
-			var err error
-			if proxyHint, err = o.prepareWAFProxy(ctx, c, cluster); err != nil {
+			hint, err := o.prepareWAFProxy(ctx, c, cluster)
+			if err != nil {
 				fmt.Fprintln(os.Stderr, "portal dev:", err)
 				return
+			}
+			if o.demoManifests {
+				// The command names examples/waf's RuleSet.
+				proxyHint = hint
 			}
 		}
 		if o.node {
@@ -294,10 +303,32 @@ func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client
 			}
 			proxyHint += runtimeHint(kubectl, o.node) + hint
 		}
-		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
-		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",
-			relative(o.kubeconfigOut), kubectl, kubectl, relative(assets.path(filepath.Join("examples", "manifests", "pods.yaml"))), kubectl, proxyHint)
+		fmt.Fprintf(out, "portal dev: ready in %s (%s installed)\n\n", time.Since(start).Round(100*time.Millisecond), plural(n, "rule"))
+		fmt.Fprintf(out, "%s%s\nCtrl-C stops everything.\n", o.tryHint(kubectl, assets), proxyHint)
 	}
+}
+
+// tryHint is the ready message's first commands; those about the demo's
+// pods and reports only when the demo's rules and manifests were installed
+// and the layer that shows them runs, so that each one works as described.
+func (o *devOptions) tryHint(kubectl string, assets devAssets) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n", relative(o.kubeconfigOut), kubectl)
+	if o.demoRules && o.cfg.Admission.Enabled {
+		fmt.Fprintf(&b, "  %s apply -f %s   # admission denies the privileged pod\n", kubectl, relative(assets.path(filepath.Join("examples", "manifests", "pods.yaml"))))
+	}
+	if o.demoRules && o.demoManifests && o.cfg.Audit.Enabled {
+		fmt.Fprintf(&b, "  %s get policyreports -A                          # audit found the legacy Deployment\n", kubectl)
+	}
+	return b.String()
+}
+
+// plural is "1 rule", "2 rules".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // devPlayground is the namespace portal dev admits everything in (the

@@ -61,3 +61,34 @@ func TestDevInstallRulesMissingPath(t *testing.T) {
 		t.Fatalf("got %v, want %s", err, want)
 	}
 }
+
+// The ready message shows the demo's commands only where they do what their
+// comments say: not after --install-rules or --install-manifests replaced
+// the demo's, nor with the layer they show off.
+func TestDevTryHintFollowsWhatWasInstalled(t *testing.T) {
+	assets := devAssets{root: t.TempDir()}
+	pods := relative(assets.path(filepath.Join("examples", "manifests", "pods.yaml")))
+	head := "Try:\n  export KUBECONFIG=.portal-dev/kubeconfig\n  kubectl get portalclusterrules\n"
+	podsLine := "  kubectl apply -f " + pods + "   # admission denies the privileged pod\n"
+	reportsLine := "  kubectl get policyreports -A                          # audit found the legacy Deployment\n"
+	for _, c := range []struct {
+		name                         string
+		rules, manifests, adm, audit bool
+		want                         string
+	}{
+		{"the demo", true, true, true, true, head + podsLine + reportsLine},
+		{"own rules", false, true, true, true, head},
+		{"no manifests", true, false, true, true, head + podsLine},
+		{"admission off", true, true, false, true, head + reportsLine},
+		{"audit off", true, true, true, false, head + podsLine},
+	} {
+		o := &devOptions{kubeconfigOut: filepath.Join(".portal-dev", "kubeconfig"), demoRules: c.rules, demoManifests: c.manifests}
+		o.cfg.Admission.Enabled, o.cfg.Audit.Enabled = c.adm, c.audit
+		if got := o.tryHint("kubectl", assets); got != c.want {
+			t.Errorf("%s:\n%s\nwant\n%s", c.name, got, c.want)
+		}
+	}
+	if got := plural(1, "rule") + ", " + plural(19, "rule"); got != "1 rule, 19 rules" {
+		t.Errorf("plural: %s", got)
+	}
+}
