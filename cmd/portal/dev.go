@@ -34,6 +34,7 @@ import (
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/internal/pki"
+	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/waf/cache"
 )
 
@@ -447,10 +448,15 @@ func installRules(ctx context.Context, c client.Client, paths []string) (n, admi
 // where it belongs.
 func devRule(d manifest.Document) (*policyv1alpha1.PortalClusterRule, error) {
 	var head struct{ APIVersion, Kind string }
-	if err := yaml.Unmarshal(d.Data, &head); err == nil && head.Kind != "" {
-		if head.Kind != "PortalClusterRule" || head.APIVersion != policyv1alpha1.GroupVersion.String() {
-			return nil, d.Errorf("%s %s is not a rule: --install-rules takes plain rules and PortalClusterRules; pass other objects to --install-manifests, or kubectl apply them once portal dev is ready", head.APIVersion, head.Kind)
-		}
+	if err := yaml.Unmarshal(d.Data, &head); err == nil && head.Kind != "" && (head.Kind != "PortalClusterRule" || head.APIVersion != policyv1alpha1.GroupVersion.String()) {
+		return nil, d.Errorf("%s %s is not a rule: --install-rules takes plain rules and PortalClusterRules; pass other objects to --install-manifests, or kubectl apply them once portal dev is ready", head.APIVersion, head.Kind)
+	}
+	// The loader's checks, located at the field with what was meant, before
+	// the API server's terser ones.
+	if _, err := rule.ParseDocument(d); err != nil {
+		return nil, err
+	}
+	if head.Kind != "" {
 		var pcr policyv1alpha1.PortalClusterRule
 		if err := yaml.UnmarshalStrict(d.Data, &pcr); err != nil {
 			return nil, d.Errorf("not a PortalClusterRule: %v", err)

@@ -12,7 +12,8 @@ import (
 )
 
 // --install-rules takes the tutorial's PortalClusterRule as it is, a plain
-// rule as before, and says where any other object belongs.
+// rule as before, says where any other object belongs, and locates a typo
+// with the field meant, as portal eval does.
 func TestDevRuleForms(t *testing.T) {
 	docs := manifest.Split("r.yaml", []byte(`apiVersion: portal.io/v1alpha1
 kind: PortalClusterRule
@@ -34,6 +35,11 @@ apiVersion: portal.io/v1alpha1
 kind: PortalClusterRule
 metadata: {name: typo}
 spec: {severty: high}
+---
+name: plain-typo
+match: {gvk: [{group: "", kind: Pod}]}
+rule: "false"
+sevrity: high
 `))
 	pcr, err := devRule(docs[0])
 	if err != nil || pcr.Name != "trusted-registry" || pcr.Labels["team"] != "platform" || pcr.Spec.Rule != `container.image.registry != "ghcr.io"` || len(pcr.Spec.Mode) != 1 {
@@ -44,7 +50,8 @@ spec: {severty: high}
 	}
 	for i, want := range map[int]string{
 		2: "r.yaml:13: v1 ConfigMap is not a rule: --install-rules takes plain rules and PortalClusterRules; pass other objects to --install-manifests, or kubectl apply them once portal dev is ready",
-		3: `r.yaml:17: not a PortalClusterRule: error unmarshaling JSON: while decoding JSON: json: unknown field "severty"`,
+		3: `r.yaml:20:8: unknown field "spec.severty": did you mean "severity"? (see docs/reference/rule-schema.md)`,
+		4: `r.yaml:25:1: unknown field "sevrity": did you mean "severity"? (see docs/reference/rule-schema.md)`,
 	} {
 		if _, err := devRule(docs[i]); fmt.Sprint(err) != want {
 			t.Errorf("document %d: got %v\nwant %s", i, err, want)
