@@ -400,7 +400,7 @@ build: ## Build bin/portal (stamped with the git commit: portal version)
 # binaries, no apt packages, no root), so the first `make run` builds only these.
 DEV_BINS := $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd
 
-run: $(DEV_BINS) build ## Run portal dev: a local control plane with Portal in it (Ctrl-C stops it); builds only kube-apiserver, etcd, kubectl and bin/portal; flags in ARGS (make run ARGS='--actions')
+run: $(DEV_BINS) build ## Run portal dev: a local control plane with Portal in it (Ctrl-C stops it); builds only kube-apiserver, etcd, kubectl and bin/portal; flags in ARGS (make run ARGS='--runtime')
 	@$(BIN)/portal dev $(ARGS)
 
 # Needs root: the node changes mounts, cgroups, interfaces and iptables (and undoes it).

@@ -34,6 +34,7 @@ import (
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/internal/pki"
+	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/waf/cache"
 )
 
@@ -47,6 +48,10 @@ type devOptions struct {
 	// admissionRules counts the installed rules that run at admission:
 	// without one the webhook configuration has no rules to wait for.
 	admissionRules int
+	// demoRules and demoManifests: --install-rules and --install-manifests
+	// kept their defaults, so the hints about the demo's pods, reports and
+	// WAF rule sets hold.
+	demoRules, demoManifests bool
 	// edge: run the waf-proxy Engine in the node (--node with the WAF
 	// layer); waitImage waits for its image.
 	edge      bool
@@ -84,7 +89,8 @@ func newDevCommand() *cobra.Command {
 		Short: "Run a local control plane with Portal in it (no Docker, no cluster)",
 		Long: `Start etcd and kube-apiserver on 127.0.0.1, install Portal's CRDs and the
 example rule bundles as PortalClusterRules, and run Portal in this process
-with every layer that exists. A kubeconfig for kubectl is written to
+with every layer on but --runtime (pass it to add the API server's audit
+events); switch one off with --LAYER=false. A kubeconfig for kubectl is written to
 --kubeconfig-out. Ctrl-C stops everything and leaves no process behind.
 
 It works from any directory. kube-apiserver, etcd and kubectl come from
@@ -100,7 +106,7 @@ binary, written next to the kubeconfig.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfigOut, "kubeconfig-out", o.kubeconfigOut, "where to write the kubeconfig of the local control plane")
-	f.StringSliceVar(&o.rules, "install-rules", o.rules, "rule files or directories to install as PortalClusterRules")
+	f.StringSliceVar(&o.rules, "install-rules", o.rules, "plain rule files, PortalClusterRule manifests, or directories of them, to install as PortalClusterRules")
 	f.StringSliceVar(&o.manifests, "install-manifests", o.manifests, "manifest files or directories to create (namespaced objects without a namespace go to default)")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (logs go to stderr)")
 	f.StringVar(&o.binDir, "k8s-bin-dir", o.binDir, "directory of kube-apiserver, etcd and kubectl (default: beside the portal binary, then bin/k8s of the checkout)")
@@ -172,10 +178,11 @@ func (o *devOptions) prepare(changed func(flag string) bool) (devAssets, error) 
 	if err != nil {
 		return devAssets{}, err
 	}
-	if !changed("install-rules") {
+	o.demoRules, o.demoManifests = !changed("install-rules"), !changed("install-manifests")
+	if o.demoRules {
 		o.rules = mapSlice(o.rules, assets.path)
 	}
-	if !changed("install-manifests") {
+	if o.demoManifests {
 		o.manifests = mapSlice(o.manifests, assets.path)
 	}
 	if o.node && !changed("waf-cache-addr") {
@@ -263,10 +270,14 @@ func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client
 		}
 		var proxyHint string
 		if o.cfg.WAF {
-			var err error
-			if proxyHint, err = o.prepareWAFProxy(ctx, c, cluster); err != nil {
+			hint, err := o.prepareWAFProxy(ctx, c, cluster)
+			if err != nil {
 				fmt.Fprintln(os.Stderr, "portal dev:", err)
 				return
+			}
+			if o.demoManifests {
+				// The command names examples/waf's RuleSet.
+				proxyHint = hint
 			}
 		}
 		if o.node {
@@ -293,10 +304,32 @@ func (o *devOptions) onReady(ctx context.Context, out io.Writer, c client.Client
 			}
 			proxyHint += runtimeHint(kubectl, o.node) + hint
 		}
-		fmt.Fprintf(out, "portal dev: ready in %s (%d rules installed)\n\n", time.Since(start).Round(100*time.Millisecond), n)
-		fmt.Fprintf(out, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n  %s apply -f %s   # admission denies the privileged pod\n  %s get policyreports -A                          # audit found the legacy Deployment\n%s\nCtrl-C stops everything.\n",
-			relative(o.kubeconfigOut), kubectl, kubectl, relative(assets.path(filepath.Join("examples", "manifests", "pods.yaml"))), kubectl, proxyHint)
+		fmt.Fprintf(out, "portal dev: ready in %s (%s installed)\n\n", time.Since(start).Round(100*time.Millisecond), plural(n, "rule"))
+		fmt.Fprintf(out, "%s%s\nCtrl-C stops everything.\n", o.tryHint(kubectl, assets), proxyHint)
 	}
+}
+
+// tryHint is the ready message's first commands; those about the demo's
+// pods and reports only when the demo's rules and manifests were installed
+// and the layer that shows them runs, so that each one works as described.
+func (o *devOptions) tryHint(kubectl string, assets devAssets) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Try:\n  export KUBECONFIG=%s\n  %s get portalclusterrules\n", relative(o.kubeconfigOut), kubectl)
+	if o.demoRules && o.cfg.Admission.Enabled {
+		fmt.Fprintf(&b, "  %s apply -f %s   # admission denies the privileged pod\n", kubectl, relative(assets.path(filepath.Join("examples", "manifests", "pods.yaml"))))
+	}
+	if o.demoRules && o.demoManifests && o.cfg.Audit.Enabled {
+		fmt.Fprintf(&b, "  %s get policyreports -A                          # audit found the legacy Deployment\n", kubectl)
+	}
+	return b.String()
+}
+
+// plural is "1 rule", "2 rules".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // devPlayground is the namespace portal dev admits everything in (the
@@ -384,30 +417,57 @@ func ensureNamespace(ctx context.Context, c client.Client, name string, annotati
 	return nil
 }
 
-// installRules creates a PortalClusterRule for every plain rule in paths, so
+// installRules creates a PortalClusterRule for every plain rule in paths, and
+// every PortalClusterRule manifest as it is (the tutorial's form), so
 // `kubectl get portalclusterrules` shows what is enforced.
 // It returns how many it installed, and how many of them run at admission
 // (no mode means admission and audit).
 func installRules(ctx context.Context, c client.Client, paths []string) (n, admission int, err error) {
 	docs, err := manifest.ReadPaths(paths, nil)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("--install-rules: %w", err)
 	}
 	for _, d := range docs {
-		var spec policyv1alpha1.RuleSpec
-		if err := yaml.UnmarshalStrict(d.Data, &spec); err != nil {
-			return n, admission, d.Errorf("not a plain rule: %v", err)
+		pcr, err := devRule(d)
+		if err != nil {
+			return n, admission, err
 		}
-		pcr := &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}, Spec: spec}
 		if err := c.Create(ctx, pcr); err != nil && !apierrors.IsAlreadyExists(err) {
-			return n, admission, d.Errorf("install rule %q: %v", spec.Name, err)
+			return n, admission, d.Errorf("install rule %q: %v", pcr.Name, err)
 		}
 		n++
-		if len(spec.Mode) == 0 || slices.Contains(spec.Mode, policyv1alpha1.Mode(core.ModeAdmission)) {
+		if len(pcr.Spec.Mode) == 0 || slices.Contains(pcr.Spec.Mode, policyv1alpha1.Mode(core.ModeAdmission)) {
 			admission++
 		}
 	}
 	return n, admission, nil
+}
+
+// devRule reads one --install-rules document: a plain rule, named by its
+// name, or a PortalClusterRule manifest. Any other kind is refused, naming
+// where it belongs.
+func devRule(d manifest.Document) (*policyv1alpha1.PortalClusterRule, error) {
+	var head struct{ APIVersion, Kind string }
+	if err := yaml.Unmarshal(d.Data, &head); err == nil && head.Kind != "" && (head.Kind != "PortalClusterRule" || head.APIVersion != policyv1alpha1.GroupVersion.String()) {
+		return nil, d.Errorf("%s %s is not a rule: --install-rules takes plain rules and PortalClusterRules; pass other objects to --install-manifests, or kubectl apply them once portal dev is ready", head.APIVersion, head.Kind)
+	}
+	// The loader's checks, located at the field with what was meant, before
+	// the API server's terser ones.
+	if _, err := rule.ParseDocument(d); err != nil {
+		return nil, err
+	}
+	if head.Kind != "" {
+		var pcr policyv1alpha1.PortalClusterRule
+		if err := yaml.UnmarshalStrict(d.Data, &pcr); err != nil {
+			return nil, d.Errorf("not a PortalClusterRule: %v", err)
+		}
+		return &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: pcr.Name, Labels: pcr.Labels, Annotations: pcr.Annotations}, Spec: pcr.Spec}, nil
+	}
+	var spec policyv1alpha1.RuleSpec
+	if err := yaml.UnmarshalStrict(d.Data, &spec); err != nil {
+		return nil, d.Errorf("not a plain rule: %v", err)
+	}
+	return &policyv1alpha1.PortalClusterRule{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}, Spec: spec}, nil
 }
 
 // relative shortens p to a path relative to the working directory when it is

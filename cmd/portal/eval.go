@@ -224,7 +224,7 @@ func (o *evalOptions) evaluate(cmd *cobra.Command, eng *engine.Engine, docs iter
 		return usageError(fmt.Errorf("cannot read --file: %w", err))
 	}
 	if len(errs) > 0 {
-		return usageError(fmt.Errorf("cannot read manifests:\n  %w", joinLines(errs)))
+		return usageError(fmt.Errorf("cannot read manifests:\n  %w", joinLines(firstErrors(errs, maxManifestErrors))))
 	}
 	if report.Objects() == 0 && !o.allowEmpty {
 		return usageError(fmt.Errorf("no Kubernetes object found in --file %s: an empty input usually means the command feeding it failed (use set -o pipefail), or pass --allow-empty", strings.Join(o.files, ",")))
@@ -264,6 +264,19 @@ func (o *evalOptions) analyseNetwork(cmd *cobra.Command) ([]core.ObjectFindings,
 }
 
 // joinLines joins errors one per indented line.
+// maxManifestErrors is how many unreadable manifests eval lists: a tree of
+// the wrong files (a rules directory passed to --file) fails on every
+// document, and the first screenful says what is wrong as well as all of them.
+const maxManifestErrors = 20
+
+// firstErrors keeps the first n errors and counts the rest in a last line.
+func firstErrors(errs []error, n int) []error {
+	if len(errs) <= n {
+		return errs
+	}
+	return append(errs[:n:n], fmt.Errorf("... and %d more", len(errs)-n))
+}
+
 func joinLines(errs []error) error {
 	msgs := make([]string, len(errs))
 	for i, e := range errs {

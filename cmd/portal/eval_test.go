@@ -156,6 +156,32 @@ func TestEvalBadManifestWritesNoReport(t *testing.T) {
 	}
 }
 
+// TestEvalRulesAsManifests: a newcomer's --file pointed at a tree of rules
+// is told what the files are, in a screenful, not a thousand lines.
+func TestEvalRulesAsManifests(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 25 {
+		writeFile(t, filepath.Join(dir, fmt.Sprintf("r%02d.yaml", i)), fmt.Sprintf("name: r%02d\nmatch: {gvk: [{kind: Pod}]}\nrule: \"false\"\n", i))
+	}
+	_, err := runCLI(t, "", "eval", "--rules", evalRules, "--file", dir)
+	msg := fmt.Sprint(err)
+	if exitCodeOf(err) != exitUsage {
+		t.Fatalf("exit %d (%v), want %d", exitCodeOf(err), err, exitUsage)
+	}
+	for _, want := range []string{
+		"r00.yaml:1: object has no apiVersion or kind: this is a plain Portal rule, not a Kubernetes object; rule files go to --rules",
+		"r19.yaml:1: ",
+		"\n  ... and 5 more",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("message lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "r20.yaml") {
+		t.Fatalf("more than %d files listed:\n%s", maxManifestErrors, msg)
+	}
+}
+
 func writeFile(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {

@@ -13,6 +13,7 @@ in continuous audit, and offline in CI with 'portal eval'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(newVersionCommand(), newEvalCommand(), newRunCommand(), newDevCommand(), newTestCommand(), newMigrateCommand(), newWAFProxyCommand(), newUninstallCommand())
 	return root
 }

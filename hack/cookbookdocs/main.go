@@ -344,6 +344,9 @@ Load them all with ` + "`portal eval --rules examples/rules/best-practices --fil
 or apply one as a [` + "`PortalClusterRule`" + `](../reference/crd/portalclusterrule.md): the
 rule file is its ` + "`spec`" + `. For the Pod Security Standards, see
 ` + "`examples/rules/pod-security`" + `.
+The commands write ` + "`portal`" + ` and ` + "`kubectl`" + `: from the repository,
+` + "`export PATH=$PWD/bin/k8s:$PWD/bin:$PATH`" + ` finds the ones ` + "`make run`" + ` (or
+` + "`make build`" + `) built, as [the tutorial](../getting-started/first-rule.md#1-start-portal-dev) does.
 
 `)
 	for i, dir := range bundleDirs {

@@ -213,6 +213,9 @@ func (e *Engine) Compile(r *core.Rule) (*Rule, error) {
 			return nil, fmt.Errorf("rule %q: match.namespaces pattern %q: %w", r.Name, p, err)
 		}
 	}
+	if err := checkOwnNamespace(r); err != nil {
+		return nil, err
+	}
 	out := &Rule{
 		Rule:            r,
 		program:         prog,

@@ -191,7 +191,9 @@ func (d Document) Objects() ([]*unstructured.Unstructured, error) {
 	}
 	m, err := decode(d.Data)
 	if err != nil {
-		return nil, d.SyntaxError(err)
+		e := d.SyntaxError(err)
+		e.Err = fmt.Errorf("%w%s", e.Err, templateHint(d.Data))
+		return nil, e
 	}
 	if m == nil {
 		switch d.kind {
@@ -207,6 +209,11 @@ func (d Document) Objects() ([]*unstructured.Unstructured, error) {
 	if obj.GetAPIVersion() == "" || obj.GetKind() == "" {
 		if d.kind == listItem {
 			return nil, d.Errorf("List item has no apiVersion or kind")
+		}
+		if looksLikePlainRule(m) {
+			// The usual cause: --file (or a test file's resources) given the
+			// rules' directory, or a tree holding rules and manifests.
+			return nil, d.Errorf("object has no apiVersion or kind: this is a plain Portal rule, not a Kubernetes object; rule files go to --rules")
 		}
 		return nil, d.Errorf("object has no apiVersion or kind")
 	}
@@ -271,4 +278,24 @@ func (d Document) SyntaxError(err error) *Error {
 		return &Error{Path: d.Path, Line: line, Err: errors.New(msg[len(m[0]):])}
 	}
 	return &Error{Path: d.Path, Line: d.Line, Err: errors.New(msg)}
+}
+
+// templateHint explains a syntax error in data holding template actions:
+// a chart's templates/ passed as manifests, the usual first try.
+func templateHint(data []byte) string {
+	if !bytes.Contains(data, []byte("{{")) {
+		return ""
+	}
+	return " (it holds {{ }}: a Helm or Go template? render it first, as in helm template CHART | portal eval --rules RULES --file -)"
+}
+
+// looksLikePlainRule reports whether a document without apiVersion and kind
+// has the shape of a plain rule file: a string rule and a match or a name.
+func looksLikePlainRule(m map[string]any) bool {
+	if _, ok := m["rule"].(string); !ok {
+		return false
+	}
+	_, match := m["match"]
+	_, name := m["name"]
+	return match || name
 }

@@ -1,6 +1,8 @@
 package manifest
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,6 +49,44 @@ metadata: {name: nokind}
 	}
 	if _, err := docs[2].Objects(); err == nil || !strings.Contains(err.Error(), "f.yaml:12: object has no apiVersion or kind") {
 		t.Fatalf("missing kind: %v", err)
+	}
+}
+
+// A plain rule handed over as a manifest (the rules' directory passed to
+// --file) says so, instead of only that it has no kind.
+func TestObjectsPlainRuleHint(t *testing.T) {
+	docs := Split("rules/latest.yaml", []byte("name: no-latest\nmatch: {gvk: [{kind: Pod}]}\nrule: container.image.tag == \"latest\"\n---\nname: not-a-rule\n"))
+	_, err := docs[0].Objects()
+	want := "rules/latest.yaml:1: object has no apiVersion or kind: this is a plain Portal rule, not a Kubernetes object; rule files go to --rules"
+	if err == nil || err.Error() != want {
+		t.Fatalf("plain rule as a manifest: got %v, want %q", err, want)
+	}
+	if _, err := docs[1].Objects(); err == nil || strings.Contains(err.Error(), "plain Portal rule") {
+		t.Fatalf("a document without rule got the rule hint: %v", err)
+	}
+}
+
+// A chart's templates given as manifests fail to parse; the error says they
+// look like templates and how to render them.
+func TestTemplateHint(t *testing.T) {
+	const hint = " (it holds {{ }}: a Helm or Go template? render it first, as in helm template CHART | portal eval --rules RULES --file -)"
+	docs := Split("cm.yaml", []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n"))
+	if _, err := docs[0].Objects(); err == nil || !strings.HasSuffix(err.Error(), hint) {
+		t.Errorf("templated YAML: %v", err)
+	}
+	if _, err := Split("bad.yaml", []byte("a: [\n"))[0].Objects(); err == nil || strings.Contains(err.Error(), "template") {
+		t.Errorf("a plain syntax error got the template hint: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "certificate.yaml")
+	if err := os.WriteFile(path, []byte("{{- if .Values.tls }}\napiVersion: v1\nkind: Secret\n{{- end }}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for _, err := range StreamItems([]string{path}, nil) {
+		last = err
+	}
+	if last == nil || !strings.HasSuffix(last.Error(), hint) {
+		t.Errorf("templated file: %v", last)
 	}
 }
 

@@ -54,7 +54,7 @@ func streamPaths(paths []string, stdin io.Reader, split splitFunc, stdinCap int6
 				}
 				more, err := streamFile(f, split, docs)
 				if err != nil {
-					yield(Document{}, fmt.Errorf("read %s: %w", f, err))
+					yield(Document{}, fmt.Errorf("read %s: %w%s", f, err, fileTemplateHint(f)))
 					return
 				}
 				if !more {
@@ -152,4 +152,17 @@ func splitStream(path string, r io.Reader, yield func(Document) bool) (bool, err
 			return flush(), nil
 		}
 	}
+}
+
+// fileTemplateHint is templateHint for a file that failed to read, from its
+// first 4 KiB: a template's actions come early.
+func fileTemplateHint(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	head := make([]byte, 4096)
+	n, _ := io.ReadFull(f, head)
+	return templateHint(head[:n])
 }

@@ -90,12 +90,12 @@ func FromSpec(spec *policyv1alpha1.RuleSpec, name string, src core.Source) (*cor
 	if r.Severity == "" {
 		r.Severity = core.SeverityMedium
 	} else if !slices.Contains(severities, r.Severity) {
-		errs = append(errs, fieldErr("severity", "severity %q is not one of %v", r.Severity, severities))
+		errs = append(errs, fieldErr("severity", "severity %q is not one of %v%s", r.Severity, severities, meant(r.Severity, severities)))
 	}
 	if r.EnforcementAction == "" {
 		r.EnforcementAction = core.ActionDeny
 	} else if !slices.Contains(enforce, r.EnforcementAction) {
-		errs = append(errs, fieldErr("enforcementAction", "enforcementAction %q is not one of %v", r.EnforcementAction, enforce))
+		errs = append(errs, fieldErr("enforcementAction", "enforcementAction %q is not one of %v%s", r.EnforcementAction, enforce, meant(r.EnforcementAction, enforce)))
 	}
 	switch r.OnError {
 	case "":
@@ -138,6 +138,9 @@ func convertMatch(m policyv1alpha1.Match, errs []error) (core.Match, []error) {
 	for i, g := range m.GVK {
 		if g.Kind == "" {
 			errs = append(errs, fieldErr(fmt.Sprintf("match.gvk[%d]", i), "match.gvk[%d].kind is required", i))
+		}
+		if err := checkBuiltinGroup(i, g); err != nil {
+			errs = append(errs, err)
 		}
 		if gk := (schema.GroupKind{Group: g.Group, Kind: g.Kind}); slices.Contains(OutputKinds, gk) {
 			errs = append(errs, fieldErr(fmt.Sprintf("match.gvk[%d]", i), "match.gvk[%d]: %s is what Portal writes its findings to; a rule on it would rewrite the report it is reported in", i, flagKind(gk)))
@@ -199,7 +202,7 @@ func convertActions(spec *policyv1alpha1.RuleSpec, src core.Source, errs []error
 	var out []core.ActionSpec
 	for i, a := range spec.Actions {
 		if !slices.Contains(actions, a.Type) {
-			errs = append(errs, fieldErr(fmt.Sprintf("actions[%d].type", i), "actions[%d].type %q is not one of %v", i, a.Type, actions))
+			errs = append(errs, fieldErr(fmt.Sprintf("actions[%d].type", i), "actions[%d].type %q is not one of %v%s", i, a.Type, actions, meant(a.Type, actions)))
 			continue
 		}
 		errs = append(errs, checkAction(i, &a, src)...)
@@ -271,7 +274,7 @@ func convertModes(field string, in []policyv1alpha1.Mode, errs []error) ([]core.
 		at := fmt.Sprintf("%s[%d]", field, i)
 		switch {
 		case !slices.Contains(modes, core.Mode(m)):
-			errs = append(errs, fieldErr(at, "%s: %q is not one of %v", field, m, modes))
+			errs = append(errs, fieldErr(at, "%s: %q is not one of %v%s", field, m, modes, meant(core.Mode(m), modes)))
 		case slices.Contains(out, core.Mode(m)):
 			errs = append(errs, fieldErr(at, "%s: %q is listed twice", field, m))
 		default:
@@ -279,6 +282,19 @@ func convertModes(field string, in []policyv1alpha1.Mode, errs []error) ([]core.
 		}
 	}
 	return out, errs
+}
+
+// meant is a ": did you mean X?" clause naming the value of set closest to
+// a misspelt v, or "" when none is close.
+func meant[T ~string](v T, set []T) string {
+	names := make([]string, len(set))
+	for i, x := range set {
+		names[i] = string(x)
+	}
+	if d := didyoumean.Closest(string(v), names); d != "" {
+		return fmt.Sprintf(": did you mean %q?", d)
+	}
+	return ""
 }
 
 // boolParam renders a boolean action parameter: "true", or nothing.

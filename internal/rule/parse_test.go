@@ -69,6 +69,11 @@ func TestParseErrorsPointAtFileAndLine(t *testing.T) {
 		{"bad enum", "name: a\nseverity: extreme\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `r.yaml:2:11: rule "a": severity "extreme"`},
 		{"category too long", "name: a\ncategory: " + strings.Repeat("x", 65) + "\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `r.yaml:2:11: rule "a": category "xxx`},
 		{"category not a word", "name: a\ncategory: \"-- {{ x }}\"\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `r.yaml:2:11: rule "a": category "-- {{ x }}" is not`},
+		{"misspelt mode", "name: a\nmode: [admision]\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `r.yaml:2:8: rule "a": mode: "admision" is not one of [admission audit runtime]: did you mean "admission"?`},
+		{"misspelt action", "name: a\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\nactions: [{type: lable, key: a}]\n", `rule "a": actions[0].type "lable" is not one of [alertmanager annotate evict label patch-networkpolicy revoke-sa-token]: did you mean "label"?`},
+		{"misspelt enforcementAction", "name: a\nenforcementAction: warning\nmatch: {gvk: [{kind: Pod}]}\nrule: 'true'\n", `enforcementAction "warning" is not one of [deny warn dryrun]: did you mean "warn"?`},
+		{"kind in the wrong built-in group", "name: a\nmatch: {gvk: [{group: \"\", kind: Deployment}]}\nrule: 'true'\n", `r.yaml:2:15: rule "a": match.gvk[0]: kind Deployment is not in group "" but in "apps" or "extensions", so the rule would match nothing: write {group: apps, kind: Deployment}`},
+		{"moved kind suggests its current group", "name: a\nmatch: {gvk: [{group: apps, kind: Ingress}]}\nrule: 'true'\n", `write {group: networking.k8s.io, kind: Ingress}`},
 		{"no gvk", "name: a\nrule: 'true'\n", "match.gvk is required"},
 		{"no name", "match: {gvk: [{kind: Pod}]}\nrule: 'true'\n", "name is required"},
 		{"yaml syntax", "name: a\nrule: [unclosed\n", "r.yaml:"},
@@ -250,5 +255,23 @@ func TestSugarFieldsAreTypedAtCompileTime(t *testing.T) {
 		if _, errs := rule.CompileFile(eng, "r.yaml", []byte(head+"rule: \""+expr+"\"\n")); len(errs) > 0 {
 			t.Errorf("%s: %v", expr, errs)
 		}
+	}
+}
+
+// Only a built-in group paired with a kind another built-in group holds is
+// refused: custom groups, kinds newer than client-go and legacy homes load.
+func TestBuiltinGroupCheckLeavesOtherKinds(t *testing.T) {
+	doc := `name: a
+match:
+  gvk:
+    - {group: example.com, kind: Deployment}
+    - {group: "", kind: Widget}
+    - {group: extensions, kind: Deployment}
+    - {group: events.k8s.io, kind: Event}
+    - {group: "", kind: Event}
+rule: 'true'
+`
+	if _, errs := rule.ParseFile("r.yaml", []byte(doc)); len(errs) > 0 {
+		t.Fatalf("refused: %v", errs)
 	}
 }

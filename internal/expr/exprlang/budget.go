@@ -8,6 +8,8 @@ import (
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
+
+	"github.com/vilaca/portal/internal/didyoumean"
 )
 
 // Names of the metering helpers the budget patch inserts. Like fetchName they
@@ -121,8 +123,15 @@ func (p *budgetPatch) patchCall(node *ast.Node, n *ast.CallNode) {
 			// Portal's own helpers (fetch, lookup) meter themselves.
 			return
 		}
+		if c, ok := builtinCosts[callee.Value]; ok && c.meter == meterDisabled {
+			// Disabled builtins reach here as calls of an unknown name.
+			p.fail(n, "%s is not available in rules: %s", callee.Value, strings.TrimPrefix(c.charge, "disabled: "))
+			return
+		}
 		if _, ok := functionCosts[callee.Value]; !ok {
-			p.fail(n, "function %s is not available in rules: Portal's evaluation budget has no cost for it", callee.Value)
+			// Portal's functions all have a row, and expr-lang's builtins
+			// are BuiltinNodes: this name is none of them.
+			p.fail(n, "unknown function %s%s: rules call expr-lang's builtins and Portal's functions (docs/reference/expression-language.md)", callee.Value, closestFunction(callee.Value))
 			return
 		}
 		if callee.Value == "glob" {
@@ -139,6 +148,26 @@ func (p *budgetPatch) patchCall(node *ast.Node, n *ast.CallNode) {
 	default:
 		p.fail(n, "this call is not available in rules: Portal's evaluation budget has no cost for it")
 	}
+}
+
+// closestFunction names, as a "did you mean" clause, the callable function
+// or builtin nearest to a misspelt one.
+func closestFunction(name string) string {
+	var names []string
+	for f := range functionCosts {
+		if !strings.ContainsAny(f, ". ") {
+			names = append(names, f)
+		}
+	}
+	for b, c := range builtinCosts {
+		if c.meter != meterDisabled {
+			names = append(names, b)
+		}
+	}
+	if s := didyoumean.Closest(name, names); s != "" {
+		return fmt.Sprintf(" (did you mean %s?)", s)
+	}
+	return ""
 }
 
 func patchBuiltin(node *ast.Node, n *ast.BuiltinNode, m metering) {

@@ -52,7 +52,10 @@ func TestEval(t *testing.T) {
 func TestCompileErrorsNameTheProblem(t *testing.T) {
 	tests := map[string]string{
 		`contaner.name == "x"`:       "unknown name contaner",
-		`now() > date("2020-01-01")`: "now",
+		`now() > date("2020-01-01")`: "now is not available in rules: a verdict must not depend on when it was computed",
+		`hasLabel(object, "x")`:      "unknown function hasLabel: rules call expr-lang's builtins and Portal's functions (docs/reference/expression-language.md)",
+		`parseImag("nginx") != nil`:  "unknown function parseImag (did you mean parseImage?)",
+		`lenght(object.x) > 1`:       "unknown function lenght (did you mean len?)",
 		`repeat("a", 1000000000)`:    "repeat",
 		`object.a ==`:                "unexpected token",
 		``:                           "empty",

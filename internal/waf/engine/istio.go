@@ -103,7 +103,7 @@ func (istioWASM) Provision(ctx context.Context, h driver.Host, eng *wafv1alpha1.
 		pullSecret = w.ImagePullSecret
 	}
 	if image == "" {
-		return driver.Result{}, errors.New("no Coraza WASM plugin image: set spec.driver.wasm.image or Portal's --waf-wasm-image")
+		return driver.Result{}, &noImage{what: "Coraza WASM plugin", field: "spec.driver.wasm.image", flag: "--waf-wasm-image"}
 	}
 	if err := h.AllowCache(ctx, eng, map[string]string{wafv1alpha1.GatewayNameLabel: eng.Spec.Target.Name}); err != nil {
 		return driver.Result{}, err

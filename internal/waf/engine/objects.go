@@ -340,6 +340,14 @@ func (e *imageNotAllowed) Error() string {
 	return fmt.Sprintf("%s %q is not allowed: Portal deploys only its configured image or images under --waf-engine-allowed-images; ask the platform team, or leave the field empty", e.field, e.image)
 }
 
+// noImage: neither the Engine nor Portal's flags name the data plane's
+// image (portal dev without --node, a chart value left empty).
+type noImage struct{ what, field, flag string }
+
+func (e *noImage) Error() string {
+	return fmt.Sprintf("no %s image: set %s or Portal's %s", e.what, e.field, e.flag)
+}
+
 // checkImage refuses an image the Engine names unless it is Portal's own
 // default or under an allowed prefix.
 func checkImage(s driver.Settings, image, def, field string) error {

@@ -123,7 +123,7 @@ func (wafProxy) Provision(ctx context.Context, h driver.Host, eng *wafv1alpha1.E
 		cfg.Image = def
 	}
 	if cfg.Image == "" {
-		return driver.Result{}, errors.New("no waf-proxy image: set spec.driver.wafProxy.image or Portal's --waf-proxy-image")
+		return driver.Result{}, &noImage{what: "waf-proxy", field: "spec.driver.wafProxy.image", flag: "--waf-proxy-image"}
 	}
 	ca := s.CABundle()
 	if len(ca) == 0 {

@@ -119,14 +119,8 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 
 	p, err := r.provision(ctx, eng, drv)
 	if err != nil {
-		var nf *targetServiceNotFound
-		if errors.As(err, &nf) {
-			return o.refuse(ResultTargetServiceNotFound, wafv1alpha1.ReasonTargetServiceNotFound, nf.Error()), 0, nil
-		}
-		var bad *imageNotAllowed
-		if errors.As(err, &bad) {
-			// Nothing of the data plane is applied: the check comes first.
-			return o.refuse(ResultImageNotAllowed, wafv1alpha1.ReasonImageNotAllowed, bad.Error()), 0, nil
+		if result, reason, ok := refusal(err); ok {
+			return o.refuse(result, reason, err.Error()), 0, nil
 		}
 		return r.failed(o, err), 0, err
 	}
@@ -138,6 +132,25 @@ func (r *Reconciler) reconcile(ctx context.Context, eng *wafv1alpha1.Engine) (ou
 		o.degraded = cond(wafv1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
 	}
 	return o, p.Requeue, nil
+}
+
+// refusal maps a provisioning error that retrying cannot fix (the Engine or
+// Portal's flags must change first) to its result and reason, so it is a
+// status, not a reconcile error retried and logged with backoff forever.
+// Nothing of the data plane is applied before these checks.
+func refusal(err error) (result, reason string, ok bool) {
+	var nf *targetServiceNotFound
+	var bad *imageNotAllowed
+	var none *noImage
+	switch {
+	case errors.As(err, &nf):
+		return ResultTargetServiceNotFound, wafv1alpha1.ReasonTargetServiceNotFound, true
+	case errors.As(err, &bad):
+		return ResultImageNotAllowed, wafv1alpha1.ReasonImageNotAllowed, true
+	case errors.As(err, &none):
+		return ResultFailed, wafv1alpha1.ReasonProvisioningFailed, true
+	}
+	return "", "", false
 }
 
 // provision applies the driver's data plane, then removes what every other
