@@ -121,7 +121,7 @@ func (o *migrateOptions) inputs(args []string) ([]*migrateInput, error) {
 		}
 		files, err := manifest.Files(a)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("cannot read the rules to migrate: %w", err)
 		}
 		if len(files) == 0 {
 			return nil, fmt.Errorf("%s: no .yaml, .yml or .json files", a)

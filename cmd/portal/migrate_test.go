@@ -101,7 +101,7 @@ func TestMigrateRulesErrors(t *testing.T) {
 		{[]string{"migrate-rules"}, "", []string{"needs at least one file"}},
 		{[]string{"migrate-rules", "--format=xml", pocRulesDir}, "", []string{`format "xml"`}},
 		{[]string{"migrate-rules", "--output-dir", dir, "-"}, "", []string{"--output-dir cannot name a file for standard input"}},
-		{[]string{"migrate-rules", filepath.Join(dir, "missing.yaml")}, "", []string{"missing.yaml"}},
+		{[]string{"migrate-rules", filepath.Join(dir, "missing.yaml")}, "", []string{"cannot read the rules to migrate: stat " + filepath.Join(dir, "missing.yaml") + ": no such file or directory"}},
 		{[]string{"migrate-rules", pocRulesDir, pocRulesDir}, "", []string{"is also produced by"}},
 	}
 	for _, tt := range tests {

@@ -78,7 +78,7 @@ func (o *testOptions) run(cmd *cobra.Command, args []string) error {
 	}
 	files, err := ruletest.Targets(args, o.root)
 	if err != nil {
-		return usageError(err)
+		return usageError(fmt.Errorf("cannot read the tests: %w", err))
 	}
 	if len(files) == 0 {
 		return usageError(fmt.Errorf("no test file (%s) found in %s", ruletest.FileName, strings.Join(args, ", ")))

@@ -24,7 +24,7 @@ func TestTestExitCodes(t *testing.T) {
 		"failing":        {[]string{"--root", testCorpus, testCorpus + "/pass", testCorpus + "/fail"}, exitViolation, "fail/portal-test.yaml:9   no-privileged  Pod/demo/debug"},
 		"broken":         {[]string{"--root", testCorpus, testCorpus, testCorpus + "/broken/unknown-rule.yaml"}, exitUsage, `BROKEN ` + testCorpus + `/broken/unknown-rule.yaml:8: rule "team-lable"`},
 		"none found":     {[]string{testCorpus + "/rules"}, exitUsage, ""},
-		"missing path":   {[]string{testCorpus + "/nothing"}, exitUsage, ""},
+		"missing path":   {[]string{testCorpus + "/nothing"}, exitUsage, "cannot read the tests: stat " + testCorpus + "/nothing: no such file or directory"},
 		"unknown format": {[]string{"-o", "xml", testCorpus}, exitUsage, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -32,8 +32,8 @@ func TestTestExitCodes(t *testing.T) {
 			if code := exitCodeOf(err); code != tc.code {
 				t.Fatalf("exit code %d, want %d: %v\n%s", code, tc.code, err, out)
 			}
-			if !strings.Contains(out, tc.want) {
-				t.Errorf("output lacks %q:\n%s", tc.want, out)
+			if got := out + errText(err); !strings.Contains(got, tc.want) {
+				t.Errorf("output and error lack %q:\n%s", tc.want, got)
 			}
 		})
 	}
@@ -178,9 +178,17 @@ func TestTestConfinement(t *testing.T) {
 			if code := exitCodeOf(err); code != tc.code {
 				t.Fatalf("exit code %d, want %d: %v\n%s", code, tc.code, err, out)
 			}
-			if !strings.Contains(out, tc.want) {
-				t.Errorf("output lacks %q:\n%s", tc.want, out)
+			if got := out + errText(err); !strings.Contains(got, tc.want) {
+				t.Errorf("output and error lack %q:\n%s", tc.want, got)
 			}
 		})
 	}
+}
+
+// errText is err's message, or nothing for a nil error.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
