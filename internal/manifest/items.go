@@ -81,7 +81,7 @@ func splitItems(path string, r io.Reader, yield func(Document) bool) (bool, erro
 }
 
 func splitItemsMax(path string, r io.Reader, yield func(Document) bool, maxDoc int) (bool, error) {
-	s := &itemSplitter{br: bufio.NewReaderSize(r, streamBuffer), path: path, line: 1, yield: yield, max: maxDoc}
+	s := &itemSplitter{br: bufio.NewReaderSize(&crLines{r: r}, streamBuffer), path: path, line: 1, yield: yield, max: maxDoc}
 	for !s.stop {
 		c, prefix, err := s.skipBlank()
 		if errors.Is(err, io.EOF) {

@@ -196,3 +196,18 @@ func TestStreamItemsBoundsDocuments(t *testing.T) {
 		t.Fatalf("%d documents, %v", n, err)
 	}
 }
+
+// TestStreamItemsReadsLoneCRAsLineBreak: YAML reads a carriage return not
+// followed by a line feed as a line break (files from old Mac tools, or
+// mixed line ends), so a List item holding one reads as it does whole,
+// instead of failing, or passing where the whole file fails.
+func TestStreamItemsReadsLoneCRAsLineBreak(t *testing.T) {
+	for _, in := range []string{
+		"apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\r  metadata:\r    name: a\n",
+		"apiVersion: v1\r\nkind: List\r\nitems:\r\n- apiVersion: v1\r  kind: ConfigMap\r\n  metadata: {name: a}\r",
+	} {
+		if !checkItems(t, in) {
+			t.Errorf("%q: not read, or read differently than whole", in)
+		}
+	}
+}
