@@ -46,6 +46,9 @@ type lookups struct {
 	binder  *lookup.Lookups
 	watcher *lookup.Watcher
 	status  *rule.LookupStatus
+	// rules hears of CRD changes too: a rule matching a kind not served
+	// yet turns Ready when it is.
+	rules *rule.CRLoader
 	// cache is the one lookup view of the cluster cache the binder and the
 	// watcher share: the binder's reads are served from the watches the
 	// watcher holds, each object decoded once for every evaluation.
@@ -94,9 +97,9 @@ func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, eng *engine.Engi
 		// and the chart grants no CRD reads.
 		return nil
 	}
-	// A rule may read a custom resource whose CRD comes later: watch the
-	// CRDs' metadata (not their schemas, which can be megabytes each) and
-	// resolve such rules again when one appears or changes.
+	// A rule may read or match a custom resource whose CRD comes later:
+	// watch the CRDs' metadata (not their schemas, which can be megabytes
+	// each) and resolve such rules again when one appears or changes.
 	return mgr.Add(crmanager.RunnableFunc(func(ctx context.Context) error {
 		crds := &metav1.PartialObjectMetadata{}
 		crds.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
@@ -105,7 +108,12 @@ func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, eng *engine.Engi
 			log.Warn("lookups: CustomResourceDefinitions not watched; a rule reading a resource whose CRD comes later is resolved again only when it changes", "error", err)
 			return nil
 		}
-		notify := func(any) { l.watcher.ResourcesChanged() }
+		notify := func(any) {
+			l.watcher.ResourcesChanged()
+			if l.rules != nil {
+				l.rules.ResourcesChanged()
+			}
+		}
 		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    notify,
 			UpdateFunc: func(_, o any) { notify(o) },

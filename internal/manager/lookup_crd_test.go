@@ -29,8 +29,35 @@ func checkUnservedLookup(ctx context.Context, t *testing.T, c client.Client) {
 			Rule:  `len(cluster["widgets.nowhere.example"].list(object.metadata.namespace, {})) > 0`,
 		},
 	}
-	if err := c.Create(ctx, pcr); err != nil {
-		t.Fatal(err)
+	// A rule matching the kind itself is not Ready until it is served.
+	matches := &policyv1alpha1.PortalClusterRule{
+		ObjectMeta: metav1.ObjectMeta{Name: "matches-nothing-served"},
+		Spec: policyv1alpha1.RuleSpec{
+			Mode:  []policyv1alpha1.Mode{"audit"},
+			Match: policyv1alpha1.Match{GVK: []policyv1alpha1.GroupVersionKind{{Group: "nowhere.example", Kind: "Widget"}}},
+			Rule:  `true`,
+		},
+	}
+	for _, o := range []client.Object{pcr, matches} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() { _ = c.Delete(ctx, matches) }()
+	ready := func(want metav1.ConditionStatus) (*metav1.Condition, error) {
+		var got *metav1.Condition
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			var r policyv1alpha1.PortalClusterRule
+			if err := c.Get(ctx, client.ObjectKeyFromObject(matches), &r); err != nil {
+				return false, err
+			}
+			got = meta.FindStatusCondition(r.Status.Conditions, policyv1alpha1.ConditionReady)
+			return got != nil && got.Status == want, nil
+		})
+		return got, err
+	}
+	if got, err := ready(metav1.ConditionFalse); err != nil || got.Reason != policyv1alpha1.ReasonKindNotServed {
+		t.Errorf("Ready of a rule matching a kind not served: %v %v, want False %s", got, err, policyv1alpha1.ReasonKindNotServed)
 	}
 	var cond *metav1.Condition
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -77,5 +104,8 @@ func checkUnservedLookup(ctx context.Context, t *testing.T, c client.Client) {
 	})
 	if err != nil {
 		t.Errorf("LookupsReady %s %s %q after the CRD was installed, want True", cond.Status, cond.Reason, cond.Message)
+	}
+	if got, err := ready(metav1.ConditionTrue); err != nil {
+		t.Errorf("Ready %v after the CRD of the kind the rule matches was installed, want True without an edit: %v", got, err)
 	}
 }

@@ -368,6 +368,7 @@ func setupRuleLoading(mgr ctrl.Manager, cfg *Config, d Deps, lk *lookups, loaded
 		return fmt.Errorf("allowed tenant kinds: %w", err)
 	}
 	loader.AllowTenantKinds(tenantKinds)
+	lk.rules = loader
 	if err := loader.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -52,6 +52,10 @@ type LoadState struct {
 	LoadedAt metav1.Time
 	// ActiveOn lists the loops the active rule runs in (none when disabled).
 	ActiveOn []core.Mode
+	// NotServed says, for each match kind of the active rule the API
+	// server did not serve when last asked, why ("match.gvk[0]: ..."). The
+	// rule stays loaded and applies to the kind once it is served.
+	NotServed []string
 }
 
 // CRLoader loads PortalClusterRules and PortalRules from the manager's cache
@@ -79,6 +83,13 @@ type CRLoader struct {
 	// kind it does not know makes it read the API server's discovery.
 	mapper        meta.RESTMapper
 	discoveryAsks *rate.Limiter
+	// served remembers the match kinds found served, which need no more
+	// asks; unserved holds the rules with a kind not served (or not asked
+	// about yet), which the follower asks about again when resources
+	// signals a change (served.go).
+	served    map[policyv1alpha1.GroupVersionKind]bool
+	unserved  map[string]*servedCheck
+	resources chan struct{}
 }
 
 // NewCRLoader returns a loader reading through c (the manager's cache).
@@ -87,6 +98,9 @@ func NewCRLoader(c client.Reader, comp Compiler, index *Index, log *slog.Logger,
 		client: c, compiler: comp, index: index, log: log, metrics: m,
 		states:        map[string]LoadState{},
 		discoveryAsks: rate.NewLimiter(5, 50),
+		served:        map[policyv1alpha1.GroupVersionKind]bool{},
+		unserved:      map[string]*servedCheck{},
+		resources:     make(chan struct{}, 1),
 		active:        map[string][]*engine.Rule{},
 		changed: map[string]chan event.GenericEvent{
 			KindCluster:    make(chan event.GenericEvent, 1024),
@@ -126,6 +140,9 @@ func (l *CRLoader) State(kind, namespace, name string) (LoadState, bool) {
 // need leader election: every replica must hold the rules.
 func (l *CRLoader) SetupWithManager(mgr ctrl.Manager) error {
 	l.mapper = mgr.GetRESTMapper()
+	if err := mgr.Add(l); err != nil {
+		return fmt.Errorf("set up the rule loader's served-kinds follower: %w", err)
+	}
 	for _, kind := range []string{KindCluster, KindNamespaced} {
 		err := ctrl.NewControllerManagedBy(mgr).
 			Named("rule-loader-"+lower(kind)).
@@ -154,10 +171,14 @@ func (l *CRLoader) reconcile(ctx context.Context, kind string, req ctrl.Request)
 	}
 	src := core.Source{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	compiled, err := l.compile(obj, src)
+	var served *servedCheck
+	if err == nil {
+		served = l.servedOf(ctx, kind, obj)
+	}
 
 	l.mu.Lock()
 	prev := l.states[key]
-	st := LoadState{Generation: obj.GetGeneration(), ActiveGeneration: prev.ActiveGeneration, LoadedAt: prev.LoadedAt, ActiveOn: prev.ActiveOn}
+	st := LoadState{Generation: obj.GetGeneration(), ActiveGeneration: prev.ActiveGeneration, LoadedAt: prev.LoadedAt, ActiveOn: prev.ActiveOn, NotServed: prev.NotServed}
 	if err != nil {
 		st.Error = err.Error()
 		if te, ok := errors.AsType[*TenantKindError](err); ok {
@@ -173,6 +194,9 @@ func (l *CRLoader) reconcile(ctx context.Context, kind string, req ctrl.Request)
 		l.index.Set(key, l.active[key])
 	}
 	l.states[key] = st
+	if err == nil {
+		l.setServedLocked(key, served)
+	}
 	l.mu.Unlock()
 
 	if err != nil {
@@ -205,6 +229,7 @@ func (l *CRLoader) forget(key string) {
 	l.mu.Lock()
 	delete(l.states, key)
 	delete(l.active, key)
+	delete(l.unserved, key)
 	l.mu.Unlock()
 	l.index.Delete(key)
 	l.updateGauge()

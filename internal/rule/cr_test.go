@@ -15,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/core"
@@ -62,6 +64,9 @@ func startControllers(cl *devcluster.Cluster) (func() error, error) {
 	if err := loader.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	if err := mgr.Add(resourcesFollower(mgr, loader)); err != nil {
+		return nil, err
+	}
 	if err := rule.NewStatusReconciler(mgr.GetClient(), loader, mgr.GetEventRecorder("portal")).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
@@ -75,6 +80,24 @@ func startControllers(cl *devcluster.Cluster) (func() error, error) {
 		return nil, err
 	}
 	return devtest.Run(mgr), nil
+}
+
+// resourcesFollower tells loader of every CRD change, as the manager's
+// CRD metadata watch does (internal/manager/lookup.go).
+func resourcesFollower(mgr ctrlmanager.Manager, loader *rule.CRLoader) ctrlmanager.Runnable {
+	return ctrlmanager.RunnableFunc(func(ctx context.Context) error {
+		crds := &metav1.PartialObjectMetadata{}
+		crds.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+		inf, err := mgr.GetCache().GetInformer(ctx, crds)
+		if err != nil {
+			return err
+		}
+		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { loader.ResourcesChanged() },
+			UpdateFunc: func(any, any) { loader.ResourcesChanged() },
+		})
+		return err
+	})
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -149,6 +150,11 @@ func readyCondition(st LoadState) metav1.Condition {
 	case st.Error != "":
 		c.Status, c.Reason = metav1.ConditionFalse, invalid
 		c.Message = fmt.Sprintf("not loaded: %s", st.Error)
+	case len(st.NotServed) > 0:
+		// Loaded, but it never fires on that kind: not Ready, though
+		// admission and audit take the kind up once it is served.
+		c.Status, c.Reason = metav1.ConditionFalse, policyv1alpha1.ReasonKindNotServed
+		c.Message = strings.Join(st.NotServed, "; ")
 	case len(st.ActiveOn) == 0:
 		c.Status, c.Reason = metav1.ConditionTrue, policyv1alpha1.ReasonDisabled
 		c.Message = "rule is valid and disabled (spec.enabled: false): it is not evaluated"

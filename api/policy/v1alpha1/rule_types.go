@@ -279,7 +279,10 @@ type RuleStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready is True when the rule compiled and is loaded.
+	// Conditions: Ready is True when the rule compiled and is loaded; it is
+	// False with reason KindNotServed while a kind of its match is not
+	// served by the API server (the rule stays loaded and applies once it
+	// is).
 	// BudgetExceeded is True once an evaluation of the active generation ran
 	// out of its budget (operations, bytes, nesting depth, or the request's
 	// deadline); its reason says which and its message is the last such
@@ -346,6 +349,11 @@ const (
 	// ReasonClusterScopedKind: a PortalRule matches a cluster-scoped kind
 	// (Namespace, Node), which it could never apply to.
 	ReasonClusterScopedKind = "ClusterScopedKind"
+	// ReasonKindNotServed: the rule loaded, but a kind of its match is not
+	// served by the API server (a typo in the group, a CRD not installed
+	// yet), so it never fires on it; it applies once the kind is served,
+	// without an edit.
+	ReasonKindNotServed = "KindNotServed"
 
 	ConditionBudgetExceeded = "BudgetExceeded"
 
