@@ -30,7 +30,7 @@ ETCD_TOOLS_DEPS := hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd
 # Files compared before and after `make generate` by verify-generated.
 GENERATED_DIRS := api deploy/crds
 
-.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go test-go-rest test-race fuzz fuzz-build prebuild test-go-rest-prebuild test image-binary-cache \
+.PHONY: help tools generate verify-generated fmt-check vet staticcheck lint test-go test-go-rest test-race fuzz fuzz-build test-go-race-fuzz test image-binary-cache \
 	bench bench-admission bench-audit bench-runtime bench-eval-kyverno bench-kyverno-parity build run run-node eval-demo clean clean-tools
 
 help: ## List the targets
@@ -241,21 +241,25 @@ test-go-rest: tools
 
 # Once test-go-rest has compiled its test binaries, its tests spend minutes waiting on
 # control planes, the node, image builds and rollouts (the end-to-end packages, last,
-# alone for about 7 minutes), and the CPU is mostly idle. test-race and fuzz then compile
-# about 950 packages with -race and 1,200 instrumented ones, one after the other. So
-# `make test` compiles those beside test-go-rest at the lowest priority (nice 19): they
-# take only the CPU the tests leave, and the later steps find them in the build cache.
-# Only a cache is filled: prebuild's output goes to bin/prebuild.log, and a compile error
-# there is reported again by the step that needs it.
-prebuild:
-	@$(GO) test -race -count=1 -exec true $(RACE_PKGS) || true
-	@$(MAKE) --no-print-directory fuzz-build || true
-
-test-go-rest-prebuild: tools
+# alone for minutes), and the CPU is often idle. test-race and fuzz then compile about
+# 950 packages with -race and 1,200 instrumented ones. So `make test` runs the three
+# steps in one recipe and compiles those two sets beside test-go-rest, each in its own
+# go command (they share no compiled package) at the lowest priority (nice 19): they
+# take only the CPU the tests leave, and each step finds its packages in the build
+# cache. test-race waits for the race build only; the fuzz binaries go on building
+# beside test-race. Only a cache is filled: the builds' output goes to
+# bin/prebuild-race.log and bin/prebuild-fuzz.log, and a compile error there is
+# reported again by the step that needs the package. The steps stop at the first
+# failure (after the builds beside them end).
+test-go-race-fuzz: tools
 	@mkdir -p $(BIN); \
-	nice -n 19 $(MAKE) --no-print-directory prebuild >$(BIN)/prebuild.log 2>&1 & pre=$$!; \
-	$(MAKE) --no-print-directory test-go-rest; rc=$$?; \
-	wait $$pre; exit $$rc
+	nice -n 19 $(GO) test -race -count=1 -exec true $(RACE_PKGS) >$(BIN)/prebuild-race.log 2>&1 & race=$$!; \
+	nice -n 19 $(MAKE) --no-print-directory fuzz-build >$(BIN)/prebuild-fuzz.log 2>&1 & fuzz=$$!; \
+	$(MAKE) --no-print-directory test-go-rest || { wait; exit 1; }; \
+	wait $$race; \
+	$(MAKE) --no-print-directory test-race || { wait; exit 1; }; \
+	wait $$fuzz; \
+	$(MAKE) --no-print-directory fuzz
 
 # The instrumented test binaries of `make fuzz`, one per package. Kept between runs:
 # `go test -c -o` relinks only a binary whose inputs changed.
@@ -321,9 +325,7 @@ test: ## tools, verify-generated, vet, staticcheck, helm-check, docs, test-go (R
 	@$(MAKE) --no-print-directory helm-check
 	@$(MAKE) --no-print-directory docs
 	@$(MAKE) --no-print-directory image-binary-cache
-	@$(MAKE) --no-print-directory test-go-rest-prebuild
-	@$(MAKE) --no-print-directory test-race
-	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory test-go-race-fuzz
 
 bench: tools ## Run all benchmarks; raw output also goes to bin/bench.txt
 	@mkdir -p $(BIN)
