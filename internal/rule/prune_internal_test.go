@@ -3,10 +3,13 @@ package rule
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -83,5 +86,21 @@ func TestStatusForgetsEventsOfDeletedRules(t *testing.T) {
 	}
 	if len(s.emitted) != 0 {
 		t.Errorf("the deleted rule's last event is still remembered: %v", s.emitted)
+	}
+}
+
+// A Ready message quoting a tenant's long lists (64 namespaces, 32 kinds not
+// served) still makes an Event: the note is cut to what the API server
+// accepts, where it was rejected and the Event lost.
+func TestLoadEventNoteFitsTheAPIServer(t *testing.T) {
+	rec := events.NewFakeRecorder(1)
+	s := &StatusReconciler{recorder: rec, emitted: map[string]string{}}
+	obj := &policyv1alpha1.PortalRule{}
+	cond := metav1.Condition{Status: metav1.ConditionFalse, Reason: policyv1alpha1.ReasonInvalidRule, ObservedGeneration: 1,
+		Message: "not loaded: " + strings.Repeat("match.namespaces.include x ", 600)}
+	s.event("k", obj, cond)
+	note := <-rec.Events
+	if len(note) > len("Warning InvalidRule ")+core.MaxEventNoteBytes {
+		t.Fatalf("Event note of %d bytes: the API server refuses notes over %d", len(note), core.MaxEventNoteBytes)
 	}
 }

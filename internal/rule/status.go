@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/core"
 )
 
 // StatusReconciler writes what the CR loader made of each rule object to its
@@ -137,7 +138,9 @@ func (s *StatusReconciler) event(key string, obj policyv1alpha1.RuleObject, cond
 	if cond.Status != metav1.ConditionTrue {
 		typ = corev1.EventTypeWarning
 	}
-	s.recorder.Eventf(obj, nil, typ, cond.Reason, "Load", "%s", cond.Message)
+	// The message may quote a tenant's lists (up to 32 KiB); the API server
+	// rejects an Event note over 1 KiB, and the Event would be lost.
+	s.recorder.Eventf(obj, nil, typ, cond.Reason, "Load", "%s", core.Truncate(cond.Message, core.MaxEventNoteBytes))
 }
 
 func readyCondition(st LoadState) metav1.Condition {
@@ -162,8 +165,6 @@ func readyCondition(st LoadState) metav1.Condition {
 		c.Status, c.Reason = metav1.ConditionTrue, policyv1alpha1.ReasonLoaded
 		c.Message = fmt.Sprintf("rule loaded, active in %v", st.ActiveOn)
 	}
-	if len(c.Message) > 32768 {
-		c.Message = c.Message[:32768]
-	}
+	c.Message = core.Truncate(c.Message, 32768)
 	return c
 }
