@@ -50,6 +50,12 @@ actions:
 `,
 }
 
+// labelBad is the UPDATE the deny rule refuses. A merge patch rather than
+// an Update: it carries no resourceVersion, so a write to the pod by anyone
+// else in the shared API server between create and update cannot turn the
+// refusal into a conflict.
+var labelBad = client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"bad":"yes"}}}`))
+
 // verdictEnv is a running Portal with admission and actions, and what the
 // test reads of it.
 type verdictEnv struct {
@@ -75,8 +81,7 @@ func TestAdmissionVerdictsOnlyActOnTheReviewedObject(t *testing.T) {
 	// kubectl --dry-run=server by someone who may only patch pods: the
 	// API server sends the live pod's UID, yet nothing was changed.
 	dry := e.pod(victims, "dry-run", nil)
-	dry.Labels = map[string]string{"bad": "yes"}
-	if err := e.c.Update(ctx, dry, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "bad pod") {
+	if err := e.c.Patch(ctx, dry.DeepCopy(), labelBad, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "bad pod") {
 		t.Fatalf("dry-run update: %v, want denied", err)
 	}
 	e.untouched(dry)
@@ -106,8 +111,7 @@ func TestAdmissionVerdictsOnlyActOnTheReviewedObject(t *testing.T) {
 	// A refused UPDATE of a live pod is about that pod: it is labelled and
 	// evicted.
 	offender := e.pod("verdicts-tenant", "offender", nil)
-	offender.Labels = map[string]string{"bad": "yes"}
-	if err := e.c.Update(ctx, offender); err == nil || !strings.Contains(err.Error(), "bad pod") {
+	if err := e.c.Patch(ctx, offender.DeepCopy(), labelBad); err == nil || !strings.Contains(err.Error(), "bad pod") {
 		t.Fatalf("update: %v, want denied", err)
 	}
 	e.poll("the offender evicted", func() bool {
