@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"os"
 	"runtime"
@@ -178,7 +179,8 @@ func (o *evalOptions) checkFlags() (core.Mode, error) {
 func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.Engine, eval.Options, error) {
 	// A JSON report's results wait in a temporary file, not in memory, until
 	// the run has read every manifest and the report can be written.
-	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output, SpillDir: os.TempDir(), Spilling: collectLessOften}
+	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output, SpillDir: os.TempDir(), Spilling: collectLessOften,
+		Destination: reportFile(cmd.OutOrStdout(), cmd.ErrOrStderr())}
 	var engOpts []engine.Option
 	if len(o.clusterState) > 0 {
 		state, errs := eval.LoadClusterState(o.clusterState, cmd.InOrStdin())
@@ -263,7 +265,27 @@ func (o *evalOptions) analyseNetwork(cmd *cobra.Command) ([]core.ObjectFindings,
 	return network.Analyse(state, o.netConfig)
 }
 
-// joinLines joins errors one per indented line.
+// reportFile is the file the report goes to, when eval may write it there
+// as the run goes (eval.Options.Destination): standard output redirected to
+// a file that is not also standard error, whose warnings and errors would
+// land inside the report and be cut away with it.
+func reportFile(out, errOut io.Writer) *os.File {
+	f, ok := out.(*os.File)
+	if !ok {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	if ef, ok := errOut.(*os.File); ok {
+		if efi, err := ef.Stat(); err != nil || os.SameFile(fi, efi) {
+			return nil
+		}
+	}
+	return f
+}
+
 // maxManifestErrors is how many unreadable manifests eval lists: a tree of
 // the wrong files (a rules directory passed to --file) fails on every
 // document, and the first screenful says what is wrong as well as all of them.
@@ -277,6 +299,7 @@ func firstErrors(errs []error, n int) []error {
 	return append(errs[:n:n], fmt.Errorf("... and %d more", len(errs)-n))
 }
 
+// joinLines joins errors one per indented line.
 func joinLines(errs []error) error {
 	msgs := make([]string, len(errs))
 	for i, e := range errs {

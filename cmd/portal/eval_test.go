@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"maps"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -408,4 +409,61 @@ rule: '!("app" in metadata.labels)'
 	if !strings.Contains(out.String(), "1 passed, 0 failed, 0 errors") {
 		t.Errorf("stdout: %s", out.String())
 	}
+}
+
+// TestEvalReportIntoAFile: standard output redirected to a file, as CI
+// does, gets the report written into it as the run goes; it reads as the
+// report written at the end, and a run that fails leaves the file as
+// empty as it found it, in both formats written in place.
+func TestEvalReportIntoAFile(t *testing.T) {
+	var good, bad strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&good, "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p%d, namespace: x}\nspec: {hostNetwork: %v}\n", i, i%7 == 0)
+	}
+	bad.WriteString(good.String())
+	bad.WriteString("---\napiVersion: v1\nkind: Pod\nmetadata: {name: [oops}\n")
+	for _, format := range []string{"json", "yaml"} {
+		want, _ := runCLI(t, good.String(), "eval", "--rules", evalRules, "--file", "-", "-o", format)
+		got, err := runCLIToFile(t, good.String(), "eval", "--rules", evalRules, "--file", "-", "-o", format)
+		if exitCodeOf(err) != exitViolation || got != want {
+			t.Fatalf("%s: exit %d (%v), the file holds %d bytes, want exit %d and the %d bytes written to a buffer:\n%.300s",
+				format, exitCodeOf(err), err, len(got), exitViolation, len(want), got)
+		}
+		got, err = runCLIToFile(t, bad.String(), "eval", "--rules", evalRules, "--file", "-", "-o", format)
+		if exitCodeOf(err) != exitUsage || got != "" {
+			t.Fatalf("%s: a failed run: exit %d (%v), the file holds %d bytes of report: %.200s", format, exitCodeOf(err), err, len(got), got)
+		}
+	}
+	// Standard error into the same file: warnings would land inside the
+	// report, so the report waits for the end.
+	f, err := os.Create(filepath.Join(t.TempDir(), "both"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if reportFile(f, f) != nil || reportFile(f, io.Discard) != f {
+		t.Fatal("a report file shared with standard error is written in place, or one that is not is not")
+	}
+}
+
+// runCLIToFile is runCLI with standard output a file, returning what the
+// file holds after.
+func runCLIToFile(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "report"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := newRootCommand()
+	cmd.SetArgs(args)
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SetOut(f)
+	cmd.SetErr(io.Discard)
+	runErr := cmd.Execute()
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), runErr
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"os"
 	"runtime"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -138,6 +139,15 @@ type Options struct {
 	// removes it. "" keeps them in memory, and so does a directory where
 	// no file can be created.
 	SpillDir string
+	// Destination is the file Report.Write will be given, when it is one
+	// (standard output redirected to a file, as CI does). A "json" or
+	// "yaml" report whose Destination is a regular file written at its end
+	// goes into it as the run decides the results, instead of into a
+	// temporary file copied at the end; Close cuts it back to its size
+	// before the run unless Write finished the report, so a run that fails
+	// still leaves no partial report (a run killed outright does). Any
+	// other destination spills as SpillDir says.
+	Destination *os.File
 	// Spilling, when set, is called once the results are known to go to
 	// a file under SpillDir, before the first is evaluated: memory then
 	// holds the rules and a few batches, whatever the input's size.
@@ -258,15 +268,22 @@ func (r *Report) addEncoded(c []byte) {
 	r.encoded = append(r.encoded, c)
 }
 
+// failSpill records err for Write to report (a report missing results must
+// not pass), keeping the spill's file for Close.
+func (r *Report) failSpill(err error) {
+	if r.spill != nil {
+		r.spill.err = cmp.Or(r.spill.err, err)
+		return
+	}
+	r.spill = &spill{err: err}
+}
+
 // addSpilled appends the results another report spilled.
 func (r *Report) addSpilled(s *spill) {
 	rd, err := s.contents(0)
 	switch {
-	case err != nil && r.spill != nil:
-		r.spill.err = cmp.Or(r.spill.err, err)
 	case err != nil:
-		// Kept for Write to report: a report missing results must not pass.
-		r.spill = &spill{err: err}
+		r.failSpill(err)
 	case r.spill != nil:
 		r.spill.readFrom(rd)
 	default:
@@ -314,6 +331,19 @@ func (r *Report) holdsBytes() bool { return r.isJSON || r.isYAML }
 // newReport is NewReport with the spill opts asks for.
 func newReport(opts Options) *Report {
 	rep := NewReport(opts.Format)
+	if rep.holdsBytes() && opts.Destination != nil {
+		head, skip := "results:\n", 0
+		if rep.isJSON {
+			head, skip = jsonHead, 1 // the first element's comma
+		}
+		if s, err := newInPlace(opts.Destination, head, skip); err == nil {
+			rep.spill = s
+			if opts.Spilling != nil {
+				opts.Spilling()
+			}
+			return rep
+		}
+	}
 	if (rep.holdsBytes() || rep.junit != nil) && opts.SpillDir != "" {
 		// Where no temporary file can be made, the run still works, in
 		// memory as it did before spilling.

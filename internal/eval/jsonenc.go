@@ -52,6 +52,9 @@ func appendResultElem(b []byte, r *Result) []byte {
 // writeJSON writes the report; the results are the chunks appendResultElem
 // encoded during the run, or encoded now from Results.
 func (r *Report) writeJSON(w io.Writer) error {
+	if r.spill != nil && r.spill.into != nil {
+		return r.spill.finish(w, appendSummary([]byte(jsonHead+"]"), r.Summary), appendSummary([]byte("\n  ]"), r.Summary))
+	}
 	if r.spill != nil {
 		return r.writeSpilledJSON(w)
 	}
@@ -67,7 +70,7 @@ func (r *Report) writeJSON(w io.Writer) error {
 	for _, c := range chunks {
 		empty = empty && len(c) == 0
 	}
-	buf := []byte("{\n  \"results\": [")
+	buf := []byte(jsonHead)
 	if empty {
 		buf = append(buf, ']')
 	}
@@ -109,7 +112,7 @@ func (r *Report) writeSpilledJSON(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	buf := []byte("{\n  \"results\": [")
+	buf := []byte(jsonHead)
 	if results.Size() == 0 {
 		buf = append(buf, ']')
 	} else {
@@ -124,6 +127,9 @@ func (r *Report) writeSpilledJSON(w io.Writer) error {
 	_, err = w.Write(appendSummary(buf, r.Summary))
 	return err
 }
+
+// jsonHead opens a JSON report, up to its first result.
+const jsonHead = "{\n  \"results\": ["
 
 // appendSummary ends a JSON report with its summary.
 func appendSummary(buf []byte, s Summary) []byte {

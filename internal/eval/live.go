@@ -53,7 +53,7 @@ func EvaluateLive(ctx context.Context, eng *engine.Engine, dyn dynamic.Interface
 	rep := newReport(o.Options)
 	// Pages are merged into rep at once: only rep spills.
 	page := o.Options
-	page.SpillDir = ""
+	page.SpillDir, page.Destination = "", nil
 	var errs []error
 	for i, t := range targets {
 		var ri dynamic.ResourceInterface = dyn.Resource(t.resource)

@@ -43,7 +43,7 @@ func (r *Report) AddFindings(ofs []core.ObjectFindings) {
 		if r.junit != nil {
 			r.junit.err = b.errs[0]
 		} else {
-			r.spill = &spill{err: b.errs[0]}
+			r.failSpill(b.errs[0])
 		}
 	case b.junit != nil:
 		r.junit.add(b.junit)

@@ -140,6 +140,15 @@ func (r *Report) writeJUnit(w io.Writer) error {
 // YAML sequence entries: the bytes yaml.Marshal writes for the whole
 // report.
 func (r *Report) writeEncodedYAML(w io.Writer) error {
+	sum, err := yaml.Marshal(struct {
+		Summary Summary `json:"summary"`
+	}{r.Summary})
+	if err != nil {
+		return err
+	}
+	if r.spill != nil && r.spill.into != nil {
+		return r.spill.finish(w, append([]byte("results: []\n"), sum...), sum)
+	}
 	var results io.Reader
 	var size int64
 	if r.spill != nil {
@@ -164,12 +173,6 @@ func (r *Report) writeEncodedYAML(w io.Writer) error {
 		return err
 	}
 	if _, err := io.Copy(w, results); err != nil {
-		return err
-	}
-	sum, err := yaml.Marshal(struct {
-		Summary Summary `json:"summary"`
-	}{r.Summary})
-	if err != nil {
 		return err
 	}
 	_, err = w.Write(sum)

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,27 @@ type spill struct {
 	// unlinked: the file was removed from its directory at once (POSIX),
 	// so a killed run leaves nothing behind; else close removes it.
 	unlinked bool
+	// into, for a spill that is the report's destination itself
+	// (newInPlace), says how the report is begun and cut back.
+	into *inPlace
+}
+
+// inPlace is a report written straight into its destination as the run
+// decides its results. A JSON report of 100,000 pods is 640 MB; copied from
+// a temporary file once the run ends, it was the one part of a whole run no
+// number of jobs shortens (0.4 s of 2.0 s on 16 cores).
+type inPlace struct {
+	// base is the destination's size when the report began: close cuts the
+	// file back to it unless the report was finished, so a run that fails
+	// leaves what was there before, as a report held back would.
+	base int64
+	// head is written before the first result: the report's opening, which
+	// an empty report writes differently ("results: []").
+	head []byte
+	// skip counts the bytes still to drop from what the run writes: the
+	// first JSON element's comma.
+	skip int
+	done bool
 }
 
 // spillBuffer is the write buffer of a spill: large enough that a batch's
@@ -40,9 +62,45 @@ func newSpill(dir string) (*spill, error) {
 	return &spill{f: f, w: bufio.NewWriterSize(f, spillBuffer), unlinked: unlinked}, nil
 }
 
+// newInPlace is a spill that writes the report into f itself: f must be a
+// regular file written at its end (a shell's "> report.json" gives one).
+// head opens the report; skip is the bytes of the first result to drop.
+// Else it returns an error, and the run spills to a temporary file.
+func newInPlace(f *os.File, head string, skip int) (*spill, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", f.Name())
+	}
+	off, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return nil, err
+	}
+	if off != fi.Size() {
+		// Appended to (">>" opens with the offset at 0): where the report
+		// lands is not known here.
+		return nil, fmt.Errorf("%s is written at offset %d of %d bytes", f.Name(), off, fi.Size())
+	}
+	return &spill{f: f, w: bufio.NewWriterSize(f, spillBuffer), unlinked: true,
+		into: &inPlace{base: off, head: []byte(head), skip: skip}}, nil
+}
+
 func (s *spill) write(b []byte) {
+	if s.into != nil && s.into.skip > 0 {
+		d := min(s.into.skip, len(b))
+		b, s.into.skip = b[d:], s.into.skip-d
+	}
 	if s.err != nil || len(b) == 0 {
 		return
+	}
+	if s.into != nil && s.into.head != nil {
+		_, s.err = s.w.Write(s.into.head)
+		s.into.head = nil
+		if s.err != nil {
+			return
+		}
 	}
 	n, err := s.w.Write(b)
 	s.n += int64(n)
@@ -54,13 +112,53 @@ func (s *spill) readFrom(r io.Reader) {
 	if s.err != nil {
 		return
 	}
+	if s.into != nil {
+		_, err := io.Copy(spillWriter{s}, r)
+		s.err = cmp.Or(s.err, err)
+		return
+	}
 	n, err := io.Copy(s.w, r)
 	s.n += n
 	s.err = err
 }
 
+// spillWriter is a spill as an io.Writer.
+type spillWriter struct{ s *spill }
+
+func (w spillWriter) Write(b []byte) (int, error) {
+	w.s.write(b)
+	return len(b), w.s.err
+}
+
+// finish ends a report written in place into w, which must be its
+// destination: tail after the results, or empty (the whole report) when
+// there were none.
+func (s *spill) finish(w io.Writer, empty, tail []byte) error {
+	if f, ok := w.(*os.File); !ok || f != s.f {
+		return fmt.Errorf("the report was written into %s as it was evaluated, not to another writer", s.f.Name())
+	}
+	if s.err == nil {
+		if s.into.head != nil { // no result
+			_, s.err = s.w.Write(empty)
+		} else {
+			_, s.err = s.w.Write(tail)
+		}
+	}
+	if s.err == nil {
+		s.err = s.w.Flush()
+	}
+	if s.err != nil {
+		return fmt.Errorf("write the report to %s: %w", s.f.Name(), s.err)
+	}
+	s.into.done = true
+	return nil
+}
+
 // contents flushes the spill and returns what it holds from offset off.
 func (s *spill) contents(off int64) (*spillReader, error) {
+	if s.into != nil {
+		return nil, errors.New("the report is written in place: its results cannot be read back")
+	}
 	if s.err == nil {
 		s.err = s.w.Flush()
 	}
@@ -109,6 +207,19 @@ func (r *spillReader) WriteTo(w io.Writer) (int64, error) {
 }
 
 func (s *spill) close() error {
+	if s.into != nil {
+		// The destination is not this spill's to close. A report not
+		// finished is cut back; what the buffer holds is never written.
+		if s.into.done {
+			return nil
+		}
+		s.into.done = true
+		err := s.f.Truncate(s.into.base)
+		if _, serr := s.f.Seek(s.into.base, io.SeekStart); err == nil {
+			err = serr
+		}
+		return err
+	}
 	err := s.f.Close()
 	if !s.unlinked {
 		err = errors.Join(err, os.Remove(s.f.Name()))

@@ -156,3 +156,94 @@ func writeFile(t *testing.T, rep *eval.Report, format string) string {
 	}
 	return strings.TrimPrefix(string(data), "prefix:")
 }
+
+// TestReportWrittenInPlace: a JSON or YAML report whose destination is a
+// regular file goes into it as the run goes, and reads byte for byte as the
+// report kept in memory, after what the file held, with one worker or
+// several, empty or not. A run not finished (a manifest that does not
+// parse, an interrupt) cuts the file back to what it held before.
+func TestReportWrittenInPlace(t *testing.T) {
+	eng := restrictedEngine(t)
+	docs := manifest.Split("pods.yaml", stream(t, 300, 5))
+	const before = "what the file held\n"
+	for _, format := range []string{"json", "yaml"} {
+		for _, n := range []int{0, 1, len(docs)} {
+			want, _ := eval.Evaluate(context.Background(), eng, docs[:n], eval.Options{Jobs: 1, Format: format})
+			for _, jobs := range []int{1, 3} {
+				for _, finish := range []bool{true, false} {
+					f := fileHolding(t, before)
+					rep, _ := eval.Evaluate(context.Background(), eng, docs[:n], eval.Options{Jobs: jobs, Format: format, SpillDir: t.TempDir(), Destination: f})
+					if n == len(docs) {
+						// Past the write buffer: the results are in the file
+						// before the report is written.
+						if fi, err := f.Stat(); err != nil || fi.Size() < 1<<20 {
+							t.Fatalf("%s, %d jobs: the destination holds %d bytes during the run (%v), want the results", format, jobs, fi.Size(), err)
+						}
+					}
+					if err := rep.Write(io.Discard, format); err == nil {
+						t.Fatalf("%s: a report written in place was written to another writer", format)
+					}
+					if finish {
+						if err := rep.Write(f, format); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := rep.Close(); err != nil {
+						t.Fatal(err)
+					}
+					wantFile := before
+					if finish {
+						wantFile += render(t, want, format)
+					}
+					if got := contentsOf(t, f); got != wantFile {
+						t.Fatalf("%s, %d documents, %d jobs, finished %v: the file holds\n%.1000s\nwant\n%.1000s", format, n, jobs, finish, got, wantFile)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestReportInPlaceOnlyAtTheEnd: a destination not written at its end (a
+// shell's ">>" opens a file with its offset at 0) gets the report as
+// before, copied at the end after what it held.
+func TestReportInPlaceOnlyAtTheEnd(t *testing.T) {
+	eng := restrictedEngine(t)
+	docs := manifest.Split("pods.yaml", stream(t, 30, 5))
+	want, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Jobs: 1, Format: "json"})
+	f := fileHolding(t, "held\n")
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	rep, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Format: "json", SpillDir: t.TempDir(), Destination: f})
+	defer rep.Close()
+	if got := render(t, rep, "json"); got != render(t, want, "json") {
+		t.Fatalf("the report differs\n got: %.1000s", got)
+	}
+	if got := contentsOf(t, f); got != "held\n" {
+		t.Fatalf("the destination was written during the run: %q", got)
+	}
+}
+
+// fileHolding is a file holding s, open for writing at its end.
+func fileHolding(t *testing.T, s string) *os.File {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "report"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func contentsOf(t *testing.T, f *os.File) string {
+	t.Helper()
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
