@@ -137,6 +137,9 @@ func (s *spill) finish(w io.Writer, empty, tail []byte) error {
 	if f, ok := w.(*os.File); !ok || f != s.f {
 		return fmt.Errorf("the report was written into %s as it was evaluated, not to another writer", s.f.Name())
 	}
+	if s.into.done {
+		return fmt.Errorf("the report was already written into %s", s.f.Name())
+	}
 	if s.err == nil {
 		if s.into.head != nil { // no result
 			_, s.err = s.w.Write(empty)

@@ -187,6 +187,9 @@ func TestReportWrittenInPlace(t *testing.T) {
 						if err := rep.Write(f, format); err != nil {
 							t.Fatal(err)
 						}
+						if err := rep.Write(f, format); err == nil {
+							t.Fatalf("%s: a report written in place was written twice", format)
+						}
 					}
 					if err := rep.Close(); err != nil {
 						t.Fatal(err)
