@@ -21,6 +21,7 @@ import (
 	"github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 )
 
 // putRule creates or replaces the PortalClusterRule name and waits until the
@@ -41,10 +42,7 @@ func putRule(t *testing.T, name string, spec policyv1alpha1.RuleSpec, resource s
 	case err != nil:
 		t.Fatal(err)
 	default:
-		pcr.Spec = spec
-		if err := env.client.Update(ctx, pcr); err != nil {
-			t.Fatal(err)
-		}
+		devtest.Update(t, env.client, pcr, func() { pcr.Spec = spec })
 	}
 	ruleName := spec.Name
 	if ruleName == "" {

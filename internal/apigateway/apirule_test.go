@@ -149,10 +149,7 @@ func TestAPIRuleOldestClaimWins(t *testing.T) {
 	}
 	waitState(t, ctx, young, gatewayv1alpha1.StateReady)
 
-	old.Spec.Hosts = []gatewayv1alpha1.Host{"contested.tenants.example.com"}
-	if err := k8s.Update(ctx, old); err != nil {
-		t.Fatal(err)
-	}
+	devtest.Update(t, k8s, old, func() { old.Spec.Hosts = []gatewayv1alpha1.Host{"contested.tenants.example.com"} })
 	waitState(t, ctx, old, gatewayv1alpha1.StateReady)
 	st := waitState(t, ctx, young, gatewayv1alpha1.StateError)
 	if reasonOf(st) != gatewayv1alpha1.ReasonHostInUse || !strings.Contains(st.Description, a+"/app") {
@@ -194,10 +191,7 @@ func TestAPIRuleLifecycle(t *testing.T) {
 		t.Fatalf("%d AuthorizationPolicies and %d RequestAuthentications, want 2 and 1", n, m)
 	}
 
-	api.Spec.Rules = api.Spec.Rules[1:]
-	if err := k8s.Update(ctx, api); err != nil {
-		t.Fatal(err)
-	}
+	devtest.Update(t, k8s, api, func() { api.Spec.Rules = api.Spec.Rules[1:] })
 	waitState(t, ctx, api, gatewayv1alpha1.StateReady)
 	devtest.Eventually(t, "the JWT rule's objects to be pruned", func() bool {
 		return count(&securityv1.AuthorizationPolicyList{}) == 1 && count(&securityv1.RequestAuthenticationList{}) == 0

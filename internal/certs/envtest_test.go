@@ -37,6 +37,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/pki"
 )
 
@@ -236,10 +237,7 @@ func writeSecret(t *testing.T, ns string, typ corev1.SecretType, data map[string
 		}
 		return
 	}
-	sec.Data = data
-	if err := env.client.Update(ctx, sec); err != nil {
-		t.Fatal(err)
-	}
+	devtest.Update(t, env.client, sec, func() { sec.Data = data })
 }
 
 // issue makes Secret data with p at now, for tests that forge a state.

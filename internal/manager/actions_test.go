@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 )
 
 // TestActionsLayer runs audit and the actions layer together: a PortalRule's
@@ -81,12 +82,6 @@ func TestActionsLayer(t *testing.T) {
 
 	// Fixed: the finding clears and the label goes.
 	fixed := mine.DeepCopy()
-	if err := c.Get(ctx, client.ObjectKeyFromObject(mine), fixed); err != nil {
-		t.Fatal(err)
-	}
-	fixed.Labels["bad"] = "no"
-	if err := c.Update(ctx, fixed); err != nil {
-		t.Fatal(err)
-	}
+	devtest.Update(t, c, fixed, func() { fixed.Labels["bad"] = "no" })
 	poll("the label removed after the fix", func() bool { return flagged(mine) == "" })
 }

@@ -11,6 +11,7 @@ import (
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 )
 
 // TestBudgetExceededCondition: a rule whose evaluation runs out of its
@@ -45,10 +46,7 @@ func TestBudgetExceededCondition(t *testing.T) {
 			strings.Contains(c.Message, "evaluation of Pod default/p stopped: evaluation budget exceeded")
 	})
 
-	pcr.Spec.Rule = `container.securityContext.privileged == true`
-	if err := env.client.Update(ctx, pcr); err != nil {
-		t.Fatal(err)
-	}
+	devtest.Update(t, env.client, pcr, func() { pcr.Spec.Rule = `container.securityContext.privileged == true` })
 	eventually(t, "BudgetExceeded removed by the new generation", func() bool {
 		ready, st := readyOf(t, env.client, pcr)
 		return ready != nil && ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == pcr.Generation &&

@@ -165,10 +165,7 @@ func TestCRRuleLifecycle(t *testing.T) {
 	t.Logf("parseError: %s", st.ParseError)
 
 	// Fixing it clears the error and loads the rule.
-	pcr.Spec.Rule = "container.securityContext.privileged == true"
-	if err := env.client.Update(ctx, pcr); err != nil {
-		t.Fatal(err)
-	}
+	devtest.Update(t, env.client, pcr, func() { pcr.Spec.Rule = "container.securityContext.privileged == true" })
 	eventually(t, "parseError cleared and Ready=True", func() bool {
 		c, st := readyOf(t, env.client, pcr)
 		return c != nil && c.Status == metav1.ConditionTrue && st.ParseError == "" && st.ObservedGeneration == pcr.Generation &&
@@ -179,10 +176,7 @@ func TestCRRuleLifecycle(t *testing.T) {
 	})
 
 	// Breaking it again keeps the last good generation active.
-	pcr.Spec.Rule = "container.securityContext.privileged == true &&"
-	if err := env.client.Update(ctx, pcr); err != nil {
-		t.Fatal(err)
-	}
+	devtest.Update(t, env.client, pcr, func() { pcr.Spec.Rule = "container.securityContext.privileged == true &&" })
 	eventually(t, "Ready=False naming the active generation", func() bool {
 		c, _ := readyOf(t, env.client, pcr)
 		return c != nil && c.Status == metav1.ConditionFalse && c.ObservedGeneration == pcr.Generation

@@ -11,10 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/rule"
 )
 
@@ -150,28 +150,21 @@ func secretIn(ns string) *unstructured.Unstructured {
 func dropPortalRuleValidation(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	key := types.NamespacedName{Name: "portalrules.portal.io"}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := env.client.Get(ctx, key, crd); err != nil {
-		t.Fatal(err)
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "portalrules.portal.io"}}
+	var saved []apiextensionsv1.ValidationRule
+	setValidations := func(rules []apiextensionsv1.ValidationRule) {
+		devtest.Update(t, env.client, crd, func() {
+			spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+			if saved == nil {
+				saved = spec.XValidations
+			}
+			spec.XValidations = rules
+			crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+		})
 	}
-	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-	saved := spec.XValidations
-	spec.XValidations = nil
-	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
-	if err := env.client.Update(ctx, crd); err != nil {
-		t.Fatal(err)
-	}
+	setValidations(nil)
 	t.Cleanup(func() {
-		if err := env.client.Get(ctx, key, crd); err != nil {
-			t.Fatal(err)
-		}
-		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-		spec.XValidations = saved
-		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
-		if err := env.client.Update(ctx, crd); err != nil {
-			t.Fatal(err)
-		}
+		setValidations(saved)
 		probe := portalRule("default", "probe", policyv1alpha1.GroupVersionKind{Kind: "Secret"})
 		eventually(t, "the CRD to refuse PortalRules on Secrets again", func() bool {
 			return env.client.Create(ctx, probe, client.DryRunAll) != nil

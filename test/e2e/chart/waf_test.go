@@ -23,6 +23,7 @@ import (
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/waf/engine"
 )
 
@@ -292,14 +293,8 @@ func expectVerdicts(t testing.TB, proxy, what string, vs []verdict) {
 
 func (e *env) patchPolicyTarget(t testing.TB, ns, policy, route string) {
 	t.Helper()
-	p := &wafv1alpha1.WAFGatewayBindingPolicy{}
-	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: policy}, p); err != nil {
-		t.Fatal(err)
-	}
-	p.Spec.TargetRefs[0].Name = gatewayv1.ObjectName(route)
-	if err := e.c.Update(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
+	p := &wafv1alpha1.WAFGatewayBindingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policy}}
+	devtest.Update(t, e.c, p, func() { p.Spec.TargetRefs[0].Name = gatewayv1.ObjectName(route) })
 }
 
 // uninstallWAF deletes the test's Engines while Portal still runs (it

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/waf/engine"
 )
 
@@ -57,14 +57,8 @@ func (e *env) checkResponseCap(t *testing.T, ns, proxy, policy string) {
 		}
 	}
 	e.waitRuleSetReady(t, ns, "big")
-	p := &wafv1alpha1.WAFGatewayBindingPolicy{}
-	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: policy}, p); err != nil {
-		t.Fatal(err)
-	}
-	p.Spec.RuleSet.Name = "big"
-	if err := e.c.Update(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
+	p := &wafv1alpha1.WAFGatewayBindingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policy}}
+	devtest.Update(t, e.c, p, func() { p.Spec.RuleSet.Name = "big" })
 	expectVerdicts(t, proxy, "route B under the tenant's big-responses rule set", []verdict{
 		{hostB, "q=big-marker", http.StatusForbidden},
 		{hostA, "q=hello", http.StatusOK},
