@@ -90,10 +90,16 @@ objects of that cluster instead of --file: "what would these rules flag
 today?". It only lists, a page at a time, the kinds the rules match; it writes
 nothing. On a terminal it prints its progress on standard error.
 
+The report is written once every manifest is evaluated, so a run that fails
+leaves none. -o json and -o yaml redirected to a file (> report.json) go into
+it as the run goes, and a run that fails cuts the file back to what it held:
+read it once portal eval has exited.
+
 Exit status: 0 when no deny rule failed, 1 when one did (or a rule with
-onError=deny errored, or --network found something), 2 for usage errors, unreadable input, and a run that
-read no rule or no object (an empty stdin from a failed command upstream must
-not pass a CI check; --allow-empty accepts it).`,
+onError=deny errored, or --network found something), 2 for usage errors,
+unreadable input, and a run that read no rule or no object (an empty stdin
+from a failed command upstream must not pass a CI check; --allow-empty
+accepts it).`,
 		Example: `  portal eval --rules examples/rules/pod-security --file deploy/
   kustomize build overlays/prod | portal eval --rules rules/ --file - -o junit > report.xml
   portal eval --rules rules/ --file app/ --cluster-state cluster-fixtures/
