@@ -41,6 +41,7 @@ type evalOptions struct {
 	netConfig    network.Config
 	events       string
 	dedupWindow  time.Duration
+	showPasses   bool
 }
 
 func newEvalCommand() *cobra.Command {
@@ -119,6 +120,7 @@ accepts it).`,
 	f.StringVar(&o.kubeContext, "context", "", "the kubeconfig context to use with --kubeconfig (default: its current context)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(eval.Formats, "|"))
 	f.StringVar(&o.mode, "mode", "", "only evaluate rules with this mode: admission|audit")
+	f.BoolVar(&o.showPasses, "show-passes", false, "list passing results too (true), or only failures, errors and skips (false); the summary counts passes either way")
 	f.StringVar(&o.events, "events", "", "evaluate the runtime rules against this recorded audit log (JSON lines; Falco alerts as json_output writes them may be mixed in) instead of --file")
 	f.DurationVar(&o.dedupWindow, "runtime-dedup-window", o.dedupWindow, "with --events: a rule, actor and target raise one finding per window of the events' time (as portal run)")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when no rule or no object was read, instead of 2")
@@ -133,6 +135,7 @@ accepts it).`,
 	// The help (and any reference generated from it) names the default
 	// rather than this machine's core count.
 	f.Lookup("jobs").DefValue = "GOMAXPROCS"
+	f.Lookup("show-passes").DefValue = "true for json, yaml and junit; false for the table"
 	return cmd
 }
 
@@ -187,6 +190,13 @@ func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.En
 	// the run has read every manifest and the report can be written.
 	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output, SpillDir: os.TempDir(), Spilling: collectLessOften,
 		Destination: reportFile(cmd.OutOrStdout(), cmd.ErrOrStderr())}
+	switch {
+	case !cmd.Flags().Changed("show-passes"):
+	case o.showPasses:
+		opts.Passes = eval.PassesShown
+	default:
+		opts.Passes = eval.PassesOmitted
+	}
 	var engOpts []engine.Option
 	if len(o.clusterState) > 0 {
 		state, errs := eval.LoadClusterState(o.clusterState, cmd.InOrStdin())

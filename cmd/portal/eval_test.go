@@ -467,3 +467,28 @@ func runCLIToFile(t *testing.T, stdin string, args ...string) (string, error) {
 	}
 	return string(b), runErr
 }
+
+// TestEvalShowPasses: --show-passes=false leaves the passes out of a JSON
+// report and still counts them; --show-passes lists them in the table.
+func TestEvalShowPasses(t *testing.T) {
+	out, err := runCLI(t, "", "eval", "--rules", evalRules, "--file", evalManifests, "-o", "json", "--show-passes=false")
+	var rep struct {
+		Results []struct{ Result string }
+		Summary struct{ Pass, Fail int }
+	}
+	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil || exitCodeOf(err) != exitViolation {
+		t.Fatalf("exit %d (%v), report %v:\n%.300s", exitCodeOf(err), err, jerr, out)
+	}
+	for _, r := range rep.Results {
+		if r.Result == "pass" {
+			t.Fatal("--show-passes=false listed a pass")
+		}
+	}
+	if rep.Summary.Pass == 0 || len(rep.Results) != rep.Summary.Fail {
+		t.Fatalf("summary %+v with %d results, want the passes counted and every failure listed", rep.Summary, len(rep.Results))
+	}
+	table, _ := runCLI(t, "", "eval", "--rules", evalRules, "--file", evalManifests, "--show-passes")
+	if n := strings.Count(table, "\nPASS "); n != rep.Summary.Pass {
+		t.Fatalf("--show-passes: %d PASS rows, want %d:\n%s", n, rep.Summary.Pass, table)
+	}
+}

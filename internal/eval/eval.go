@@ -49,11 +49,30 @@ type Options struct {
 	// still leaves no partial report (a run killed outright does). Any
 	// other destination spills as SpillDir says.
 	Destination *os.File
+	// Passes says which reports list passing results; every report counts
+	// them in its summary.
+	Passes Passes
 	// Spilling, when set, is called once the results are known to go to
 	// a file under SpillDir, before the first is evaluated: memory then
 	// holds the rules and a few batches, whatever the input's size.
 	Spilling func()
 }
+
+// Passes is whether a report lists passing results.
+type Passes int
+
+const (
+	// PassesByFormat lists them in "json", "yaml" and "junit" reports,
+	// which are read by programs, and not in the table, which a human acts
+	// on.
+	PassesByFormat Passes = iota
+	// PassesShown lists them in every format.
+	PassesShown
+	// PassesOmitted lists them in none: a report of a large input is
+	// mostly passes (99% of the JSON report of 100,000 pods of which a
+	// tenth fail the pod-security bundle), which CI systems only count.
+	PassesOmitted
+)
 
 // Run evaluates every document against the engine's rules, one at a time.
 // Documents that cannot be read are returned as errors; the report covers the
@@ -294,7 +313,7 @@ type worker struct {
 	yaml, junit bool
 	// keep: the report keeps the batches' buffers (it does not spill).
 	keep bool
-	// dropPasses: passes are counted, not kept (see Report.failuresOnly).
+	// dropPasses: passes are counted, not listed (see Report.failuresOnly).
 	dropPasses bool
 }
 
@@ -389,14 +408,14 @@ func (b *batch) add(res *core.Result, encode, dropPasses bool) {
 		r.Exception = res.Exception.String()
 	}
 	b.denied = b.denied || r.denies
+	if dropPasses && res.Outcome == core.OutcomePass {
+		return
+	}
 	if encode {
 		if want := max(b.encodedHint, encodedBatchCap); cap(b.encoded) < want {
 			b.encoded = make([]byte, 0, want)
 		}
 		b.encoded = appendResultElem(b.encoded, &r)
-		return
-	}
-	if dropPasses && res.Outcome == core.OutcomePass {
 		return
 	}
 	b.results = append(b.results, r)

@@ -30,7 +30,7 @@ func (r *Report) Write(w io.Writer, format string) error {
 			return fmt.Errorf("report was evaluated for %s output, not %q", f.name, format)
 		}
 	}
-	if r.failuresOnly && format != "table" && format != "" {
+	if r.isTable && format != "table" && format != "" {
 		return fmt.Errorf("report was evaluated for table output, which keeps no passes, not %q", format)
 	}
 	switch format {
@@ -71,7 +71,7 @@ func (r *Report) writeTable(w io.Writer) error {
 	shown := 0
 	for i := range r.Results {
 		res := &r.Results[i]
-		if res.Result == "pass" {
+		if res.Result == "pass" && !r.tablePasses {
 			continue
 		}
 		if shown == 0 {
@@ -82,8 +82,12 @@ func (r *Report) writeTable(w io.Writer) error {
 		if container == "" {
 			container = "-"
 		}
+		message := oneLine(res.Message)
+		if message == "" {
+			message = "-" // a pass (--show-passes)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.ToUpper(res.Result), res.EnforcementAction,
-			res.Severity, res.Rule, res.resourceName(), container, oneLine(res.Message))
+			res.Severity, res.Rule, res.resourceName(), container, message)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

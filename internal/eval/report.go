@@ -63,9 +63,12 @@ type Report struct {
 	// junit, for a report evaluated for JUnit, holds the encoded test
 	// cases instead of Results.
 	junit *junitStore
-	// failuresOnly: the report was evaluated for the table, which shows
-	// failures and errors and counts passes, so Results holds no pass.
+	// failuresOnly: the report lists failures and errors and only counts
+	// passes (the table's default, Options.Passes), so it holds no pass.
 	failuresOnly bool
+	// isTable: the report was evaluated for the table; tablePasses, it
+	// lists passes too (PassesShown).
+	isTable, tablePasses bool
 	// spill, when set, holds the encoded results instead of encoded.
 	spill *spill
 	// matched holds the rules that gave at least one result.
@@ -183,7 +186,7 @@ func (r *Report) Close() error {
 
 // NewReport returns an empty report for format, to Merge runs into.
 func NewReport(format string) *Report {
-	rep := &Report{isJSON: format == "json", isYAML: format == "yaml", failuresOnly: format == "table"}
+	rep := &Report{isJSON: format == "json", isYAML: format == "yaml", isTable: format == "table", failuresOnly: format == "table"}
 	switch {
 	case format == "junit":
 		rep.junit = &junitStore{}
@@ -200,6 +203,12 @@ func (r *Report) holdsBytes() bool { return r.isJSON || r.isYAML }
 // newReport is NewReport with the spill opts asks for.
 func newReport(opts Options) *Report {
 	rep := NewReport(opts.Format)
+	switch opts.Passes {
+	case PassesShown:
+		rep.failuresOnly, rep.tablePasses = false, rep.isTable
+	case PassesOmitted:
+		rep.failuresOnly = true
+	}
 	if rep.holdsBytes() && opts.Destination != nil {
 		head, skip := "results:\n", 0
 		if rep.isJSON {
