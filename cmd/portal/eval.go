@@ -188,8 +188,19 @@ func (o *evalOptions) checkFlags() (core.Mode, error) {
 func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.Engine, eval.Options, error) {
 	// A JSON report's results wait in a temporary file, not in memory, until
 	// the run has read every manifest and the report can be written.
-	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output, SpillDir: os.TempDir(), Spilling: collectLessOften,
-		Destination: reportFile(cmd.OutOrStdout(), cmd.ErrOrStderr())}
+	opts := eval.Options{Mode: mode, Jobs: o.jobs, Format: o.output, SpillDir: os.TempDir(), Spilling: collectLessOften}
+	if o.output == "json" || o.output == "yaml" {
+		// Not a file the run reads once the report has begun (--file .,
+		// the report beside the manifests; --network reads --cluster-state
+		// again): it would read back the report's first results.
+		inputs := o.files
+		if o.network {
+			inputs = append(slices.Clone(o.files), o.clusterState...)
+		}
+		if f := reportFile(cmd.OutOrStdout(), cmd.ErrOrStderr()); f != nil && !readsFile(inputs, cmd.InOrStdin(), f) {
+			opts.Destination = f
+		}
+	}
 	switch {
 	case !cmd.Flags().Changed("show-passes"):
 	case o.showPasses:
@@ -283,15 +294,17 @@ func (o *evalOptions) analyseNetwork(cmd *cobra.Command) ([]core.ObjectFindings,
 
 // reportFile is the file the report goes to, when eval may write it there
 // as the run goes (eval.Options.Destination): standard output redirected to
-// a file that is not also standard error, whose warnings and errors would
-// land inside the report and be cut away with it.
+// a file, not appended to, that is not also standard error, whose warnings
+// and errors would land inside the report and be cut away with it.
 func reportFile(out, errOut io.Writer) *os.File {
 	f, ok := out.(*os.File)
 	if !ok {
 		return nil
 	}
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
+	// Appended to (">>"), even when empty: another writer's lines would
+	// land inside the report, and be cut away with it.
+	if err != nil || !fi.Mode().IsRegular() || appending(f) {
 		return nil
 	}
 	if ef, ok := errOut.(*os.File); ok {
@@ -300,6 +313,35 @@ func reportFile(out, errOut io.Writer) *os.File {
 		}
 	}
 	return f
+}
+
+// readsFile reports whether paths (as --file reads them: files, directories
+// walked, "-" for stdin) name f. A path that cannot be read is left to the
+// run to report.
+func readsFile(paths []string, stdin io.Reader, f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return true
+	}
+	same := func(g *os.File) bool {
+		gi, err := g.Stat()
+		return err == nil && os.SameFile(fi, gi)
+	}
+	for _, p := range paths {
+		if p == "-" {
+			if in, ok := stdin.(*os.File); ok && same(in) {
+				return true
+			}
+			continue
+		}
+		files, _ := manifest.Files(p)
+		for _, name := range files {
+			if ni, err := os.Stat(name); err == nil && os.SameFile(fi, ni) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // maxManifestErrors is how many unreadable manifests eval lists: a tree of

@@ -492,3 +492,102 @@ func TestEvalShowPasses(t *testing.T) {
 		t.Fatalf("--show-passes: %d PASS rows, want %d:\n%s", n, rep.Summary.Pass, table)
 	}
 }
+
+// TestEvalReportIntoOneOfItsInputs: standard output redirected to a file
+// that --file also reads (`portal eval --file . -o json > report.json`, the
+// report beside the manifests) is not written as the run goes: the walk
+// would read back the report's first results as a manifest and fail the
+// run, where a report written at the end finds the file as empty as the
+// shell left it. So does the second read of --network.
+func TestEvalReportIntoOneOfItsInputs(t *testing.T) {
+	var pods strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&pods, "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p%d, namespace: x}\nspec: {hostNetwork: %v, containers: [{name: c, image: i}]}\n", i, i%7 == 0)
+	}
+	for _, format := range []string{"json", "yaml"} {
+		for _, network := range []string{"", "--file", "--cluster-state"} {
+			dir, state := t.TempDir(), t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "pods.yaml"), []byte(pods.String()), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// The report sorts after the manifests, as a walk reads them.
+			path := filepath.Join(dir, "report."+format)
+			args := []string{"eval", "--rules", evalRules, "--file", dir, "-o", format, "--jobs", "1"}
+			switch network {
+			case "--file":
+				args = append(args, "--network")
+			case "--cluster-state":
+				// Read once before the run, and again by --network after.
+				path = filepath.Join(state, "report."+format)
+				args = append(args, "--network", "--cluster-state", state)
+			}
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			want, wantErr := runCLI(t, "", args...)
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := newRootCommand()
+			cmd.SetArgs(args)
+			cmd.SetOut(f)
+			cmd.SetErr(io.Discard)
+			runErr := cmd.Execute()
+			f.Close()
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exitCodeOf(runErr) != exitCodeOf(wantErr) || string(got) != want {
+				t.Fatalf("%s, report in the --network read of %q: exit %d (%v), the file holds %d bytes; want exit %d and the %d bytes written to a buffer",
+					format, network, exitCodeOf(runErr), runErr, len(got), exitCodeOf(wantErr), len(want))
+			}
+		}
+	}
+}
+
+// TestEvalReportAppendedToAnEmptyFile: standard output opened for appending
+// (`>> log`) is not written as the run goes even when the file is empty:
+// another writer appending to it meanwhile would land inside the report,
+// and a run that fails would cut its lines away with the report's. Written
+// at the end, the report follows them and a failed run leaves them.
+func TestEvalReportAppendedToAnEmptyFile(t *testing.T) {
+	var pods strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&pods, "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p%d, namespace: x}\nspec: {hostNetwork: %v, containers: [{name: c, image: i}]}\n", i, i%7 == 0)
+	}
+	path := filepath.Join(t.TempDir(), "log")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	other, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	in, feed := io.Pipe()
+	go func() {
+		// Each Write returns once the run has read it: the report has
+		// begun when the other writer appends its line.
+		_, _ = io.WriteString(feed, pods.String())
+		_, _ = io.WriteString(other, "another writer's line\n")
+		_, _ = io.WriteString(feed, "---\napiVersion: v1\nkind: Pod\nmetadata: {name: [oops}\n")
+		feed.Close()
+	}()
+	cmd := newRootCommand()
+	cmd.SetArgs([]string{"eval", "--rules", evalRules, "--file", "-", "-o", "json", "--jobs", "1"})
+	cmd.SetIn(in)
+	cmd.SetOut(f)
+	cmd.SetErr(io.Discard)
+	runErr := cmd.Execute()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exitCodeOf(runErr) != exitUsage || string(got) != "another writer's line\n" {
+		t.Fatalf("exit %d (%v); the file holds %d bytes, want only the other writer's line: %.200q", exitCodeOf(runErr), runErr, len(got), got)
+	}
+}
