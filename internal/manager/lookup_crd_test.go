@@ -108,4 +108,12 @@ func checkUnservedLookup(ctx context.Context, t *testing.T, c client.Client) {
 	if got, err := ready(metav1.ConditionTrue); err != nil {
 		t.Errorf("Ready %v after the CRD of the kind the rule matches was installed, want True without an edit: %v", got, err)
 	}
+	// The CRD goes again: the rule matching its kind says so, without an
+	// edit (the RESTMapper had learnt the kind and never forgot it).
+	if err := c.Delete(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ready(metav1.ConditionFalse); err != nil || got.Reason != policyv1alpha1.ReasonKindNotServed {
+		t.Errorf("Ready %v after the CRD of the kind the rule matches was deleted, want False %s: %v", got, policyv1alpha1.ReasonKindNotServed, err)
+	}
 }

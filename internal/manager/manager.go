@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -346,6 +347,11 @@ func managerOptions(cfg *Config, scheme *runtime.Scheme) ctrl.Options {
 		// small object's metadata; writes are server-side applies, and an
 		// update without them keeps the stored ones.
 		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		// A mapper that can forget what it learnt, when a CRD is deleted
+		// (lookup.go).
+		MapperProvider: func(c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+			return newForgettingMapper(c, hc)
+		},
 	}
 	if cfg.Registerer != nil {
 		// controller-runtime refuses a second controller of the same name

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -90,6 +91,10 @@ type CRLoader struct {
 	served    map[policyv1alpha1.GroupVersionKind]bool
 	unserved  map[string]*servedCheck
 	resources chan struct{}
+	// checked holds the last answers of every loaded rule, which are all
+	// asked about again when a resource may have gone (recheckAll).
+	checked    map[string]*servedCheck
+	recheckAll atomic.Bool
 }
 
 // NewCRLoader returns a loader reading through c (the manager's cache).
@@ -100,6 +105,7 @@ func NewCRLoader(c client.Reader, comp Compiler, index *Index, log *slog.Logger,
 		discoveryAsks: rate.NewLimiter(5, 50),
 		served:        map[policyv1alpha1.GroupVersionKind]bool{},
 		unserved:      map[string]*servedCheck{},
+		checked:       map[string]*servedCheck{},
 		resources:     make(chan struct{}, 1),
 		active:        map[string][]*engine.Rule{},
 		changed: map[string]chan event.GenericEvent{
@@ -230,6 +236,7 @@ func (l *CRLoader) forget(key string) {
 	delete(l.states, key)
 	delete(l.active, key)
 	delete(l.unserved, key)
+	delete(l.checked, key)
 	l.mu.Unlock()
 	l.index.Delete(key)
 	l.updateGauge()

@@ -163,6 +163,16 @@ func (l *CRLoader) ResourcesChanged() {
 	}
 }
 
+// ResourcesRemoved tells the loader that the API server may serve fewer
+// resources (a CustomResourceDefinition was deleted; the RESTMapper given
+// to SetupWithManager must have forgotten what it knew): every loaded
+// rule's kinds are asked about again, not only those not served, so a rule
+// whose kind went says KindNotServed. It never blocks.
+func (l *CRLoader) ResourcesRemoved() {
+	l.recheckAll.Store(true)
+	l.ResourcesChanged()
+}
+
 // Start implements manager.Runnable: it asks again about the kinds of rules
 // that were not served, or not asked about, whenever resources change, until
 // ctx ends.
@@ -183,20 +193,28 @@ func (l *CRLoader) Start(ctx context.Context) error {
 func (l *CRLoader) NeedLeaderElection() bool { return false }
 
 func (l *CRLoader) recheckServed(ctx context.Context) {
+	all := l.recheckAll.Swap(false)
 	l.mu.Lock()
+	from := l.unserved
+	if all {
+		// What was found served may be gone: ask again.
+		clear(l.served)
+		from = l.checked
+	}
 	var todo []*servedCheck
-	for _, c := range l.unserved {
+	for _, c := range from {
 		todo = append(todo, &servedCheck{kind: c.kind, namespace: c.namespace, name: c.name, gvks: c.gvks,
 			problems: slices.Clone(c.problems), unasked: slices.Clone(c.unasked)})
 	}
 	l.mu.Unlock()
 	for _, c := range todo {
-		if !l.checkServed(ctx, c, true) && c.pending() {
+		wasPending := c.pending()
+		if changed := l.checkServed(ctx, c, true); !changed && (c.pending() || !wasPending) {
 			continue
 		}
 		key := crKey(c.kind, c.namespace, c.name)
 		l.mu.Lock()
-		cur, ok := l.unserved[key]
+		cur, ok := l.checked[key]
 		// A reload meanwhile asked for itself.
 		if ok && slices.Equal(cur.gvks, c.gvks) {
 			l.setServedLocked(key, c)
@@ -218,6 +236,7 @@ func (l *CRLoader) setServedLocked(key string, c *servedCheck) {
 		delete(l.unserved, key)
 		return
 	}
+	l.checked[key] = c
 	if st, ok := l.states[key]; ok {
 		st.NotServed = c.notServed()
 		l.states[key] = st
