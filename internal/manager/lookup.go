@@ -51,8 +51,10 @@ type lookups struct {
 	watcher *lookup.Watcher
 	status  *rule.LookupStatus
 	// rules hears of CRD changes too: a rule matching a kind not served
-	// yet turns Ready when it is.
+	// yet turns Ready when it is. index is told when a CRD is deleted, so
+	// the layers drop what they watched of it.
 	rules *rule.CRLoader
+	index *rule.Index
 	// cache is the one lookup view of the cluster cache the binder and the
 	// watcher share: the binder's reads are served from the watches the
 	// watcher holds, each object decoded once for every evaluation.
@@ -171,6 +173,9 @@ func (l *lookups) crdDeleted(ctx context.Context, m *forgettingMapper, o any, lo
 	l.watcher.ResourcesChanged()
 	if l.rules != nil {
 		l.rules.ResourcesRemoved()
+	}
+	if l.index != nil {
+		l.index.Republish()
 	}
 }
 

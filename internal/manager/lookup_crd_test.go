@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,13 +15,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 )
 
 // checkUnservedLookup: a rule reading a custom resource whose CRD is not
 // installed (cert-manager's Certificates, in the cookbook) says so in its
 // LookupsReady condition. Its reads are empty, which was once written as
 // null, refused by the CRD's schema and retried forever.
-func checkUnservedLookup(ctx context.Context, t *testing.T, c client.Client) {
+func checkUnservedLookup(ctx context.Context, t *testing.T, c client.Client, reg *prometheus.Registry) {
 	pcr := &policyv1alpha1.PortalClusterRule{
 		ObjectMeta: metav1.ObjectMeta{Name: "reads-nothing-served"},
 		Spec: policyv1alpha1.RuleSpec{
@@ -108,12 +110,17 @@ func checkUnservedLookup(ctx context.Context, t *testing.T, c client.Client) {
 	if got, err := ready(metav1.ConditionTrue); err != nil {
 		t.Errorf("Ready %v after the CRD of the kind the rule matches was installed, want True without an edit: %v", got, err)
 	}
+	const widgets = "widgets.nowhere.example"
+	informers := func() float64 { return gauge(t, reg, "portal_audit_informers", "resource", widgets) }
+	devtest.Eventually(t, "audit's informer of the Widgets", func() bool { return informers() == 1 })
 	// The CRD goes again: the rule matching its kind says so, without an
-	// edit (the RESTMapper had learnt the kind and never forgot it).
+	// edit (the RESTMapper had learnt the kind and never forgot it), and
+	// audit stops listing a resource that is no more.
 	if err := c.Delete(ctx, u); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := ready(metav1.ConditionFalse); err != nil || got.Reason != policyv1alpha1.ReasonKindNotServed {
 		t.Errorf("Ready %v after the CRD of the kind the rule matches was deleted, want False %s: %v", got, policyv1alpha1.ReasonKindNotServed, err)
 	}
+	devtest.Eventually(t, "audit's informer of the Widgets to stop", func() bool { return informers() == 0 })
 }

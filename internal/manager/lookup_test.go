@@ -109,7 +109,7 @@ func TestCrossResourceLookups(t *testing.T) {
 
 	t.Run("a PortalRule cannot read another namespace", func(t *testing.T) { checkTenantConfined(ctx, t, c, peek) })
 
-	t.Run("a lookup of a resource not served says so", func(t *testing.T) { checkUnservedLookup(ctx, t, c) })
+	t.Run("a lookup of a resource not served says so", func(t *testing.T) { checkUnservedLookup(ctx, t, c, reg) })
 
 	// The PortalRule's denial above shows the webhook configuration
 	// (one object for both rules) is in place.

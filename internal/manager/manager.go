@@ -374,7 +374,7 @@ func setupRuleLoading(mgr ctrl.Manager, cfg *Config, d Deps, lk *lookups, loaded
 		return fmt.Errorf("allowed tenant kinds: %w", err)
 	}
 	loader.AllowTenantKinds(tenantKinds)
-	lk.rules = loader
+	lk.rules, lk.index = loader, index
 	if err := loader.SetupWithManager(mgr); err != nil {
 		return err
 	}

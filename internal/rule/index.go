@@ -80,6 +80,16 @@ func (i *Index) DeleteFunc(drop func(key string) bool) {
 	}
 }
 
+// Republish tells the subscribers again though the rules did not change:
+// what they apply to did (a CRD deleted), and the layers that keep
+// something in step with the rules (audit's watches, the webhook's kinds)
+// resolve their kinds again.
+func (i *Index) Republish() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.publish()
+}
+
 // Keys lists the known keys in order.
 func (i *Index) Keys() []string {
 	i.mu.Lock()
