@@ -95,6 +95,8 @@ type CRLoader struct {
 	// asked about again when a resource may have gone (recheckAll).
 	checked    map[string]*servedCheck
 	recheckAll atomic.Bool
+	// servedEpoch counts the times served was forgotten (recheckAll).
+	servedEpoch uint64
 }
 
 // NewCRLoader returns a loader reading through c (the manager's cache).

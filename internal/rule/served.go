@@ -71,17 +71,30 @@ func (l *CRLoader) checkServed(ctx context.Context, c *servedCheck, wait bool) b
 }
 
 // knownServed reports whether g was found served before: such a kind needs
-// no ask, nor a token.
-func (l *CRLoader) knownServed(g policyv1alpha1.GroupVersionKind) bool {
+// no ask, nor a token. epoch tells an answer given after the loader forgot
+// what it found served (forgetServedLocked) from one given before.
+func (l *CRLoader) knownServed(g policyv1alpha1.GroupVersionKind) (known bool, epoch uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.served[g]
+	return l.served[g], l.servedEpoch
+}
+
+// forgetServedLocked forgets the kinds found served: the mapper started
+// afresh, and an answer being given meanwhile by the one before is no
+// answer (askServed).
+func (l *CRLoader) forgetServedLocked() {
+	clear(l.served)
+	l.servedEpoch++
 }
 
 // askServed asks the mapper whether match.gvk[i] is served: "" when it is,
 // else why not. asked is false when no token was to be had (or ctx ended).
 func (l *CRLoader) askServed(ctx context.Context, i int, g policyv1alpha1.GroupVersionKind, wait bool) (problem string, asked bool) {
-	if l.mapper == nil || l.knownServed(g) {
+	if l.mapper == nil {
+		return "", true
+	}
+	known, epoch := l.knownServed(g)
+	if known {
 		return "", true
 	}
 	if wait {
@@ -96,15 +109,21 @@ func (l *CRLoader) askServed(ctx context.Context, i int, g policyv1alpha1.GroupV
 	if g.Version != "" {
 		versions = []string{g.Version}
 	}
-	if _, err := l.mapper.RESTMapping(gk, versions...); err == nil {
-		l.mu.Lock()
+	_, err := l.mapper.RESTMapping(gk, versions...)
+	l.mu.Lock()
+	stale := l.servedEpoch != epoch
+	if err == nil && !stale {
 		// Bounded by the kinds the API server serves.
 		l.served[g] = true
-		l.mu.Unlock()
-		return "", true
-	} else if !meta.IsNoMatchError(err) {
-		// Discovery failed: no answer, not a "no".
+	}
+	l.mu.Unlock()
+	if stale || (err != nil && !meta.IsNoMatchError(err)) {
+		// Discovery failed, or a CRD was deleted while the mapper from
+		// before answered: no answer, not a "no", nor a "yes".
 		return "", false
+	}
+	if err == nil {
+		return "", true
 	}
 	name := flagKind(gk)
 	if g.Version != "" {
@@ -198,7 +217,7 @@ func (l *CRLoader) recheckServed(ctx context.Context) {
 	from := l.unserved
 	if all {
 		// What was found served may be gone: ask again.
-		clear(l.served)
+		l.forgetServedLocked()
 		from = l.checked
 	}
 	var todo []*servedCheck
@@ -209,7 +228,10 @@ func (l *CRLoader) recheckServed(ctx context.Context) {
 	l.mu.Unlock()
 	for _, c := range todo {
 		wasPending := c.pending()
-		if changed := l.checkServed(ctx, c, true); !changed && (c.pending() || !wasPending) {
+		changed := l.checkServed(ctx, c, true)
+		// A rule not answered now (discovery failed) is kept among those
+		// asked about again, though its answers did not change.
+		if !changed && c.pending() == wasPending {
 			continue
 		}
 		key := crKey(c.kind, c.namespace, c.name)
@@ -220,7 +242,7 @@ func (l *CRLoader) recheckServed(ctx context.Context) {
 			l.setServedLocked(key, c)
 		}
 		l.mu.Unlock()
-		if ok {
+		if ok && (changed || wasPending) {
 			obj := newRuleObject(c.kind)
 			obj.SetNamespace(c.namespace)
 			obj.SetName(c.name)
