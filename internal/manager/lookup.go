@@ -4,15 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -120,63 +116,28 @@ func (l *lookups) start(mgr ctrl.Manager, restCfg *rest.Config, eng *engine.Engi
 				l.rules.ResourcesChanged()
 			}
 		}
-		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    notify,
-			UpdateFunc: func(_, o any) { notify(o) },
-			DeleteFunc: func(o any) {
-				if m, ok := mgr.GetRESTMapper().(*forgettingMapper); ok {
-					go l.crdDeleted(ctx, m, o, log)
+		handlers := toolscache.ResourceEventHandlerFuncs{AddFunc: notify, UpdateFunc: func(_, o any) { notify(o) }}
+		if m, ok := mgr.GetRESTMapper().(*forgettingMapper); ok {
+			// A deleted CRD: once discovery has dropped it, every rule's
+			// kinds are asked about again (a rule whose kind went turns
+			// KindNotServed) and the layers resolve theirs again (audit
+			// stops the informer of a resource that is gone).
+			gone := newDeletedCRDs(m, cfg.Clock, log, func() {
+				l.watcher.ResourcesChanged()
+				if l.rules != nil {
+					l.rules.ResourcesRemoved()
 				}
-			},
-		})
+				if l.index != nil {
+					l.index.Republish()
+				}
+			})
+			go gone.run(ctx)
+			handlers.AddFunc = func(o any) { gone.added(o); notify(o) }
+			handlers.DeleteFunc = gone.deleted
+		}
+		_, err = inf.AddEventHandler(handlers)
 		return err
 	}))
-}
-
-// crdDeleted waits until the API server's discovery no longer serves the
-// deleted CRD's resource (its discovery controller catches up after the
-// delete event), asking a mapper that knows nothing yet each time, then
-// has the manager's mapper forget what it knew and every rule's kinds
-// asked about again: a rule whose kind went turns KindNotServed. Discovery
-// cannot be watched, so it is asked every 100 ms, for at most a minute.
-func (l *lookups) crdDeleted(ctx context.Context, m *forgettingMapper, o any, log *slog.Logger) {
-	if tomb, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-		o = tomb.Obj
-	}
-	crd, ok := o.(metav1.Object)
-	if !ok {
-		return
-	}
-	// A CRD's name is PLURAL.GROUP; the API server refuses any other.
-	plural, group, ok := strings.Cut(crd.GetName(), ".")
-	if !ok {
-		return
-	}
-	gone := func(context.Context) (bool, error) {
-		probe, err := m.fresh()
-		if err != nil {
-			return false, nil
-		}
-		_, err = probe.ResourcesFor(schema.GroupVersionResource{Group: group, Resource: plural})
-		return meta.IsNoMatchError(err), nil
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, gone); err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		log.Warn("a deleted CustomResourceDefinition is still in discovery after a minute; rules matching its kind are checked again now", "crd", crd.GetName(), "error", err)
-	}
-	if err := m.Forget(); err != nil {
-		log.Warn("cannot start the RESTMapper afresh after a CustomResourceDefinition was deleted; rules matching its kind may still say Ready", "crd", crd.GetName(), "error", err)
-		return
-	}
-	l.watcher.ResourcesChanged()
-	if l.rules != nil {
-		l.rules.ResourcesRemoved()
-	}
-	if l.index != nil {
-		l.index.Republish()
-	}
 }
 
 // lookupSource tells the rule status writer what the watcher made of each
