@@ -220,10 +220,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	merge := func(b *batch) {
 		rep.objects += b.objects
 		rep.denied = rep.denied || b.denied
-		rep.Summary.Pass += b.summary.Pass
-		rep.Summary.Fail += b.summary.Fail
-		rep.Summary.Error += b.summary.Error
-		rep.Summary.Skip += b.summary.Skip
+		rep.Summary.add(b.summary)
 		rep.Results = append(rep.Results, b.results...)
 		rep.addMatched(b.matched)
 		if len(b.encoded) > 0 {

@@ -44,6 +44,14 @@ type Summary struct {
 	Skip int `json:"skip,omitempty"`
 }
 
+// add counts o's results too.
+func (s *Summary) add(o Summary) {
+	s.Pass += o.Pass
+	s.Fail += o.Fail
+	s.Error += o.Error
+	s.Skip += o.Skip
+}
+
 // Report is the output of one evaluation run.
 type Report struct {
 	Results []Result `json:"results"`
@@ -114,10 +122,7 @@ func (r *Report) Denied() bool { return r.denied }
 func (r *Report) Merge(other *Report) {
 	r.objects += other.objects
 	r.denied = r.denied || other.denied
-	r.Summary.Pass += other.Summary.Pass
-	r.Summary.Fail += other.Summary.Fail
-	r.Summary.Error += other.Summary.Error
-	r.Summary.Skip += other.Summary.Skip
+	r.Summary.add(other.Summary)
 	r.Results = append(r.Results, other.Results...)
 	for _, c := range other.encoded {
 		r.addEncoded(c)
