@@ -42,6 +42,8 @@ type evalOptions struct {
 	events       string
 	dedupWindow  time.Duration
 	showPasses   bool
+	// passesSet: --show-passes was given, true or false.
+	passesSet bool
 }
 
 func newEvalCommand() *cobra.Command {
@@ -140,6 +142,7 @@ accepts it).`,
 }
 
 func (o *evalOptions) run(cmd *cobra.Command) error {
+	o.passesSet = cmd.Flags().Changed("show-passes")
 	mode, err := o.checkFlags()
 	if err != nil {
 		return usageError(err)
@@ -202,7 +205,7 @@ func (o *evalOptions) loadEngine(cmd *cobra.Command, mode core.Mode) (*engine.En
 		}
 	}
 	switch {
-	case !cmd.Flags().Changed("show-passes"):
+	case !o.passesSet:
 	case o.showPasses:
 		opts.Passes = eval.PassesShown
 	default:

@@ -39,4 +39,8 @@ func TestEvalEvents(t *testing.T) {
 	if _, err := runCLI(t, "", "eval", "--rules", "../../examples/rules/runtime", "--events", "../../examples/runtime/audit.log", "--file", "x.yaml"); exitCodeOf(err) != exitUsage {
 		t.Errorf("--events with --file: %v, want a usage error", err)
 	}
+	if _, err := runCLI(t, "", "eval", "--rules", "../../examples/rules/runtime", "--events", "../../examples/runtime/audit.log", "--show-passes"); exitCodeOf(err) != exitUsage ||
+		!strings.Contains(err.Error(), "--show-passes does not apply to --events") {
+		t.Errorf("--events with --show-passes: %v, want a usage error naming the flag", err)
+	}
 }

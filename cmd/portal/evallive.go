@@ -30,6 +30,8 @@ func (o *evalOptions) checkInputs() error {
 		return errors.New("--file and --kubeconfig are exclusive: evaluate manifests or a live cluster, not both")
 	case o.events != "" && (len(o.files) > 0 || o.kubeconfig != "" || o.network):
 		return errors.New("--events evaluates a recorded audit log: it takes no --file, --kubeconfig or --network")
+	case o.events != "" && o.passesSet:
+		return errors.New("--show-passes does not apply to --events: its report lists findings only, one a line")
 	case o.events != "":
 	case o.kubeconfig == "" && len(o.files) == 0:
 		return errors.New("eval needs --rules, and --file or --kubeconfig (see portal eval --help)")
