@@ -53,14 +53,28 @@ func (c *servedCheck) notServed() []string {
 
 // checkServed asks about the entries of c; with wait false an ask the
 // limiter refuses is left for later (the entry keeps its last answer), with
-// wait true it waits for the limiter. It reports whether an answer changed.
-func (l *CRLoader) checkServed(ctx context.Context, c *servedCheck, wait bool) bool {
+// wait true it waits for the limiter. pass, when set, keeps the answers of
+// one pass over many rules: each kind is asked about once in it, however
+// many rules match it (a tenant's thousand PortalRules on one made-up kind
+// cost one ask, not a thousand). It reports whether an answer changed.
+func (l *CRLoader) checkServed(ctx context.Context, c *servedCheck, wait bool, pass map[policyv1alpha1.GroupVersionKind]string) bool {
 	changed := false
 	for i, g := range c.gvks {
-		problem, asked := l.askServed(ctx, i, g, wait)
+		why, known := pass[g]
+		asked := true
+		if !known {
+			why, asked = l.askServed(ctx, g, wait)
+			if asked && pass != nil {
+				pass[g] = why
+			}
+		}
 		if !asked {
 			c.unasked[i] = true
 			continue
+		}
+		problem := ""
+		if why != "" {
+			problem = fmt.Sprintf("match.gvk[%d]: %s", i, why)
 		}
 		c.unasked[i] = false
 		if c.problems[i] != problem {
@@ -87,9 +101,9 @@ func (l *CRLoader) forgetServedLocked() {
 	l.servedEpoch++
 }
 
-// askServed asks the mapper whether match.gvk[i] is served: "" when it is,
-// else why not. asked is false when no token was to be had (or ctx ended).
-func (l *CRLoader) askServed(ctx context.Context, i int, g policyv1alpha1.GroupVersionKind, wait bool) (problem string, asked bool) {
+// askServed asks the mapper whether g is served: "" when it is, else why
+// not. asked is false when no token was to be had (or ctx ended).
+func (l *CRLoader) askServed(ctx context.Context, g policyv1alpha1.GroupVersionKind, wait bool) (why string, asked bool) {
 	if l.mapper == nil {
 		return "", true
 	}
@@ -133,7 +147,7 @@ func (l *CRLoader) askServed(ctx context.Context, i int, g policyv1alpha1.GroupV
 	if elsewhere := servedElsewhere(l.mapper, g); elsewhere != "" {
 		hint = " (" + elsewhere + ")"
 	}
-	return fmt.Sprintf("match.gvk[%d]: %s is not served by the API server%s; the rule applies once it is", i, name, hint), true
+	return fmt.Sprintf("%s is not served by the API server%s; the rule applies once it is", name, hint), true
 }
 
 // servedElsewhere says where the API server serves g's kind under another
@@ -226,9 +240,10 @@ func (l *CRLoader) recheckServed(ctx context.Context) {
 			problems: slices.Clone(c.problems), unasked: slices.Clone(c.unasked)})
 	}
 	l.mu.Unlock()
+	pass := map[policyv1alpha1.GroupVersionKind]string{}
 	for _, c := range todo {
 		wasPending := c.pending()
-		changed := l.checkServed(ctx, c, true)
+		changed := l.checkServed(ctx, c, true, pass)
 		// A rule not answered now (discovery failed) is kept among those
 		// asked about again, though its answers did not change.
 		if !changed && c.pending() == wasPending {
@@ -283,7 +298,7 @@ func (l *CRLoader) servedOf(ctx context.Context, kind string, obj policyv1alpha1
 		copy(c.unasked, prev.unasked)
 	}
 	l.mu.Unlock()
-	l.checkServed(ctx, c, false)
+	l.checkServed(ctx, c, false, nil)
 	if slices.Contains(c.unasked, true) {
 		l.ResourcesChanged()
 	}

@@ -26,7 +26,7 @@ func TestServedAnswerKeptWhenTheLimiterRefuses(t *testing.T) {
 	gvks := []policyv1alpha1.GroupVersionKind{{Group: "app", Kind: "Deployment"}}
 	c := &servedCheck{gvks: gvks, problems: make([]string, 1), unasked: make([]bool, 1)}
 
-	if !l.checkServed(ctx, c, false) {
+	if !l.checkServed(ctx, c, false, nil) {
 		t.Fatal("the first answer about Deployment.app was not a change")
 	}
 	const want = "match.gvk[0]: Deployment.app is not served by the API server (Deployment is served in group apps); the rule applies once it is"
@@ -37,7 +37,7 @@ func TestServedAnswerKeptWhenTheLimiterRefuses(t *testing.T) {
 	// The kind becomes served, but no ask may be made: the answer stays.
 	mapper.Add(schema.GroupVersionKind{Group: "app", Version: "v1", Kind: "Deployment"}, meta.RESTScopeNamespace)
 	l.discoveryAsks = rate.NewLimiter(0, 0)
-	if l.checkServed(ctx, c, false) {
+	if l.checkServed(ctx, c, false, nil) {
 		t.Error("a refused ask changed the answer")
 	}
 	if got := c.notServed(); len(got) != 1 || !c.pending() {
@@ -45,7 +45,7 @@ func TestServedAnswerKeptWhenTheLimiterRefuses(t *testing.T) {
 	}
 
 	l.discoveryAsks = rate.NewLimiter(rate.Inf, 1)
-	if !l.checkServed(ctx, c, false) || len(c.notServed()) != 0 || c.pending() {
+	if !l.checkServed(ctx, c, false, nil) || len(c.notServed()) != 0 || c.pending() {
 		t.Errorf("once asked: not served %q, pending %v; want served", c.notServed(), c.pending())
 	}
 }

@@ -3,9 +3,12 @@ package rule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -60,7 +63,7 @@ func servedLoader(t *testing.T, m meta.RESTMapper) (*CRLoader, string) {
 	key := crKey(KindCluster, "", "widgets")
 	c := &servedCheck{kind: KindCluster, name: "widgets", gvks: []policyv1alpha1.GroupVersionKind{widget},
 		problems: make([]string, 1), unasked: make([]bool, 1)}
-	if l.checkServed(context.Background(), c, true) || c.pending() {
+	if l.checkServed(context.Background(), c, true, nil) || c.pending() {
 		t.Fatalf("Widgets not found served first: %q", c.notServed())
 	}
 	l.mu.Lock()
@@ -127,7 +130,7 @@ func TestServedAnswerOfTheForgottenMapperNotKept(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		l.askServed(ctx, 0, widget, true)
+		l.askServed(ctx, widget, true)
 	}()
 	<-asked
 	m.set("gone")
@@ -143,5 +146,46 @@ func TestServedAnswerOfTheForgottenMapperNotKept(t *testing.T) {
 	l.recheckServed(ctx)
 	if got := notServedOf(l, key); len(got) != 1 {
 		t.Errorf("an answer of the forgotten mapper made the deleted kind served again: not served %q", got)
+	}
+}
+
+// countingMapper says no kind is served and counts the asks.
+type countingMapper struct {
+	meta.RESTMapper
+	asks atomic.Int32
+}
+
+func (m *countingMapper) RESTMapping(gk schema.GroupKind, _ ...string) (*meta.RESTMapping, error) {
+	m.asks.Add(1)
+	return nil, &meta.NoKindMatchError{GroupKind: gk}
+}
+
+// TestRecheckAsksEachKindOnce: a tenant's many rules on one kind the API
+// server does not serve cost one ask of discovery (one token of the
+// loader's limiter) per recheck, not one per rule, and each rule still
+// gets its own answer, naming its own field.
+func TestRecheckAsksEachKindOnce(t *testing.T) {
+	m := &countingMapper{RESTMapper: meta.NewDefaultRESTMapper(nil)}
+	l := NewCRLoader(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	l.mapper = m
+	const rules = 30
+	other := policyv1alpha1.GroupVersionKind{Group: "nowhere.example", Kind: "Gadget"}
+	for i := range rules {
+		key := crKey(KindNamespaced, "tenant", fmt.Sprint("r", i))
+		c := &servedCheck{kind: KindNamespaced, namespace: "tenant", name: fmt.Sprint("r", i),
+			gvks: []policyv1alpha1.GroupVersionKind{other, widget}, problems: make([]string, 2), unasked: []bool{true, true}}
+		l.mu.Lock()
+		l.states[key] = LoadState{}
+		l.setServedLocked(key, c)
+		l.mu.Unlock()
+	}
+	l.recheckServed(context.Background())
+	if n := m.asks.Load(); n != 2 {
+		t.Fatalf("%d asks of the mapper for %d rules on two kinds, want 2", n, rules)
+	}
+	got := notServedOf(l, crKey(KindNamespaced, "tenant", "r7"))
+	if len(got) != 2 || !strings.HasPrefix(got[0], "match.gvk[0]: Gadget.nowhere.example is not served") ||
+		!strings.HasPrefix(got[1], "match.gvk[1]: Widget.nowhere.example is not served") {
+		t.Fatalf("a rule's answers: %q", got)
 	}
 }
