@@ -9,11 +9,13 @@ import (
 	"os"
 )
 
-// spill holds a JSON report's encoded results in a temporary file, written
-// in input order as the run decides them, so that memory does not grow
-// with the number of results: a report is often many times its input (one
-// element per rule and object). Nothing reaches the report's writer until
-// the run ends, so a run that fails still writes no partial report.
+// spill holds a report's encoded results outside memory, written in input
+// order as the run decides them, so that memory does not grow with the
+// number of results: a report is often many times its input (one element
+// per rule and object). In a temporary file, nothing reaches the report's
+// writer until the run ends; written in place (into), the destination is
+// cut back when the run fails. Either way a run that fails leaves no
+// partial report.
 type spill struct {
 	f *os.File
 	w *bufio.Writer
