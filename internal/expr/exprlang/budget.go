@@ -2,8 +2,9 @@ package exprlang
 
 import (
 	"fmt"
-	"math/bits"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/expr-lang/expr"
@@ -469,78 +470,31 @@ func children(n ast.Node) []ast.Node {
 
 // budgetOptions registers the metering helpers, with the regexps their
 // matches share. Each returns its last argument unchanged once the meter has
-// accepted the charge.
+// accepted the charge. Most are called as typed functions once the rule is
+// checked (typedCalls); the checker knows them by these registrations.
 func budgetOptions(rx *regexps) []expr.Option {
-	charge := func(p ...any) (any, error) {
-		return p[2], p[0].(*meter).charge(int64(p[1].(int)), 0)
-	}
-	return []expr.Option{
-		expr.Function(iterName, charge),
-		expr.Function(loopStartName, func(p ...any) (any, error) {
-			return p[1], p[0].(*meter).charge(1, loopStartBytes)
-		}),
-		expr.Function(chargeName, charge),
-		expr.Function(hashKeyName, func(p ...any) (any, error) {
-			m := p[0].(*meter)
-			if err := m.charge(int64(p[1].(int)), 0); err != nil {
-				return nil, err
-			}
-			return p[2], m.scan(p[2])
-		}),
-		expr.Function(sortKeyName, func(p ...any) (any, error) {
-			m := p[0].(*meter)
-			if err := m.charge(int64(p[1].(int)), 0); err != nil {
-				return nil, err
-			}
-			return p[2], m.scanTimes(p[2], sortLevels)
-		}),
-		expr.Function(strName, func(p ...any) (any, error) {
-			m := p[0].(*meter)
-			if s, ok := p[1].(string); ok {
-				return p[1], m.charge(int64(len(s))/bytesPerOp+1, 0)
-			}
-			return p[1], m.charge(1, 0)
-		}),
-		expr.Function(scanName, func(p ...any) (any, error) {
-			return p[1], p[0].(*meter).scan(p[1])
-		}),
-		expr.Function(scanInName, func(p ...any) (any, error) {
-			m := p[0].(*meter)
-			if reflect.ValueOf(p[1]).Kind() == reflect.Map {
-				return p[1], m.charge(1, 0)
-			}
-			return p[1], m.scan(p[1])
-		}),
-		expr.Function(sortName, func(p ...any) (any, error) {
-			levels := int64(bits.Len64(uint64(length(p[1])))) + 1
-			return p[1], p[0].(*meter).scanTimes(p[1], levels)
-		}),
-		expr.Function(pairsName, func(p ...any) (any, error) {
-			return p[1], p[0].(*meter).scanTimes(p[1], length(p[1]))
-		}),
-		expr.Function(expandName, func(p ...any) (any, error) {
-			return p[1], p[0].(*meter).expand(p[1])
-		}),
-		expr.Function(builtName, func(p ...any) (any, error) {
-			return p[1], p[0].(*meter).built(p[1])
-		}),
-		expr.Function(inflateName, func(p ...any) (any, error) {
-			n := length(p[2])
-			return p[2], p[0].(*meter).charge(n/bytesPerOp+1, satMul(n, int64(p[1].(int))))
-		}),
+	opts := []expr.Option{
 		expr.Function(joinName, meteredJoin),
 		expr.Function(replaceName, meteredReplace),
 		expr.Function(trimName, meteredTrim),
-		expr.Function(jsonName, func(p ...any) (any, error) {
-			return p[1], p[0].(*meter).indentedJSON(p[1])
-		}),
-		expr.Function(elemsName, func(p ...any) (any, error) {
-			n := length(p[1])
-			return p[1], p[0].(*meter).charge(n+1, satMul(n, elemBytes))
-		}),
 		expr.Function(splitName, meteredSplit),
 		expr.Function(globName, meteredGlob),
-		expr.Function(matchLitName, meteredMatchLiteral),
+		expr.Function(matchLitName, func(p ...any) (any, error) {
+			return match(p[0].(*meter), p[1], p[2].(*compiledRegexp))
+		}),
 		expr.Function(matchName, func(p ...any) (any, error) { return meteredMatch(rx, p...) }),
 	}
+	for _, name := range slices.Sorted(maps.Keys(unaryHelpers)) {
+		f := unaryHelpers[name]
+		opts = append(opts, expr.Function(name, func(p ...any) (any, error) {
+			return p[1], f(p[0].(*meter), p[1])
+		}))
+	}
+	for _, name := range slices.Sorted(maps.Keys(countedHelpers)) {
+		mk := countedHelpers[name]
+		opts = append(opts, expr.Function(name, func(p ...any) (any, error) {
+			return p[2], mk(int64(p[1].(int)))(p[0].(*meter), p[2])
+		}))
+	}
+	return opts
 }

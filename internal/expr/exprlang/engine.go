@@ -157,7 +157,7 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 	}
 	// The patch is per compilation: it records what it cannot meter.
 	budget := &budgetPatch{regexps: e.regexps}
-	p, err := expr.Compile(expression, append(slices.Clip(e.options), expr.Patch(budget))...)
+	p, err := compile(expression, append(slices.Clip(e.options), expr.Patch(budget)))
 	if budget.err != nil {
 		// A partly patched tree may fail to compile for another reason.
 		err = budget.err

@@ -34,13 +34,15 @@ func (fetchPatch) Visit(node *ast.Node) {
 	ast.Patch(node, call)
 }
 
+// fetchOption registers fetch for the checker; the VM calls its typed form
+// (typedCalls).
 func fetchOption() expr.Option {
-	return expr.Function(fetchName, fetch, new(func(any, string) any))
+	return expr.Function(fetchName, func(p ...any) (any, error) { return fetch(p[0], p[1]) }, new(func(any, string) any))
 }
 
-func fetch(params ...any) (any, error) {
-	key, _ := params[1].(string)
-	switch from := params[0].(type) {
+func fetch(from, property any) (any, error) {
+	key, _ := property.(string)
+	switch from := from.(type) {
 	case map[string]any:
 		return from[key], nil
 	case nil:
@@ -48,5 +50,5 @@ func fetch(params ...any) (any, error) {
 	}
 	// Anything else (a struct from a helper, a typed map) keeps expr-lang's
 	// own semantics.
-	return runtime.Fetch(params[0], key), nil
+	return runtime.Fetch(from, key), nil
 }

@@ -36,12 +36,6 @@ func meteredMatch(rx *regexps, p ...any) (any, error) {
 	return match(m, p[1], re)
 }
 
-// meteredMatchLiteral charges `s matches "literal"`: the pattern was
-// compiled with the rule.
-func meteredMatchLiteral(p ...any) (any, error) {
-	return match(p[0].(*meter), p[1], p[2].(*compiledRegexp))
-}
-
 // match charges and runs one match: Go's regexp may visit every
 // instruction of the program for every byte of the subject.
 func match(m *meter, subject any, re *compiledRegexp) (any, error) {
