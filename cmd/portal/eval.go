@@ -44,6 +44,7 @@ type evalOptions struct {
 	showPasses   bool
 	// passesSet: --show-passes was given, true or false.
 	passesSet bool
+	profile   profileFlags
 }
 
 func newEvalCommand() *cobra.Command {
@@ -134,6 +135,7 @@ accepts it).`,
 	nc := &o.netConfig
 	f.BoolVar(&o.network, "network", false, "also run the NetworkPolicy checks on the manifests of --file and --cluster-state (--rules becomes optional)")
 	network.BindFlags(f, nc)
+	o.profile.register(f)
 	// The help (and any reference generated from it) names the default
 	// rather than this machine's core count.
 	f.Lookup("jobs").DefValue = "GOMAXPROCS"
@@ -141,12 +143,26 @@ accepts it).`,
 	return cmd
 }
 
-func (o *evalOptions) run(cmd *cobra.Command) error {
+func (o *evalOptions) run(cmd *cobra.Command) (err error) {
 	o.passesSet = cmd.Flags().Changed("show-passes")
 	mode, err := o.checkFlags()
 	if err != nil {
 		return usageError(err)
 	}
+	stopProfile, err := o.profile.start()
+	if err != nil {
+		return usageError(err)
+	}
+	defer func() {
+		if perr := stopProfile(); perr != nil {
+			if err != nil {
+				// The run's own error decides the exit status.
+				fmt.Fprintln(cmd.ErrOrStderr(), "portal:", perr)
+			} else {
+				err = perr
+			}
+		}
+	}()
 	// The memory limit from the container's cgroup, and Go's GOGC until the
 	// results are known to spill (loadEngine's Options.Spilling): a table,
 	// or a report held in memory, grows with the input.
