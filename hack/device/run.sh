@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs the issue-30 measurements on a lent many-core machine from what
+# hack/device/pack.sh built (carried as bin/device/eval or bin/device/admission),
+# writing results under $OUT (the run tool's output folder; ./device-out when
+# unset). One bundle per call:
+#   eval       portal eval on 100,000 pods with 1 to 16 jobs, whole processes,
+#              three rounds interleaved, then a CPU profile and an execution
+#              trace of the 16-job run
+#   admission  BenchmarkAdmission, 4 clients and 1,000 creates, twice, and one
+#              client once
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:?usage: run.sh eval|admission}
+out=${OUT:-$PWD/device-out}
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for f in bin/device/"$what"/*.xz; do
+  xz -dc "$f" >"$work/$(basename "$f" .xz)"
+done
+chmod +x "$work"/* 2>/dev/null || true
+{ nproc; uptime; uname -r; } >"$out/machine.txt" 2>&1
+
+case $what in
+eval)
+  rules=$PWD/examples/rules/pod-security
+  rules=$rules/baseline,$rules/restricted
+  # Wall, user and system seconds of one whole run, the report written to a
+  # file as CI does. Exit 1 is the tenth of the pods that fail the bundle.
+  timed() {
+    local jobs=$1 rc=0
+    shift
+    TIMEFORMAT='%R	%U	%S'
+    { time GOMAXPROCS=$jobs "$work/portal" eval -r "$rules" -f "$work/pods.yaml" -o json -j "$jobs" "$@" \
+      >"$work/report.json" 2>"$work/stderr" || rc=$?; } 2>"$work/time"
+    if [ "$rc" -ne 1 ]; then
+      echo "portal eval -j $jobs: exit $rc" >&2
+      cat "$work/stderr" >&2
+      exit 1
+    fi
+    cat "$work/time"
+  }
+  echo -e "round\tjobs\twall_s\tuser_s\tsys_s" >"$out/eval.tsv"
+  for round in 1 2 3; do
+    for jobs in 1 2 4 8 12 16; do
+      t=$(timed "$jobs")
+      echo -e "$round\t$jobs\t$t" >>"$out/eval.tsv"
+    done
+  done
+  timed 16 --profile cpu --profile-output "$out/eval-16-cpu.pprof" >/dev/null
+  timed 16 --profile trace --profile-output "$out/eval-16.trace" >/dev/null
+  timed 1 --profile cpu --profile-output "$out/eval-1-cpu.pprof" >/dev/null
+  cat "$out/eval.tsv"
+  ;;
+admission)
+  cd test/bench/admission
+  export KUBEBUILDER_ASSETS=$work
+  for clients in 4 4 1; do
+    echo "== $clients clients" >>"$out/admission.txt"
+    PORTAL_BENCH_CLIENTS=$clients PORTAL_BENCH_PODS=1000 "$work/admission.test" \
+      -test.run '^$' -test.bench BenchmarkAdmission -test.benchtime 1x >>"$out/admission.txt" 2>&1
+  done
+  tail -60 "$out/admission.txt"
+  ;;
+*)
+  echo "run.sh: unknown bundle $what (eval or admission)" >&2
+  exit 2
+  ;;
+esac
