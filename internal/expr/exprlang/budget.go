@@ -310,7 +310,7 @@ func (p *budgetPatch) patchBinary(node *ast.Node, n *ast.BinaryNode) {
 func (p *budgetPatch) patchMatches(node *ast.Node, n *ast.BinaryNode) {
 	var call ast.Node
 	if s, ok := n.Right.(*ast.StringNode); ok {
-		re, _, err := p.regexps.get(s.Value)
+		re, err := p.regexps.get(s.Value)
 		if err != nil {
 			p.err = patternError(s, err)
 			return

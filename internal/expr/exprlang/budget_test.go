@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -166,4 +168,34 @@ func TestLongInputsAreRefused(t *testing.T) {
 			t.Errorf("%s: %.200v; want a short error", src, err)
 		}
 	}
+}
+
+// TestComputedPatternChargedEveryTime: a pattern built while the rule runs
+// is charged its compilation on every evaluation, also when the engine's
+// cache already holds it (here because another rule writes it as a
+// literal): a rule's verdict near its budget must not depend on which other
+// rules are loaded or on when the garbage collector emptied the cache.
+func TestComputedPatternChargedEveryTime(t *testing.T) {
+	e := testEngine()
+	env := core.Env{"object": map[string]any{"data": map[string]any{"small": "hello", "pattern": "l+o$"}}}
+	computed, err := e.Compile(`object.data.small matches object.data.pattern`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	charge := func() core.Account {
+		var acct core.Account
+		if _, err := computed.EvalShared(context.Background(), maps.Clone(env), &acct); err != nil {
+			t.Fatal(err)
+		}
+		return acct
+	}
+	alone := charge()
+	literal, err := e.Compile(`object.data.small matches "l+o$"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cached := charge(); cached != alone {
+		t.Errorf("the same evaluation charged %+v alone and %+v with the pattern cached by another rule", alone, cached)
+	}
+	runtime.KeepAlive(literal)
 }

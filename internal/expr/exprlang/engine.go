@@ -157,7 +157,7 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 	}
 	// The patch is per compilation: it records what it cannot meter.
 	budget := &budgetPatch{regexps: e.regexps}
-	p, err := compile(expression, append(slices.Clip(e.options), expr.Patch(budget)))
+	c, err := compile(expression, append(slices.Clip(e.options), expr.Patch(budget)))
 	if budget.err != nil {
 		// A partly patched tree may fail to compile for another reason.
 		err = budget.err
@@ -165,7 +165,8 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 	if err != nil {
 		return nil, compileError(operatorHint(expression, err))
 	}
-	prog := &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(expression, e.names), lookups: reads, base: staticCost(p.Node()), baseBytes: staticBytes(p.Node()), metered: readsMeter(p.Node())}
+	p := c.prog
+	prog := &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(expression, e.names), lookups: reads, base: c.base, baseBytes: c.baseBytes, metered: readsMeter(p.Node())}
 	prog.result = e.resultType(expression)
 	if tree, err := parser.Parse(expression); err == nil {
 		prog.whole = wholeMember(tree, e.names)

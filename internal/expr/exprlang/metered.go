@@ -24,14 +24,16 @@ func meteredMatch(rx *regexps, p ...any) (any, error) {
 	if err := m.charge(int64(len(pattern))/bytesPerOp+1, 0); err != nil {
 		return nil, err
 	}
-	re, compiled, err := rx.get(pattern)
+	re, err := rx.get(pattern)
 	if err != nil {
 		return nil, &core.BudgetError{Kind: core.BudgetPattern, Err: fmt.Errorf("matches %s: %w", quoteShort(pattern), err)}
 	}
-	if compiled {
-		if err := m.charge(re.insts, satMul(re.insts, regexpInstBytes)); err != nil {
-			return nil, err
-		}
+	// Charged whether or not this call compiled it: the cache holds a
+	// pattern only while something else does, so a charge on compiling
+	// would make the verdict of a rule near its budget depend on other
+	// rules and on when the garbage collector ran.
+	if err := m.charge(re.insts, satMul(re.insts, regexpInstBytes)); err != nil {
+		return nil, err
 	}
 	return match(m, p[1], re)
 }

@@ -51,36 +51,36 @@ func newRegexps() *regexps {
 }
 
 // get returns the compiled pattern, compiling it (within the bounds) when no
-// rule holds it yet; compiled reports whether it did.
-func (c *regexps) get(pattern string) (re *compiledRegexp, compiled bool, err error) {
+// rule holds it yet.
+func (c *regexps) get(pattern string) (*compiledRegexp, error) {
 	c.mu.Lock()
 	wp, ok := c.m[pattern]
 	c.mu.Unlock()
 	if ok {
 		if re := wp.Value(); re != nil {
-			return re, false, nil
+			return re, nil
 		}
 	}
 	n, err := regexbound.Insts(pattern, MaxRegexBytes, MaxRegexInsts)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	r, err := regexp.Compile(pattern)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	re = &compiledRegexp{re: r, insts: int64(n)}
+	re := &compiledRegexp{re: r, insts: int64(n)}
 	c.mu.Lock()
 	// Another evaluation may have compiled it meanwhile: keep one.
 	if old := c.m[pattern].Value(); old != nil {
 		c.mu.Unlock()
-		return old, true, nil
+		return old, nil
 	}
 	wp = weak.Make(re)
 	c.m[pattern] = wp
 	c.mu.Unlock()
 	runtime.AddCleanup(re, c.forget, cleanupKey{pattern, wp})
-	return re, true, nil
+	return re, nil
 }
 
 type cleanupKey struct {

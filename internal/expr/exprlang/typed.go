@@ -176,10 +176,19 @@ func (typedCalls) Visit(node *ast.Node) {
 	call.Callee, call.Arguments = callee, args
 }
 
+// compiled is a compiled expression and what running each of its nodes
+// once costs (staticCost, staticBytes), counted on the tree as the patches
+// left it: typedCalls drops arguments (a helper's count, a literal
+// pattern), which the cost model still counts.
+type compiled struct {
+	prog            *vm.Program
+	base, baseBytes int64
+}
+
 // compile is expr.Compile (expr-lang v1.17) with typedCalls between
 // optimizing the tree and compiling it, which expr-lang has no hook for.
 // TestCompileAsExprLang holds it to expr.Compile's results.
-func compile(input string, opts []expr.Option) (*vm.Program, error) {
+func compile(input string, opts []expr.Option) (compiled, error) {
 	config := conf.CreateNew()
 	for _, op := range opts {
 		op(config)
@@ -190,16 +199,18 @@ func compile(input string, opts []expr.Option) (*vm.Program, error) {
 	config.Check()
 	tree, err := checker.ParseCheck(input, config)
 	if err != nil {
-		return nil, err
+		return compiled{}, err
 	}
 	if config.Optimize {
 		if err := optimizer.Optimize(&tree.Node, config); err != nil {
 			if fe, ok := errors.AsType[*file.Error](err); ok {
-				return nil, fe.Bind(tree.Source)
+				return compiled{}, fe.Bind(tree.Source)
 			}
-			return nil, err
+			return compiled{}, err
 		}
 	}
+	c := compiled{base: staticCost(tree.Node), baseBytes: staticBytes(tree.Node)}
 	ast.Walk(&tree.Node, typedCalls{})
-	return compiler.Compile(tree, config)
+	c.prog, err = compiler.Compile(tree, config)
+	return c, err
 }

@@ -60,10 +60,18 @@ func TestMeteringHelpersAreTypedCalls(t *testing.T) {
 	for name := range countedHelpers {
 		typed = append(typed, name)
 	}
+	seen := map[string]bool{}
 	for _, src := range helperExpressions {
 		p, err := e.Compile(src)
 		if err != nil {
 			t.Fatalf("%s: %v", src, err)
+		}
+		ref, err := expr.Compile(src, append(slices.Clip(e.options), expr.Patch(&budgetPatch{regexps: e.regexps}))...)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		for _, name := range typed {
+			seen[name] = seen[name] || strings.Contains(ref.Disassemble(), name+"\n")
 		}
 		for line := range strings.Lines(p.(*program).prog.Disassemble()) {
 			if !strings.Contains(line, "OpCall") {
@@ -79,6 +87,11 @@ func TestMeteringHelpersAreTypedCalls(t *testing.T) {
 			t.Errorf("%s: no typed call in the program", src)
 		}
 	}
+	for _, name := range typed {
+		if !seen[name] {
+			t.Errorf("no helper expression calls %s: add one", name)
+		}
+	}
 }
 
 // TestCompileAsExprLang holds compile to expr.Compile: the same expressions,
@@ -89,8 +102,6 @@ func TestMeteringHelpersAreTypedCalls(t *testing.T) {
 func TestCompileAsExprLang(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	// Each way has its own engine: a pattern computed when the rule runs is
-	// charged for its compilation only once per engine.
 	e, ref := testEngine(), testEngine()
 	g := &gen{r: rand.New(rand.NewPCG(seed, 3))}
 	exprs := slices.Clone(helperExpressions)
@@ -112,8 +123,12 @@ func TestCompileAsExprLang(t *testing.T) {
 			t.Errorf("%s: compiles with compile, not with expr.Compile: %v", src, err)
 			continue
 		}
+		// The reference is the program as it was before typed calls: its
+		// start-up cost counted on expr.Compile's tree.
 		want := *got.(*program)
 		want.engine, want.prog = ref, refProg
+		want.base, want.baseBytes = staticCost(refProg.Node()), staticBytes(refProg.Node())
+		want.ids, want.metered = identifiers(refProg.Node(), ref.names), readsMeter(refProg.Node())
 		for _, env := range envs {
 			gotOut, gotErr, gotAcct := evalOnce(got.(*program), env)
 			wantOut, wantErr, wantAcct := evalOnce(&want, env)
