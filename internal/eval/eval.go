@@ -253,13 +253,15 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	}
 	// Each batch gets its own reply channel, queued in input order; the
 	// queue's capacity bounds how far the workers (and the reading) run
-	// ahead of the merge. work holds up to a batch per worker read ahead,
-	// within that bound: a worker done with a batch takes the next without
-	// waiting for the reader to be scheduled (it is woken onto the core of
-	// a busy worker), which cut the time two workers waited for work on two
-	// cores by a fifth.
+	// ahead of the merge: four batches a worker, so one slow batch (a
+	// collection's assist, a large object) holds up the others less (at
+	// two, the reader waited on the queue a third of a second per 100,000
+	// pods with two workers, and they for it). work holds up to a batch per
+	// worker read ahead, within that bound: a worker done with a batch takes
+	// the next without waiting for the reader to be scheduled (it is woken
+	// onto the core of a busy worker).
 	work := make(chan *batchJob, jobs)
-	order := make(chan chan *batch, 2*jobs)
+	order := make(chan chan *batch, 4*jobs)
 	var produceErr error
 	go func() {
 		defer close(work)
