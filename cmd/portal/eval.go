@@ -149,6 +149,9 @@ func (o *evalOptions) run(cmd *cobra.Command) (err error) {
 	if err != nil {
 		return usageError(err)
 	}
+	if err := o.checkProfileOutput(cmd); err != nil {
+		return usageError(err)
+	}
 	stopProfile, err := o.profile.start()
 	if err != nil {
 		return usageError(err)
@@ -342,16 +345,31 @@ func readsFile(paths []string, stdin io.Reader, f *os.File) bool {
 	if err != nil {
 		return true
 	}
-	same := func(g *os.File) bool {
-		gi, err := g.Stat()
-		return err == nil && os.SameFile(fi, gi)
+	if slices.Contains(paths, "-") && sameFile(stdin, fi) {
+		return true
 	}
+	return pathsName(paths, fi)
+}
+
+// sameFile reports whether w is the file fi describes.
+func sameFile(w any, fi os.FileInfo) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	gi, err := f.Stat()
+	return err == nil && os.SameFile(fi, gi)
+}
+
+// pathsName reports whether paths (files, or directories walked for
+// manifests) name the file fi describes.
+func pathsName(paths []string, fi os.FileInfo) bool {
 	for _, p := range paths {
 		if p == "-" {
-			if in, ok := stdin.(*os.File); ok && same(in) {
-				return true
-			}
 			continue
+		}
+		if pi, err := os.Stat(p); err == nil && os.SameFile(fi, pi) {
+			return true
 		}
 		files, _ := manifest.Files(p)
 		for _, name := range files {
@@ -361,6 +379,39 @@ func readsFile(paths []string, stdin io.Reader, f *os.File) bool {
 		}
 	}
 	return false
+}
+
+// checkProfileOutput refuses a --profile-output that is the report, the
+// standard streams or one of the run's inputs: the profile's file is
+// emptied before anything is read, so it would lose the input or replace
+// the report with a profile in a run that exits 0.
+func (o *evalOptions) checkProfileOutput(cmd *cobra.Command) error {
+	if o.profile.kind == "none" {
+		return nil
+	}
+	fi, err := os.Stat(o.profile.output)
+	if err != nil {
+		// A new file; any other problem is the one creating it reports.
+		return nil
+	}
+	for _, s := range []struct {
+		name string
+		w    any
+	}{{"standard output (the report)", cmd.OutOrStdout()}, {"standard error", cmd.ErrOrStderr()}, {"standard input", cmd.InOrStdin()}} {
+		if sameFile(s.w, fi) {
+			return fmt.Errorf("--profile-output %s is %s: write the profile to another file", o.profile.output, s.name)
+		}
+	}
+	inputs := slices.Concat(o.rules, o.files, o.clusterState, o.exceptions)
+	for _, p := range []string{o.events, o.kubeconfig} {
+		if p != "" {
+			inputs = append(inputs, p)
+		}
+	}
+	if pathsName(inputs, fi) {
+		return fmt.Errorf("--profile-output %s is one of the files the run reads: write the profile to another file", o.profile.output)
+	}
+	return nil
 }
 
 // maxManifestErrors is how many unreadable manifests eval lists: a tree of

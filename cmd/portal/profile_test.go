@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,5 +35,37 @@ func TestEvalProfile(t *testing.T) {
 		if code := exitCodeOf(err); code != exitUsage || !strings.Contains(err.Error(), "--profile") {
 			t.Errorf("%v: exit %d (%v), want %d naming the flag", args, code, err, exitUsage)
 		}
+	}
+}
+
+// TestEvalProfileOutputIsNotAnInputOrTheReport: --profile-output naming a
+// file the run reads, or the report itself, is a usage error that leaves
+// the file as it was (the profile's file is emptied before anything is
+// read).
+func TestEvalProfileOutputIsNotAnInputOrTheReport(t *testing.T) {
+	dir := t.TempDir()
+	manifest := filepath.Join(dir, "pod.yaml")
+	const pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: b}\nspec: {containers: [{name: c, image: nginx}]}\n"
+	writeFile(t, manifest, pod)
+	_, err := runCLI(t, "", "eval", "--rules", evalRules, "--file", dir, "--profile", "cpu", "--profile-output", manifest)
+	if code := exitCodeOf(err); code != exitUsage || !strings.Contains(err.Error(), "one of the files the run reads") {
+		t.Errorf("profile into an input: exit %d (%v), want %d", code, err, exitUsage)
+	}
+	if b, _ := os.ReadFile(manifest); string(b) != pod {
+		t.Errorf("the input was changed to %q", b)
+	}
+
+	report, err := os.Create(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer report.Close()
+	cmd := newRootCommand()
+	cmd.SetArgs([]string{"eval", "--rules", evalRules, "--file", evalManifests, "-o", "json", "--profile", "heap", "--profile-output", report.Name()})
+	cmd.SetOut(report)
+	cmd.SetErr(io.Discard)
+	err = cmd.Execute()
+	if code := exitCodeOf(err); code != exitUsage || !strings.Contains(err.Error(), "standard output") {
+		t.Errorf("profile into the report: exit %d (%v), want %d", code, err, exitUsage)
 	}
 }

@@ -43,39 +43,6 @@ type reviewHandler struct {
 	defaultTimeout time.Duration
 }
 
-// bodyPresize bounds the buffer a request's Content-Length may claim before
-// its body has arrived: reviews are a few KB, and a header that lies costs
-// the sender nothing.
-const bodyPresize = 64 << 10
-
-// readBody reads at most maxRequestBytes+1 bytes of r's body: into one
-// buffer of its Content-Length when that is at most bodyPresize (io.ReadAll
-// grows one from 512 bytes, copying the body about twice over), else as
-// io.ReadAll does.
-func readBody(r *http.Request) ([]byte, error) {
-	body := io.LimitReader(r.Body, maxRequestBytes+1)
-	n := r.ContentLength
-	if n <= 0 || n > bodyPresize {
-		return io.ReadAll(body)
-	}
-	// A byte more than claimed, so a body that runs past its header is
-	// read whole rather than cut.
-	buf := make([]byte, 0, n+1)
-	for {
-		m, err := body.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+m]
-		switch {
-		case err == io.EOF:
-			return buf, nil
-		case err != nil:
-			return buf, err
-		case len(buf) == cap(buf):
-			rest, err := io.ReadAll(body)
-			return append(buf, rest...), err
-		}
-	}
-}
-
 func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -89,7 +56,7 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The server has a header timeout but none for the body: a client that
 	// trickles one would hold this goroutine and its buffer indefinitely.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyTimeout))
-	body, err := readBody(r)
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
 	if err != nil {
 		h.reject(w, r, MalformedUnreadable, http.StatusBadRequest, fmt.Sprintf("cannot read the request body: %v", err))
 		return
