@@ -18,8 +18,12 @@ flags=(-trimpath -ldflags "-s -w")
 # portal without `portal dev`'s embedded control plane: eval needs none of it.
 go build "${flags[@]}" -tags portal_nodev -o "$out/eval/portal" ./cmd/portal
 # The pods BenchmarkEvalCLI times (one in ten failing the pod-security bundle).
-PORTAL_EVAL_BENCH_DIR=$PWD/$out/eval PORTAL_EVAL_BIN=$PWD/$out/eval/portal PORTAL_EVAL_PODS=$pods \
-  PORTAL_EVAL_JOBS=1 go test -run '^$' -bench 'BenchmarkEvalCLI$' -benchtime 1x ./internal/eval/ >/dev/null
+if ! PORTAL_EVAL_BENCH_DIR=$PWD/$out/eval PORTAL_EVAL_BIN=$PWD/$out/eval/portal PORTAL_EVAL_PODS=$pods \
+  PORTAL_EVAL_JOBS=1 go test -run '^$' -bench 'BenchmarkEvalCLI$' -benchtime 1x ./internal/eval/ >"$out/pods.log" 2>&1; then
+  cat "$out/pods.log" >&2
+  exit 1
+fi
+rm -f "$out/pods.log"
 rm -f "$out/eval/report.json"
 
 go test -c "${flags[@]}" -o "$out/admission/admission.test" ./test/bench/admission/

@@ -10,16 +10,38 @@
 #              client once
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-what=${1:?usage: run.sh eval|admission}
+what=${1:-}
+case $what in
+eval | admission) ;;
+*)
+  echo "usage: run.sh eval|admission (the bundle hack/device/pack.sh built and the call carries)" >&2
+  exit 2
+  ;;
+esac
+shopt -s nullglob
+bundle=(bin/device/"$what"/*.xz)
+if [ ${#bundle[@]} -eq 0 ]; then
+  echo "run.sh: bin/device/$what holds nothing: run hack/device/pack.sh here and carry bin/device/$what" >&2
+  exit 2
+fi
 out=${OUT:-$PWD/device-out}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for f in bin/device/"$what"/*.xz; do
-  xz -dc "$f" >"$work/$(basename "$f" .xz)"
+# xz where the machine has it, Python's lzma where it does not.
+unxz() {
+  if command -v xz >/dev/null; then
+    xz -dc "$1"
+  else
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"
+  fi
+}
+for f in "${bundle[@]}"; do
+  unxz "$f" >"$work/$(basename "$f" .xz)"
 done
-chmod +x "$work"/* 2>/dev/null || true
-{ nproc; uptime; uname -r; } >"$out/machine.txt" 2>&1
+chmod +x "$work"/*
+{ nproc; cat /proc/loadavg; uname -r; } >"$out/machine.txt" 2>&1 || true
 
 case $what in
 eval)
@@ -50,20 +72,29 @@ eval)
   timed 16 --profile cpu --profile-output "$out/eval-16-cpu.pprof" >/dev/null
   timed 16 --profile trace --profile-output "$out/eval-16.trace" >/dev/null
   timed 1 --profile cpu --profile-output "$out/eval-1-cpu.pprof" >/dev/null
+  for p in eval-16-cpu.pprof eval-16.trace eval-1-cpu.pprof; do
+    # A profile that could not be written is only a line on stderr of a
+    # run that exits 1.
+    [ -s "$out/$p" ] || { echo "run.sh: $p is empty:" >&2; cat "$work/stderr" >&2; exit 1; }
+  done
   cat "$out/eval.tsv"
   ;;
 admission)
   cd test/bench/admission
   export KUBEBUILDER_ASSETS=$work
-  for clients in 4 4 1; do
+  # The control plane wants a kubectl beside the API server; the benchmark
+  # never runs it, and it would not fit the carry.
+  if [ ! -e "$work/kubectl" ]; then
+    printf '#!/bin/sh\necho "kubectl was not carried to this machine" >&2\nexit 1\n' >"$work/kubectl"
+    chmod +x "$work/kubectl"
+  fi
+  rc=0
+  for clients in ${PORTAL_DEVICE_CLIENTS:-4 4 1}; do
     echo "== $clients clients" >>"$out/admission.txt"
-    PORTAL_BENCH_CLIENTS=$clients PORTAL_BENCH_PODS=1000 "$work/admission.test" \
-      -test.run '^$' -test.bench BenchmarkAdmission -test.benchtime 1x >>"$out/admission.txt" 2>&1
+    PORTAL_BENCH_CLIENTS=$clients PORTAL_BENCH_PODS=${PORTAL_BENCH_PODS:-1000} "$work/admission.test" \
+      -test.run '^$' -test.bench BenchmarkAdmission -test.benchtime 1x >>"$out/admission.txt" 2>&1 || rc=$?
   done
   tail -60 "$out/admission.txt"
-  ;;
-*)
-  echo "run.sh: unknown bundle $what (eval or admission)" >&2
-  exit 2
+  exit "$rc"
   ;;
 esac
