@@ -394,7 +394,7 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 			// largest share of what evaluating an object allocates.
 			results = make([]core.Result, 0, len(candidates))
 		}
-		ectx.Env[event.Name] = eventFor(r.Namespace != "")
+		setEvent(ectx.Env, eventFor(r.Namespace != ""))
 		n := len(results)
 		var x *Exception
 		if len(xs) > 0 {
@@ -408,7 +408,7 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 		for _, b := range r.binders {
 			ectx.Env[b.Name()] = b.Bind(ctx, r, obj, opts)
 		}
-		ectx.Env[event.Name] = eventFor(r.Namespace != "")
+		setEvent(ectx.Env, eventFor(r.Namespace != ""))
 		results = r.evaluate(ctx, ectx, ref, results)
 		for _, b := range r.binders {
 			delete(ectx.Env, b.Name())

@@ -143,7 +143,7 @@ func (e *Engine) exemption(ctx context.Context, xs []*Exception, r *Rule, obj *u
 		}
 		ok, seen := held[c]
 		if !seen {
-			ectx.Env[event.Name] = eventFor(c.Namespace != "")
+			setEvent(ectx.Env, eventFor(c.Namespace != ""))
 			ok = e.conditionHolds(ctx, c, ectx, ref)
 			held[c] = ok
 		}
@@ -193,4 +193,17 @@ func skipped(r *Rule, ref core.ResourceRef, x *Exception) core.Result {
 		Rule: r.Rule, Resource: ref, Outcome: core.OutcomeSkip, Exception: x.Exception,
 		Message: bounded(fmt.Sprintf("exempted by %s: %s", x.String(), x.Reason)),
 	}
+}
+
+// setEvent binds event.* for the next evaluation. Outside runtime mode there
+// is none: the name stays out of the environment, which reads as nil just
+// as a name bound to nil does, instead of being written for every rule (two
+// map writes a rule, 4% of evaluating a pod against the pod-security
+// bundle).
+func setEvent(env core.Env, v any) {
+	if v == nil {
+		delete(env, event.Name)
+		return
+	}
+	env[event.Name] = v
 }
