@@ -350,6 +350,14 @@ type Options struct {
 // the rules after it are not evaluated once ctx has ended, and each reports
 // the same error.
 func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, opts Options) ([]core.Result, error) {
+	return e.EvaluateAppend(ctx, obj, opts, nil)
+}
+
+// EvaluateAppend is Evaluate writing the results into dst's array when it
+// has room for one result per candidate rule (the caller is done with what
+// it held): `portal eval` reuses one slice per worker, where a new one was a
+// quarter of the bytes evaluating a pod allocated.
+func (e *Engine) EvaluateAppend(ctx context.Context, obj *unstructured.Unstructured, opts Options, dst []core.Result) ([]core.Result, error) {
 	gvk := obj.GroupVersionKind()
 	candidates := e.rules.Load().index.candidates(gvk.GroupKind(), obj.GetNamespace())
 	if len(candidates) == 0 {
@@ -392,7 +400,9 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 			// One result per candidate is the usual count: growing from
 			// empty instead allocated about three times the bytes, the
 			// largest share of what evaluating an object allocates.
-			results = make([]core.Result, 0, len(candidates))
+			if results = dst[:0]; cap(results) < len(candidates) {
+				results = make([]core.Result, 0, len(candidates))
+			}
 		}
 		setEvent(ectx.Env, eventFor(r.Namespace != ""))
 		n := len(results)
@@ -419,27 +429,6 @@ func (e *Engine) Evaluate(ctx context.Context, obj *unstructured.Unstructured, o
 		}
 	}
 	return results, nil
-}
-
-// keepActionsOff marks r's failing results with x, an exception of mode
-// actions: the violations stand, their actions do not run.
-func (e *Engine) keepActionsOff(results []core.Result, x *Exception, r *Rule) {
-	applied := false
-	for i := range results {
-		if results[i].Outcome == core.OutcomeFail {
-			results[i].Exception = x.Exception
-			applied = true
-		}
-	}
-	if applied {
-		e.reportApplied(x, r)
-	}
-}
-
-func (e *Engine) reportApplied(x *Exception, r *Rule) {
-	if rep := e.exceptionReporter.Load(); rep != nil {
-		(*rep).ExceptionApplied(x.Exception, r.Rule)
-	}
 }
 
 func (e *Engine) reportBudget(results []core.Result) {

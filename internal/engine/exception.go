@@ -207,3 +207,24 @@ func setEvent(env core.Env, v any) {
 	}
 	env[event.Name] = v
 }
+
+// keepActionsOff marks r's failing results with x, an exception of mode
+// actions: the violations stand, their actions do not run.
+func (e *Engine) keepActionsOff(results []core.Result, x *Exception, r *Rule) {
+	applied := false
+	for i := range results {
+		if results[i].Outcome == core.OutcomeFail {
+			results[i].Exception = x.Exception
+			applied = true
+		}
+	}
+	if applied {
+		e.reportApplied(x, r)
+	}
+}
+
+func (e *Engine) reportApplied(x *Exception, r *Rule) {
+	if rep := e.exceptionReporter.Load(); rep != nil {
+		(*rep).ExceptionApplied(x.Exception, r.Rule)
+	}
+}

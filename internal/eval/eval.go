@@ -102,6 +102,10 @@ type batch struct {
 	junit *junitCases
 	// matched holds the names of the rules that gave a result.
 	matched map[string]struct{}
+	// scratch is the worker's slice the engine writes each object's
+	// results into (engine.EvaluateAppend); the worker takes it back
+	// before the batch goes to the merge.
+	scratch []core.Result
 }
 
 // Evaluate is Run with options: opts.Jobs workers decode and evaluate
@@ -241,11 +245,13 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		keep: rep.spill == nil, dropPasses: rep.failuresOnly}
 	if jobs == 1 {
 		var results []Result
+		var scratch []core.Result
 		hint := 0
 		err := produce(func(in input) bool {
-			b := &batch{in: in, results: results[:0], encodedHint: hint, encoded: reuse(free)}
+			b := &batch{in: in, results: results[:0], encodedHint: hint, encoded: reuse(free), scratch: scratch}
 			w.run(b)
 			results, hint = b.results, len(b.encoded)+len(b.encoded)/8
+			scratch, b.scratch = b.scratch, nil
 			merge(b)
 			return ctx.Err() == nil
 		})
@@ -277,10 +283,12 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	for range jobs {
 		go func() {
 			hint := 0
+			var scratch []core.Result
 			for j := range work {
-				j.b.encodedHint, j.b.encoded = hint, reuse(free)
+				j.b.encodedHint, j.b.encoded, j.b.scratch = hint, reuse(free), scratch
 				w.run(j.b)
 				hint = len(j.b.encoded) + len(j.b.encoded)/8
+				scratch, j.b.scratch = j.b.scratch, nil
 				j.done <- j.b
 			}
 		}()
@@ -344,7 +352,10 @@ func (w *worker) run(b *batch) {
 		}
 		b.objects += len(objs)
 		for _, obj := range objs {
-			results, err := w.eng.Evaluate(w.ctx, obj, w.opts)
+			results, err := w.eng.EvaluateAppend(w.ctx, obj, w.opts, b.scratch)
+			if results != nil {
+				b.scratch = results
+			}
 			if err != nil {
 				b.errs = append(b.errs, b.in.errorf(i, err))
 				continue
