@@ -297,3 +297,28 @@ func TestGVKNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// TestEvaluateAppendReusesTheSlice: with room for a result per candidate
+// rule, EvaluateAppend writes into dst's array (what portal eval's workers
+// rely on to allocate one slice each) and gives what Evaluate gives.
+func TestEvaluateAppendReusesTheSlice(t *testing.T) {
+	e := load(t, newRule("privileged", "container.securityContext.privileged == true"), newRule("named", `metadata.name == "p"`))
+	o := obj(t, twoBadContainers)
+	want := evaluate(t, e, o)
+	dst := make([]core.Result, 1, 8)
+	got, err := e.EvaluateAppend(context.Background(), o, engine.Options{}, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &got[0] != &dst[:1][0] {
+		t.Error("EvaluateAppend did not write into dst's array")
+	}
+	if len(got) != len(want) {
+		t.Fatalf("EvaluateAppend gave %d results, Evaluate %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Rule != want[i].Rule || got[i].Outcome != want[i].Outcome || got[i].Container != want[i].Container || got[i].Message != want[i].Message {
+			t.Errorf("result %d: EvaluateAppend %+v, Evaluate %+v", i, got[i], want[i])
+		}
+	}
+}
