@@ -49,11 +49,13 @@ eval)
   rules=$rules/baseline,$rules/restricted
   # Wall, user and system seconds of one whole run, the report written to a
   # file as CI does. Exit 1 is the tenth of the pods that fail the bundle.
+  # extra: environment assignments for the next timed runs.
+  extra=()
   timed() {
     local jobs=$1 rc=0
     shift
     TIMEFORMAT='%R	%U	%S'
-    { time GOMAXPROCS=$jobs "$work/portal" eval -r "$rules" -f "$work/pods.yaml" -o json -j "$jobs" "$@" \
+    { time env "${extra[@]}" GOMAXPROCS="$jobs" "$work/portal" eval -r "$rules" -f "$work/pods.yaml" -o json -j "$jobs" "$@" \
       >"$work/report.json" 2>"$work/stderr" || rc=$?; } 2>"$work/time"
     if [ "$rc" -ne 1 ]; then
       echo "portal eval -j $jobs: exit $rc" >&2
@@ -77,6 +79,23 @@ eval)
     # run that exits 1.
     [ -s "$out/$p" ] || { echo "run.sh: $p is empty:" >&2; cat "$work/stderr" >&2; exit 1; }
   done
+  # Whether the collector caps 16 jobs: portal eval's live heap is a few MB
+  # while 16 jobs allocate gigabytes a second, so at GOGC=400 it collects
+  # every few milliseconds. Its own account, then the same run with a larger
+  # heap goal, and with none but a memory limit.
+  extra=(GODEBUG=gctrace=1)
+  timed 16 >/dev/null
+  cp "$work/stderr" "$out/eval-16-gctrace.txt"
+  echo -e "gc\tround\twall_s\tuser_s\tsys_s" >"$out/eval-gc.tsv"
+  for gc in GOGC=400 GOGC=1600 "GOGC=off GOMEMLIMIT=1GiB"; do
+    read -ra extra <<<"$gc"
+    for round in 1 2; do
+      t=$(timed 16)
+      echo -e "$gc\t$round\t$t" >>"$out/eval-gc.tsv"
+    done
+  done
+  extra=()
+  cat "$out/eval-gc.tsv"
   cat "$out/eval.tsv"
   ;;
 admission)
