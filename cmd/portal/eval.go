@@ -368,9 +368,7 @@ func pathsName(paths []string, fi os.FileInfo) bool {
 		if p == "-" {
 			continue
 		}
-		if pi, err := os.Stat(p); err == nil && os.SameFile(fi, pi) {
-			return true
-		}
+		// A file given by name is one of its own Files.
 		files, _ := manifest.Files(p)
 		for _, name := range files {
 			if ni, err := os.Stat(name); err == nil && os.SameFile(fi, ni) {

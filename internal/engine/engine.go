@@ -404,7 +404,6 @@ func (e *Engine) EvaluateAppend(ctx context.Context, obj *unstructured.Unstructu
 				results = make([]core.Result, 0, len(candidates))
 			}
 		}
-		setEvent(ectx.Env, eventFor(r.Namespace != ""))
 		n := len(results)
 		var x *Exception
 		if len(xs) > 0 {
@@ -418,6 +417,7 @@ func (e *Engine) EvaluateAppend(ctx context.Context, obj *unstructured.Unstructu
 		for _, b := range r.binders {
 			ectx.Env[b.Name()] = b.Bind(ctx, r, obj, opts)
 		}
+		// After the exceptions' conditions, which each bind their own view.
 		setEvent(ectx.Env, eventFor(r.Namespace != ""))
 		results = r.evaluate(ctx, ectx, ref, results)
 		for _, b := range r.binders {
