@@ -146,11 +146,17 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 	if expression == "" {
 		return nil, errors.New("expression is empty")
 	}
-	reads, err := lookups(expression)
+	// One parse for the checks that read the expression as written; the
+	// compiler parses again, as its patches rewrite the tree. A parse error
+	// is the compiler's to report, with its position.
+	tree, err := parser.Parse(expression)
+	var reads []core.Lookup
 	if err != nil {
-		return nil, err
-	}
-	if tree, err := parser.Parse(expression); err == nil {
+		tree = nil
+	} else {
+		if reads, err = lookups(tree); err != nil {
+			return nil, err
+		}
 		if err := checkPatterns(tree); err != nil {
 			return nil, compileError(err)
 		}
@@ -166,11 +172,9 @@ func (e *Engine) Compile(expression string) (core.Program, error) {
 		return nil, compileError(operatorHint(expression, err))
 	}
 	p := c.prog
-	prog := &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(expression, e.names), lookups: reads, base: c.base, baseBytes: c.baseBytes, metered: readsMeter(p.Node())}
-	prog.result = e.resultType(expression)
-	if tree, err := parser.Parse(expression); err == nil {
-		prog.whole = wholeMember(tree, e.names)
-	}
+	prog := &program{engine: e, prog: p, ids: identifiers(p.Node(), e.names), members: members(tree, e.names), lookups: reads, base: c.base, baseBytes: c.baseBytes, metered: readsMeter(p.Node())}
+	prog.result = c.result
+	prog.whole = wholeMember(tree, e.names)
 	return prog, nil
 }
 

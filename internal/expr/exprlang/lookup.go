@@ -64,11 +64,7 @@ const MaxConsistentReads = 16
 
 // lookups finds every cluster.* lookup of an expression and rejects any
 // other use of the name, so a rule's reads are all known when it compiles.
-func lookups(expression string) ([]core.Lookup, error) {
-	tree, err := parser.Parse(expression)
-	if err != nil {
-		return nil, nil // the compiler reports it
-	}
+func lookups(tree *parser.Tree) ([]core.Lookup, error) {
 	v := &lookupVisitor{}
 	ast.Walk(&tree.Node, v)
 	// Walk visits children first, so a cluster identifier is known to be

@@ -13,9 +13,8 @@ import (
 // members lists the chains of constant field reads from the environment's
 // names in an expression, as written (before patches rewrite member access),
 // so the engine can check them against the context builders' schemas.
-func members(expression string, names []string) []core.Member {
-	tree, err := parser.Parse(expression)
-	if err != nil {
+func members(tree *parser.Tree, names []string) []core.Member {
+	if tree == nil {
 		return nil
 	}
 	v := &memberVisitor{seen: map[string]bool{}, names: names}

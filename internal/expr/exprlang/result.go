@@ -4,38 +4,15 @@ import (
 	"reflect"
 
 	"github.com/expr-lang/expr/ast"
-	"github.com/expr-lang/expr/checker"
-	"github.com/expr-lang/expr/conf"
 	"github.com/expr-lang/expr/parser"
 )
 
-// resultType names the type of what expression evaluates to when the type
-// checker knows it before any object is seen ("a string" for "latest" or
-// upper(x), "a number" for len(x)), and "" when it does not (a field read,
-// whose value depends on the object) or when it is a boolean. The budget
-// patches turn most nodes into calls of unknown type, so this checks the
-// unpatched tree with the same names and functions.
-func (e *Engine) resultType(expression string) string {
-	c := conf.CreateNew()
-	for _, op := range e.options {
-		op(c)
-	}
-	for name := range c.Disabled {
-		delete(c.Builtins, name)
-	}
-	c.Visitors = nil
-	tree, err := parser.ParseWithConfig(expression, c)
-	if err != nil {
-		return ""
-	}
-	t, err := checker.Check(tree, c)
-	if err != nil || t == nil {
-		return ""
-	}
-	return typeWords(t)
-}
-
-// typeWords says what a value of t is, in the words of a load error.
+// typeWords names the type of what an expression evaluates to when the
+// type checker knows it before any object is seen ("a string" for "latest"
+// or upper(x), "a number" for len(x)), and "" when it does not (a field
+// read, whose value depends on the object) or when it is a boolean. compile
+// asks the checker on the unpatched tree: the budget patches turn most
+// nodes into calls of unknown type.
 func typeWords(t reflect.Type) string {
 	switch t.Kind() {
 	case reflect.String:
@@ -63,6 +40,9 @@ func (p *program) WholeMember() []string { return p.whole }
 // wholeMember returns the path of the chain of constant field reads from
 // one of names that makes up the whole of tree, or nil.
 func wholeMember(tree *parser.Tree, names []string) []string {
+	if tree == nil {
+		return nil
+	}
 	var path []string
 	for n := tree.Node; ; {
 		switch x := n.(type) {

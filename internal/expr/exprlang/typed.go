@@ -12,6 +12,7 @@ import (
 	"github.com/expr-lang/expr/conf"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/optimizer"
+	"github.com/expr-lang/expr/parser"
 	"github.com/expr-lang/expr/vm"
 )
 
@@ -183,6 +184,8 @@ func (typedCalls) Visit(node *ast.Node) {
 type compiled struct {
 	prog            *vm.Program
 	base, baseBytes int64
+	// result is resultType's words for the expression as written.
+	result string
 }
 
 // compile is expr.Compile (expr-lang v1.17) with typedCalls between
@@ -197,8 +200,17 @@ func compile(input string, opts []expr.Option) (compiled, error) {
 		delete(config.Builtins, name)
 	}
 	config.Check()
-	tree, err := checker.ParseCheck(input, config)
+	// checker.ParseCheck, with the type of the tree as written taken
+	// before the patches wrap its reads in calls of unknown type.
+	tree, err := parser.ParseWithConfig(input, config)
 	if err != nil {
+		return compiled{}, err
+	}
+	result := ""
+	if t, err := checker.Check(tree, config); err == nil && t != nil {
+		result = typeWords(t)
+	}
+	if _, err := new(checker.Checker).PatchAndCheck(tree, config); err != nil {
 		return compiled{}, err
 	}
 	if config.Optimize {
@@ -209,7 +221,7 @@ func compile(input string, opts []expr.Option) (compiled, error) {
 			return compiled{}, err
 		}
 	}
-	c := compiled{base: staticCost(tree.Node), baseBytes: staticBytes(tree.Node)}
+	c := compiled{base: staticCost(tree.Node), baseBytes: staticBytes(tree.Node), result: result}
 	ast.Walk(&tree.Node, typedCalls{})
 	c.prog, err = compiler.Compile(tree, config)
 	return c, err
