@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/manifest"
 )
 
-// Compiler compiles parsed rules; *engine.Engine is one.
+// Compiler compiles parsed rules; *engine.Engine is one. LoadPaths calls
+// Compile from several goroutines at once.
 type Compiler interface {
 	Compile(r *core.Rule) (*engine.Rule, error)
 }
@@ -65,37 +69,72 @@ func (t *tree) compileError(err error) error {
 // reached twice is read once. Two rules with the same identity (the name, and
 // the namespace of a PortalRule) are an error naming both places: the second
 // is left out, since which of the two a user meant cannot be guessed.
+//
+// The files are parsed and compiled on GOMAXPROCS goroutines at once (c must
+// allow that), and their rules and errors merged in the order of the paths:
+// loading is the part of a `portal eval` run that no --jobs spreads.
 func LoadPaths(c Compiler, paths []string) ([]*engine.Rule, []error) {
-	var (
+	// A file to load, or the error that stood in its place.
+	type entry struct {
+		file  string
+		err   error
 		rules []*engine.Rule
 		errs  []error
-		seen  = manifest.FileSet{}
-		names = map[string]core.Source{}
+	}
+	var (
+		entries []entry
+		seen    = manifest.FileSet{}
 	)
 	for _, p := range paths {
 		files, err := manifest.Files(p)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("rules %s: %w", p, err))
+			entries = append(entries, entry{err: fmt.Errorf("rules %s: %w", p, err)})
 			continue
 		}
 		for _, f := range files {
-			if !seen.First(f) {
-				continue
+			if seen.First(f) {
+				entries = append(entries, entry{file: f})
 			}
-			data, err := os.ReadFile(f)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("read %s: %w", f, err))
-				continue
-			}
-			rs, es := CompileFile(c, f, data)
-			errs = append(errs, es...)
-			for _, r := range rs {
-				if err := checkUnique(names, r.Rule); err != nil {
-					errs = append(errs, err)
+		}
+	}
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	for range min(runtime.GOMAXPROCS(0), len(entries)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(entries); i = int(next.Add(1) - 1) {
+				e := &entries[i]
+				if e.err != nil {
 					continue
 				}
-				rules = append(rules, r)
+				data, err := os.ReadFile(e.file)
+				if err != nil {
+					e.err = fmt.Errorf("read %s: %w", e.file, err)
+					continue
+				}
+				e.rules, e.errs = CompileFile(c, e.file, data)
 			}
+		})
+	}
+	wg.Wait()
+	var (
+		rules []*engine.Rule
+		errs  []error
+		names = map[string]core.Source{}
+	)
+	for _, e := range entries {
+		if e.err != nil {
+			errs = append(errs, e.err)
+			continue
+		}
+		errs = append(errs, e.errs...)
+		for _, r := range e.rules {
+			if err := checkUnique(names, r.Rule); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			rules = append(rules, r)
 		}
 	}
 	return rules, errs
