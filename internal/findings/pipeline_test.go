@@ -241,6 +241,11 @@ func TestRegister(t *testing.T) {
 			t.Errorf("producer %q registered", name)
 		}
 	}
+	for _, name := range []string{"x", "a-b", strings.Repeat("a", 32)} {
+		if _, err := p.Register(name, ProducerOptions{}); err != nil {
+			t.Errorf("producer %q refused: %v", name, err)
+		}
+	}
 	if !p.waitSynced(nil) {
 		t.Fatal("no producer to wait for, yet not synced")
 	}

@@ -139,6 +139,7 @@ func TestParseBounds(t *testing.T) {
 		"no results":         {head, "a test file asserts at least one result"},
 		"bad resource":       {head + "- {rule: r, resource: Pod, result: pass}\n", "t.yaml:4: resource \"Pod\": write Kind/namespace/name"},
 		"bad mode":           {"mode: runtime\n" + head + one, "t.yaml:1: mode \"runtime\""},
+		"long kind":          {head + "- {rule: r, resource: K" + strings.Repeat("k", 63) + "/p, result: pass}\n", "is not a kind: at most 63"},
 		"bad resource entry": {"rules: [r.yaml]\nresources: [[a]]\nresults:\n" + one, "line 2: a resource is a manifest path or an object written inline"},
 		"not a mapping":      {"- a\n", "a test file is a mapping"},
 		"wrong type":         {"rules: r.yaml\nresources: [p.yaml]\nresults:\n" + one, "cannot unmarshal"},
@@ -149,6 +150,9 @@ func TestParseBounds(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+	if _, err := ruletest.Parse("t.yaml", []byte(head+"- {rule: r, resource: K"+strings.Repeat("k", 62)+"/p, result: pass}\n")); err != nil {
+		t.Errorf("a kind of 63 letters refused: %v", err)
 	}
 }
 

@@ -14,8 +14,9 @@ type Location struct {
 }
 
 // bucketName is an S3 bucket name, with the underscore S3-compatible stores
-// such as SeaweedFS accept (seed 001's examples use one).
-var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$`)
+// such as SeaweedFS accept (seed 001's examples use one), of 3 to 63 bytes
+// (checked apart, as for fileName).
+var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*[a-z0-9]$`)
 
 // maxKey is S3's limit on an object key, in bytes.
 const maxKey = 1024
@@ -32,7 +33,7 @@ func ParseLocation(s string) (Location, error) {
 	if !ok || key == "" {
 		return Location{}, fmt.Errorf("bundle location %q: no object key (s3://bucket/key)", s)
 	}
-	if !bucketName.MatchString(bucket) || strings.Contains(bucket, "..") {
+	if len(bucket) < 3 || len(bucket) > 63 || !bucketName.MatchString(bucket) || strings.Contains(bucket, "..") {
 		return Location{}, fmt.Errorf("bundle location %q: bucket %q is not a valid bucket name (3-63 lowercase letters, digits, '.', '-', '_')", s, bucket)
 	}
 	if len(key) > maxKey {

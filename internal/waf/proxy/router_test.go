@@ -285,11 +285,16 @@ func TestExclusionRulesRefuseInjection(t *testing.T) {
 	for _, ex := range []*cache.Exclusions{
 		{Tags: []string{"x\nSecRuleEngine Off"}},
 		{Tags: []string{"x\" \"id:1,pass"}},
+		{Tags: []string{strings.Repeat("t", 129)}},
+		{Tags: []string{""}},
 		{RuleIDs: []int64{0}},
 		{InboundAnomalyThreshold: 20000},
 	} {
 		if out, err := ExclusionRules(ex); err == nil {
 			t.Errorf("%+v rendered as %q", ex, out)
 		}
+	}
+	if _, err := ExclusionRules(&cache.Exclusions{Tags: []string{strings.Repeat("t", 128), "OWASP_CRS/attack-sqli"}}); err != nil {
+		t.Errorf("tags of 128 bytes and of the safe alphabet refused: %v", err)
 	}
 }

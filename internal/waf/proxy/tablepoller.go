@@ -213,7 +213,11 @@ const (
 	thresholdRuleID = 999999901
 )
 
-var tagPattern = regexp.MustCompile(`^[A-Za-z0-9._/-]{1,128}$`)
+// tagPattern is a tag of a safe alphabet, of at most maxTagBytes (checked
+// apart: a counted repetition compiles to a copy of the class per count).
+var tagPattern = regexp.MustCompile(`^[A-Za-z0-9._/-]+$`)
+
+const maxTagBytes = 128
 
 // ExclusionRules renders a route's exclusions as SecLang appended to its
 // rule set: SecRuleRemoveById, SecRuleRemoveByTag, and a phase 1 SecAction
@@ -241,8 +245,8 @@ func ExclusionRules(ex *cache.Exclusions) (string, error) {
 		b.WriteString("\n")
 	}
 	for _, tag := range ex.Tags {
-		if !tagPattern.MatchString(tag) {
-			return "", fmt.Errorf("exclusions: tag %q: want letters, digits and ._/-", tag)
+		if len(tag) > maxTagBytes || !tagPattern.MatchString(tag) {
+			return "", fmt.Errorf("exclusions: tag %q: want 1 to %d letters, digits and ._/-", tag, maxTagBytes)
 		}
 		b.WriteString("SecRuleRemoveByTag " + tag + "\n")
 	}
