@@ -4,7 +4,8 @@
 # writing results under $OUT (the run tool's output folder; ./device-out when
 # unset). One bundle per call:
 #   eval       portal eval on 100,000 pods with 1 to 16 jobs, whole processes,
-#              three rounds interleaved, then a CPU profile and an execution
+#              three rounds interleaved, the start-up cost (portal version and a
+#              one-pod eval, twenty each), then a CPU profile and an execution
 #              trace of the 16-job run
 #   admission  BenchmarkAdmission, 4 clients and 1,000 creates, twice, and one
 #              client once
@@ -70,6 +71,18 @@ eval)
       t=$(timed "$jobs")
       echo -e "$round\t$jobs\t$t" >>"$out/eval.tsv"
     done
+  done
+  # What every run pays before its first pod and no job spreads: the process
+  # (the runtime, every package's init) and loading the rules. Twenty of
+  # each: portal version, then a one-pod eval.
+  printf 'apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: default}\nspec:\n  containers: [{name: c, image: nginx}]\n' >"$work/one.yaml"
+  echo -e "what\twall_s\tuser_s\tsys_s" >"$out/startup.tsv"
+  TIMEFORMAT=$'%R\t%U\t%S'
+  for _ in $(seq 20); do
+    { time "$work/portal" version >/dev/null; } 2>"$work/time"
+    echo -e "version\t$(cat "$work/time")" >>"$out/startup.tsv"
+    { time "$work/portal" eval -r "$rules" -f "$work/one.yaml" -o json >/dev/null 2>&1 || true; } 2>"$work/time"
+    echo -e "one-pod\t$(cat "$work/time")" >>"$out/startup.tsv"
   done
   timed 16 --profile cpu --profile-output "$out/eval-16-cpu.pprof" >/dev/null
   timed 16 --profile trace --profile-output "$out/eval-16.trace" >/dev/null
