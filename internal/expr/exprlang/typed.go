@@ -184,7 +184,8 @@ func (typedCalls) Visit(node *ast.Node) {
 type compiled struct {
 	prog            *vm.Program
 	base, baseBytes int64
-	// result is resultType's words for the expression as written.
+	// result is typeWords of the expression as written: its type before
+	// the patches, or "" where the checker does not know it.
 	result string
 }
 
