@@ -7,8 +7,8 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
@@ -97,27 +97,22 @@ func LoadPaths(c Compiler, paths []string) ([]*engine.Rule, []error) {
 			}
 		}
 	}
-	var (
-		wg   sync.WaitGroup
-		next atomic.Int64
-	)
-	for range min(runtime.GOMAXPROCS(0), len(entries)) {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(entries); i = int(next.Add(1) - 1) {
-				e := &entries[i]
-				if e.err != nil {
-					continue
-				}
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i := range entries {
+		if e := &entries[i]; e.err == nil {
+			g.Go(func() error {
 				data, err := os.ReadFile(e.file)
 				if err != nil {
 					e.err = fmt.Errorf("read %s: %w", e.file, err)
-					continue
+					return nil
 				}
 				e.rules, e.errs = CompileFile(c, e.file, data)
-			}
-		})
+				return nil
+			})
+		}
 	}
-	wg.Wait()
+	_ = g.Wait() // each file's errors are in its entry
 	var (
 		rules []*engine.Rule
 		errs  []error
