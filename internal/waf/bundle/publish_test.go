@@ -25,7 +25,9 @@ import (
 )
 
 // publishing runs the RuleSet compiler, status writer and bundle publisher
-// against the test control plane, publishing to storage s.
+// against the test control plane, publishing to storage s. The client it
+// returns reads the API server, not the manager's cache: a RuleSet just
+// created may not be in the cache yet, and a Get from it would say not found.
 func publishing(t *testing.T, s *s3test.Storage) (client.Client, *cache.Cache) {
 	t.Helper()
 	cl := cluster(t)
@@ -65,7 +67,11 @@ func publishing(t *testing.T, s *s3test.Storage) (client.Client, *cache.Cache) {
 			t.Error(err)
 		}
 	})
-	return mgr.GetClient(), c
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return direct, c
 }
 
 func bundleStatus(t *testing.T, c client.Client, ns, name string) *wafv1alpha1.BundleStatus {
