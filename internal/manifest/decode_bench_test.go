@@ -94,7 +94,7 @@ func BenchmarkDecode(b *testing.B) {
 
 // jsonOf is the YAML document doc as indented JSON, as kubectl -o json
 // writes it.
-func jsonOf(b *testing.B, doc []byte) []byte {
+func jsonOf(b testing.TB, doc []byte) []byte {
 	m, err := decodeYAML(doc)
 	if err != nil {
 		b.Fatal(err)

@@ -154,7 +154,7 @@ func (p *jsonParser) string() (any, bool) {
 		switch c := p.data[i]; {
 		case c == '"':
 			p.pos = i + 1
-			return string(p.data[start:i]), true
+			return internValue(p.data[start:i]), true
 		case c == '\\':
 			return p.escaped(start)
 		case c < 0x20:

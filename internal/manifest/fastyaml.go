@@ -19,12 +19,13 @@ import (
 // duplicate keys, malformed input) and decode then uses that parser, so a
 // document reads the same either way (FuzzFastDecode holds it to that).
 func fastDecode(data []byte) (map[string]any, bool) {
-	p := fastParser{lines: make([]fastLine, 0, bytes.Count(data, []byte{'\n'})+1)}
-	if !p.split(data) || len(p.lines) == 0 || isSeqItem(p.lines[0].text) {
+	p := fastParser{rest: data}
+	p.advance()
+	if !p.more || isSeqItem(p.line.text) {
 		return nil, false
 	}
-	m, ok := p.mapping(p.lines[0].indent)
-	if !ok || p.pos != len(p.lines) {
+	m, ok := p.mapping(p.line.indent)
+	if !ok || p.more || p.bad {
 		return nil, false
 	}
 	return m, true
@@ -35,9 +36,14 @@ type fastLine struct {
 	text   []byte
 }
 
+// fastParser reads the document a line at a time: line is the current one
+// (when more), rest what follows it. Lines are cut as the parser reaches
+// them, not all first: a slice of every line cost as much as the strings.
 type fastParser struct {
-	lines []fastLine
-	pos   int
+	rest  []byte
+	line  fastLine
+	more  bool // line holds a line
+	bad   bool // a line the fast path does not take: the parse fails
 	depth int
 }
 
@@ -45,20 +51,22 @@ type fastParser struct {
 // generator writes, go to the general parser.
 const maxFastDepth = 100
 
-// split cuts data into indented lines, dropping blank and comment-only lines.
-func (p *fastParser) split(data []byte) bool {
-	for len(data) > 0 {
+// advance moves to the next line that is not blank or a comment. A line the
+// fast path does not take ends the lines and sets bad.
+func (p *fastParser) advance() {
+	for len(p.rest) > 0 {
 		var l []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			l, data = data[:i], data[i+1:]
+		if i := bytes.IndexByte(p.rest, '\n'); i >= 0 {
+			l, p.rest = p.rest[:i], p.rest[i+1:]
 		} else {
-			l, data = data, nil
+			l, p.rest = p.rest, nil
 		}
 		for _, c := range l {
 			// Tabs, control characters and non-ASCII text have rules of
 			// their own; the general parser applies them.
 			if c < 0x20 || c >= 0x7f {
-				return false
+				p.fail()
+				return
 			}
 		}
 		indent := 0
@@ -70,11 +78,17 @@ func (p *fastParser) split(data []byte) bool {
 			continue
 		}
 		if bytes.Contains(l, []byte(" #")) || (indent == 0 && (bytes.HasPrefix(l, []byte("---")) || bytes.HasPrefix(l, []byte("...")))) {
-			return false
+			p.fail()
+			return
 		}
-		p.lines = append(p.lines, fastLine{indent: indent, text: l})
+		p.line, p.more = fastLine{indent: indent, text: l}, true
+		return
 	}
-	return true
+	p.more = false
+}
+
+func (p *fastParser) fail() {
+	p.bad, p.more, p.rest = true, false, nil
 }
 
 func isSeqItem(t []byte) bool {
@@ -83,7 +97,7 @@ func isSeqItem(t []byte) bool {
 
 // node reads the block node starting at the current line.
 func (p *fastParser) node(indent int) (any, bool) {
-	if isSeqItem(p.lines[p.pos].text) {
+	if isSeqItem(p.line.text) {
 		return p.seq(indent)
 	}
 	return p.mapping(indent)
@@ -95,8 +109,8 @@ func (p *fastParser) mapping(indent int) (map[string]any, bool) {
 	}
 	defer func() { p.depth-- }()
 	m := map[string]any{}
-	for p.pos < len(p.lines) {
-		l := &p.lines[p.pos]
+	for p.more {
+		l := &p.line
 		if l.indent < indent {
 			break
 		}
@@ -110,15 +124,15 @@ func (p *fastParser) mapping(indent int) (map[string]any, bool) {
 		if _, dup := m[key]; dup {
 			return nil, false
 		}
-		p.pos++
+		p.advance()
 		var v any
 		switch {
 		case len(rest) > 0:
 			v, ok = inlineValue(rest)
-		case p.pos == len(p.lines):
-		case p.lines[p.pos].indent > indent:
-			v, ok = p.node(p.lines[p.pos].indent)
-		case p.lines[p.pos].indent == indent && isSeqItem(p.lines[p.pos].text):
+		case !p.more:
+		case p.line.indent > indent:
+			v, ok = p.node(p.line.indent)
+		case p.line.indent == indent && isSeqItem(p.line.text):
 			v, ok = p.seq(indent)
 		}
 		if !ok {
@@ -135,8 +149,8 @@ func (p *fastParser) seq(indent int) ([]any, bool) {
 	}
 	defer func() { p.depth-- }()
 	s := []any{}
-	for p.pos < len(p.lines) {
-		l := &p.lines[p.pos]
+	for p.more {
+		l := &p.line
 		if l.indent < indent {
 			break
 		}
@@ -153,9 +167,9 @@ func (p *fastParser) seq(indent int) ([]any, bool) {
 		content := bytes.TrimLeft(l.text[1:], " ")
 		switch {
 		case len(content) == 0:
-			p.pos++
-			if p.pos < len(p.lines) && p.lines[p.pos].indent > indent {
-				v, ok = p.node(p.lines[p.pos].indent)
+			p.advance()
+			if p.more && p.line.indent > indent {
+				v, ok = p.node(p.line.indent)
 			}
 		case isSeqItem(content):
 			return nil, false
@@ -166,7 +180,7 @@ func (p *fastParser) seq(indent int) ([]any, bool) {
 				l.text = content
 				v, ok = p.mapping(l.indent)
 			} else {
-				p.pos++
+				p.advance()
 				v, ok = inlineValue(content)
 			}
 		}
@@ -214,7 +228,7 @@ func quoted(t []byte) (any, bool) {
 	if len(t) < 2 || t[len(t)-1] != q || bytes.ContainsAny(t[1:len(t)-1], "\"'\\") {
 		return nil, false
 	}
-	return string(t[1 : len(t)-1]), true
+	return internValue(t[1 : len(t)-1]), true
 }
 
 // flowScalar reads an entry of a flow collection.
@@ -278,7 +292,7 @@ func resolvePlain(t []byte) (any, bool) {
 		// "3/4") makes it a string; anything else is left to the parser.
 		for _, b := range t {
 			if bytes.IndexByte([]byte(numberBytes), b) < 0 {
-				return string(t), true
+				return internValue(t), true
 			}
 		}
 		return nil, false
@@ -292,7 +306,7 @@ func resolvePlain(t []byte) (any, bool) {
 			return nil, true
 		}
 	}
-	return string(t), true
+	return internValue(t), true
 }
 
 // flowValue reads a one-line flow collection ("[a, b]", "{a: 1, b: [c]}",

@@ -62,9 +62,9 @@ type itemSplitter struct {
 	max int
 	// scratch is readLine's buffer, reused: lines are copied out of it.
 	scratch []byte
-	// hint sizes a List item's buffer: a little more than the last one,
-	// as items of one List are alike, so the buffer rarely grows (each
-	// growth copies it).
+	// hint sizes a document's or List item's buffer: a little more than
+	// the last one, as documents of one stream are alike, so the buffer
+	// rarely grows (each growth copies it).
 	hint int
 	// json is set once a JSON object was read: the input is then JSON
 	// (objects one after another), as the whole-document parser reads it,
@@ -168,7 +168,9 @@ func (s *itemSplitter) readLine(buf []byte) ([]byte, error) {
 // splitting a top-level "items:" block sequence into its items.
 func (s *itemSplitter) yamlDoc(prefix []byte) error {
 	start := s.line
-	var cur []byte
+	// Sized like the last document: documents of one stream are alike, and
+	// growing the buffer line by line allocated twice the document.
+	cur := make([]byte, 0, s.hint)
 	split := false
 	for !s.stop {
 		lineNo := s.line
@@ -218,6 +220,9 @@ func (s *itemSplitter) yamlDoc(prefix []byte) error {
 	kind := wholeDoc
 	if split {
 		kind = listEnvelope
+	}
+	if !split {
+		s.hint = min(len(cur)+len(cur)/8, maxHint)
 	}
 	if split || !blank(cur) {
 		s.emit(Document{Path: s.path, Line: start, Data: cur, kind: kind})

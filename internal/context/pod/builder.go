@@ -36,7 +36,13 @@ const (
 	TypeEphemeralContainer = "ephemeralContainer"
 )
 
-var containerLists = []struct{ field, typ string }{
+// containerLists names the lists of a pod spec that hold containers. typ is
+// the type as the sugar's containerType, boxed once here rather than for
+// every container.
+var containerLists = [...]struct {
+	field string
+	typ   any
+}{
 	{"containers", TypeContainer},
 	{"initContainers", TypeInitContainer},
 	{"ephemeralContainers", TypeEphemeralContainer},
@@ -85,23 +91,27 @@ func (Builder) Build(obj *unstructured.Unstructured, req *core.Request) (*core.E
 	podMeta := mapAt(podObj, "metadata")
 	podSpec := mapAt(podObj, "spec")
 
-	env := Generic(obj, req)
-	env["metadata"] = metadataSugar(obj, podMeta)
+	env := generic(obj, req, podMeta)
 	env["spec"] = specSugar(podSpec)
 	env["securityContext"] = podSecurityContextSugar(mapAt(podSpec, "securityContext"))
 	env["pod"] = map[string]any{"metadata": podMeta, "spec": podSpec}
 	env["container"] = nil
 
-	var containers []core.Container
-	for _, l := range containerLists {
-		list, _ := podSpec[l.field].([]any)
-		for _, c := range list {
+	var lists [len(containerLists)][]any
+	n := 0
+	for i, l := range containerLists {
+		lists[i], _ = podSpec[l.field].([]any)
+		n += len(lists[i])
+	}
+	containers := make([]core.Container, 0, n)
+	for i, l := range containerLists {
+		for _, c := range lists[i] {
 			cm, ok := c.(map[string]any)
 			if !ok {
 				continue
 			}
 			name, _ := cm["name"].(string)
-			containers = append(containers, core.Container{Name: name, Type: l.typ, Sugar: containerSugar(cm, l.typ)})
+			containers = append(containers, core.Container{Name: name, Type: l.typ.(string), Sugar: containerSugar(cm, l.typ)})
 		}
 	}
 	return &core.EvalContext{Env: env, Containers: containers}, nil
@@ -113,9 +123,15 @@ func GenericNames() []string { return []string{"object", "metadata", "request"} 
 // Generic returns the environment every object gets: object, metadata and
 // request.
 func Generic(obj *unstructured.Unstructured, req *core.Request) core.Env {
+	return generic(obj, req, mapAt(obj.Object, "metadata"))
+}
+
+// generic is Generic with the labels and annotations of meta: a template's
+// for pod-shaped kinds.
+func generic(obj *unstructured.Unstructured, req *core.Request, meta map[string]any) core.Env {
 	return core.Env{
 		"object":   obj.Object,
-		"metadata": metadataSugar(obj, mapAt(obj.Object, "metadata")),
+		"metadata": metadataSugar(obj, meta),
 		"request":  requestEnv(req),
 	}
 }
@@ -164,7 +180,7 @@ func podSecurityContextSugar(sc map[string]any) map[string]any {
 	}
 }
 
-func containerSugar(c map[string]any, typ string) map[string]any {
+func containerSugar(c map[string]any, typ any) map[string]any {
 	img, _ := c["image"].(string)
 	sc := mapAt(c, "securityContext")
 	caps := mapAt(sc, "capabilities")
@@ -207,9 +223,14 @@ func orEmpty(m map[string]any) map[string]any {
 	return m
 }
 
-func orEmptyList(v any) []any {
-	if l, ok := v.([]any); ok {
-		return l
+// emptyList is the value of an absent list. Boxing a slice allocates, so the
+// sugar boxes this one once and passes a present list on in the interface
+// it came in. Neither is changed: rules read them.
+var emptyList any = []any{}
+
+func orEmptyList(v any) any {
+	if _, ok := v.([]any); ok {
+		return v
 	}
-	return []any{}
+	return emptyList
 }
