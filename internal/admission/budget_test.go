@@ -239,8 +239,13 @@ func TestEvaluationStopsAtTheWebhookDeadline(t *testing.T) {
 		_ = env.client.Delete(context.Background(), vwc)
 	})
 	waitCovered(t, name, "configmaps", true)
-	err = env.client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns}}, client.DryRunAll)
-	if err == nil || !strings.Contains(err.Error(), "[endless] evaluation error: evaluation budget exceeded: the request's deadline passed") {
+	// The API server calls a newly written configuration's webhook a
+	// moment after it is written: until then the create is admitted.
+	eventually(t, "the create denied by the deadline", func() bool {
+		err = env.client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns}}, client.DryRunAll)
+		return err != nil
+	})
+	if !strings.Contains(err.Error(), "[endless] evaluation error: evaluation budget exceeded: the request's deadline passed") {
 		t.Fatalf("create: %v; want denied by the deadline", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -150,6 +151,9 @@ func webhookRules(t *testing.T) []admissionregistrationv1.RuleWithOperations {
 	t.Helper()
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := env.client.Get(context.Background(), types.NamespacedName{Name: admission.ConfigName}, vwc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // not written yet: callers poll
+		}
 		t.Fatal(err)
 	}
 	if len(vwc.Webhooks) == 0 {
@@ -192,11 +196,20 @@ func TestFailClosed(t *testing.T) {
 		}
 	})
 	waitCovered(t, name, "pods", true)
+	allowed := func() float64 {
+		return testutil.ToFloat64(p.webhook.Metrics().Requests.WithLabelValues(admission.DecisionAllowed))
+	}
+	// The API server calls a newly written configuration's webhook a
+	// moment after it is written, not at once.
+	eventually(t, "the API server calling the second Portal", func() bool {
+		_ = env.client.Create(ctx, pod(ns, "probe", false), client.DryRunAll)
+		return allowed() >= 1
+	})
+	before := allowed()
 	if err := env.client.Create(ctx, pod(ns, "while-up", false)); err != nil {
 		t.Fatalf("benign pod with Portal up: %v", err)
 	}
-	served := testutil.ToFloat64(p.webhook.Metrics().Requests.WithLabelValues(admission.DecisionAllowed))
-	if served < 1 {
+	if allowed() <= before {
 		t.Fatalf("the second Portal did not answer the create")
 	}
 
@@ -291,6 +304,9 @@ func webhookNamed(t *testing.T, name string) *admissionregistrationv1.Validating
 	t.Helper()
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := env.client.Get(context.Background(), types.NamespacedName{Name: admission.ConfigName}, vwc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // not written yet: callers poll
+		}
 		t.Fatal(err)
 	}
 	for i := range vwc.Webhooks {

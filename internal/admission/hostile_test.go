@@ -207,9 +207,23 @@ func TestSustainedInternalErrorsFailReadiness(t *testing.T) {
 		t.Fatalf("/readyz before any request: %d %v", code, err)
 	}
 
-	// Default health options: more than 5 failures among the last 20.
+	// Default health options: more than 5 failures among the last 20. The
+	// API server calls a newly written configuration's webhook a moment
+	// after it is written: until then creates are admitted without
+	// reaching this Portal, so the first failure is waited for.
+	internalError := func(i int) error {
+		return env.client.Create(ctx, pod(ns, fmt.Sprintf("broken-%d", i), false), client.DryRunAll)
+	}
+	var last error
+	eventually(t, "the API server calling the broken Portal", func() bool {
+		last = internalError(0)
+		return last != nil
+	})
 	for i := range 6 {
-		err := env.client.Create(ctx, pod(ns, fmt.Sprintf("broken-%d", i), false), client.DryRunAll)
+		err := last
+		if i > 0 {
+			err = internalError(i)
+		}
 		if err == nil || !strings.Contains(err.Error(), "portal: internal error evaluating Pod") {
 			t.Fatalf("create %d with a broken Portal: got %v, want the internal error", i, err)
 		}

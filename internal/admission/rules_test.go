@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -90,10 +91,12 @@ func webhookResources(t *testing.T, name string) []string {
 }
 
 // waitCovered waits until the named configuration does or does not
-// intercept resource.
+// intercept resource. A Portal started by the test applies its first
+// configuration with backoff, which on a busy CI machine has taken longer
+// than eventually's 20 s: this waits a minute.
 func waitCovered(t *testing.T, name, resource string, covered bool) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("webhook configuration %s covering %s: %v", name, resource, covered), func() bool {
+	eventuallyWithin(t, time.Minute, fmt.Sprintf("webhook configuration %s covering %s: %v", name, resource, covered), func() bool {
 		return slices.Contains(webhookResources(t, name), resource) == covered
 	})
 }

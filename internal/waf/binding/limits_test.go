@@ -14,6 +14,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	wafv1alpha1 "github.com/vilaca/portal/api/waf/v1alpha1"
+	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/waf/cache"
 )
 
@@ -74,7 +75,7 @@ func portalCondition(t *testing.T, ns, name, gwNS, gw, typ string) *metav1.Condi
 // policy say why, naming the bound; when room is made, the oldest route
 // left out joins.
 func TestSharedGatewayTableLeavesOutNewestRoutes(t *testing.T) {
-	ctx := start(t)
+	start(t)
 	infra := namespace(t, "infra")
 	app := namespace(t, "app")
 	evil := namespace(t, "evil")
@@ -104,14 +105,9 @@ func TestSharedGatewayTableLeavesOutNewestRoutes(t *testing.T) {
 	})
 	// The older tenant's update reaches the table (a frozen table never
 	// took it).
-	var web gatewayv1.HTTPRoute
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(victim), &web); err != nil {
-		t.Fatal(err)
-	}
-	web.Spec.Rules[0].Matches[0].Path.Value = ptr.To("/shop")
-	if err := env.Client.Update(ctx, &web); err != nil {
-		t.Fatal(err)
-	}
+	// Portal writes the route's status meanwhile: Update retries on conflict.
+	web := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: victim.Namespace, Name: victim.Name}}
+	devtest.Update(t, env.Client, web, func() { web.Spec.Rules[0].Matches[0].Path.Value = ptr.To("/shop") })
 	eventually(t, "the older tenant's update in the table", func() bool {
 		for _, r := range table(infra, "gw").Rows {
 			if r.Route == victimKey {

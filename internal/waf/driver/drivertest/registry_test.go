@@ -186,27 +186,25 @@ func offerRegisteredDrivers(t *testing.T, c client.Client) {
 	t.Helper()
 	crd := &unstructured.Unstructured{}
 	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
-	if err := c.Get(t.Context(), client.ObjectKey{Name: "engines.waf.portal.io"}, crd); err != nil {
-		t.Fatal(err)
-	}
-	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	crd.SetName("engines.waf.portal.io")
 	var enum []any
 	for _, n := range driver.Names() {
 		enum = append(enum, string(n))
 	}
-	for i := range versions {
-		v := versions[i].(map[string]any)
-		path := []string{"schema", "openAPIV3Schema", "properties", "spec", "properties", "driver", "properties", "type", "enum"}
-		if err := unstructured.SetNestedSlice(v, enum, path...); err != nil {
+	// The API server writes the CRD's conditions: Update retries on conflict.
+	devtest.Update(t, c, crd, func() {
+		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		for i := range versions {
+			v := versions[i].(map[string]any)
+			path := []string{"schema", "openAPIV3Schema", "properties", "spec", "properties", "driver", "properties", "type", "enum"}
+			if err := unstructured.SetNestedSlice(v, enum, path...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Update(t.Context(), crd); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 // One control plane with the Gateway API CRDs and the WAF layer.
