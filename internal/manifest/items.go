@@ -76,6 +76,17 @@ type itemSplitter struct {
 // it huge.
 const maxHint = 1 << 20
 
+// fit returns b in a buffer of its own size when its buffer, sized by the
+// hint, is much larger: a small document after a big one would otherwise
+// hold the big one's memory until it is decoded, and a stream of both
+// would hold twice its size in flight.
+func fit(b []byte) []byte {
+	if cap(b) > 2*len(b)+4096 {
+		return bytes.Clone(b)
+	}
+	return b
+}
+
 func splitItems(path string, r io.Reader, yield func(Document) bool) (bool, error) {
 	return splitItemsMax(path, r, yield, MaxDocument)
 }
@@ -225,7 +236,7 @@ func (s *itemSplitter) yamlDoc(prefix []byte) error {
 		s.hint = min(len(cur)+len(cur)/8, maxHint)
 	}
 	if split || !blank(cur) {
-		s.emit(Document{Path: s.path, Line: start, Data: cur, kind: kind})
+		s.emit(Document{Path: s.path, Line: start, Data: fit(cur), kind: kind})
 	}
 	return nil
 }
@@ -246,7 +257,7 @@ func (s *itemSplitter) yamlItems() (n int, next []byte, eof bool, err error) {
 		if itemLine == 0 {
 			return
 		}
-		d := Document{Path: s.path, Line: itemLine, Data: item, kind: listItem, err: bad}
+		d := Document{Path: s.path, Line: itemLine, Data: fit(item), kind: listItem, err: bad}
 		s.emit(d)
 		n++
 		s.hint = min(len(item)+len(item)/8, maxHint)

@@ -1,11 +1,13 @@
 package manifest
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -209,5 +211,36 @@ func TestStreamItemsReadsLoneCRAsLineBreak(t *testing.T) {
 		if !checkItems(t, in) {
 			t.Errorf("%q: not read, or read differently than whole", in)
 		}
+	}
+}
+
+// A document's buffer is sized like the one before it; a small document
+// after a big one still holds no more than about its own size, in every
+// shape the reader cuts, so a stream of both does not hold twice itself
+// while it waits to be decoded.
+func TestSmallDocumentAfterABigOneHoldsItsOwnSize(t *testing.T) {
+	big := strings.Repeat("x", 256<<10)
+	streams := map[string]string{
+		"yaml documents":  "kind: ConfigMap\ndata:\n  k: " + big + "\n---\nkind: ConfigMap\n",
+		"yaml list items": "kind: List\nitems:\n- kind: ConfigMap\n  data:\n    k: " + big + "\n- kind: ConfigMap\n",
+		"json list items": `{"kind": "List", "items": [{"kind": "ConfigMap", "data": {"k": "` + big + `"}}, {"kind": "ConfigMap"}]}`,
+	}
+	for name, in := range streams {
+		t.Run(name, func(t *testing.T) {
+			docs, err := itemsOf(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The second ConfigMap (a List's envelope comes after its items).
+			i := slices.IndexFunc(docs, func(d Document) bool {
+				return bytes.Contains(d.Data, []byte("ConfigMap")) && len(d.Data) < 100
+			})
+			if i < 1 {
+				t.Fatalf("no small ConfigMap after the big one in %d documents", len(docs))
+			}
+			if small := docs[i].Data; cap(small) > 2*len(small)+4096 {
+				t.Fatalf("the small document after a big one: %d bytes in a buffer of %d", len(small), cap(small))
+			}
+		})
 	}
 }

@@ -110,7 +110,7 @@ func (s *itemSplitter) jsonItems() error {
 			return err
 		}
 		s.hint = min(len(item)+len(item)/8, maxHint)
-		s.emit(Document{Path: s.path, Line: line, Data: item, kind: listItem})
+		s.emit(Document{Path: s.path, Line: line, Data: fit(item), kind: listItem})
 		if c, err = s.skipSpace(); err != nil {
 			return s.eofIsSyntax(err)
 		}
