@@ -371,6 +371,9 @@ func (e *Engine) EvaluateAppend(ctx context.Context, obj *unstructured.Unstructu
 		xs      = e.exceptions.Load().index.candidates(gvk.GroupKind(), obj.GetNamespace())
 		now     time.Time
 		held    map[*Exception]bool
+		// acct is each rule's budget on this object in turn: one for all
+		// of them, as the program behind an interface makes it escape.
+		acct *core.Account
 	)
 	if len(xs) > 0 {
 		now, held = e.clock.Now(), map[*Exception]bool{}
@@ -397,6 +400,7 @@ func (e *Engine) EvaluateAppend(ctx context.Context, obj *unstructured.Unstructu
 			if ectx, err = e.buildContext(obj, opts.Request); err != nil {
 				return nil, fmt.Errorf("build context for %s %s/%s: %w: %w", gvk.Kind, ref.Namespace, ref.Name, ErrInvalidObject, err)
 			}
+			acct = new(core.Account)
 			// One result per candidate is the usual count: growing from
 			// empty instead allocated about three times the bytes, the
 			// largest share of what evaluating an object allocates.
@@ -419,7 +423,7 @@ func (e *Engine) EvaluateAppend(ctx context.Context, obj *unstructured.Unstructu
 		}
 		// After the exceptions' conditions, which each bind their own view.
 		setEvent(ectx.Env, eventFor(r.Namespace != ""))
-		results = r.evaluate(ctx, ectx, ref, results)
+		results = r.evaluate(ctx, ectx, ref, results, acct)
 		for _, b := range r.binders {
 			delete(ectx.Env, b.Name())
 		}
@@ -522,17 +526,18 @@ func anyGlob(patterns []string, s string) bool {
 const MaxResultsPerRule = 10
 
 // evaluate appends r's verdict on one object to out. Every container of a
-// container-scoped rule draws on one budget: the rule's on this object.
-func (r *Rule) evaluate(ctx context.Context, ectx *core.EvalContext, ref core.ResourceRef, out []core.Result) []core.Result {
-	var acct core.Account
+// container-scoped rule draws on one budget: the rule's on this object,
+// acct, which starts empty.
+func (r *Rule) evaluate(ctx context.Context, ectx *core.EvalContext, ref core.ResourceRef, out []core.Result, acct *core.Account) []core.Result {
+	*acct = core.Account{}
 	if !r.containerScoped {
-		return append(out, r.verdict(ctx, ectx.Env, ref, nil, &acct))
+		return append(out, r.verdict(ctx, ectx.Env, ref, nil, acct))
 	}
 	n := len(out)
 	for i := range ectx.Containers {
 		c := &ectx.Containers[i]
 		ectx.Env["container"] = c.Sugar
-		res := r.verdict(ctx, ectx.Env, ref, c, &acct)
+		res := r.verdict(ctx, ectx.Env, ref, c, acct)
 		if res.Outcome == core.OutcomePass {
 			continue
 		}
