@@ -94,9 +94,11 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 	if resp := ef.forge("fwd-1", fwdTenant, "offender", string(pod.UID)); resp.Allowed {
 		t.Fatalf("review admitted on the follower: %+v", resp)
 	}
+	// The action's audit line follows the label: wait for both.
 	e.poll("the leader labelling the offender", func() bool {
 		p := &corev1.Pod{}
-		return c.Get(ctx, client.ObjectKeyFromObject(pod), p) == nil && p.Labels["portal.io/flagged"] == "true"
+		return c.Get(ctx, client.ObjectKeyFromObject(pod), p) == nil && p.Labels["portal.io/flagged"] == "true" &&
+			e.results("label", "offender") != ""
 	})
 	if got := e.results("label", "offender"); got != "success" {
 		t.Errorf("label on the offender by the leader: %q, want one success", got)
@@ -310,9 +312,11 @@ func TestForwardedVerdictsSurviveALeaderChange(t *testing.T) {
 	if resp := en.forge("fwd-failover-1", fwdTenant, "during-failover", string(pod.UID)); resp.Allowed {
 		t.Fatalf("review admitted: %+v", resp)
 	}
+	// The action's audit line follows the label: wait for both.
 	en.poll("the new leader labelling the pod", func() bool {
 		p := &corev1.Pod{}
-		return f.c.Get(ctx, client.ObjectKeyFromObject(pod), p) == nil && p.Labels["portal.io/flagged"] == "true"
+		return f.c.Get(ctx, client.ObjectKeyFromObject(pod), p) == nil && p.Labels["portal.io/flagged"] == "true" &&
+			en.results("label", "during-failover") != ""
 	})
 	if got := en.results("label", "during-failover"); got != "success" {
 		t.Errorf("label by the new leader: %q, want one success", got)
