@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -126,6 +127,13 @@ func TestTenantKindsStayInTheirNamespace(t *testing.T) {
 		t.Errorf("tenant A's Service rule puts namespace %s's Services behind the webhook (webhooks %v)", b, names(ws))
 	}
 
+	// The API server calls a newly written configuration's webhook a
+	// moment after it is written: until it calls this Portal, the create
+	// below would be admitted because the configuration is not in force.
+	eventually(t, "the API server calling this Portal for "+b+"'s ConfigMaps", func() bool {
+		_ = env.client.Create(ctx, configMap(b, "probe", nil), client.DryRunAll)
+		return testutil.ToFloat64(p.webhook.Metrics().Requests.WithLabelValues(admission.DecisionAllowed)) >= 1
+	})
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -109,6 +109,11 @@ func TestForwardedVerdictsActOnceOnTheLeader(t *testing.T) {
 	if n := counter(t, follower.reg, "portal_actions_dropped_total"); n != 0 {
 		t.Errorf("the follower dropped %v verdicts", n)
 	}
+	// The follower counts the verdict once the leader's answer is back,
+	// which can be after the leader acted.
+	e.poll("the follower counting the verdict forwarded", func() bool {
+		return gauge(t, follower.reg, "portal_verdicts_forwarded_total", "result", forward.SentAccepted) >= 1
+	})
 	if n := gauge(t, follower.reg, "portal_verdicts_forwarded_total", "result", forward.SentAccepted); n != 1 {
 		t.Errorf("the follower forwarded %v verdicts, want 1", n)
 	}
