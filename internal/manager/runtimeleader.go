@@ -50,17 +50,20 @@ func (l *leaderLabel) clear(ctx context.Context) error {
 // (retrying until the API server takes it) and unlabels it when leadership
 // ends.
 func (l *leaderLabel) Start(ctx context.Context) error {
-	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+	// Ends with the pod labelled or with leadership.
+	_ = wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := l.patch(ctx, ptrTo("true")); err != nil {
-			l.log.Warn("cannot label this pod as the leader; the leader Services do not reach it yet", "pod", l.name, "error", err)
+			if ctx.Err() == nil {
+				l.log.Warn("cannot label this pod as the leader; the leader Services do not reach it yet", "pod", l.name, "error", err)
+			}
 			return false, nil
 		}
 		return true, nil
 	})
-	if err != nil {
-		return nil // ctx ended
-	}
 	<-ctx.Done()
+	// The label goes even when labelling seemed to fail: a patch cut short
+	// by the end of leadership may have been applied all the same, and the
+	// leader Services would then send a follower the leader's traffic.
 	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := l.patch(stop, nil); err != nil {
