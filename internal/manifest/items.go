@@ -76,10 +76,16 @@ type itemSplitter struct {
 // it huge.
 const maxHint = 1 << 20
 
-// fit returns b in a buffer of its own size when its buffer, sized by the
-// hint, is much larger: a small document after a big one would otherwise
-// hold the big one's memory until it is decoded, and a stream of both
-// would hold twice its size in flight.
+// sized takes b, a document or item just read, as the size of the next
+// buffer, and returns it in a buffer of its own size when its buffer, sized
+// by the hint, is much larger: a small document after a big one would
+// otherwise hold the big one's memory until it is decoded, and a stream of
+// both would hold twice its size in flight.
+func (s *itemSplitter) sized(b []byte) []byte {
+	s.hint = min(len(b)+len(b)/8, maxHint)
+	return fit(b)
+}
+
 func fit(b []byte) []byte {
 	if cap(b) > 2*len(b)+4096 {
 		return bytes.Clone(b)
@@ -232,11 +238,13 @@ func (s *itemSplitter) yamlDoc(prefix []byte) error {
 	if split {
 		kind = listEnvelope
 	}
-	if !split {
-		s.hint = min(len(cur)+len(cur)/8, maxHint)
+	if split {
+		cur = fit(cur) // the envelope: items size the next buffer
+	} else {
+		cur = s.sized(cur)
 	}
 	if split || !blank(cur) {
-		s.emit(Document{Path: s.path, Line: start, Data: fit(cur), kind: kind})
+		s.emit(Document{Path: s.path, Line: start, Data: cur, kind: kind})
 	}
 	return nil
 }
@@ -257,10 +265,9 @@ func (s *itemSplitter) yamlItems() (n int, next []byte, eof bool, err error) {
 		if itemLine == 0 {
 			return
 		}
-		d := Document{Path: s.path, Line: itemLine, Data: fit(item), kind: listItem, err: bad}
+		d := Document{Path: s.path, Line: itemLine, Data: s.sized(item), kind: listItem, err: bad}
 		s.emit(d)
 		n++
-		s.hint = min(len(item)+len(item)/8, maxHint)
 		item, itemLine, strip, bad = make([]byte, 0, s.hint), 0, -1, nil
 	}
 	var pending [][]byte // blank lines before the first entry

@@ -109,8 +109,7 @@ func (s *itemSplitter) jsonItems() error {
 		if err != nil {
 			return err
 		}
-		s.hint = min(len(item)+len(item)/8, maxHint)
-		s.emit(Document{Path: s.path, Line: line, Data: fit(item), kind: listItem})
+		s.emit(Document{Path: s.path, Line: line, Data: s.sized(item), kind: listItem})
 		if c, err = s.skipSpace(); err != nil {
 			return s.eofIsSyntax(err)
 		}
