@@ -52,6 +52,7 @@ var foundations = []string{
 	"internal/context",
 	"internal/image",
 	"internal/manifest",
+	"internal/reuse",
 	"internal/didyoumean",
 	"internal/flagalias",
 	"internal/junit",

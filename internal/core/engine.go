@@ -76,8 +76,22 @@ type EvalContext struct {
 // ContextBuilder turns a raw object into the environment rules see.
 type ContextBuilder interface {
 	Supports(gvk schema.GroupVersionKind) bool
-	// Build must not modify obj.
-	Build(obj *unstructured.Unstructured, req *Request) (*EvalContext, error)
+	// Build must not modify obj. The maps it makes come from maps (nil:
+	// made anew).
+	Build(obj *unstructured.Unstructured, req *Request, maps Maps) (*EvalContext, error)
+	// Release hands the maps Build made for ec back to maps, and none of
+	// the object's: its caller is done with ec.
+	Release(ec *EvalContext, maps Maps)
+}
+
+// Maps lends a ContextBuilder the maps it builds an environment from, and
+// takes them back (internal/reuse.Pool: portal eval's workers keep one
+// each, so an object's environment fills the last one's maps).
+type Maps interface {
+	// Map returns an empty map; a new one is made for size entries.
+	Map(size int) map[string]any
+	// PutMap empties m and keeps it for a later Map.
+	PutMap(m map[string]any)
 }
 
 // Schema describes the shape of a name a context builder binds, so that a

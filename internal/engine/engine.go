@@ -21,6 +21,7 @@ import (
 	"github.com/vilaca/portal/internal/context/event"
 	"github.com/vilaca/portal/internal/context/pod"
 	"github.com/vilaca/portal/internal/core"
+	"github.com/vilaca/portal/internal/reuse"
 )
 
 // ErrInvalidObject marks an Evaluate error caused by the object itself: a
@@ -339,6 +340,10 @@ type Options struct {
 	// RuntimeEvents are the classes of the runtime event evaluated: a rule
 	// of mode runtime runs only when it lists one of them (or any).
 	RuntimeEvents []string
+	// Reuse, when set, is where the object's rule environment takes its
+	// maps from and hands them back to before EvaluateAppend returns
+	// (portal eval's workers, one each: a Pool is not for concurrent use).
+	Reuse *reuse.Pool
 }
 
 // Evaluate runs every enabled rule that matches obj and returns one result per
@@ -365,6 +370,7 @@ func (e *Engine) EvaluateAppend(ctx context.Context, obj *unstructured.Unstructu
 	}
 	var (
 		ectx    *core.EvalContext
+		builder core.ContextBuilder
 		nsEvent map[string]any
 		results []core.Result
 		ref     = core.ResourceRef{APIVersion: obj.GetAPIVersion(), Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID())}
@@ -397,7 +403,7 @@ func (e *Engine) EvaluateAppend(ctx context.Context, obj *unstructured.Unstructu
 		}
 		if ectx == nil {
 			var err error
-			if ectx, err = e.buildContext(obj, opts.Request); err != nil {
+			if ectx, builder, err = e.buildContext(obj, opts.Request, opts.Reuse); err != nil {
 				return nil, fmt.Errorf("build context for %s %s/%s: %w: %w", gvk.Kind, ref.Namespace, ref.Name, ErrInvalidObject, err)
 			}
 			acct = new(core.Account)
@@ -432,6 +438,10 @@ func (e *Engine) EvaluateAppend(ctx context.Context, obj *unstructured.Unstructu
 			e.keepActionsOff(results[n:], x, r)
 		}
 	}
+	if ectx != nil && opts.Reuse != nil {
+		// The results hold strings, never the environment's maps.
+		builder.Release(ectx, opts.Reuse)
+	}
 	return results, nil
 }
 
@@ -451,14 +461,22 @@ func (e *Engine) reportBudget(results []core.Result) {
 	}
 }
 
-func (e *Engine) buildContext(obj *unstructured.Unstructured, req *core.Request) (*core.EvalContext, error) {
+// buildContext builds obj's environment, with the builder that made it.
+func (e *Engine) buildContext(obj *unstructured.Unstructured, req *core.Request, p *reuse.Pool) (*core.EvalContext, core.ContextBuilder, error) {
 	gvk := obj.GroupVersionKind()
-	for _, b := range e.builders {
-		if b.Supports(gvk) {
-			return b.Build(obj, req)
+	var b core.ContextBuilder = pod.Generic{}
+	for _, cb := range e.builders {
+		if cb.Supports(gvk) {
+			b = cb
+			break
 		}
 	}
-	return &core.EvalContext{Env: pod.Generic(obj, req)}, nil
+	var maps core.Maps
+	if p != nil {
+		maps = p
+	}
+	ec, err := b.Build(obj, req, maps)
+	return ec, b, err
 }
 
 // wantsEvent reports whether a runtime rule lists one of the event's

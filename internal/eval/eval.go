@@ -17,6 +17,7 @@ import (
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/manifest"
+	"github.com/vilaca/portal/internal/reuse"
 )
 
 // Options tunes Evaluate.
@@ -129,25 +130,30 @@ type input interface {
 	len() int
 	// sub is the inputs lo to hi.
 	sub(lo, hi int) input
-	// objects decodes the i-th input into the objects it holds.
-	objects(i int) ([]*unstructured.Unstructured, error)
+	// objects decodes the i-th input into the objects it holds, into the
+	// maps and lists of r where it decodes (r may be nil). reused reports
+	// whether the caller is to hand the objects back to r when done.
+	objects(i int, r *reuse.Pool) (objs []*unstructured.Unstructured, reused bool, err error)
 	// errorf locates an evaluation error of the i-th input.
 	errorf(i int, err error) error
 }
 
 type documents []manifest.Document
 
-func (d documents) len() int                                            { return len(d) }
-func (d documents) sub(lo, hi int) input                                { return d[lo:hi] }
-func (d documents) objects(i int) ([]*unstructured.Unstructured, error) { return d[i].Objects() }
-func (d documents) errorf(i int, err error) error                       { return d[i].Errorf("%v", err) }
+func (d documents) len() int             { return len(d) }
+func (d documents) sub(lo, hi int) input { return d[lo:hi] }
+func (d documents) objects(i int, r *reuse.Pool) ([]*unstructured.Unstructured, bool, error) {
+	objs, err := d[i].ObjectsReusing(r)
+	return objs, true, err
+}
+func (d documents) errorf(i int, err error) error { return d[i].Errorf("%v", err) }
 
 type objects []*unstructured.Unstructured
 
 func (o objects) len() int             { return len(o) }
 func (o objects) sub(lo, hi int) input { return o[lo:hi] }
-func (o objects) objects(i int) ([]*unstructured.Unstructured, error) {
-	return o[i : i+1], nil
+func (o objects) objects(i int, _ *reuse.Pool) ([]*unstructured.Unstructured, bool, error) {
+	return o[i : i+1], false, nil
 }
 func (o objects) errorf(i int, err error) error {
 	return fmt.Errorf("%s %s: %w", o[i].GetKind(), objectName(o[i]), err)
@@ -244,11 +250,12 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	w := worker{ctx: ctx, eng: eng, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, yaml: rep.isYAML, junit: rep.junit != nil,
 		keep: rep.spill == nil, dropPasses: rep.failuresOnly}
 	if jobs == 1 {
+		w.opts.Reuse = new(reuse.Pool)
 		var results []Result
 		var scratch []core.Result
 		hint := 0
 		err := produce(func(in input) bool {
-			b := &batch{in: in, results: results[:0], encodedHint: hint, encoded: reuse(free), scratch: scratch}
+			b := &batch{in: in, results: results[:0], encodedHint: hint, encoded: fromFree(free), scratch: scratch}
 			w.run(b)
 			results, hint = b.results, len(b.encoded)+len(b.encoded)/8
 			scratch, b.scratch = b.scratch, nil
@@ -281,11 +288,13 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		})
 	}()
 	for range jobs {
+		w := w
+		w.opts.Reuse = new(reuse.Pool)
 		go func() {
 			hint := 0
 			var scratch []core.Result
 			for j := range work {
-				j.b.encodedHint, j.b.encoded, j.b.scratch = hint, reuse(free), scratch
+				j.b.encodedHint, j.b.encoded, j.b.scratch = hint, fromFree(free), scratch
 				w.run(j.b)
 				hint = len(j.b.encoded) + len(j.b.encoded)/8
 				scratch, j.b.scratch = j.b.scratch, nil
@@ -299,8 +308,8 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	return rep, errs, produceErr
 }
 
-// reuse is a buffer from free, if one is there (nil otherwise).
-func reuse(free chan []byte) []byte {
+// fromFree is a buffer from free, if one is there (nil otherwise).
+func fromFree(free chan []byte) []byte {
 	select {
 	case b := <-free:
 		return b
@@ -345,7 +354,7 @@ func (w *worker) run(b *batch) {
 			// Interrupted: the caller reports ctx's error, not a report.
 			return
 		}
-		objs, err := b.in.objects(i)
+		objs, reused, err := b.in.objects(i, w.opts.Reuse)
 		if err != nil {
 			b.errs = append(b.errs, err)
 			continue
@@ -362,6 +371,10 @@ func (w *worker) run(b *batch) {
 			}
 			for i := range results {
 				b.add(&results[i], w.json, w.dropPasses)
+			}
+			if reused {
+				// The results hold strings, never the object's maps.
+				w.opts.Reuse.Release(obj.Object)
 			}
 		}
 	}

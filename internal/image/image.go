@@ -61,11 +61,11 @@ func splitRegistry(name string) (registry, repo string) {
 
 // Map returns the reference in the shape rules see as container.image.
 func (r Ref) Map() map[string]any {
-	return map[string]any{
-		"reference": r.Reference,
-		"registry":  r.Registry,
-		"name":      r.Name,
-		"tag":       r.Tag,
-		"sha256":    r.SHA256,
-	}
+	return r.Into(make(map[string]any, 5))
+}
+
+// Into writes the reference into m in the shape of Map and returns m.
+func (r Ref) Into(m map[string]any) map[string]any {
+	m["reference"], m["registry"], m["name"], m["tag"], m["sha256"] = r.Reference, r.Registry, r.Name, r.Tag, r.SHA256
+	return m
 }

@@ -7,6 +7,8 @@ import (
 
 	yamlv2 "go.yaml.in/yaml/v2"
 	"k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/vilaca/portal/internal/reuse"
 )
 
 // decode reads one YAML or JSON document into the map shape of
@@ -16,11 +18,11 @@ import (
 // uses, so a value reads the same here as in the cluster ("hostNetwork: yes"
 // is true), but converts the tree directly instead of through a JSON
 // round-trip, which is most of the cost of `portal eval`.
-func decode(data []byte) (map[string]any, error) {
+func decode(data []byte, r *reuse.Pool) (map[string]any, error) {
 	if first := firstByte(data); first == '{' {
-		return DecodeJSON(data)
+		return decodeJSON(data, r)
 	}
-	if m, ok := fastDecode(data); ok {
+	if m, ok := fastDecode(data, r); ok {
 		return m, nil
 	}
 	return decodeYAML(data)
@@ -31,7 +33,11 @@ func decode(data []byte) (map[string]any, error) {
 // a JSON manifest: the admission webhook decodes each request's object
 // with it. A value that is not an object decodes to nil.
 func DecodeJSON(data []byte) (map[string]any, error) {
-	if m, ok := fastJSON(data); ok {
+	return decodeJSON(data, nil)
+}
+
+func decodeJSON(data []byte, r *reuse.Pool) (map[string]any, error) {
+	if m, ok := fastJSON(data, r); ok {
 		return m, nil
 	}
 	var m map[string]any

@@ -58,7 +58,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.Run("portal", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := decode(podDoc); err != nil {
+			if _, err := decode(podDoc, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -76,7 +76,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.Run("portal-json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := decode(podJSON); err != nil {
+			if _, err := decode(podJSON, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

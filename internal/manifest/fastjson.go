@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/vilaca/portal/internal/reuse"
 )
 
 // fastJSON reads a JSON object into the map shape of
@@ -16,8 +18,8 @@ import (
 // surrogates, numbers out of range, nesting past maxFastDepth) and decode
 // then uses the decoder, so a document reads the same either way
 // (FuzzFastJSON holds it to that).
-func fastJSON(data []byte) (map[string]any, bool) {
-	p := jsonParser{data: data}
+func fastJSON(data []byte, r *reuse.Pool) (map[string]any, bool) {
+	p := jsonParser{data: data, pool: r}
 	p.space()
 	if p.pos >= len(p.data) || p.data[p.pos] != '{' {
 		return nil, false
@@ -34,6 +36,7 @@ type jsonParser struct {
 	data  []byte
 	pos   int
 	depth int
+	pool  *reuse.Pool
 }
 
 func (p *jsonParser) space() {
@@ -94,7 +97,7 @@ func (p *jsonParser) object() (map[string]any, bool) {
 	}
 	defer func() { p.depth-- }()
 	p.pos++ // '{'
-	m := map[string]any{}
+	m := p.pool.Map(0)
 	if p.next('}') {
 		return m, true
 	}
@@ -128,7 +131,7 @@ func (p *jsonParser) array() ([]any, bool) {
 	}
 	defer func() { p.depth-- }()
 	p.pos++ // '['
-	s := []any{}
+	s := p.pool.List()
 	if p.next(']') {
 		return s, true
 	}

@@ -29,7 +29,7 @@ func FuzzFastJSON(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, doc string) {
-		got, ok := fastJSON([]byte(doc))
+		got, ok := fastJSON([]byte(doc), nil)
 		if !ok {
 			return
 		}
@@ -39,6 +39,14 @@ func FuzzFastJSON(f *testing.F) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("fast path read %q as\n%#v\nthe decoder as\n%#v", doc, got, want)
+		}
+		p := usedPool(t)
+		for range 2 {
+			got, ok := fastJSON([]byte(doc), p)
+			if !ok || !reflect.DeepEqual(got, want) {
+				t.Fatalf("fast path read %q from a pool as\n%#v (ok %v)\nthe decoder as\n%#v", doc, got, ok, want)
+			}
+			p.Release(got)
 		}
 	})
 }
@@ -59,7 +67,7 @@ func TestFastJSONCoversGeneratedJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := fastJSON(doc)
+		got, ok := fastJSON(doc, nil)
 		if !ok {
 			t.Fatalf("the fast path refused %s", doc)
 		}

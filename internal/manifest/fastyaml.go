@@ -3,6 +3,8 @@ package manifest
 import (
 	"bytes"
 	"strconv"
+
+	"github.com/vilaca/portal/internal/reuse"
 )
 
 // fastDecode reads the block-style YAML that generators write (kubectl get
@@ -18,8 +20,8 @@ import (
 // escapes, non-ASCII text, numbers other than plain decimal integers,
 // duplicate keys, malformed input) and decode then uses that parser, so a
 // document reads the same either way (FuzzFastDecode holds it to that).
-func fastDecode(data []byte) (map[string]any, bool) {
-	p := fastParser{rest: data}
+func fastDecode(data []byte, r *reuse.Pool) (map[string]any, bool) {
+	p := fastParser{rest: data, pool: r}
 	p.advance()
 	if !p.more || isSeqItem(p.line.text) {
 		return nil, false
@@ -45,6 +47,7 @@ type fastParser struct {
 	more  bool // line holds a line
 	bad   bool // a line the fast path does not take: the parse fails
 	depth int
+	pool  *reuse.Pool
 }
 
 // maxFastDepth bounds the fast path's recursion; deeper documents, which no
@@ -108,7 +111,7 @@ func (p *fastParser) mapping(indent int) (map[string]any, bool) {
 		return nil, false
 	}
 	defer func() { p.depth-- }()
-	m := map[string]any{}
+	m := p.pool.Map(0)
 	for p.more {
 		l := &p.line
 		if l.indent < indent {
@@ -128,7 +131,7 @@ func (p *fastParser) mapping(indent int) (map[string]any, bool) {
 		var v any
 		switch {
 		case len(rest) > 0:
-			v, ok = inlineValue(rest)
+			v, ok = inlineValue(rest, p.pool)
 		case !p.more:
 		case p.line.indent > indent:
 			v, ok = p.node(p.line.indent)
@@ -148,7 +151,7 @@ func (p *fastParser) seq(indent int) ([]any, bool) {
 		return nil, false
 	}
 	defer func() { p.depth-- }()
-	s := []any{}
+	s := p.pool.List()
 	for p.more {
 		l := &p.line
 		if l.indent < indent {
@@ -181,7 +184,7 @@ func (p *fastParser) seq(indent int) ([]any, bool) {
 				v, ok = p.mapping(l.indent)
 			} else {
 				p.advance()
-				v, ok = inlineValue(content)
+				v, ok = inlineValue(content, p.pool)
 			}
 		}
 		if !ok {
@@ -263,12 +266,12 @@ func flowPlain[T string | []byte](t T, extra byte) bool {
 	return true
 }
 
-func inlineValue(t []byte) (any, bool) {
+func inlineValue(t []byte, pool *reuse.Pool) (any, bool) {
 	switch t[0] {
 	case '"', '\'':
 		return quoted(t)
 	case '[', '{':
-		return flowValue(t)
+		return flowValue(t, pool)
 	}
 	if indicator(t[0]) || isSeqItem(t) || bytes.Contains(t, []byte(": ")) || t[len(t)-1] == ':' {
 		return nil, false
@@ -314,8 +317,8 @@ func resolvePlain(t []byte) (any, bool) {
 // Entries are plain or simply quoted scalars and collections; empty
 // entries, trailing commas, single-pair mappings in sequences, complex
 // keys and duplicate keys are left to the general parser.
-func flowValue(t []byte) (any, bool) {
-	p := flowParser{t: t}
+func flowValue(t []byte, pool *reuse.Pool) (any, bool) {
+	p := flowParser{t: t, pool: pool}
 	v, ok := p.node()
 	p.space()
 	return v, ok && p.pos == len(t)
@@ -325,6 +328,7 @@ type flowParser struct {
 	t     []byte
 	pos   int
 	depth int
+	pool  *reuse.Pool
 }
 
 func (p *flowParser) space() {
@@ -389,9 +393,9 @@ func (p *flowParser) collection(closer byte) (any, bool) {
 		m map[string]any
 	)
 	if closer == '}' {
-		m = map[string]any{}
+		m = p.pool.Map(0)
 	} else {
-		s = []any{}
+		s = p.pool.List()
 	}
 	p.space()
 	if p.pos < len(p.t) && p.t[p.pos] == closer {

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/vilaca/portal/internal/reuse"
 )
 
 // fastSeeds are documents on both sides of the fast path's limits.
@@ -71,7 +73,7 @@ func FuzzFastDecode(f *testing.F) {
 		f.Add(v + ": k\n")
 	}
 	f.Fuzz(func(t *testing.T, doc string) {
-		got, ok := fastDecode([]byte(doc))
+		got, ok := fastDecode([]byte(doc), nil)
 		if !ok {
 			return
 		}
@@ -82,7 +84,32 @@ func FuzzFastDecode(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("fast path read %q as\n%#v\nthe YAML parser as\n%#v", doc, got, want)
 		}
+		// The same into maps and lists another document was decoded into
+		// and handed back, as portal eval's workers decode.
+		p := usedPool(t)
+		for range 2 {
+			got, ok := fastDecode([]byte(doc), p)
+			if !ok || !reflect.DeepEqual(got, want) {
+				t.Fatalf("fast path read %q from a pool as\n%#v (ok %v)\nthe YAML parser as\n%#v", doc, got, ok, want)
+			}
+			p.Release(got)
+		}
 	})
+}
+
+// usedPool is a reuse.Pool that holds the maps and lists of a pod and of
+// flow collections, handed back after decoding.
+func usedPool(t *testing.T) *reuse.Pool {
+	t.Helper()
+	p := new(reuse.Pool)
+	for _, doc := range [][]byte{podDoc, flowPod} {
+		m, ok := fastDecode(doc, p)
+		if !ok {
+			t.Fatalf("fast path refused %s", doc)
+		}
+		p.Release(m)
+	}
+	return p
 }
 
 // TestFastDecodeCoversGeneratedYAML checks that the fast path, not the
@@ -104,7 +131,7 @@ func TestFastDecodeCoversGeneratedYAML(t *testing.T) {
 	}
 	fast := 0
 	for _, d := range docs {
-		got, ok := fastDecode(d.Data)
+		got, ok := fastDecode(d.Data, nil)
 		if !ok {
 			continue
 		}
@@ -127,13 +154,13 @@ func TestFastDecodeDepth(t *testing.T) {
 		doc = append(doc, strings.Repeat(" ", i)...)
 		doc = append(doc, "a:\n"...)
 	}
-	if _, ok := fastDecode(doc); ok {
+	if _, ok := fastDecode(doc, nil); ok {
 		t.Fatal("the fast path read a document nested past its depth limit")
 	}
-	if _, err := decode(doc); err != nil {
+	if _, err := decode(doc, nil); err != nil {
 		t.Fatalf("deep document no longer decodes: %v", err)
 	}
-	if _, ok := fastDecode(doc[:bytes.LastIndex(doc[:len(doc)-1], []byte("\n"))+1]); !ok {
+	if _, ok := fastDecode(doc[:bytes.LastIndex(doc[:len(doc)-1], []byte("\n"))+1], nil); !ok {
 		t.Fatal("the fast path refused a document at its depth limit")
 	}
 }
@@ -149,7 +176,7 @@ spec: {containers: [{image: ghcr.io/acme/app-0:1.1, name: c0, ports: [{container
 // TestFastDecodeCoversFlowStyle: nested flow collections are read by the
 // fast path, as the general parser reads them.
 func TestFastDecodeCoversFlowStyle(t *testing.T) {
-	got, ok := fastDecode(flowPod)
+	got, ok := fastDecode(flowPod, nil)
 	if !ok {
 		t.Fatal("the fast path refused a flow-style pod")
 	}

@@ -11,7 +11,7 @@ import (
 func TestDecodeSharesKnownNames(t *testing.T) {
 	for name, doc := range map[string][]byte{"yaml": podDoc, "json": jsonOf(t, podDoc)} {
 		t.Run(name, func(t *testing.T) {
-			m, err := decode(doc)
+			m, err := decode(doc, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/vilaca/portal/internal/reuse"
 )
 
 // Document is one YAML document of a stream.
@@ -186,10 +188,17 @@ func IsManifestFile(path string) bool {
 // Objects decodes a document into objects, expanding List kinds. Every object
 // must have apiVersion and kind.
 func (d Document) Objects() ([]*unstructured.Unstructured, error) {
+	return d.ObjectsReusing(nil)
+}
+
+// ObjectsReusing is Objects, decoding into the maps and lists r holds. The
+// caller may hand each object's tree back to r once done with it
+// (reuse.Pool.Release). r may be nil.
+func (d Document) ObjectsReusing(r *reuse.Pool) ([]*unstructured.Unstructured, error) {
 	if d.err != nil {
 		return nil, d.Errorf("%v", d.err)
 	}
-	m, err := decode(d.Data)
+	m, err := decode(d.Data, r)
 	if err != nil {
 		e := d.SyntaxError(err)
 		e.Err = fmt.Errorf("%w%s", e.Err, templateHint(d.Data))

@@ -56,7 +56,7 @@ func spelViolations(t *testing.T, r pocRule, ast Node, obj *unstructured.Unstruc
 	if len(r.Filter.Namespace) > 0 && !slices.Contains(r.Filter.Namespace, obj.GetNamespace()) {
 		return nil
 	}
-	ectx, err := pod.Builder{}.Build(obj, nil)
+	ectx, err := pod.Builder{}.Build(obj, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

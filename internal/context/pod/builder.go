@@ -70,8 +70,9 @@ func IsPodShaped(gk schema.GroupKind) bool {
 	return ok
 }
 
-// Build implements core.ContextBuilder.
-func (Builder) Build(obj *unstructured.Unstructured, req *core.Request) (*core.EvalContext, error) {
+// Build implements core.ContextBuilder. The maps it makes come from p:
+// see Release.
+func (Builder) Build(obj *unstructured.Unstructured, req *core.Request, p core.Maps) (*core.EvalContext, error) {
 	path, ok := templatePaths[obj.GroupVersionKind().GroupKind()]
 	if !ok {
 		return nil, fmt.Errorf("%s is not pod-shaped", obj.GroupVersionKind().Kind)
@@ -91,10 +92,12 @@ func (Builder) Build(obj *unstructured.Unstructured, req *core.Request) (*core.E
 	podMeta := mapAt(podObj, "metadata")
 	podSpec := mapAt(podObj, "spec")
 
-	env := generic(obj, req, podMeta)
-	env["spec"] = specSugar(podSpec)
-	env["securityContext"] = podSecurityContextSugar(mapAt(podSpec, "securityContext"))
-	env["pod"] = map[string]any{"metadata": podMeta, "spec": podSpec}
+	env := generic(obj, req, podMeta, p)
+	env["spec"] = specSugar(podSpec, p)
+	env["securityContext"] = podSecurityContextSugar(mapAt(podSpec, "securityContext"), p)
+	podMap := newMap(p, 2)
+	podMap["metadata"], podMap["spec"] = podMeta, podSpec
+	env["pod"] = podMap
 	env["container"] = nil
 
 	var lists [len(containerLists)][]any
@@ -111,106 +114,153 @@ func (Builder) Build(obj *unstructured.Unstructured, req *core.Request) (*core.E
 				continue
 			}
 			name, _ := cm["name"].(string)
-			containers = append(containers, core.Container{Name: name, Type: l.typ.(string), Sugar: containerSugar(cm, l.typ)})
+			containers = append(containers, core.Container{Name: name, Type: l.typ.(string), Sugar: containerSugar(cm, l.typ, p)})
 		}
 	}
 	return &core.EvalContext{Env: env, Containers: containers}, nil
 }
 
+// Release implements core.ContextBuilder: it hands back to p the maps
+// Build made for ec, and none of the object's.
+func (Builder) Release(ec *core.EvalContext, p core.Maps) {
+	if p == nil {
+		return
+	}
+	for _, c := range ec.Containers {
+		sc := mapAt(c.Sugar, "securityContext")
+		p.PutMap(mapAt(sc, "capabilities"))
+		p.PutMap(sc)
+		p.PutMap(mapAt(c.Sugar, "image"))
+		p.PutMap(c.Sugar)
+	}
+	for _, name := range [...]string{"spec", "securityContext", "pod"} {
+		p.PutMap(mapAt(ec.Env, name))
+	}
+	releaseGeneric(ec.Env, p)
+}
+
 // GenericNames lists the names Generic binds.
 func GenericNames() []string { return []string{"object", "metadata", "request"} }
 
-// Generic returns the environment every object gets: object, metadata and
-// request.
-func Generic(obj *unstructured.Unstructured, req *core.Request) core.Env {
-	return generic(obj, req, mapAt(obj.Object, "metadata"))
+// Generic is the core.ContextBuilder of the kinds no other builder
+// supports: it binds object, metadata and request.
+type Generic struct{}
+
+// Supports implements core.ContextBuilder: every kind.
+func (Generic) Supports(schema.GroupVersionKind) bool { return true }
+
+// Build implements core.ContextBuilder.
+func (Generic) Build(obj *unstructured.Unstructured, req *core.Request, p core.Maps) (*core.EvalContext, error) {
+	return &core.EvalContext{Env: generic(obj, req, mapAt(obj.Object, "metadata"), p)}, nil
 }
 
-// generic is Generic with the labels and annotations of meta: a template's
-// for pod-shaped kinds.
-func generic(obj *unstructured.Unstructured, req *core.Request, meta map[string]any) core.Env {
-	return core.Env{
-		"object":   obj.Object,
-		"metadata": metadataSugar(obj, meta),
-		"request":  requestEnv(req),
+// Release implements core.ContextBuilder.
+func (Generic) Release(ec *core.EvalContext, p core.Maps) {
+	if p != nil {
+		releaseGeneric(ec.Env, p)
 	}
 }
 
-func requestEnv(req *core.Request) map[string]any {
+// generic is the environment every object gets, with the labels and
+// annotations of meta: a template's for pod-shaped kinds.
+func generic(obj *unstructured.Unstructured, req *core.Request, meta map[string]any, p core.Maps) core.Env {
+	env := newMap(p, 8) // object, metadata, request; spec, securityContext, pod, container
+	env["object"] = obj.Object
+	env["metadata"] = metadataSugar(obj, meta, p)
+	env["request"] = requestEnv(req, p)
+	return env
+}
+
+func releaseGeneric(env core.Env, p core.Maps) {
+	p.PutMap(mapAt(env, "metadata"))
+	p.PutMap(mapAt(env, "request"))
+	p.PutMap(env)
+}
+
+func requestEnv(req *core.Request, p core.Maps) map[string]any {
+	m := newMap(p, 4)
 	if req == nil {
-		return map[string]any{"operation": "", "userInfo": map[string]any{}, "dryRun": false, "oldObject": nil}
+		m["operation"], m["userInfo"], m["dryRun"], m["oldObject"] = "", emptyMap, false, nil
+		return m
 	}
-	return map[string]any{
-		"operation": req.Operation,
-		"userInfo":  orEmpty(req.UserInfo),
-		"dryRun":    req.DryRun,
-		"oldObject": req.OldObject,
-	}
+	m["operation"] = req.Operation
+	m["userInfo"] = orEmpty(req.UserInfo)
+	m["dryRun"] = req.DryRun
+	m["oldObject"] = req.OldObject
+	return m
 }
 
 // metadataSugar describes the pod: for templates, the template's labels and
 // annotations with the owning object's name and namespace.
-func metadataSugar(obj *unstructured.Unstructured, podMeta map[string]any) map[string]any {
-	return map[string]any{
-		"name":        obj.GetName(),
-		"namespace":   obj.GetNamespace(),
-		"labels":      orEmpty(mapAt(podMeta, "labels")),
-		"annotations": orEmpty(mapAt(podMeta, "annotations")),
-	}
+func metadataSugar(obj *unstructured.Unstructured, podMeta map[string]any, p core.Maps) map[string]any {
+	m := newMap(p, 4)
+	m["name"] = obj.GetName()
+	m["namespace"] = obj.GetNamespace()
+	m["labels"] = orEmpty(mapAt(podMeta, "labels"))
+	m["annotations"] = orEmpty(mapAt(podMeta, "annotations"))
+	return m
 }
 
-func specSugar(spec map[string]any) map[string]any {
-	return map[string]any{
-		"hostPID":                      spec["hostPID"],
-		"hostNetwork":                  spec["hostNetwork"],
-		"hostIPC":                      spec["hostIPC"],
-		"serviceAccountName":           spec["serviceAccountName"],
-		"automountServiceAccountToken": spec["automountServiceAccountToken"],
-	}
+func specSugar(spec map[string]any, p core.Maps) map[string]any {
+	m := newMap(p, 5)
+	m["hostPID"] = spec["hostPID"]
+	m["hostNetwork"] = spec["hostNetwork"]
+	m["hostIPC"] = spec["hostIPC"]
+	m["serviceAccountName"] = spec["serviceAccountName"]
+	m["automountServiceAccountToken"] = spec["automountServiceAccountToken"]
+	return m
 }
 
-func podSecurityContextSugar(sc map[string]any) map[string]any {
-	return map[string]any{
-		"runAsUser":          sc["runAsUser"],
-		"runAsGroup":         sc["runAsGroup"],
-		"runAsNonRoot":       sc["runAsNonRoot"],
-		"fsGroup":            sc["fsGroup"],
-		"supplementalGroups": orEmptyList(sc["supplementalGroups"]),
-		"seccompProfileType": mapAt(sc, "seccompProfile")["type"],
-	}
+func podSecurityContextSugar(sc map[string]any, p core.Maps) map[string]any {
+	m := newMap(p, 6)
+	m["runAsUser"] = sc["runAsUser"]
+	m["runAsGroup"] = sc["runAsGroup"]
+	m["runAsNonRoot"] = sc["runAsNonRoot"]
+	m["fsGroup"] = sc["fsGroup"]
+	m["supplementalGroups"] = orEmptyList(sc["supplementalGroups"])
+	m["seccompProfileType"] = mapAt(sc, "seccompProfile")["type"]
+	return m
 }
 
-func containerSugar(c map[string]any, typ any) map[string]any {
+func containerSugar(c map[string]any, typ any, p core.Maps) map[string]any {
 	img, _ := c["image"].(string)
 	sc := mapAt(c, "securityContext")
 	caps := mapAt(sc, "capabilities")
-	return map[string]any{
-		"name":          c["name"],
-		"containerType": typ,
-		"image":         image.Parse(img).Map(),
-		"command":       orEmptyList(c["command"]),
-		"args":          orEmptyList(c["args"]),
-		"ports":         orEmptyList(c["ports"]),
-		"securityContext": map[string]any{
-			"privileged":               sc["privileged"],
-			"allowPrivilegeEscalation": sc["allowPrivilegeEscalation"],
-			"readOnlyRootFilesystem":   sc["readOnlyRootFilesystem"],
-			"runAsUser":                sc["runAsUser"],
-			"runAsGroup":               sc["runAsGroup"],
-			"runAsNonRoot":             sc["runAsNonRoot"],
-			"procMount":                sc["procMount"],
-			"seccompProfileType":       mapAt(sc, "seccompProfile")["type"],
-			"capabilities": map[string]any{
-				"add":  orEmptyList(caps["add"]),
-				"drop": orEmptyList(caps["drop"]),
-			},
-		},
-		"raw": c,
-	}
+	capsSugar := newMap(p, 2)
+	capsSugar["add"] = orEmptyList(caps["add"])
+	capsSugar["drop"] = orEmptyList(caps["drop"])
+	scSugar := newMap(p, 9)
+	scSugar["privileged"] = sc["privileged"]
+	scSugar["allowPrivilegeEscalation"] = sc["allowPrivilegeEscalation"]
+	scSugar["readOnlyRootFilesystem"] = sc["readOnlyRootFilesystem"]
+	scSugar["runAsUser"] = sc["runAsUser"]
+	scSugar["runAsGroup"] = sc["runAsGroup"]
+	scSugar["runAsNonRoot"] = sc["runAsNonRoot"]
+	scSugar["procMount"] = sc["procMount"]
+	scSugar["seccompProfileType"] = mapAt(sc, "seccompProfile")["type"]
+	scSugar["capabilities"] = capsSugar
+	m := newMap(p, 8)
+	m["name"] = c["name"]
+	m["containerType"] = typ
+	m["image"] = image.Parse(img).Into(newMap(p, 5))
+	m["command"] = orEmptyList(c["command"])
+	m["args"] = orEmptyList(c["args"])
+	m["ports"] = orEmptyList(c["ports"])
+	m["securityContext"] = scSugar
+	m["raw"] = c
+	return m
 }
 
 // mapAt returns m[key] as a map, or nil. Reading a nil map is safe in Go, so
 // callers chain it without checks.
+// newMap is a map from p, or a new one without a p.
+func newMap(p core.Maps, size int) map[string]any {
+	if p == nil {
+		return make(map[string]any, size)
+	}
+	return p.Map(size)
+}
+
 func mapAt(m map[string]any, key string) map[string]any {
 	v, _ := m[key].(map[string]any)
 	return v
@@ -218,10 +268,14 @@ func mapAt(m map[string]any, key string) map[string]any {
 
 func orEmpty(m map[string]any) map[string]any {
 	if m == nil {
-		return map[string]any{}
+		return emptyMap
 	}
 	return m
 }
+
+// emptyMap is the value of an absent map (labels, annotations, userInfo),
+// shared for the reason emptyList is.
+var emptyMap = map[string]any{}
 
 // emptyList is the value of an absent list. Boxing a slice allocates, so the
 // sugar boxes this one once and passes a present list on in the interface

@@ -11,9 +11,12 @@ import (
 // the expression language, so a name Generic binds but does not list
 // could not be read by any rule.
 func TestGenericNamesAreWhatGenericBinds(t *testing.T) {
-	env := Generic(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "x"}}}, nil)
+	ec, err := Generic{}.Build(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "x"}}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var bound []string
-	for k := range env {
+	for k := range ec.Env {
 		bound = append(bound, k)
 	}
 	slices.Sort(bound)

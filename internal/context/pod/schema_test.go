@@ -27,7 +27,7 @@ func TestSchemaMatchesBuild(t *testing.T) {
 			}},
 		},
 	}}
-	ec, err := Builder{}.Build(obj, &core.Request{Operation: "CREATE"})
+	ec, err := Builder{}.Build(obj, &core.Request{Operation: "CREATE"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
