@@ -40,14 +40,7 @@ func FuzzFastJSON(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("fast path read %q as\n%#v\nthe decoder as\n%#v", doc, got, want)
 		}
-		p := usedPool(t)
-		for range 2 {
-			got, ok := fastJSON([]byte(doc), p)
-			if !ok || !reflect.DeepEqual(got, want) {
-				t.Fatalf("fast path read %q from a pool as\n%#v (ok %v)\nthe decoder as\n%#v", doc, got, ok, want)
-			}
-			p.Release(got)
-		}
+		decodesThroughAPool(t, fastJSON, doc, want)
 	})
 }
 

@@ -84,17 +84,23 @@ func FuzzFastDecode(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("fast path read %q as\n%#v\nthe YAML parser as\n%#v", doc, got, want)
 		}
-		// The same into maps and lists another document was decoded into
-		// and handed back, as portal eval's workers decode.
-		p := usedPool(t)
-		for range 2 {
-			got, ok := fastDecode([]byte(doc), p)
-			if !ok || !reflect.DeepEqual(got, want) {
-				t.Fatalf("fast path read %q from a pool as\n%#v (ok %v)\nthe YAML parser as\n%#v", doc, got, ok, want)
-			}
-			p.Release(got)
-		}
+		decodesThroughAPool(t, fastDecode, doc, want)
 	})
+}
+
+// decodesThroughAPool checks that decode reads doc as want into the maps
+// and lists other documents were decoded into and handed back, as portal
+// eval's workers decode, twice.
+func decodesThroughAPool(t *testing.T, decode func([]byte, *reuse.Pool) (map[string]any, bool), doc string, want map[string]any) {
+	t.Helper()
+	p := usedPool(t)
+	for range 2 {
+		got, ok := decode([]byte(doc), p)
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Fatalf("fast path read %q from a pool as\n%#v (ok %v), not as\n%#v", doc, got, ok, want)
+		}
+		p.Release(got)
+	}
 }
 
 // usedPool is a reuse.Pool that holds the maps and lists of a pod and of

@@ -201,22 +201,29 @@ func metadataSugar(obj *unstructured.Unstructured, podMeta map[string]any, p cor
 	return m
 }
 
-func specSugar(spec map[string]any, p core.Maps) map[string]any {
-	m := newMap(p, 5)
-	m["hostPID"] = spec["hostPID"]
-	m["hostNetwork"] = spec["hostNetwork"]
-	m["hostIPC"] = spec["hostIPC"]
-	m["serviceAccountName"] = spec["serviceAccountName"]
-	m["automountServiceAccountToken"] = spec["automountServiceAccountToken"]
+// The fields the sugar passes on as the object has them; the others it
+// derives.
+var (
+	specFields               = []string{"hostPID", "hostNetwork", "hostIPC", "serviceAccountName", "automountServiceAccountToken"}
+	podSecurityContextFields = []string{"runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup"}
+	securityContextFields    = []string{"privileged", "allowPrivilegeEscalation", "readOnlyRootFilesystem", "runAsUser", "runAsGroup", "runAsNonRoot", "procMount"}
+)
+
+// withFields sets each of fields in m to its value in src (nil when absent)
+// and returns m.
+func withFields(m, src map[string]any, fields []string) map[string]any {
+	for _, f := range fields {
+		m[f] = src[f]
+	}
 	return m
 }
 
+func specSugar(spec map[string]any, p core.Maps) map[string]any {
+	return withFields(newMap(p, len(specFields)), spec, specFields)
+}
+
 func podSecurityContextSugar(sc map[string]any, p core.Maps) map[string]any {
-	m := newMap(p, 6)
-	m["runAsUser"] = sc["runAsUser"]
-	m["runAsGroup"] = sc["runAsGroup"]
-	m["runAsNonRoot"] = sc["runAsNonRoot"]
-	m["fsGroup"] = sc["fsGroup"]
+	m := withFields(newMap(p, len(podSecurityContextFields)+2), sc, podSecurityContextFields)
 	m["supplementalGroups"] = orEmptyList(sc["supplementalGroups"])
 	m["seccompProfileType"] = mapAt(sc, "seccompProfile")["type"]
 	return m
@@ -229,14 +236,7 @@ func containerSugar(c map[string]any, typ any, p core.Maps) map[string]any {
 	capsSugar := newMap(p, 2)
 	capsSugar["add"] = orEmptyList(caps["add"])
 	capsSugar["drop"] = orEmptyList(caps["drop"])
-	scSugar := newMap(p, 9)
-	scSugar["privileged"] = sc["privileged"]
-	scSugar["allowPrivilegeEscalation"] = sc["allowPrivilegeEscalation"]
-	scSugar["readOnlyRootFilesystem"] = sc["readOnlyRootFilesystem"]
-	scSugar["runAsUser"] = sc["runAsUser"]
-	scSugar["runAsGroup"] = sc["runAsGroup"]
-	scSugar["runAsNonRoot"] = sc["runAsNonRoot"]
-	scSugar["procMount"] = sc["procMount"]
+	scSugar := withFields(newMap(p, len(securityContextFields)+2), sc, securityContextFields)
 	scSugar["seccompProfileType"] = mapAt(sc, "seccompProfile")["type"]
 	scSugar["capabilities"] = capsSugar
 	m := newMap(p, 8)
