@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -240,6 +241,39 @@ func TestSmallDocumentAfterABigOneHoldsItsOwnSize(t *testing.T) {
 			}
 			if small := docs[i].Data; cap(small) > 2*len(small)+4096 {
 				t.Fatalf("the small document after a big one: %d bytes in a buffer of %d", len(small), cap(small))
+			}
+		})
+	}
+}
+
+// TestPlainLinesTakesTheLinesBeforeItsStop: the bulk copy stops at a line
+// it leaves to readLine and takes the lines before it, so each line is
+// walked once. Taking nothing when a CRLF or the bound was ahead made the
+// reader walk the rest of its buffer again for every line (quadratic on a
+// CRLF file).
+func TestPlainLinesTakesTheLinesBeforeItsStop(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, want string
+		max            int
+	}{
+		{"a CRLF line", "a: 1\nb: 2\nc: 3\r\nd: 4\n", "a: 1\nb: 2\n", MaxDocument},
+		{"the document's bound", "a: 1\nb: 2\nc: 3\n", "a: 1\nb: 2\n", 10},
+		{"a separator", "a: 1\n---\nb: 2\n", "a: 1\n", MaxDocument},
+		{"a top-level items", "a: 1\nitems:\n- b\n", "a: 1\n", MaxDocument},
+		{"a last line without its end", "a: 1\nb: 2", "a: 1\n", MaxDocument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &itemSplitter{br: bufio.NewReaderSize(&crLines{r: strings.NewReader(tc.in)}, streamBuffer), line: 1, max: tc.max}
+			if _, err := s.br.Peek(1); err != nil {
+				t.Fatal(err)
+			}
+			got := s.plainLines(nil)
+			if string(got) != tc.want || s.line != 1+strings.Count(tc.want, "\n") {
+				t.Fatalf("took %q (now at line %d), want %q", got, s.line, tc.want)
+			}
+			rest, _ := io.ReadAll(s.br)
+			if string(got)+string(rest) != tc.in {
+				t.Fatalf("took %q and left %q of %q", got, rest, tc.in)
 			}
 		})
 	}
