@@ -6,7 +6,8 @@
 #   eval       portal eval on 100,000 pods with 1 to 16 jobs, whole processes,
 #              three rounds interleaved, the start-up cost (portal version and a
 #              one-pod eval, twenty each), then a CPU profile and an execution
-#              trace of the 16-job run
+#              trace of the 16-job run, and BenchmarkJobsCeiling at 2 to 16
+#              cores: what N one-job runs side by side reach there
 #   admission  BenchmarkAdmission, 4 clients and 1,000 creates, twice, and one
 #              client once
 set -euo pipefail
@@ -108,6 +109,12 @@ eval)
     done
   done
   extra=()
+  # What N cores allow N jobs on this machine, read in the same rounds as
+  # N jobs themselves (BenchmarkJobsCeiling; it finds the rules from its
+  # package directory).
+  (cd internal/eval && PORTAL_EVAL_PODS=20000 "$work/eval.test" -test.run '^$' -test.bench '^BenchmarkJobsCeiling$' \
+    -test.cpu 2,4,8,16 -test.benchtime 5x) >"$out/ceiling.txt" 2>&1 || { cat "$out/ceiling.txt" >&2; exit 1; }
+  cat "$out/ceiling.txt"
   cat "$out/eval-gc.tsv"
   cat "$out/eval.tsv"
   ;;
