@@ -10,6 +10,7 @@ import (
 	"iter"
 	"os"
 	"runtime"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -90,6 +91,8 @@ const batchSize = 32
 // batch is the outcome of evaluating in, a few consecutive inputs.
 type batch struct {
 	in input
+	// seq is the batch's place in the input (inOrder).
+	seq int
 	// encodedHint sizes the JSON buffer: what the worker's previous batch
 	// took, so the buffer rarely grows (each growth copies it).
 	encodedHint int
@@ -220,12 +223,18 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	}
 	rep := newReport(opts)
 	var errs []error
+	// ahead bounds the batches read ahead of the merge (see order below).
+	ahead := 4 * jobs
 	// A spilled batch's buffer is copied to the file at once: it goes back
 	// to the workers instead of to the collector (a batch's JSON is most
-	// of what evaluating it allocates).
+	// of what evaluating it allocates). A buffer is made only when free is
+	// empty, that is when every buffer is in a batch read and not yet
+	// merged, so there are never more than ahead and free holds them all:
+	// with room for fewer, two jobs dropped and made again a quarter of
+	// their 200 KB buffers, 50 MB a 100,000 pods.
 	var free chan []byte
 	if rep.spill != nil && rep.isJSON { // YAML entries are encoded into buffers of their own
-		free = make(chan []byte, 3*jobs)
+		free = make(chan []byte, ahead)
 	}
 	merge := func(b *batch) {
 		rep.objects += b.objects
@@ -264,47 +273,45 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		})
 		return rep, errs, err
 	}
-	// Each batch gets its own reply channel, queued in input order; the
-	// queue's capacity bounds how far the workers (and the reading) run
-	// ahead of the merge: four batches a worker, so one slow batch (a
-	// collection's assist, a large object) holds up the others less (at
-	// two, the reader waited on the queue a third of a second per 100,000
-	// pods with two workers, and they for it). work holds up to a batch per
-	// worker read ahead, within that bound: a worker done with a batch takes
-	// the next without waiting for the reader to be scheduled (it is woken
-	// onto the core of a busy worker).
-	work := make(chan *batchJob, jobs)
-	order := make(chan chan *batch, 4*jobs)
+	// ahead bounds how far the workers (and the reading) run ahead of the
+	// merge: four batches a worker, so one slow batch (a collection's
+	// assist, a large object) holds up the others less (at two, the reader
+	// waited a third of a second per 100,000 pods with two workers, and
+	// they for it). work holds up to a batch per worker read ahead, within
+	// that bound: a worker done with a batch takes the next without
+	// waiting for the reader to be scheduled (it is woken onto the core of
+	// a busy worker).
+	order := newInOrder(ahead, merge)
+	work := make(chan *batch, jobs)
 	var produceErr error
 	go func() {
 		defer close(work)
-		defer close(order)
-		// Read by the merge below only after order is closed.
+		// Read below only once the workers, which end after work is
+		// closed, have.
 		produceErr = produce(func(in input) bool {
-			j := &batchJob{b: &batch{in: in}, done: make(chan *batch, 1)}
-			order <- j.done
-			work <- j
+			b := &batch{in: in}
+			order.admit(b)
+			work <- b
 			return ctx.Err() == nil
 		})
 	}()
+	var wg sync.WaitGroup
 	for range jobs {
 		w := w
 		w.opts.Reuse = new(reuse.Pool)
-		go func() {
+		wg.Go(func() {
 			hint := 0
 			var scratch []core.Result
-			for j := range work {
-				j.b.encodedHint, j.b.encoded, j.b.scratch = hint, fromFree(free), scratch
-				w.run(j.b)
-				hint = len(j.b.encoded) + len(j.b.encoded)/8
-				scratch, j.b.scratch = j.b.scratch, nil
-				j.done <- j.b
+			for b := range work {
+				b.encodedHint, b.encoded, b.scratch = hint, fromFree(free), scratch
+				w.run(b)
+				hint = len(b.encoded) + len(b.encoded)/8
+				scratch, b.scratch = b.scratch, nil
+				order.done(b)
 			}
-		}()
+		})
 	}
-	for done := range order {
-		merge(<-done)
-	}
+	wg.Wait()
 	return rep, errs, produceErr
 }
 
@@ -316,11 +323,6 @@ func fromFree(free chan []byte) []byte {
 	default:
 		return nil
 	}
-}
-
-type batchJob struct {
-	b    *batch
-	done chan *batch
 }
 
 type worker struct {
