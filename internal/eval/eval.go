@@ -227,11 +227,12 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	ahead := 4 * jobs
 	// A spilled batch's buffer is copied to the file at once: it goes back
 	// to the workers instead of to the collector (a batch's JSON is most
-	// of what evaluating it allocates). A buffer is made only when free is
-	// empty, that is when every buffer is in a batch read and not yet
-	// merged, so there are never more than ahead and free holds them all:
-	// with room for fewer, two jobs dropped and made again a quarter of
-	// their 200 KB buffers, 50 MB a 100,000 pods.
+	// of what evaluating it allocates). Each batch read and not yet merged
+	// holds at most one buffer (one too small for it is replaced, and the
+	// old one dropped), and at most ahead such batches have taken one, so
+	// free has room for every buffer there is: with room for fewer, two
+	// jobs dropped and made again a quarter of their 200 KB buffers, 50 MB
+	// a 100,000 pods.
 	var free chan []byte
 	if rep.spill != nil && rep.isJSON { // YAML entries are encoded into buffers of their own
 		free = make(chan []byte, ahead)
@@ -244,11 +245,11 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		rep.addMatched(b.matched)
 		if len(b.encoded) > 0 {
 			rep.addEncoded(b.encoded)
-			if free != nil {
-				select {
-				case free <- b.encoded[:0]:
-				default:
-				}
+		}
+		if free != nil && cap(b.encoded) > 0 {
+			select {
+			case free <- b.encoded[:0]:
+			default:
 			}
 		}
 		if b.junit != nil {

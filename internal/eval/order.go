@@ -6,12 +6,12 @@ import "sync"
 // worker that hands over the batch that is next, while its results are
 // still in that core's cache. A merging goroutine of its own sat in the
 // run queue of a busy worker's core until that worker blocked, so the
-// merges came in bursts, the read-ahead filled, and a worker waited for
-// the reader meanwhile: two jobs reached 0.88 of what two one-job runs
-// side by side do on the same cores (BenchmarkJobsCeiling).
+// merges came in bursts and the read-ahead filled meanwhile
+// (BenchmarkJobsCeiling: two jobs went from a median 0.89 of what two
+// one-job runs side by side do on the same cores to 0.94).
 //
-// At most ahead batches are read and not yet merged: admit waits for one
-// to be merged before the reader goes further, which bounds the batches
+// At most ahead batches are numbered and not yet merged, and the reader
+// holds one more while admit waits for a merge: that bounds the batches
 // (and their buffers) in memory whatever the input.
 type inOrder struct {
 	merge func(*batch)
@@ -23,7 +23,9 @@ type inOrder struct {
 
 	mu sync.Mutex
 	// ring holds the evaluated batches that wait for an earlier one, at
-	// their number modulo its length (ahead: no two in flight share one).
+	// their number modulo its length, ahead. No two unmerged batches share
+	// a place because a batch's slot is given back only after its merge
+	// (done), so the numbers not merged span at most ahead.
 	ring []*batch
 	// next is the number of the batch to merge next.
 	next int
@@ -78,7 +80,7 @@ func (o *inOrder) done(b *batch) {
 		for i, r := range out {
 			o.merge(r)
 			out[i] = nil
-			<-o.slots
+			<-o.slots // after the merge: see ring
 		}
 		o.mu.Lock()
 		o.out = out

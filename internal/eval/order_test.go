@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestInOrderMergesInReadOrder: whatever order workers finish batches in,
@@ -54,7 +55,13 @@ func TestInOrderMergesInReadOrder(t *testing.T) {
 				}
 			})
 		}
-		wg.Wait()
+		finished := make(chan struct{})
+		go func() { wg.Wait(); close(finished) }()
+		select {
+		case <-finished:
+		case <-time.After(time.Minute):
+			t.Fatalf("%+v: the workers did not finish within a minute: %d batches merged", c, len(merged))
+		}
 		if len(merged) != c.batches {
 			t.Fatalf("%+v: merged %d batches, want %d", c, len(merged), c.batches)
 		}
@@ -65,6 +72,41 @@ func TestInOrderMergesInReadOrder(t *testing.T) {
 		}
 		if m := int(most.Load()); m > c.ahead {
 			t.Errorf("%+v: %d batches read and not merged at once, want at most %d", c, m, c.ahead)
+		}
+	}
+}
+
+// TestInOrderHoldsWhatIsNotNext: batches handed over in any order within
+// the read-ahead are merged in read order, each as soon as every earlier
+// one is: the order is the test's, not the scheduler's.
+func TestInOrderHoldsWhatIsNotNext(t *testing.T) {
+	const ahead, rounds = 8, 50
+	r := rand.New(rand.NewPCG(1, 2))
+	var merged []int
+	o := newInOrder(ahead, func(b *batch) { merged = append(merged, b.seq) })
+	handed := make([]bool, ahead*rounds+1)
+	for range rounds {
+		chunk := make([]*batch, ahead)
+		for i := range chunk {
+			chunk[i] = &batch{}
+			o.admit(chunk[i])
+		}
+		r.Shuffle(len(chunk), func(i, j int) { chunk[i], chunk[j] = chunk[j], chunk[i] })
+		for _, b := range chunk {
+			o.done(b)
+			handed[b.seq] = true
+			ready := 0
+			for handed[ready] {
+				ready++
+			}
+			if len(merged) != ready {
+				t.Fatalf("after handing over batch %d: merged %v, want the first %d", b.seq, merged, ready)
+			}
+		}
+	}
+	for i, s := range merged {
+		if s != i {
+			t.Fatalf("merge %d was batch %d", i, s)
 		}
 	}
 }
