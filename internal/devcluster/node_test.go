@@ -160,8 +160,23 @@ func runGet(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name
 func waitNode(t *testing.T, ctx context.Context, what string, cond wait.ConditionWithContextFunc) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, cond); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
+		t.Fatalf("waiting for %s: %v\nthe host's interfaces and routes then:\n%s", what, err, hostNetwork())
 	}
+}
+
+// hostNetwork is `ip -br addr` and `ip route`: a node test that timed out
+// has more than once found its bridge gone (the API server's address with
+// it), and what else was on the host then is the lead.
+func hostNetwork() string {
+	var b strings.Builder
+	for _, args := range [][]string{{"-br", "addr"}, {"route"}} {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		fmt.Fprintf(&b, "$ ip %s\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			fmt.Fprintf(&b, "(%v)\n", err)
+		}
+	}
+	return b.String()
 }
 
 // assertHostClean fails for anything a node leaves behind.
