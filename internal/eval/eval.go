@@ -260,7 +260,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	w := worker{ctx: ctx, eng: eng, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, yaml: rep.isYAML, junit: rep.junit != nil,
 		keep: rep.spill == nil, dropPasses: rep.failuresOnly}
 	if jobs == 1 {
-		w.opts.Reuse = new(reuse.Pool)
+		w.opts.Reuse, w.elems = new(reuse.Pool), new(elemCache)
 		var results []Result
 		var scratch []core.Result
 		hint := 0
@@ -299,7 +299,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	var wg sync.WaitGroup
 	for range jobs {
 		w := w
-		w.opts.Reuse = new(reuse.Pool)
+		w.opts.Reuse, w.elems = new(reuse.Pool), new(elemCache)
 		wg.Go(func() {
 			hint := 0
 			var scratch []core.Result
@@ -338,6 +338,8 @@ type worker struct {
 	keep bool
 	// dropPasses: passes are counted, not listed (see Report.failuresOnly).
 	dropPasses bool
+	// elems encodes the JSON results; each worker has its own.
+	elems *elemCache
 }
 
 // encodedBatchCap is the smallest first buffer for a batch's JSON.
@@ -373,7 +375,7 @@ func (w *worker) run(b *batch) {
 				continue
 			}
 			for i := range results {
-				b.add(&results[i], w.json, w.dropPasses)
+				b.add(&results[i], w.json, w.dropPasses, w.elems)
 			}
 			if reused {
 				// The results hold strings, never the object's maps.
@@ -401,7 +403,7 @@ func (w *worker) encode(b *batch) {
 	b.results = nil
 }
 
-func (b *batch) add(res *core.Result, encode, dropPasses bool) {
+func (b *batch) add(res *core.Result, encode, dropPasses bool, elems *elemCache) {
 	if _, ok := b.matched[res.Rule.Name]; !ok {
 		if b.matched == nil {
 			b.matched = map[string]struct{}{}
@@ -445,7 +447,7 @@ func (b *batch) add(res *core.Result, encode, dropPasses bool) {
 		if want := max(b.encodedHint, encodedBatchCap); cap(b.encoded) < want {
 			b.encoded = make([]byte, 0, want)
 		}
-		b.encoded = appendResultElem(b.encoded, &r)
+		b.encoded = elems.append(b.encoded, &r, res.Rule)
 		return
 	}
 	b.results = append(b.results, r)

@@ -4,6 +4,8 @@ import (
 	"io"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/vilaca/portal/internal/core"
 )
 
 // The JSON report is written by hand rather than through encoding/json: its
@@ -14,15 +16,32 @@ import (
 // appendResultElem appends r as an element of the "results" array, led by a
 // comma that writeJSON drops from the first element.
 func appendResultElem(b []byte, r *Result) []byte {
+	b = appendResourcePart(b, &r.Resource)
+	b = appendRulePart(b, r)
+	return appendOutcomePart(b, r)
+}
+
+// An element is three parts: the resource (the same for every result of an
+// object), the rule's fields (the same for every result of a rule) and
+// the outcome; elemCache keeps the first two encoded.
+
+// appendResourcePart appends the element's opening, its resource and the
+// "rule" key.
+func appendResourcePart(b []byte, res *Resource) []byte {
 	b = append(b, ",\n    {\n      \"resource\": {\n        \"apiVersion\": "...)
-	b = appendJSONString(b, r.Resource.APIVersion)
+	b = appendJSONString(b, res.APIVersion)
 	b = append(b, ",\n        \"kind\": "...)
-	b = appendJSONString(b, r.Resource.Kind)
+	b = appendJSONString(b, res.Kind)
 	b = append(b, ",\n        \"namespace\": "...)
-	b = appendJSONString(b, r.Resource.Namespace)
+	b = appendJSONString(b, res.Namespace)
 	b = append(b, ",\n        \"name\": "...)
-	b = appendJSONString(b, r.Resource.Name)
-	b = append(b, "\n      },\n      \"rule\": "...)
+	b = appendJSONString(b, res.Name)
+	return append(b, "\n      },\n      \"rule\": "...)
+}
+
+// appendRulePart appends the rule's name, severity, category and
+// enforcement action.
+func appendRulePart(b []byte, r *Result) []byte {
 	b = appendJSONString(b, r.Rule)
 	b = append(b, ",\n      \"severity\": "...)
 	b = appendJSONString(b, r.Severity)
@@ -31,7 +50,12 @@ func appendResultElem(b []byte, r *Result) []byte {
 		b = appendJSONString(b, r.Category)
 	}
 	b = append(b, ",\n      \"enforcementAction\": "...)
-	b = appendJSONString(b, r.EnforcementAction)
+	return appendJSONString(b, r.EnforcementAction)
+}
+
+// appendOutcomePart appends the result and what goes with it, and closes
+// the element.
+func appendOutcomePart(b []byte, r *Result) []byte {
 	b = append(b, ",\n      \"result\": "...)
 	b = appendJSONString(b, r.Result)
 	if r.Container != "" {
@@ -47,6 +71,35 @@ func appendResultElem(b []byte, r *Result) []byte {
 		b = appendJSONString(b, r.Exception)
 	}
 	return append(b, "\n    }"...)
+}
+
+// elemCache is appendResultElem for a worker, which encodes every rule's
+// result for one object after another: the resource part is encoded once
+// an object and the rule part once a rule (19 results a pod for the
+// pod-security bundle; escaping their strings again was most of what
+// encoding took). It holds at most one resource and one entry per rule.
+type elemCache struct {
+	res     Resource
+	resJSON []byte
+	rules   map[*core.Rule][]byte
+}
+
+// append appends r, whose rule fields are rule's, as appendResultElem does.
+func (c *elemCache) append(b []byte, r *Result, rule *core.Rule) []byte {
+	if c.resJSON == nil || r.Resource != c.res {
+		c.res, c.resJSON = r.Resource, appendResourcePart(c.resJSON[:0], &r.Resource)
+	}
+	b = append(b, c.resJSON...)
+	part, ok := c.rules[rule]
+	if !ok {
+		if c.rules == nil {
+			c.rules = map[*core.Rule][]byte{}
+		}
+		part = appendRulePart(nil, r)
+		c.rules[rule] = part
+	}
+	b = append(b, part...)
+	return appendOutcomePart(b, r)
 }
 
 // writeJSON writes the report; the results are the chunks appendResultElem

@@ -1,8 +1,12 @@
 package eval
 
 import (
+	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"testing"
+
+	"github.com/vilaca/portal/internal/core"
 )
 
 // FuzzJSONString checks appendJSONString against encoding/json on any string.
@@ -19,4 +23,43 @@ func FuzzJSONString(f *testing.F) {
 			t.Fatalf("appendJSONString(%q) = %s, encoding/json %s", s, got, want)
 		}
 	})
+}
+
+// TestElemCacheEncodesAsAppendResultElem: a worker's cached parts give the
+// bytes appendResultElem gives, result after result, whatever the order of
+// objects and rules (objects repeat after others, rules share names and
+// differ in the rest, strings need escaping).
+func TestElemCacheEncodesAsAppendResultElem(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	pick := func(s ...string) string { return s[r.IntN(len(s))] }
+	resources := make([]Resource, 6)
+	for i := range resources {
+		resources[i] = Resource{APIVersion: pick("v1", "apps/v1"), Kind: pick("Pod", "Deployment"),
+			Namespace: pick("", "ns", "a\"b"), Name: pick("a", "b", "<x>", "\n")}
+	}
+	rules := make([]*core.Rule, 8)
+	for i := range rules {
+		rules[i] = &core.Rule{Name: pick("r1", "r2", "ru\\le"), Severity: core.Severity(pick("high", "low")),
+			Category: pick("", "Pod Security"), EnforcementAction: core.EnforcementAction(pick("deny", "warn", "dryrun"))}
+	}
+	var c elemCache
+	var got, want []byte
+	for range 2000 {
+		res := resources[r.IntN(len(resources))]
+		for range r.IntN(5) {
+			rule := rules[r.IntN(len(rules))]
+			x := Result{Resource: res, Rule: rule.Name, Severity: string(rule.Severity), Category: rule.Category,
+				EnforcementAction: string(rule.EnforcementAction), Result: pick("pass", "fail"),
+				Container: pick("", "c"), Message: pick("", "m \"q\""), Exception: pick("", "ns/e")}
+			got = c.append(got, &x, rule)
+			want = appendResultElem(want, &x)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < min(len(got), len(want)) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("the cache's bytes differ from byte %d: got %q, want %q", i, got[i:min(i+80, len(got))], want[i:min(i+80, len(want))])
+	}
 }
