@@ -32,10 +32,11 @@ func FuzzJSONString(f *testing.F) {
 func TestElemCacheEncodesAsAppendResultElem(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	pick := func(s ...string) string { return s[r.IntN(len(s))] }
-	resources := make([]Resource, 6)
-	for i := range resources {
-		resources[i] = Resource{APIVersion: pick("v1", "apps/v1"), Kind: pick("Pod", "Deployment"),
-			Namespace: pick("", "ns", "a\"b"), Name: pick("a", "b", "<x>", "\n")}
+	// Objects that differ in one field only, one after another.
+	resources := []Resource{
+		{"v1", "Pod", "ns", "web"}, {"apps/v1", "Pod", "ns", "web"}, {"v1", "Service", "ns", "web"},
+		{"v1", "Pod", "other", "web"}, {"v1", "Pod", "ns", "api"}, {"v1", "Pod", "", "web"},
+		{"apps/v1", "Deployment", "a\"b", "<x>\n"},
 	}
 	rules := make([]*core.Rule, 8)
 	for i := range rules {
@@ -55,6 +56,14 @@ func TestElemCacheEncodesAsAppendResultElem(t *testing.T) {
 			want = appendResultElem(want, &x)
 		}
 	}
+	// A result whose rule fields are not its rule's (nothing fills them so
+	// today) still gets its own.
+	x := Result{Resource: resources[0], Rule: rules[0].Name + "-renamed", Severity: "low", EnforcementAction: "warn", Result: "fail"}
+	got = c.append(got, &x, rules[0])
+	want = appendResultElem(want, &x)
+	var none *elemCache
+	got = none.append(got, &x, rules[0])
+	want = appendResultElem(want, &x)
 	if !bytes.Equal(got, want) {
 		i := 0
 		for i < min(len(got), len(want)) && got[i] == want[i] {
