@@ -226,15 +226,15 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	// ahead bounds the batches read ahead of the merge (see order below).
 	ahead := 4 * jobs
 	// A spilled batch's buffer is copied to the file at once: it goes back
-	// to the workers instead of to the collector (a batch's JSON is most
-	// of what evaluating it allocates). Each batch read and not yet merged
+	// to the workers instead of to the collector (a batch's JSON or YAML
+	// is most of what evaluating it allocates). Each batch read and not yet merged
 	// holds at most one buffer (one too small for it is replaced, and the
 	// old one dropped), and at most ahead such batches have taken one, so
 	// free has room for every buffer there is: with room for fewer, two
 	// jobs dropped and made again a quarter of their 200 KB buffers, 50 MB
 	// a 100,000 pods.
 	var free chan []byte
-	if rep.spill != nil && rep.isJSON { // YAML entries are encoded into buffers of their own
+	if rep.spill != nil && (rep.isJSON || rep.isYAML) {
 		free = make(chan []byte, ahead)
 	}
 	merge := func(b *batch) {
@@ -393,7 +393,7 @@ func (w *worker) encode(b *batch) {
 	}
 	var err error
 	if w.yaml {
-		b.encoded, err = yamlEntries(b.results)
+		b.encoded, err = yamlEntries(b.encoded[:0], b.results)
 	} else {
 		b.junit, err = encodeJUnit(b.results)
 	}
