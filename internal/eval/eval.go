@@ -227,12 +227,12 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	ahead := 4 * jobs
 	// A spilled batch's buffer is copied to the file at once: it goes back
 	// to the workers instead of to the collector (a batch's JSON or YAML
-	// is most of what evaluating it allocates). Each batch read and not yet merged
-	// holds at most one buffer (one too small for it is replaced, and the
-	// old one dropped), and at most ahead such batches have taken one, so
-	// free has room for every buffer there is: with room for fewer, two
-	// jobs dropped and made again a quarter of their 200 KB buffers, 50 MB
-	// a 100,000 pods.
+	// is most of what evaluating it allocates). Each batch read and not
+	// yet merged holds at most one buffer (one too small for it is
+	// replaced, and the old one dropped), and at most ahead such batches
+	// have taken one, so free has room for every buffer there is: with
+	// room for fewer, two jobs dropped and made again a quarter of their
+	// 200 KB buffers, 50 MB a 100,000 pods.
 	var free chan []byte
 	if rep.spill != nil && (rep.isJSON || rep.isYAML) {
 		free = make(chan []byte, ahead)
@@ -346,10 +346,11 @@ type worker struct {
 const encodedBatchCap = 16 << 10
 
 func (w *worker) run(b *batch) {
-	defer w.encode(b)
 	defer func() {
+		w.encode(b)
 		// The report keeps the buffer until the end: give back what a batch
-		// of few results did not use.
+		// of few results did not use (after encode, which sizes a YAML
+		// batch's buffer for the results it may hold).
 		if w.keep && cap(b.encoded) > 2*len(b.encoded) {
 			b.encoded = bytes.Clone(b.encoded)
 		}

@@ -54,7 +54,9 @@ const yamlEntrySize = 256
 // a string needs what appendYAMLScalar leaves to the encoder.
 func appendYAMLEntry(buf []byte, r *Result) ([]byte, bool) {
 	start := len(buf)
-	// The first key written follows the entry's "- ".
+	// The first key written follows the entry's "- " in place of its
+	// indent, which is as long: the value's column and its next lines'
+	// indent are the same either way.
 	lead := "- "
 	field := func(indent, key, v string, always bool) bool {
 		if v == "" && !always {
@@ -128,7 +130,10 @@ func appendYAMLScalar(buf []byte, s string, col, indent int) ([]byte, bool) {
 }
 
 // yamlWidth is the encoder's line width: past it, a plain or single-quoted
-// value goes on at a space, on a line of its own.
+// value goes on at a space, on a line of its own. It is the encoder's
+// default; yaml.FutureLineWrap, which nothing in this binary calls, would
+// turn the encoder's wrapping off everywhere and FuzzYAMLEntries's long
+// seeds with it.
 const yamlWidth = 80
 
 // appendYAMLFolded writes s as the encoder writes a plain or (quoted) a
