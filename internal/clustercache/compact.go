@@ -83,6 +83,16 @@ func (o *Object) Labels() labels.Labels {
 	return labels.Set(u.GetLabels())
 }
 
+// labelsIn is Labels, through ref where the labels are flat (see
+// labelsRef): valid until ref is set again.
+func (o *Object) labelsIn(ref *labelsRef) labels.Labels {
+	if o.bigLabels {
+		return o.Labels()
+	}
+	ref.f = o.labels
+	return ref
+}
+
 // SameLabels reports whether o and p carry the same labels, so a consumer
 // that only reads labels (selector matching) can skip an update that
 // changed none.

@@ -118,10 +118,14 @@ func (h *Handle) Objects(namespace string, sel labels.Selector) []*Object {
 			return nil
 		}
 	}
+	if sel != nil && sel.Empty() {
+		sel = nil
+	}
 	out := make([]*Object, 0, len(items))
+	var ref labelsRef
 	for _, it := range items {
 		o, ok := it.(*Object)
-		if !ok || (sel != nil && !sel.Empty() && !sel.Matches(o.Labels())) {
+		if !ok || (sel != nil && !sel.Matches(o.labelsIn(&ref))) {
 			continue
 		}
 		out = append(out, o)

@@ -15,6 +15,23 @@ type flatLabels string
 
 var _ labels.Labels = flatLabels("")
 
+// labelsRef is flat labels behind a pointer, for matching many objects'
+// labels with one selector: a string converted to labels.Labels is an
+// allocation per object matched, a pointer set to each object's labels in
+// turn none.
+type labelsRef struct{ f flatLabels }
+
+var _ labels.Labels = (*labelsRef)(nil)
+
+// Has implements labels.Labels.
+func (r *labelsRef) Has(label string) bool { return r.f.Has(label) }
+
+// Get implements labels.Labels.
+func (r *labelsRef) Get(label string) string { return r.f.Get(label) }
+
+// Lookup implements labels.Labels.
+func (r *labelsRef) Lookup(label string) (string, bool) { return r.f.Lookup(label) }
+
 func flattenLabels(m map[string]string) flatLabels {
 	if len(m) == 0 {
 		return ""

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,7 +21,23 @@ import (
 type Static struct {
 	mapper meta.RESTMapper
 	// objects holds each resource's objects sorted by namespace and name.
-	objects map[schema.GroupResource][]*unstructured.Unstructured
+	objects map[schema.GroupResource][]staticEntry
+}
+
+// staticEntry is an object with what a lookup compares read once: a list
+// in a namespace finds its objects by binary search, and a selector reads
+// flat labels, as the informers' cache does. Reading them from the object
+// for every lookup (a copy of the labels each time) made a rule that lists
+// a namespace's pods for each of 2,000 Services against 20,000 pods take
+// 18 s.
+type staticEntry struct {
+	obj             *unstructured.Unstructured
+	namespace, name string
+	labels          flatLabels
+}
+
+func (e staticEntry) compare(namespace, name string) int {
+	return cmp.Or(cmp.Compare(e.namespace, namespace), cmp.Compare(e.name, name))
 }
 
 // StaticBuilder collects the objects of a Static.
@@ -165,7 +182,7 @@ func (b *StaticBuilder) Build() *Static {
 	resources = append(resources, schema.GroupVersionResource{Group: meta.AnyGroup, Version: meta.AnyVersion, Resource: meta.AnyResource})
 	kinds = append(kinds, schema.GroupVersionKind{Group: meta.AnyGroup, Version: meta.AnyVersion, Kind: meta.AnyKind})
 	mapper := meta.PriorityRESTMapper{Delegate: base, ResourcePriority: resources, KindPriority: kinds}
-	s := &Static{mapper: mapper, objects: map[schema.GroupResource][]*unstructured.Unstructured{}}
+	s := &Static{mapper: mapper, objects: map[schema.GroupResource][]staticEntry{}}
 	for _, o := range b.objs {
 		gvk := o.obj.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -184,12 +201,10 @@ func (b *StaticBuilder) Build() *Static {
 			obj.SetNamespace("")
 		}
 		gr := m.Resource.GroupResource()
-		s.objects[gr] = append(s.objects[gr], obj)
+		s.objects[gr] = append(s.objects[gr], staticEntry{obj: obj, namespace: obj.GetNamespace(), name: obj.GetName(), labels: flattenLabels(obj.GetLabels())})
 	}
 	for _, objs := range s.objects {
-		slices.SortFunc(objs, func(a, b *unstructured.Unstructured) int {
-			return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
-		})
+		slices.SortFunc(objs, func(a, b staticEntry) int { return a.compare(b.namespace, b.name) })
 	}
 	return s
 }
@@ -236,26 +251,35 @@ func (s *Static) Resolve(resource string) (Resource, error) { return resolve(s.m
 // Get implements Reader.
 func (s *Static) Get(gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, bool, error) {
 	objs := s.objects[gvr.GroupResource()]
-	i, ok := slices.BinarySearchFunc(objs, Key{Namespace: namespace, Name: name}, func(o *unstructured.Unstructured, k Key) int {
-		return cmp.Or(cmp.Compare(o.GetNamespace(), k.Namespace), cmp.Compare(o.GetName(), k.Name))
+	i, ok := slices.BinarySearchFunc(objs, Key{Namespace: namespace, Name: name}, func(e staticEntry, k Key) int {
+		return e.compare(k.Namespace, k.Name)
 	})
 	if !ok {
 		return nil, false, nil
 	}
-	return objs[i].DeepCopy(), true, nil
+	return objs[i].obj.DeepCopy(), true, nil
 }
 
 // List implements Reader.
 func (s *Static) List(gvr schema.GroupVersionResource, namespace string, sel labels.Selector) ([]*unstructured.Unstructured, error) {
+	objs := s.objects[gvr.GroupResource()]
+	if namespace != "" {
+		// The namespace's objects are the run of entries from its first
+		// name on.
+		lo, _ := slices.BinarySearchFunc(objs, namespace, func(e staticEntry, ns string) int { return e.compare(ns, "") })
+		hi := lo + sort.Search(len(objs)-lo, func(i int) bool { return objs[lo+i].namespace != namespace })
+		objs = objs[lo:hi]
+	}
+	if sel != nil && sel.Empty() {
+		sel = nil
+	}
 	var out []*unstructured.Unstructured
-	for _, o := range s.objects[gvr.GroupResource()] {
-		if namespace != "" && o.GetNamespace() != namespace {
+	var ref labelsRef
+	for _, e := range objs {
+		if ref.f = e.labels; sel != nil && !sel.Matches(&ref) {
 			continue
 		}
-		if sel != nil && !sel.Matches(labels.Set(o.GetLabels())) {
-			continue
-		}
-		out = append(out, o.DeepCopy())
+		out = append(out, e.obj.DeepCopy())
 	}
 	return out, nil
 }

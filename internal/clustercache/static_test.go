@@ -1,7 +1,10 @@
 package clustercache
 
 import (
+	"cmp"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -139,4 +142,65 @@ func FuzzStatic(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestStaticListAsAScan holds List, which finds a namespace's objects by
+// binary search and matches flat labels, to a scan of every object with
+// its labels as a map, over random objects in a few namespaces: each
+// namespace (the first, the last, one with no objects, all of them), and
+// selectors of every operator.
+func TestStaticListAsAScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 30))
+	namespaces := []string{"a", "b", "b-x", "bb", "c", "z"}
+	var b StaticBuilder
+	var all []*unstructured.Unstructured
+	for i := range 400 {
+		lbls := map[string]string{}
+		for _, k := range []string{"app", "tier", "x"} {
+			if rng.IntN(3) > 0 {
+				lbls[k] = fmt.Sprint(rng.IntN(4))
+			}
+		}
+		o := obj("v1", "Pod", namespaces[rng.IntN(len(namespaces))], fmt.Sprintf("p%03d", rng.IntN(1000)), lbls)
+		if b.Add(o, fmt.Sprint(i)) == nil {
+			all = append(all, o)
+		}
+	}
+	b.Add(obj("v1", "Service", "a", "s", nil), "svc")
+	s := b.Build()
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	for _, ns := range []string{"", "a", "b", "bb", "ba", "c", "z", "zz", "0"} {
+		for _, q := range []string{"", "app=1", "app!=1", "app in (0,2),tier", "!x", "x notin (3), tier=0", "app=1,tier=2,x=3"} {
+			sel, err := labels.Parse(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.List(pods, ns, sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, o := range all {
+				if (ns == "" || o.GetNamespace() == ns) && sel.Matches(labels.Set(o.GetLabels())) {
+					want = append(want, o.GetNamespace()+"/"+o.GetName())
+				}
+			}
+			// In namespace order, then name order ("b-x" after "b").
+			slices.SortFunc(want, func(a, b string) int {
+				an, aname, _ := strings.Cut(a, "/")
+				bn, bname, _ := strings.Cut(b, "/")
+				return cmp.Or(cmp.Compare(an, bn), cmp.Compare(aname, bname))
+			})
+			var names []string
+			for _, o := range got {
+				names = append(names, o.GetNamespace()+"/"+o.GetName())
+			}
+			if !slices.Equal(names, want) {
+				t.Errorf("List(%q, %q) = %v, want %v", ns, q, names, want)
+			}
+		}
+	}
+	if got, _ := s.List(pods, "a", nil); len(got) == 0 {
+		t.Error("a nil selector listed nothing")
+	}
 }
