@@ -34,10 +34,10 @@ type Object struct {
 	metav1.ObjectMeta
 	// labels are the object's labels as one string, key NUL value NUL ...,
 	// sorted by key: label selectors match without decoding, for far less
-	// heap than a map (label keys and values never hold a NUL).
+	// heap than a map.
 	labels flatLabels
-	// bigLabels: the labels were too long to keep flat (maxFlatLabels);
-	// Labels decodes them from the deflated JSON.
+	// bigLabels: the labels were too long to keep flat (maxFlatLabels), or
+	// held a NUL; Labels decodes them from the deflated JSON.
 	bigLabels bool
 	typeMeta  metav1.TypeMeta
 	// deflated is the object's JSON without metadata.managedFields,
@@ -152,10 +152,12 @@ func compact(u *unstructured.Unstructured, d *dictionary) *Object {
 	c := &Object{typeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}, dict: d}
 	c.Namespace, c.Name = u.GetNamespace(), u.GetName()
 	c.UID, c.ResourceVersion = u.GetUID(), u.GetResourceVersion()
-	c.labels = flattenLabels(u.GetLabels())
-	if len(c.labels) > maxFlatLabels {
+	var flat bool
+	c.labels, flat = flattenLabels(u.GetLabels())
+	if !flat || len(c.labels) > maxFlatLabels {
 		// Anyone who may create an object chooses its labels: thousands
-		// of them deflate to little but would be held in full here.
+		// of them deflate to little but would be held in full here. (A
+		// NUL, which no API server accepts, cannot be kept flat.)
 		c.labels, c.bigLabels = "", true
 	}
 	if md, ok := u.Object["metadata"].(map[string]any); ok {

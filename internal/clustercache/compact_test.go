@@ -550,3 +550,22 @@ func TestCompactBigLabels(t *testing.T) {
 		t.Error("ordinary labels not kept flat")
 	}
 }
+
+// A label holding a NUL, which the flat form would read as a separator,
+// is matched as the labels themselves say: "x\x00app\x00web" is not
+// app=web. An API server refuses such labels; the cache does not rely on
+// it.
+func TestCompactNULLabels(t *testing.T) {
+	u := decodeJSON(t, podJSON)
+	u.SetLabels(map[string]string{"aaa": "x\x00app\x00web", "tier": "be"})
+	c := compact(u, new(dictionary))
+	for q, want := range map[string]bool{"app=web": false, "app": false, "!app": true, "tier=be": true, "aaa": true} {
+		sel, err := labels.Parse(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sel.Matches(c.Labels()); got != want {
+			t.Errorf("%s matches %v, want %v", q, got, want)
+		}
+	}
+}

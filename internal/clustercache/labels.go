@@ -32,13 +32,20 @@ func (r *labelsRef) Get(label string) string { return r.f.Get(label) }
 // Lookup implements labels.Labels.
 func (r *labelsRef) Lookup(label string) (string, bool) { return r.f.Lookup(label) }
 
-func flattenLabels(m map[string]string) flatLabels {
+// flattenLabels flattens m, or returns false when a key or a value holds a
+// NUL, which the flat form would read as a separator: an API server never
+// accepts one, but a manifest given to --cluster-state may hold anything,
+// and "x\x00app\x00web" must not read as app=web.
+func flattenLabels(m map[string]string) (flatLabels, bool) {
 	if len(m) == 0 {
-		return ""
+		return "", true
 	}
 	keys := make([]string, 0, len(m))
 	n := 0
 	for k, v := range m {
+		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+			return "", false
+		}
 		keys = append(keys, k)
 		n += len(k) + len(v) + 2
 	}
@@ -51,7 +58,7 @@ func flattenLabels(m map[string]string) flatLabels {
 		b.WriteString(m[k])
 		b.WriteByte(0)
 	}
-	return flatLabels(b.String())
+	return flatLabels(b.String()), true
 }
 
 // Has implements labels.Labels.

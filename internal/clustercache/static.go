@@ -34,6 +34,8 @@ type staticEntry struct {
 	obj             *unstructured.Unstructured
 	namespace, name string
 	labels          flatLabels
+	// set holds the labels instead when they cannot be flat (a NUL).
+	set labels.Set
 }
 
 func (e staticEntry) compare(namespace, name string) int {
@@ -201,7 +203,12 @@ func (b *StaticBuilder) Build() *Static {
 			obj.SetNamespace("")
 		}
 		gr := m.Resource.GroupResource()
-		s.objects[gr] = append(s.objects[gr], staticEntry{obj: obj, namespace: obj.GetNamespace(), name: obj.GetName(), labels: flattenLabels(obj.GetLabels())})
+		e := staticEntry{obj: obj, namespace: obj.GetNamespace(), name: obj.GetName()}
+		var flat bool
+		if e.labels, flat = flattenLabels(obj.GetLabels()); !flat {
+			e.set = labels.Set(obj.GetLabels())
+		}
+		s.objects[gr] = append(s.objects[gr], e)
 	}
 	for _, objs := range s.objects {
 		slices.SortFunc(objs, func(a, b staticEntry) int { return a.compare(b.namespace, b.name) })
@@ -276,8 +283,14 @@ func (s *Static) List(gvr schema.GroupVersionResource, namespace string, sel lab
 	var out []*unstructured.Unstructured
 	var ref labelsRef
 	for _, e := range objs {
-		if ref.f = e.labels; sel != nil && !sel.Matches(&ref) {
-			continue
+		if sel != nil {
+			var l labels.Labels = &ref
+			if ref.f = e.labels; e.set != nil {
+				l = e.set
+			}
+			if !sel.Matches(l) {
+				continue
+			}
 		}
 		out = append(out, e.obj.DeepCopy())
 	}

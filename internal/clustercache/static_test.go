@@ -95,7 +95,7 @@ func TestStatic(t *testing.T) {
 }
 
 func TestFlatLabels(t *testing.T) {
-	f := flattenLabels(map[string]string{"b": "2", "a": "", "app.kubernetes.io/name": "x"})
+	f, _ := flattenLabels(map[string]string{"b": "2", "a": "", "app.kubernetes.io/name": "x"})
 	for k, want := range map[string]string{"a": "", "b": "2", "app.kubernetes.io/name": "x"} {
 		if v, ok := f.Lookup(k); !ok || v != want {
 			t.Errorf("Lookup(%q) = %q, %v", k, v, ok)
@@ -104,7 +104,7 @@ func TestFlatLabels(t *testing.T) {
 	if f.Has("c") || f.Has("2") || f.Get("app") != "" {
 		t.Error("found a label that is not there")
 	}
-	if len(f.Map()) != 3 || flattenLabels(nil) != "" {
+	if none, _ := flattenLabels(nil); len(f.Map()) != 3 || none != "" {
 		t.Error("Map or empty set wrong")
 	}
 	sel, _ := labels.Parse("b=2,!c,a")
@@ -146,9 +146,9 @@ func FuzzStatic(f *testing.F) {
 
 // TestStaticListAsAScan holds List, which finds a namespace's objects by
 // binary search and matches flat labels, to a scan of every object with
-// its labels as a map, over random objects in a few namespaces: each
-// namespace (the first, the last, one with no objects, all of them), and
-// selectors of every operator.
+// its labels as a map, over random objects in a few namespaces (some with
+// NULs in their labels): each namespace (the first, the last, one with no
+// objects, all of them), and selectors of every operator.
 func TestStaticListAsAScan(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 30))
 	namespaces := []string{"a", "b", "b-x", "bb", "c", "z"}
@@ -160,6 +160,13 @@ func TestStaticListAsAScan(t *testing.T) {
 			if rng.IntN(3) > 0 {
 				lbls[k] = fmt.Sprint(rng.IntN(4))
 			}
+		}
+		// NULs, which flat labels would read as separators.
+		switch rng.IntN(10) {
+		case 0:
+			lbls["aaa"] = "q\x00app\x001\x00tier\x002"
+		case 1:
+			lbls["app\x001"] = ""
 		}
 		o := obj("v1", "Pod", namespaces[rng.IntN(len(namespaces))], fmt.Sprintf("p%03d", rng.IntN(1000)), lbls)
 		if b.Add(o, fmt.Sprint(i)) == nil {
