@@ -133,11 +133,32 @@ func (b *StaticBuilder) Len() int { return len(b.objs) }
 // and names resolve as on an API server: the preferred version, the core
 // group first.
 func (b *StaticBuilder) Build() *Static {
-	ns := cmp.Or(b.DefaultNamespace, "default")
+	s, _ := b.BuildChecked()
+	return s
+}
+
+// BuildChecked is Build, and reports the objects that name one object only
+// once their namespaces are given as an API server would give them (a
+// namespaced object that names none is in DefaultNamespace, a
+// cluster-scoped one is in none): Pod web and Pod default/web, a
+// ClusterRole written with two namespaces. The first is kept; an API
+// server would have refused the second or written it over the first.
+func (b *StaticBuilder) BuildChecked() (*Static, []error) {
+	mapper, version := b.mapper()
+	s := &Static{mapper: mapper, objects: map[schema.GroupResource][]staticEntry{}}
+	errs := s.place(b.objs, mapper, version, cmp.Or(b.DefaultNamespace, "default"))
+	for _, objs := range s.objects {
+		slices.SortFunc(objs, func(a, b staticEntry) int { return a.compare(b.namespace, b.name) })
+	}
+	return s, errs
+}
+
+// mapper maps the kinds Build knows to their resources and scopes; version
+// is the first version registered of each kind.
+func (b *StaticBuilder) mapper() (mapper meta.RESTMapper, version map[schema.GroupKind]string) {
 	base := meta.NewDefaultRESTMapper(nil)
 	known := map[schema.GroupVersionKind]bool{}
-	// version is the first version registered of each kind.
-	version := map[schema.GroupKind]string{}
+	version = map[schema.GroupKind]string{}
 	addKind := func(gvk schema.GroupVersionKind, plural string, namespaced bool) {
 		if known[gvk] {
 			return
@@ -183,9 +204,20 @@ func (b *StaticBuilder) Build() *Static {
 	}
 	resources = append(resources, schema.GroupVersionResource{Group: meta.AnyGroup, Version: meta.AnyVersion, Resource: meta.AnyResource})
 	kinds = append(kinds, schema.GroupVersionKind{Group: meta.AnyGroup, Version: meta.AnyVersion, Kind: meta.AnyKind})
-	mapper := meta.PriorityRESTMapper{Delegate: base, ResourcePriority: resources, KindPriority: kinds}
-	s := &Static{mapper: mapper, objects: map[schema.GroupResource][]staticEntry{}}
-	for _, o := range b.objs {
+	return meta.PriorityRESTMapper{Delegate: base, ResourcePriority: resources, KindPriority: kinds}, version
+}
+
+// place adds objs to s under their resources, in the namespaces an API
+// server would give them, and returns an error for each that names an
+// object placed already.
+func (s *Static) place(objs []staticObject, mapper meta.RESTMapper, version map[schema.GroupKind]string, ns string) []error {
+	type placed struct {
+		gr              schema.GroupResource
+		namespace, name string
+	}
+	first := map[placed]string{}
+	var errs []error
+	for _, o := range objs {
 		gvk := o.obj.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
@@ -203,6 +235,12 @@ func (b *StaticBuilder) Build() *Static {
 			obj.SetNamespace("")
 		}
 		gr := m.Resource.GroupResource()
+		k := placed{gr: gr, namespace: obj.GetNamespace(), name: obj.GetName()}
+		if src, ok := first[k]; ok {
+			errs = append(errs, fmt.Errorf("%s: %s %s is defined twice, first at %s (%s)", o.source, m.GroupVersionKind.Kind, Key{Namespace: k.namespace, Name: k.name}, src, sameObject(m.Scope.Name(), ns)))
+			continue
+		}
+		first[k] = o.source
 		e := staticEntry{obj: obj, namespace: obj.GetNamespace(), name: obj.GetName()}
 		var flat bool
 		if e.labels, flat = flattenLabels(obj.GetLabels()); !flat {
@@ -210,10 +248,15 @@ func (b *StaticBuilder) Build() *Static {
 		}
 		s.objects[gr] = append(s.objects[gr], e)
 	}
-	for _, objs := range s.objects {
-		slices.SortFunc(objs, func(a, b staticEntry) int { return a.compare(b.namespace, b.name) })
+	return errs
+}
+
+// sameObject says why two objects written differently are one.
+func sameObject(scope meta.RESTScopeName, defaultNamespace string) string {
+	if scope == meta.RESTScopeNameNamespace {
+		return fmt.Sprintf("an object that names no namespace is in %q", defaultNamespace)
 	}
-	return s
+	return "the kind is cluster-scoped, so its namespace is ignored"
 }
 
 // addBuiltins adds every kind of client-go's scheme, each in the first

@@ -211,3 +211,39 @@ func TestStaticListAsAScan(t *testing.T) {
 		t.Error("a nil selector listed nothing")
 	}
 }
+
+// Objects written differently that an API server would take as one (a
+// namespaced object without a namespace and the same in the default one,
+// a cluster-scoped object written with two namespaces) are reported, and
+// the first is kept.
+func TestStaticDuplicatesOnceDefaulted(t *testing.T) {
+	b := StaticBuilder{DefaultNamespace: "team-a"}
+	for i, o := range []*unstructured.Unstructured{
+		obj("v1", "Pod", "", "web", map[string]string{"first": "yes"}),
+		obj("v1", "Pod", "team-a", "web", nil),
+		obj("rbac.authorization.k8s.io/v1", "ClusterRole", "x", "reader", map[string]string{"first": "yes"}),
+		obj("rbac.authorization.k8s.io/v1", "ClusterRole", "y", "reader", nil),
+		obj("v1", "Pod", "team-b", "web", nil),
+	} {
+		if err := b.Add(o, fmt.Sprintf("f.yaml:%d", i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, errs := b.BuildChecked()
+	want := []string{
+		`f.yaml:2: Pod team-a/web is defined twice, first at f.yaml:1 (an object that names no namespace is in "team-a")`,
+		`f.yaml:4: ClusterRole reader is defined twice, first at f.yaml:3 (the kind is cluster-scoped, so its namespace is ignored)`,
+	}
+	var got []string
+	for _, err := range errs {
+		got = append(got, err.Error())
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	pods, _ := s.List(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "", nil)
+	roles, _ := s.List(schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}, "", nil)
+	if len(pods) != 2 || pods[0].GetLabels()["first"] != "yes" || len(roles) != 1 || roles[0].GetLabels()["first"] != "yes" {
+		t.Errorf("kept %d pods and %d roles, want the first of each", len(pods), len(roles))
+	}
+}

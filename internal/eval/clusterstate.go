@@ -13,7 +13,8 @@ import (
 // clustercache.Reader the live cache implements, over these objects. Every
 // problem is returned, located at its file and line: a document that does
 // not parse, an object without apiVersion, kind or name, an object defined
-// twice, a CustomResourceDefinition without its names.
+// twice (also once its namespace is defaulted: Pod web and Pod default/web),
+// a CustomResourceDefinition without its names.
 func LoadClusterState(paths []string, stdin io.Reader) (*clustercache.Static, []error) {
 	docs, err := manifest.ReadPaths(paths, stdin)
 	if err != nil {
@@ -36,5 +37,9 @@ func LoadClusterState(paths []string, stdin io.Reader) (*clustercache.Static, []
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return b.Build(), nil
+	s, errs := b.BuildChecked()
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return s, nil
 }
