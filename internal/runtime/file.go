@@ -222,6 +222,10 @@ func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fi
 			return rest, st, err
 		}
 		if ctx.Err() != nil {
+			// Stopping before the end of the file: what was queued is
+			// recorded too, or the next start would read it again and
+			// evaluate its events twice.
+			f.saveState(st)
 			return rest, st, ctx.Err()
 		}
 	}

@@ -119,6 +119,31 @@ func appendRaw(t *testing.T, path string, data []byte) {
 	}
 }
 
+// TestFileRecordsItsOffsetWhenStopped: stopped in the middle of the log
+// (its queue full, as under load), the input records the offset of what it
+// queued, so the next start does not read those events again. It recorded
+// only on reaching the end of the file: a stop before that left the offset
+// of the last end it reached (none here), and TestFileSkipsAnOverLongLineWhole
+// failed now and then, its events evaluated twice after a restart.
+func TestFileRecordsItsOffsetWhenStopped(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{QueueSize: 1})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	appendEvents(t, path, ids("a", 300)...)
+	runFile(t, h, path, state, 1, nil)
+	data, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatalf("stopped before the end of the log, the input recorded no offset: %v", err)
+	}
+	var st struct {
+		Offset int64 `json:"offset"`
+	}
+	fi, _ := os.Stat(path)
+	if err := json.Unmarshal(data, &st); err != nil || st.Offset <= 0 || st.Offset >= fi.Size() {
+		t.Fatalf("recorded %s (%v), want an offset inside the %d bytes of the log", data, err, fi.Size())
+	}
+}
+
 // TestFileSkipsAnOverLongLineWhole: a line over the bound is dropped and
 // counted once, and what follows it up to its newline is not read as a
 // line of its own, even when the rest is written after a restart; the
