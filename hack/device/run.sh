@@ -11,7 +11,9 @@
 #              one-job runs side by side reach in one process) and 1 to 16
 #              whole one-job processes side by side; PORTAL_DEVICE_EVAL
 #              names the parts to run (rounds startup profiles gc ceiling
-#              processes, all by default)
+#              processes, all by default), PORTAL_DEVICE_ROUNDS the rounds
+#              (3 of the jobs, 2 of the processes), PORTAL_DEVICE_JOBS and
+#              PORTAL_DEVICE_PROCESSES the counts
 #   admission  BenchmarkAdmission, 4 clients and 1,000 creates, twice, and one
 #              client once
 set -euo pipefail
@@ -89,8 +91,8 @@ eval)
   part() { [[ " $parts " == *" $1 "* ]]; }
   if part rounds; then
     echo -e "round\tjobs\twall_s\tuser_s\tsys_s" >"$out/eval.tsv"
-    for round in 1 2 3; do
-      for jobs in 1 2 4 8 12 16; do
+    for round in $(seq "${PORTAL_DEVICE_ROUNDS:-3}"); do
+      for jobs in ${PORTAL_DEVICE_JOBS:-1 2 4 8 12 16}; do
         t=$(timed "$jobs")
         echo -e "$round\t$jobs\t$t" >>"$out/eval.tsv"
       done
@@ -160,8 +162,8 @@ eval)
     # with a report of its own. N times alone over side by side is the most
     # N jobs could reach here, the start and the collector included.
     echo -e "round\tprocesses\twall_s" >"$out/processes.tsv"
-    for round in 1 2; do
-      for n in 1 2 8 16; do
+    for round in $(seq "${PORTAL_DEVICE_ROUNDS:-2}"); do
+      for n in ${PORTAL_DEVICE_PROCESSES:-1 2 8 16}; do
         rm -f "$work"/report-*.json
         start=$EPOCHREALTIME
         pids=()
