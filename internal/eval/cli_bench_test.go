@@ -44,6 +44,14 @@ func BenchmarkEvalCLI(b *testing.B) {
 			report := filepath.Join(dir, "report.json")
 			var cpu time.Duration
 			for b.Loop() {
+				// The last run's report goes outside the time: truncating
+				// 644 MB (100,000 pods) is 0.2 to 0.3 s of the kernel's,
+				// a fifth of a 16-job run, and no part of this one.
+				b.StopTimer()
+				if err := os.Remove(report); err != nil && !os.IsNotExist(err) {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 				out, err := os.Create(report)
 				if err != nil {
 					b.Fatal(err)
