@@ -200,7 +200,7 @@ func (*runtimeLayer) AddFlags(f *pflag.FlagSet, cfg *Config) {
 	f.StringVar(&r.AuditTokenFile, "runtime-audit-token-file", r.AuditTokenFile, "file holding a bearer token /audit accepts instead of a client certificate")
 	f.StringVar(&r.FalcoTokenFile, "runtime-falco-token-file", r.FalcoTokenFile, "file holding a bearer token /falco accepts instead of a client certificate")
 	f.StringVar(&r.AuditLog, "runtime-audit-log", r.AuditLog, "follow this API server audit log (JSON lines), across rotations, resuming where it stopped")
-	f.StringVar(&r.AuditLogState, "runtime-audit-log-state", r.AuditLogState, "file recording how far --runtime-audit-log was read")
+	f.StringVar(&r.AuditLogState, "runtime-audit-log-state", r.AuditLogState, "file recording how far --runtime-audit-log was evaluated: a restart resumes there, reading again what was read and not yet evaluated")
 	f.IntVar(&r.QueueSize, "runtime-queue-size", r.QueueSize, "audit events (webhook and log file) waiting for evaluation; an event from the endpoint that finds the queue full is dropped and counted")
 	f.IntVar(&r.FalcoQueueSize, "runtime-falco-queue-size", r.FalcoQueueSize, "Falco alerts waiting for evaluation, in a queue of their own so a flood of alerts never leaves audit events no room (nor the other way round); beyond, dropped and counted")
 	f.IntVar(&r.Workers, "runtime-workers", r.Workers, "concurrent runtime evaluations")

@@ -29,16 +29,18 @@ type FileOptions struct {
 	// Path is the audit log the API server writes (--audit-log-path),
 	// JSON lines, rotated by renaming (--audit-log-maxsize).
 	Path string
-	// StateFile records how far Path was read, so a restart resumes there
-	// without replaying; written atomically after every read.
+	// StateFile records how far Path was evaluated, so a restart resumes
+	// there: after the last event evaluated with every one before it, so
+	// events read but not yet evaluated when Portal stops are read again.
+	// Written atomically as evaluation moves on.
 	StateFile string
 	// PollInterval is how often the file is checked for new lines.
 	PollInterval time.Duration
 	Logger       *slog.Logger
 }
 
-// fileState is what StateFile holds: the file read (by inode) and the
-// offset of the first byte not yet read.
+// fileState is what StateFile holds: the file (by inode) and the offset of
+// the first byte not yet evaluated.
 type fileState struct {
 	Inode  uint64 `json:"inode"`
 	Offset int64  `json:"offset"`
@@ -57,6 +59,9 @@ type FileInput struct {
 	// skipping: the bytes read are the rest of a line over MaxLineBytes,
 	// dropped up to its newline (Start's goroutine only).
 	skipping bool
+	// prog is how far the events read were evaluated: what StateFile
+	// records (set by Start).
+	prog *progress
 }
 
 // NewFileInput returns the input feeding src.
@@ -78,6 +83,9 @@ func (*FileInput) NeedLeaderElection() bool { return false }
 // Start implements manager.Runnable: it follows the file until ctx ends.
 func (f *FileInput) Start(ctx context.Context) error {
 	st := f.loadState()
+	// Twice the queue: reading runs that far ahead of the slowest
+	// evaluation at most.
+	f.prog = newProgress(st, 2*cap(f.src.audit), f.saveState)
 	var (
 		file *os.File
 		rest []byte
@@ -86,6 +94,8 @@ func (f *FileInput) Start(ctx context.Context) error {
 		if file != nil {
 			file.Close()
 		}
+		// What is evaluated from now on, the workers record.
+		f.prog.stop()
 	}()
 	t := time.NewTicker(f.o.PollInterval)
 	defer t.Stop()
@@ -128,7 +138,8 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 	if inode(fi) == st.Inode {
 		if fi.Size() < st.Offset { // truncated in place
 			st.Offset, st.Skipping, f.skipping = 0, false, false
-			f.saveState(st)
+			f.prog.reached(st)
+			f.prog.record()
 			if _, err := file.Seek(0, io.SeekStart); err != nil {
 				return file, nil, st, err
 			}
@@ -143,7 +154,8 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 	}
 	file.Close()
 	st, f.skipping = fileState{Inode: inode(fi)}, false
-	f.saveState(st)
+	f.prog.reached(st)
+	f.prog.record()
 	return nil, nil, st, nil
 }
 
@@ -201,8 +213,9 @@ func (f *FileInput) rotated(ino uint64) *os.File {
 	return nil
 }
 
-// drain reads the complete lines after the offset, queues their events and
-// records the new offset; a partial last line waits in rest.
+// drain reads the complete lines after the offset and queues their
+// events, then records how far they were evaluated; a partial last line
+// waits in rest.
 func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fileState) ([]byte, fileState, error) {
 	buf := make([]byte, 64<<10)
 	for {
@@ -210,30 +223,29 @@ func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fi
 		if n > 0 {
 			rest = append(rest, buf[:n]...)
 			var consumed int
-			rest, consumed = f.lines(ctx, rest)
+			rest, consumed = f.lines(ctx, rest, st)
 			st.Offset += int64(consumed)
 			st.Skipping = f.skipping
+			f.prog.reached(st)
 		}
 		if errors.Is(err, io.EOF) || n == 0 {
-			f.saveState(st)
+			f.prog.record()
 			return rest, st, nil
 		}
 		if err != nil {
 			return rest, st, err
 		}
 		if ctx.Err() != nil {
-			// Stopping before the end of the file: what was queued is
-			// recorded too, or the next start would read it again and
-			// evaluate its events twice.
-			f.saveState(st)
+			// Stopping before the end of the file (Start records).
 			return rest, st, ctx.Err()
 		}
 	}
 }
 
-// lines queues the events of the complete lines of data and returns what
-// follows the last newline, and how many bytes were consumed.
-func (f *FileInput) lines(ctx context.Context, data []byte) ([]byte, int) {
+// lines queues the events of the complete lines of data, which begins at
+// st, and returns what follows the last newline, and how many bytes were
+// consumed.
+func (f *FileInput) lines(ctx context.Context, data []byte, st fileState) ([]byte, int) {
 	consumed := 0
 	if f.skipping {
 		// The rest of an over-long line, already counted: dropped up to
@@ -269,12 +281,21 @@ func (f *FileInput) lines(ctx context.Context, data []byte) ([]byte, int) {
 			f.m.Dropped.WithLabelValues(InputFile, DropDecode).Inc()
 			continue
 		}
-		if err := f.src.Queue(ctx, InputFile, ev); err != nil {
+		seq, err := f.prog.next(ctx)
+		if err == nil {
+			if err = f.src.Queue(ctx, InputFile, ev, func() { f.prog.evaluated(seq) }); err != nil {
+				f.prog.unqueue(seq)
+			}
+		}
+		if err != nil {
 			// Stopping: this line was not queued, so the offset stays
 			// before it and the next start reads it.
 			start := consumed - i - 1
 			return append([]byte(nil), data[start:]...), start
 		}
+		// Once this event and every one before it are evaluated, a
+		// restart resumes after its line.
+		f.prog.reached(fileState{Inode: st.Inode, Offset: st.Offset + int64(consumed)})
 	}
 	rest := data[consumed:]
 	if len(rest) > MaxLineBytes {

@@ -120,13 +120,16 @@ func appendRaw(t *testing.T, path string, data []byte) {
 }
 
 // TestFileRecordsItsOffsetWhenStopped: stopped in the middle of the log
-// (its queue full, as under load), the input records the offset of what it
-// queued, so the next start does not read those events again. It recorded
-// only on reaching the end of the file: a stop before that left the offset
-// of the last end it reached (none here), and TestFileSkipsAnOverLongLineWhole
-// failed now and then, its events evaluated twice after a restart.
+// (its queue full, as under load), the input records the offset of what was
+// evaluated, so the next start does not read those events again. It
+// recorded only on reaching the end of the file: a stop before that left
+// the offset of the last end it reached (none here), and
+// TestFileSkipsAnOverLongLineWhole failed now and then, its events
+// evaluated twice after a restart.
 func TestFileRecordsItsOffsetWhenStopped(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{QueueSize: 1})
+	// One worker: the event evaluated is the first (with more, a later one
+	// can finish first, and the offset rightly stays before the first).
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{QueueSize: 1, Workers: 1})
 	dir := t.TempDir()
 	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
 	appendEvents(t, path, ids("a", 300)...)
@@ -172,5 +175,37 @@ func TestFileSkipsAnOverLongLineWhole(t *testing.T) {
 	}
 	if got := counter(t, h.metrics.Evaluated); got != 5 {
 		t.Errorf("evaluated = %v, want the 5 events around the long lines", got)
+	}
+}
+
+// TestFileReadsAgainWhatWasNotEvaluated: events read and queued but not yet
+// evaluated when Portal stops (here its workers never ran, as on a replica
+// that does not lead) are read again by the next start and evaluated, each
+// once. The input recorded the offset of what it had queued, and those
+// events were lost with the queue.
+func TestFileReadsAgainWhatWasNotEvaluated(t *testing.T) {
+	stopped := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	appendEvents(t, path, ids("a", 5)...)
+	ctx, cancel := context.WithCancel(t.Context())
+	in := runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 5 * time.Millisecond}, stopped.src, stopped.metrics)
+	done := make(chan struct{})
+	go func() { _ = in.Start(ctx); close(done) }()
+	waitFor(t, func() bool {
+		return counter(t, stopped.metrics.QueueDepth.WithLabelValues(runtime.InputFile)) == 5
+	})
+	cancel()
+	<-done
+	if got := counter(t, stopped.metrics.Evaluated); got != 0 {
+		t.Fatalf("evaluated %v events with no worker running", got)
+	}
+
+	// The restart: a new process, its queue empty.
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	appendEvents(t, path, ids("b", 2)...)
+	runFile(t, h, path, state, 7, nil)
+	if got := counter(t, h.metrics.Evaluated); got != 7 {
+		t.Errorf("evaluated %v events after the restart, want the 5 queued and never evaluated and the 2 new, each once", got)
 	}
 }

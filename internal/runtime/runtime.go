@@ -123,15 +123,21 @@ func (o *Options) defaults() {
 }
 
 // Queue queues ev, waiting for room: for inputs nobody waits on (the log
-// file), where dropping would lose what waiting does not.
-func (s *Source) Queue(ctx context.Context, input string, ev event.Event) error {
+// file), where dropping would lose what waiting does not. done, when not
+// nil, is called once ev has been evaluated or deliberately not (its stage
+// is not the one its request is evaluated at): never when Portal stops
+// first, so the input can tell what to read again after a restart.
+func (s *Source) Queue(ctx context.Context, input string, ev event.Event, done func()) error {
 	s.m.Received.WithLabelValues(input).Inc()
 	if !s.stage(&ev) {
 		s.m.Skipped.WithLabelValues(SkipStage).Inc()
+		if done != nil {
+			done()
+		}
 		return nil
 	}
 	select {
-	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Clock.Now()}:
+	case s.queueOf(input) <- item{ev: ev, input: input, received: s.o.Clock.Now(), done: done}:
 		s.m.QueueDepth.WithLabelValues(input).Inc()
 		return nil
 	case <-ctx.Done():

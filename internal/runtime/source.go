@@ -35,6 +35,8 @@ type item struct {
 	ev       event.Event
 	input    string
 	received time.Time
+	// done, when set, is called once ev is evaluated (see Queue).
+	done func()
 }
 
 // Source evaluates runtime events: inputs Offer them, never waiting; a
@@ -184,14 +186,21 @@ func (s *Source) work(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case it := <-s.audit:
-			s.m.QueueDepth.WithLabelValues(it.input).Dec()
-			s.Process(ctx, it.input, &it.ev)
+			s.take(ctx, &it)
 		case it := <-s.falco:
 			// Chosen at random among ready queues: a flood of one input
 			// takes at most its share of the workers.
-			s.m.QueueDepth.WithLabelValues(it.input).Dec()
-			s.Process(ctx, it.input, &it.ev)
+			s.take(ctx, &it)
 		}
+	}
+}
+
+// take evaluates a queued item and says so to its input, unless Portal is
+// stopping and the evaluation was cut short: that event is read again.
+func (s *Source) take(ctx context.Context, it *item) {
+	s.m.QueueDepth.WithLabelValues(it.input).Dec()
+	if _, complete := s.process(ctx, it.input, &it.ev); complete && it.done != nil {
+		it.done()
 	}
 }
 
@@ -199,10 +208,18 @@ func (s *Source) work(ctx context.Context) {
 // call it, and so do `portal eval --events` and the benchmarks. It returns
 // the failing results raised as findings.
 func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []core.Result {
+	raised, _ := s.process(ctx, input, ev)
+	return raised
+}
+
+// process is Process, also reporting whether the event was dealt with:
+// false when ctx ended before its rules were done, so they may not all
+// have run.
+func (s *Source) process(ctx context.Context, input string, ev *event.Event) (raised []core.Result, complete bool) {
 	ref := ev.ObjectRef
 	if ref == nil || ref.Resource == "" {
 		s.m.Skipped.WithLabelValues(SkipNoObject).Inc()
-		return nil
+		return nil, true
 	}
 	name := ref.Resource
 	if ref.APIGroup != "" {
@@ -211,7 +228,7 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 	res, err := s.resolve(name, s.o.Clock.Now())
 	if err != nil {
 		s.m.Skipped.WithLabelValues(SkipResource).Inc()
-		return nil
+		return nil, true
 	}
 	obj, target := s.target(res, ref)
 	classes := event.Classify(ev)
@@ -222,15 +239,15 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 		Mode: core.ModeRuntime, Event: env, RuntimeEvents: classes,
 		NamespacedEvent: func() map[string]any { return event.NamespacedEnv(env) },
 	})
+	complete = ctx.Err() == nil
 	if err != nil {
 		s.log.Warn("runtime event not evaluated", "input", input, "auditID", ev.AuditID, "error", err)
-		return nil
+		return nil, complete
 	}
 	s.m.Evaluated.Inc()
 	if !ev.StageTimestamp.IsZero() {
 		s.m.Latency.Observe(s.o.Clock.Now().Sub(ev.StageTimestamp).Seconds())
 	}
-	var raised []core.Result
 	now := s.o.Clock.Now()
 	for i := range results {
 		r := &results[i]
@@ -250,7 +267,7 @@ func (s *Source) Process(ctx context.Context, input string, ev *event.Event) []c
 		s.offer(r, ev, now)
 		raised = append(raised, *r)
 	}
-	return raised
+	return raised, complete
 }
 
 // resolve maps a resource as events name it to its kind, remembering the
