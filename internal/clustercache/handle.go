@@ -160,6 +160,15 @@ func (h *Handle) Each(namespace string, fn func(*Object) bool) {
 	}
 }
 
+// EachLabels is Each for a caller that reads only each object's name and
+// labels (a selector's match): fn's labels are valid during the call only,
+// one view of every object's flat labels in turn, where Object.Labels puts
+// each object's in an interface of its own.
+func (h *Handle) EachLabels(namespace string, fn func(o *Object, l labels.Labels) bool) {
+	var ref labelsRef
+	h.Each(namespace, func(o *Object) bool { return fn(o, o.labelsIn(&ref)) })
+}
+
 // List decodes the objects Objects returns. It fails when the informer has
 // not synced, since objects may be missing.
 func (h *Handle) List(namespace string, sel labels.Selector) ([]*unstructured.Unstructured, error) {

@@ -17,9 +17,11 @@ type world interface {
 	// exist.
 	namespaceLabels(name string) (labels.Labels, bool)
 	// eachNamespace calls fn for every namespace until it returns false.
+	// l is valid during the call only (the live world passes one view of
+	// every namespace's labels in turn).
 	eachNamespace(fn func(name string, l labels.Labels) bool)
 	// eachPod calls fn with the labels of the pods of namespace until it
-	// returns false.
+	// returns false; they are valid during the call only.
 	eachPod(namespace string, fn func(labels.Labels) bool)
 }
 

@@ -496,9 +496,9 @@ func (w *liveWorld) namespaceLabels(name string) (labels.Labels, bool) {
 }
 
 func (w *liveWorld) eachNamespace(fn func(string, labels.Labels) bool) {
-	w.namespaces.Each("", func(o *clustercache.Object) bool { return fn(o.Name, o.Labels()) })
+	w.namespaces.EachLabels("", func(o *clustercache.Object, l labels.Labels) bool { return fn(o.Name, l) })
 }
 
 func (w *liveWorld) eachPod(ns string, fn func(labels.Labels) bool) {
-	w.pods.Each(ns, func(o *clustercache.Object) bool { return fn(o.Labels()) })
+	w.pods.EachLabels(ns, func(_ *clustercache.Object, l labels.Labels) bool { return fn(l) })
 }
