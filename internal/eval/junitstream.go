@@ -200,7 +200,14 @@ func (s *junitStore) write(w io.Writer, sum Summary) error {
 	return err
 }
 
+// appendXMLAttr appends s escaped as encoding/xml escapes text: by
+// appendXMLEscaped where s is printable ASCII, else by xml.EscapeText.
 func appendXMLAttr(buf []byte, s string) []byte {
+	if out, ok := appendXMLEscaped(buf, s); ok {
+		return out
+	}
+	// buf's own length is as it was: what the fast path wrote before it
+	// gave up is overwritten.
 	var b bytes.Buffer
 	_ = xml.EscapeText(&b, []byte(s))
 	return append(buf, b.Bytes()...)
