@@ -242,9 +242,10 @@ func (s *Static) place(objs []staticObject, mapper meta.RESTMapper, version map[
 		}
 		first[k] = o.source
 		e := staticEntry{obj: obj, namespace: obj.GetNamespace(), name: obj.GetName()}
+		ls := obj.GetLabels()
 		var flat bool
-		if e.labels, flat = flattenLabels(obj.GetLabels()); !flat {
-			e.set = labels.Set(obj.GetLabels())
+		if e.labels, flat = flattenLabels(ls); !flat {
+			e.set = labels.Set(ls)
 		}
 		s.objects[gr] = append(s.objects[gr], e)
 	}
