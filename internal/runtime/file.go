@@ -138,8 +138,7 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 	if inode(fi) == st.Inode {
 		if fi.Size() < st.Offset { // truncated in place
 			st.Offset, st.Skipping, f.skipping = 0, false, false
-			f.prog.reached(st)
-			f.prog.record()
+			f.prog.reset(st)
 			if _, err := file.Seek(0, io.SeekStart); err != nil {
 				return file, nil, st, err
 			}
@@ -213,11 +212,17 @@ func (f *FileInput) rotated(ino uint64) *os.File {
 	return nil
 }
 
+// recordEvery is how much of the log drain reads between two records of
+// the state when it reaches no end (a log written faster than it is
+// evaluated): what a crash makes the next start read again.
+const recordEvery = 1 << 20
+
 // drain reads the complete lines after the offset and queues their
 // events, then records how far they were evaluated; a partial last line
 // waits in rest.
 func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fileState) ([]byte, fileState, error) {
 	buf := make([]byte, 64<<10)
+	unrecorded := 0
 	for {
 		n, err := file.Read(buf)
 		if n > 0 {
@@ -227,6 +232,12 @@ func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fi
 			st.Offset += int64(consumed)
 			st.Skipping = f.skipping
 			f.prog.reached(st)
+			// A log written faster than it is evaluated has no end to
+			// reach: record on the way too, each recordEvery bytes.
+			if unrecorded += n; unrecorded >= recordEvery {
+				f.prog.record()
+				unrecorded = 0
+			}
 		}
 		if errors.Is(err, io.EOF) || n == 0 {
 			f.prog.record()
@@ -281,10 +292,11 @@ func (f *FileInput) lines(ctx context.Context, data []byte, st fileState) ([]byt
 			f.m.Dropped.WithLabelValues(InputFile, DropDecode).Inc()
 			continue
 		}
-		seq, err := f.prog.next(ctx)
+		p := f.prog
+		seq, err := p.next(ctx)
 		if err == nil {
-			if err = f.src.Queue(ctx, InputFile, ev, func() { f.prog.evaluated(seq) }); err != nil {
-				f.prog.unqueue(seq)
+			if err = f.src.Queue(ctx, InputFile, ev, func() { p.evaluated(seq) }); err != nil {
+				p.unqueue(seq)
 			}
 		}
 		if err != nil {

@@ -181,13 +181,16 @@ func TestFileSkipsAnOverLongLineWhole(t *testing.T) {
 // TestFileReadsAgainWhatWasNotEvaluated: events read and queued but not yet
 // evaluated when Portal stops (here its workers never ran, as on a replica
 // that does not lead) are read again by the next start and evaluated, each
-// once. The input recorded the offset of what it had queued, and those
-// events were lost with the queue.
+// once, and those evaluated before are not. The input recorded the offset
+// of what it had queued, and those events were lost with the queue.
 func TestFileReadsAgainWhatWasNotEvaluated(t *testing.T) {
-	stopped := newHarness(t, execRules, []string{webPod}, runtime.Options{})
 	dir := t.TempDir()
 	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
-	appendEvents(t, path, ids("a", 5)...)
+	appendEvents(t, path, ids("a", 3)...)
+	runFile(t, newHarness(t, execRules, []string{webPod}, runtime.Options{}), path, state, 3, nil)
+
+	appendEvents(t, path, ids("b", 5)...)
+	stopped := newHarness(t, execRules, []string{webPod}, runtime.Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	in := runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 5 * time.Millisecond}, stopped.src, stopped.metrics)
 	done := make(chan struct{})
@@ -203,9 +206,23 @@ func TestFileReadsAgainWhatWasNotEvaluated(t *testing.T) {
 
 	// The restart: a new process, its queue empty.
 	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	appendEvents(t, path, ids("b", 2)...)
+	appendEvents(t, path, ids("c", 2)...)
 	runFile(t, h, path, state, 7, nil)
+	// Seven evaluated and the recorded offset at the end: every event
+	// after the first three, and those three not again (reading them again
+	// would have taken ten evaluations to reach the end).
 	if got := counter(t, h.metrics.Evaluated); got != 7 {
 		t.Errorf("evaluated %v events after the restart, want the 5 queued and never evaluated and the 2 new, each once", got)
+	}
+	data, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Offset int64 `json:"offset"`
+	}
+	fi, _ := os.Stat(path)
+	if err := json.Unmarshal(data, &st); err != nil || st.Offset != fi.Size() {
+		t.Errorf("recorded %s (%v), want the offset of the end, %d", data, err, fi.Size())
 	}
 }

@@ -17,8 +17,9 @@ import (
 type progress struct {
 	// save writes a state to the state file.
 	save func(fileState)
-	// pending holds a token per event queued and not yet evaluated: reading
-	// waits once it is full, so what waits here (marks, early) stays
+	// pending holds a token per event queued and not yet counted in done
+	// (evaluated with every one before it): reading waits once it is full,
+	// so what waits here (marks, early) and what a restart reads again stay
 	// bounded while one event's evaluation lags behind the others.
 	pending chan struct{}
 
@@ -94,7 +95,6 @@ func (p *progress) reached(st fileState) {
 // evaluated records that event seq was evaluated (or deliberately not:
 // anything but a stop before its evaluation).
 func (p *progress) evaluated(seq uint64) {
-	<-p.pending
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if seq != p.done+1 {
@@ -102,12 +102,14 @@ func (p *progress) evaluated(seq uint64) {
 		return
 	}
 	p.done++
+	<-p.pending
 	for {
 		if _, ok := p.early[p.done+1]; !ok {
 			break
 		}
 		delete(p.early, p.done+1)
 		p.done++
+		<-p.pending
 	}
 	p.advance()
 	if p.stopped {
@@ -125,6 +127,17 @@ func (p *progress) advance() {
 	// Resliced, not copied: under load thousands of marks wait, and the
 	// next growth of the slice leaves the front behind.
 	p.marks = p.marks[i:]
+}
+
+// reset starts again at st, whatever is pending: the file was truncated in
+// place, so the events before are gone, and a restart must not resume at
+// an offset of the old content inside the new.
+func (p *progress) reset(st fileState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.marks = p.marks[:0]
+	p.at = st
+	p.flush()
 }
 
 // record saves the position reached by evaluation, if it moved.

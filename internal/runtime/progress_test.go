@@ -82,27 +82,76 @@ func TestProgressUnqueued(t *testing.T) {
 	}
 }
 
-// TestProgressBoundsWhatWaits: reading waits once maxPending events wait
-// for their evaluation, and goes on when one is evaluated: one slow
-// evaluation holds back a bounded number of positions, not the whole log.
+// TestProgressBoundsWhatWaits: with one event's evaluation stuck, reading
+// waits once maxPending events wait for it, however many of the later ones
+// are evaluated: what is held (positions, events evaluated early) and what
+// a restart would read again stay bounded.
 func TestProgressBoundsWhatWaits(t *testing.T) {
-	p := newProgress(fileState{Inode: 1}, 3, func(fileState) {})
-	for i := range 3 {
-		if _, err := p.next(t.Context()); err != nil {
-			t.Fatal(err)
+	const maxPending = 4
+	p := newProgress(fileState{Inode: 1}, maxPending, func(fileState) {})
+	blocked := func() bool {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		// A slot free is taken at once (select picks among ready cases at
+		// random, so try a few times before calling it blocked).
+		for range 20 {
+			if seq, err := p.next(ctx); err == nil {
+				p.unqueue(seq)
+				return false
+			}
 		}
-		p.reached(fileState{Inode: 1, Offset: int64(10 * (i + 1))})
+		return true
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	if _, err := p.next(ctx); err == nil {
-		t.Fatal("a fourth event was numbered while three wait for their evaluation")
-	}
-	p.evaluated(2) // out of order: the first still holds the position back
-	if _, err := p.next(t.Context()); err != nil {
+	stuck, err := p.next(t.Context())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(p.marks); got > 4 {
-		t.Fatalf("%d positions held for 4 events", got)
+	p.reached(fileState{Inode: 1, Offset: 10})
+	for i := range 1000 {
+		if blocked() {
+			if i != maxPending-1 {
+				t.Fatalf("reading waited after %d events behind the stuck one, want %d", i, maxPending-1)
+			}
+			break
+		}
+		seq, _ := p.next(t.Context())
+		p.reached(fileState{Inode: 1, Offset: int64(10 * (i + 2))})
+		p.evaluated(seq)
+		if i == 999 {
+			t.Fatal("reading never waited for the stuck event")
+		}
+	}
+	if len(p.marks) > maxPending+1 || len(p.early) > maxPending {
+		t.Fatalf("%d positions and %d early evaluations held, want at most %d", len(p.marks), len(p.early), maxPending)
+	}
+	p.evaluated(stuck)
+	if blocked() {
+		t.Fatal("reading still waits once the stuck event is evaluated")
+	}
+	if p.at.Offset != 10*maxPending {
+		t.Fatalf("at %+v once every event is evaluated, want offset %d", p.at, 10*maxPending)
+	}
+}
+
+// TestProgressTruncatedStartsAgain: a log truncated in place is recorded
+// at its start at once, though events of the old content are pending, so a
+// restart does not resume at an old offset inside the new content.
+func TestProgressTruncatedStartsAgain(t *testing.T) {
+	var saved fileState
+	p := newProgress(fileState{Inode: 1}, 8, func(st fileState) { saved = st })
+	seq, _ := p.next(t.Context())
+	p.reached(fileState{Inode: 1, Offset: 5000})
+	p.reset(fileState{Inode: 1})
+	p.next(t.Context())
+	p.reached(fileState{Inode: 1, Offset: 10})
+	p.evaluated(seq)
+	p.record()
+	if saved.Offset != 0 {
+		t.Fatalf("recorded %+v after the truncation, want offset 0 until the new content is evaluated", saved)
+	}
+	p.evaluated(seq + 1)
+	p.record()
+	if saved.Offset != 10 {
+		t.Fatalf("recorded %+v, want offset 10", saved)
 	}
 }
