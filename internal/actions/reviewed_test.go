@@ -129,7 +129,14 @@ func TestAdmissionVerdictActsOnlyOnTheReviewedObject(t *testing.T) {
 
 	// The verdict about the live pod itself runs every action.
 	offer(r, podRef(victim))
-	devtest.Eventually(t, "the pod evicted", func() bool {
+	// The pod can be gone before the eviction's own result is logged: wait
+	// for both (a CI run read the log in between).
+	devtest.Eventually(t, "the pod evicted and every action's result logged", func() bool {
+		for _, typ := range types {
+			if len(e.log.lines(typ, "victim")) < 3 {
+				return false
+			}
+		}
 		return apierrors.IsNotFound(e.c.Get(ctx, client.ObjectKeyFromObject(victim), &corev1.Pod{}))
 	})
 	for _, typ := range types {
