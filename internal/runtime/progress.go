@@ -37,9 +37,19 @@ type progress struct {
 	// at is that position; saved what the state file holds.
 	at, saved fileState
 	// stopped: the input has stopped reading. Evaluations that end after
-	// it save the state themselves, as nobody else will.
+	// it save the state themselves, as nobody else will: when the last
+	// event read is, and every stoppedSaveEvery events before that (the
+	// workers may go on through a full queue after the input stopped, and
+	// a write per event would hold them on mu).
 	stopped bool
+	// flushedDone is done when the state was last saved after the stop.
+	flushedDone uint64
 }
+
+// stoppedSaveEvery is how many evaluations after the input stopped go
+// between two saves: what a restart may read again if the workers stop
+// too before the last.
+const stoppedSaveEvery = 256
 
 type mark struct {
 	seq uint64
@@ -112,8 +122,9 @@ func (p *progress) evaluated(seq uint64) {
 		<-p.pending
 	}
 	p.advance()
-	if p.stopped {
+	if p.stopped && (p.done == p.queued || p.done-p.flushedDone >= stoppedSaveEvery) {
 		p.flush()
+		p.flushedDone = p.done
 	}
 }
 
@@ -153,6 +164,7 @@ func (p *progress) stop() {
 	defer p.mu.Unlock()
 	p.stopped = true
 	p.flush()
+	p.flushedDone = p.done
 }
 
 func (p *progress) flush() {

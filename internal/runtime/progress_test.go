@@ -155,3 +155,29 @@ func TestProgressTruncatedStartsAgain(t *testing.T) {
 		t.Fatalf("recorded %+v, want offset 10", saved)
 	}
 }
+
+// TestProgressSavesSparinglyAfterTheStop: the workers can go on through a
+// full queue after the input stopped; the state is then saved every
+// stoppedSaveEvery evaluations and at the last event read, not once per
+// event (each a write and a rename, under the lock the workers share).
+func TestProgressSavesSparinglyAfterTheStop(t *testing.T) {
+	const n = 1000
+	var saves []fileState
+	p := newProgress(fileState{Inode: 1}, n, func(st fileState) { saves = append(saves, st) })
+	for i := range n {
+		if _, err := p.next(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		p.reached(fileState{Inode: 1, Offset: int64(10 * (i + 1))})
+	}
+	p.stop()
+	for seq := range uint64(n) {
+		p.evaluated(seq + 1)
+	}
+	if len(saves) > n/stoppedSaveEvery+1 {
+		t.Errorf("%d saves for %d evaluations after the stop, want at most %d", len(saves), n, n/stoppedSaveEvery+1)
+	}
+	if last := saves[len(saves)-1]; last.Offset != 10*n {
+		t.Errorf("last save %+v, want offset %d", last, 10*n)
+	}
+}
