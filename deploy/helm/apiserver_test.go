@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/devcluster/devtest"
+	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/internal/manager"
 )
 
@@ -197,12 +197,11 @@ func (s *logSink) String() string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // Portal, with exactly the RBAC the chart renders for admission, audit and

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/vilaca/portal/internal/admission"
+	"github.com/vilaca/portal/internal/freeport"
 )
 
 // openPath stands for the verdict forwarding endpoint: the one path whose
@@ -46,7 +47,7 @@ func startGuardedWebhook(t *testing.T, caPEM []byte, open []string, paths ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := freePort()
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

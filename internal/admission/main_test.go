@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -38,6 +37,7 @@ import (
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/expr/exprlang"
+	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/internal/rule"
 )
 
@@ -174,11 +174,11 @@ type portalOptions struct {
 // of 127.0.0.1 and waits until it serves, its rules have loaded and the
 // webhook configuration exists.
 func startPortal(o portalOptions) (*portal, error) {
-	port, err := freePort()
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
-	healthPort, err := freePort()
+	healthPort, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
@@ -283,15 +283,6 @@ func (p *portal) readyz() (int, error) {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // syncWriter collects log output written from other goroutines.

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/vilaca/portal/internal/freeport"
 )
 
 // The node's fixed addresses and names. Only one node runs on a host (the
@@ -222,7 +224,7 @@ func (n *node) writePKI(env *envtest.Environment) error {
 	if err := pki.issue(n.path("pki"), "kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, nil, nil); err != nil {
 		return err
 	}
-	port, err := freePort(NodeIP)
+	port, err := freeport.Pick(NodeIP)
 	if err != nil {
 		return err
 	}
@@ -246,15 +248,6 @@ func (n *node) writePKI(env *envtest.Environment) error {
 	args.Set("kubelet-preferred-address-types", "InternalIP")
 	env.ControlPlane.Etcd.DataDir = n.path("etcd")
 	return nil
-}
-
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (n *node) startContainerd(ctx context.Context) error {

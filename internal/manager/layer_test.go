@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/freeport"
 )
 
 // TestLayerSwitches runs two managers one after the other in one process,
@@ -121,7 +122,7 @@ message: flagged
 // no metrics or health listener, and a free port for the webhook.
 func layerConfig(t testing.TB, name string) (Config, *prometheus.Registry, int) {
 	t.Helper()
-	port, err := freePort()
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,9 @@ package manager
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -21,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/vilaca/portal/internal/freeport"
 )
 
 // TestMetricsNeedAnAuthorizedToken runs Portal with the default metrics
@@ -39,7 +39,7 @@ func TestMetricsNeedAnAuthorizedToken(t *testing.T) {
 	const ns = "monitoring"
 	scraper, nobody := serviceAccountTokens(t, cs, ns)
 
-	port, err := freePort()
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,17 +171,4 @@ func TestMetricsPlainHTTPOnlyWhenAsked(t *testing.T) {
 	if o := metricsOptions(&cfg); o.SecureServing || o.FilterProvider != nil {
 		t.Fatalf("--metrics-secure=false: SecureServing %v, filter %v", o.SecureServing, o.FilterProvider != nil)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	addr, ok := l.Addr().(*net.TCPAddr)
-	if !ok {
-		return 0, errors.New("not a TCP address")
-	}
-	return addr.Port, nil
 }

@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
 )
 
@@ -127,7 +128,7 @@ type runtimeEnv struct {
 }
 
 func startRuntimeEnv(t *testing.T) *runtimeEnv {
-	port, err := freePort()
+	port, err := freeport.Pick("127.0.0.1")
 	must(t, err)
 	dir := t.TempDir()
 	token := "runtime-audit-token-" + fmt.Sprint(time.Now().UnixNano())

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/freeport"
 )
 
 const privilegedPod = `apiVersion: v1
@@ -37,12 +38,11 @@ spec:
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // TestPortalDev is the newcomer's path: portal dev comes up, a violating pod

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/vilaca/portal/internal/freeport"
 )
 
 // Quantile returns the q-quantile of sorted by the nearest-rank method.
@@ -254,15 +255,9 @@ func EnvInt(name string, def int) int {
 	return def
 }
 
-// FreePort asks the kernel for a free port on 127.0.0.1.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort picks a port on 127.0.0.1 that a child process is told by flag
+// (freeport: outside the range outgoing connections take it from).
+func FreePort() (int, error) { return freeport.Pick("127.0.0.1") }
 
 // HTTPGet fetches url and returns its status and body.
 func HTTPGet(ctx context.Context, url string) (int, []byte, error) {

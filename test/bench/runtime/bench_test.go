@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/pki"
 	"github.com/vilaca/portal/test/bench/benchstat"
@@ -73,12 +74,10 @@ type env struct {
 func start(b *testing.B, runtime bool, queue, workers int) *env {
 	b.Helper()
 	dir := b.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		b.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	flags := map[string]string{}
 	if runtime {
 		bundle, err := pki.NewSelfSigned(time.Now(), time.Hour, nil, []net.IP{net.IPv4(127, 0, 0, 1)})

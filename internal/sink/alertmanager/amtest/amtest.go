@@ -23,6 +23,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/internal/testbin"
 )
 
@@ -92,12 +93,10 @@ func NewWith(dir string, o Options) (*Server, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	port, err := freeport.Pick(host)
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	cfg := "route:\n  receiver: blackhole\n  group_wait: 1s\n  group_interval: 1s\nreceivers:\n  - name: blackhole\n"
 	if o.WebhookURL != "" {
 		cfg = fmt.Sprintf(`route:

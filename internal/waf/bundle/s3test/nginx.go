@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/vilaca/portal/internal/freeport"
 )
 
 // TLS is what nginx serves: its certificate, and, when ClientCA is set, the
@@ -40,7 +42,7 @@ func StartNginx(t testing.TB, upstream string, cfg TLS) *Nginx {
 			t.Fatal(errNoNginx)
 		}
 	}
-	port, err := freePort()
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

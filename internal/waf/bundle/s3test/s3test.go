@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/internal/testbin"
 )
 
@@ -35,16 +35,6 @@ const (
 
 // versitygw is bin/versitygw, which Start builds when it is missing.
 var versitygw = testbin.New("versitygw", "versitygw", "github.com/versity/versitygw/cmd/versitygw")
-
-// freePort returns a port free on 127.0.0.1 now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // process is a child process the test started, with its exit watched.
 type process struct {
@@ -118,7 +108,7 @@ func Start(t testing.TB) *Storage {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := freePort()
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

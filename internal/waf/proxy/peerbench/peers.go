@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/internal/waf/ruleset"
 )
 
@@ -76,17 +76,8 @@ func startPeers(ctx context.Context, o options, l layout, work, upstream string)
 	return peers, err
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
 func startWAFProxy(ctx context.Context, o options, l layout, work, cacheURL, upstream string) (*peer, error) {
-	addr, err := freeAddr()
+	addr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +195,7 @@ func startNginx(ctx context.Context, l layout, work, upstream string) (*peer, er
 	if err := os.MkdirAll(filepath.Join(work, "tmp"), 0o755); err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
+	addr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
