@@ -147,12 +147,18 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 		return file, rest, st, nil
 	}
 	// Rotated: the old file is complete; read what it still holds, then
-	// move to the new one from its start.
+	// move to the next from its start: the next rotated file when the log
+	// rotated more than once since this one was written (while Portal was
+	// down, or between two polls), else the new log.
 	if rest, st, err = f.drain(ctx, file, rest, st); err != nil {
 		return file, rest, st, err
 	}
 	file.Close()
-	st, f.skipping = fileState{Inode: inode(fi)}, false
+	next := inode(fi)
+	if b, ok := nextBackup(f.o.Path, st.Inode); ok {
+		next = b
+	}
+	st, f.skipping = fileState{Inode: next}, false
 	f.prog.reached(st)
 	f.prog.record()
 	return nil, nil, st, nil
@@ -178,6 +184,8 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 			file.Close()
 			file = old
 		} else {
+			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed by the rotation); reading the log from its start, what came between is not read",
+				"path", f.o.Path, "stateFile", f.o.StateFile)
 			st = fileState{Inode: inode(fi)}
 		}
 	default:
@@ -191,7 +199,8 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 }
 
 // rotated finds the file beside Path that has inode ino (Path renamed by
-// the API server's rotation: audit-2026-01-02T03-04-05.000.log).
+// a rotation: the API server's audit-2026-01-02T03-04-05.000.log, or any
+// other name a rotation gives it).
 func (f *FileInput) rotated(ino uint64) *os.File {
 	entries, err := os.ReadDir(filepath.Dir(f.o.Path))
 	if err != nil {

@@ -106,6 +106,32 @@ func TestFileSurvivesRotationAndRestart(t *testing.T) {
 	}
 }
 
+// TestFileFollowsEveryRotationWhileStopped: the log rotated twice while
+// Portal was stopped; the restart finishes the file it was in, then reads
+// the file rotated after it, then the new log. It went from the first
+// straight to the new log, and the second rotated file was never read.
+func TestFileFollowsEveryRotationWhileStopped(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	appendEvents(t, path, ids("a", 3)...)
+	runFile(t, h, path, state, 3, nil)
+	appendEvents(t, path, ids("b", 2)...)
+	for i, next := range [][]string{ids("c", 3), ids("d", 4)} {
+		rotated := filepath.Join(dir, fmt.Sprintf("audit-2026-01-01T%02d-00-00.000.log", 9+i))
+		if err := os.Rename(path, rotated); err != nil {
+			t.Fatal(err)
+		}
+		appendEvents(t, path, next...)
+	}
+	// Not the API server's stamp: not taken for a rotated file of the log.
+	appendEvents(t, filepath.Join(dir, "audit-old.log"), ids("x", 5)...)
+	runFile(t, h, path, state, 12, nil)
+	if got := counter(t, h.metrics.Evaluated); got != 12 {
+		t.Errorf("evaluated %v events, want each of the 12 once", got)
+	}
+}
+
 // appendRaw writes data to path as it is.
 func appendRaw(t *testing.T, path string, data []byte) {
 	t.Helper()

@@ -1,0 +1,71 @@
+package runtime
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// backupTime is how the API server's log rotation (lumberjack) stamps a
+// rotated file: audit.log becomes audit-2026-01-02T03-04-05.000.log. The
+// stamps order the rotated files; a rotation that names them otherwise
+// (audit.log.1) is still followed by inode, one rotation at a time.
+const backupTime = "2006-01-02T15-04-05.000"
+
+// backup is a rotated file of the audit log.
+type backup struct {
+	path  string
+	inode uint64
+	at    time.Time
+}
+
+// backups lists path's rotated files, oldest first: regular files beside it
+// named as the API server's rotation names them. Compressed ones (.gz, from
+// --audit-log-compress) are not listed: they cannot be followed.
+func backups(path string) []backup {
+	dir, base := filepath.Split(path)
+	ext := filepath.Ext(base)
+	prefix := strings.TrimSuffix(base, ext) + "-"
+	entries, err := os.ReadDir(filepath.Clean(dir))
+	if err != nil {
+		return nil
+	}
+	var out []backup
+	for _, e := range entries {
+		name := e.Name()
+		stamp, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		if stamp, ok = strings.CutSuffix(stamp, ext); !ok {
+			continue
+		}
+		at, err := time.Parse(backupTime, stamp)
+		if err != nil {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		out = append(out, backup{path: p, inode: inode(fi), at: at})
+	}
+	slices.SortFunc(out, func(a, b backup) int { return a.at.Compare(b.at) })
+	return out
+}
+
+// nextBackup is the inode of the rotated file that follows the one with
+// inode ino, when there is one: the log rotated again after ino's file was
+// renamed, and that later file holds what came between.
+func nextBackup(path string, ino uint64) (uint64, bool) {
+	bs := backups(path)
+	for i, b := range bs {
+		if b.inode == ino && i+1 < len(bs) {
+			return bs[i+1].inode, true
+		}
+	}
+	return 0, false
+}
