@@ -7,8 +7,8 @@
 // other bind to port 0 also draws from; on a busy machine (a test run with
 // API servers, etcd and their clients) one of those takes it before the
 // server binds it, and the server fails with "address already in use".
-// Pick draws from below that range instead, where only an explicit bind
-// lands.
+// Pick draws from below that range instead (and below the NodePort
+// range), where only an explicit bind lands.
 package freeport
 
 import (
@@ -24,10 +24,15 @@ import (
 const (
 	defaultEphemeralLow  = 32768
 	defaultEphemeralHigh = 60999
-	// lowest is the bottom of the range Pick draws from: above the ports
-	// well-known services listen on.
-	lowest = 10000
-	tries  = 64
+	// Pick draws from lowest to highest: above the ports Kubernetes' own
+	// components listen on (6443, 10250-10259 and their like) and below
+	// the NodePort range (30000-32767), which kube-proxy may redirect on a
+	// node's addresses.
+	lowest  = 20000
+	highest = 29999
+	// room is the fewest ports a range to draw from must have.
+	room  = 1000
+	tries = 64
 )
 
 // rangeFile is where Linux states its ephemeral range.
@@ -36,7 +41,7 @@ const rangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 // Pick returns a port on host that nothing listens on at the time of the
 // call, outside the kernel's ephemeral range when there is room for one.
 // Two callers may still draw the same port; the draw is uniform over some
-// twenty thousand ports, so that takes two picks left unbound at once.
+// ten thousand ports, so that takes two picks left unbound at once.
 func Pick(host string) (int, error) {
 	low, high := span(ephemeral())
 	return pickIn(host, low, high)
@@ -66,16 +71,16 @@ func Addr(host string) (string, error) {
 	return net.JoinHostPort(host, strconv.Itoa(port)), nil
 }
 
-// span is the range Pick draws from: below the ephemeral range, or above
-// it where it starts too low to leave room below.
+// span is the range Pick draws from: lowest to highest, short of the
+// ephemeral range (low to high); above it where that leaves too few.
 func span(low, high int) (int, int) {
-	if low-1-lowest >= 1000 {
-		return lowest, low - 1
+	if top := min(highest, low-1); top-lowest+1 >= room {
+		return lowest, top
 	}
-	if 65535-high >= 1000 {
+	if 65535-high >= room {
 		return high + 1, 65535
 	}
-	return lowest, 65535
+	return lowest, highest
 }
 
 // ephemeral reads the kernel's ephemeral port range.

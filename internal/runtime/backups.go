@@ -57,15 +57,28 @@ func backups(path string) []backup {
 	return out
 }
 
-// nextBackup is the inode of the rotated file that follows the one with
-// inode ino, when there is one: the log rotated again after ino's file was
-// renamed, and that later file holds what came between.
-func nextBackup(path string, ino uint64) (uint64, bool) {
+// nextBackup is the rotated file that follows the one with inode ino,
+// last modified at modified, when there is one: the log rotated again after
+// that file was renamed, and the later file holds what came between. When
+// ino's file is no longer listed (deleted by the rotation while it was
+// read), the next is the oldest one rotated after its last write.
+func nextBackup(path string, ino uint64, modified time.Time) (backup, bool) {
 	bs := backups(path)
 	for i, b := range bs {
-		if b.inode == ino && i+1 < len(bs) {
-			return bs[i+1].inode, true
+		if b.inode == ino {
+			if i+1 < len(bs) {
+				return bs[i+1], true
+			}
+			return backup{}, false
 		}
 	}
-	return 0, false
+	if modified.IsZero() {
+		return backup{}, false
+	}
+	for _, b := range bs {
+		if b.at.After(modified) {
+			return b, true
+		}
+	}
+	return backup{}, false
 }

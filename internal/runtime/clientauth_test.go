@@ -7,7 +7,6 @@ import (
 	"encoding/pem"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vilaca/portal/internal/context/event"
+	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/internal/runtime"
 )
 
@@ -138,12 +138,10 @@ func TestServingCertificateReloaded(t *testing.T) {
 	}
 	first, second := issue(t, "portal-1", nil, true), issue(t, "portal-2", nil, true)
 	write(first)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	srv, err := runtime.NewServer(runtime.ServerOptions{Addr: addr, CertDir: dir, AuditToken: auditToken,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, h.src, h.metrics)
 	if err != nil {

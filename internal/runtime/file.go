@@ -153,10 +153,14 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 	if rest, st, err = f.drain(ctx, file, rest, st); err != nil {
 		return file, rest, st, err
 	}
+	var modified time.Time
+	if cur, err := file.Stat(); err == nil {
+		modified = cur.ModTime()
+	}
 	file.Close()
 	next := inode(fi)
-	if b, ok := nextBackup(f.o.Path, st.Inode); ok {
-		next = b
+	if b, ok := nextBackup(f.o.Path, st.Inode, modified); ok {
+		next = b.inode
 	}
 	st, f.skipping = fileState{Inode: next}, false
 	f.prog.reached(st)
@@ -183,8 +187,20 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 		if old := f.rotated(st.Inode); old != nil {
 			file.Close()
 			file = old
+		} else if bs := backups(f.o.Path); len(bs) > 0 {
+			// Gone: the rotation deletes the oldest first, so every rotated
+			// file left is later than it; what it still held is lost.
+			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading on from the oldest rotated file",
+				"path", f.o.Path, "stateFile", f.o.StateFile, "from", bs[0].path)
+			if old, err := os.Open(bs[0].path); err == nil {
+				file.Close()
+				file = old
+				st = fileState{Inode: bs[0].inode}
+			} else {
+				st = fileState{Inode: inode(fi)}
+			}
 		} else {
-			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed by the rotation); reading the log from its start, what came between is not read",
+			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading the log from its start",
 				"path", f.o.Path, "stateFile", f.o.StateFile)
 			st = fileState{Inode: inode(fi)}
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,6 +130,60 @@ func TestFileFollowsEveryRotationWhileStopped(t *testing.T) {
 	runFile(t, h, path, state, 12, nil)
 	if got := counter(t, h.metrics.Evaluated); got != 12 {
 		t.Errorf("evaluated %v events, want each of the 12 once", got)
+	}
+	// And none twice: the twelfth evaluation is the last line of the new
+	// log, where the state now stands.
+	atTheEnd(t, path, state)
+}
+
+// TestFileResumesAtTheOldestRotatedFileLeft: the file the state is in was
+// deleted by the rotation while Portal was stopped; the restart reads the
+// rotated files left, oldest first, then the new log. It started the new
+// log, and every rotated file left was never read.
+func TestFileResumesAtTheOldestRotatedFileLeft(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	appendEvents(t, path, ids("a", 3)...)
+	runFile(t, h, path, state, 3, nil)
+	appendEvents(t, path, ids("b", 2)...)
+	for i, next := range [][]string{ids("c", 3), ids("d", 4)} {
+		if err := os.Rename(path, filepath.Join(dir, fmt.Sprintf("audit-2026-01-01T%02d-00-00.000.log", 9+i))); err != nil {
+			t.Fatal(err)
+		}
+		appendEvents(t, path, next...)
+	}
+	// --audit-log-maxbackup=1: the oldest goes, and b with it.
+	if err := os.Remove(filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log")); err != nil {
+		t.Fatal(err)
+	}
+	runFile(t, h, path, state, 10, nil)
+	if got := counter(t, h.metrics.Evaluated); got != 10 {
+		t.Errorf("evaluated %v events, want a, c and d once each (10)", got)
+	}
+	atTheEnd(t, path, state)
+}
+
+// atTheEnd fails unless state records path's file read to its end.
+func atTheEnd(t *testing.T, path, state string) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Inode  uint64 `json:"inode"`
+		Offset int64  `json:"offset"`
+	}
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	if ino := fi.Sys().(*syscall.Stat_t).Ino; st.Inode != ino || st.Offset != fi.Size() {
+		t.Errorf("state at inode %d offset %d, want the log's end (inode %d offset %d): an event was read twice", st.Inode, st.Offset, ino, fi.Size())
 	}
 }
 
