@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -26,6 +27,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/vilaca/portal/internal/freeport"
 )
 
 // ModulePath is the module whose go.mod marks the repository root.
@@ -154,6 +157,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if n, err = prepareNode(ctx, env, binDir); err != nil {
 			return nil, err
 		}
+	}
+	if err := pinPorts(env); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -343,4 +349,32 @@ func modulePath(path string) (string, error) {
 		return "", err
 	}
 	return "", fmt.Errorf("%s: no module line", path)
+}
+
+// pinPorts gives etcd and the API server ports from freeport where the
+// node has not set them: envtest picks its own by listening on port 0 and
+// closing it, from the range every outgoing connection draws from, so on a
+// busy machine (test packages starting control planes side by side) a
+// client's connection can take one before the process binds it.
+func pinPorts(env *envtest.Environment) error {
+	pick := func() (string, error) { return freeport.Addr("127.0.0.1") }
+	client, err := pick()
+	if err != nil {
+		return err
+	}
+	peer, err := pick()
+	if err != nil {
+		return err
+	}
+	env.ControlPlane.Etcd.URL = &url.URL{Scheme: "http", Host: client}
+	env.ControlPlane.Etcd.Configure().Set("listen-peer-urls", "http://"+peer)
+	api := env.ControlPlane.GetAPIServer()
+	if api.SecureServing.Port == "" {
+		port, err := freeport.Pick("127.0.0.1")
+		if err != nil {
+			return err
+		}
+		api.SecureServing.Address, api.SecureServing.Port = "127.0.0.1", strconv.Itoa(port)
+	}
+	return nil
 }
