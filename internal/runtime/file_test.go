@@ -112,19 +112,7 @@ func TestFileSurvivesRotationAndRestart(t *testing.T) {
 // the file rotated after it, then the new log. It went from the first
 // straight to the new log, and the second rotated file was never read.
 func TestFileFollowsEveryRotationWhileStopped(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir := t.TempDir()
-	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
-	appendEvents(t, path, ids("a", 3)...)
-	runFile(t, h, path, state, 3, nil)
-	appendEvents(t, path, ids("b", 2)...)
-	for i, next := range [][]string{ids("c", 3), ids("d", 4)} {
-		rotated := filepath.Join(dir, fmt.Sprintf("audit-2026-01-01T%02d-00-00.000.log", 9+i))
-		if err := os.Rename(path, rotated); err != nil {
-			t.Fatal(err)
-		}
-		appendEvents(t, path, next...)
-	}
+	h, dir, path, state := stoppedThroughTwoRotations(t)
 	// Not the API server's stamp: not taken for a rotated file of the log.
 	appendEvents(t, filepath.Join(dir, "audit-old.log"), ids("x", 5)...)
 	runFile(t, h, path, state, 12, nil)
@@ -141,18 +129,7 @@ func TestFileFollowsEveryRotationWhileStopped(t *testing.T) {
 // rotated files left, oldest first, then the new log. It started the new
 // log, and every rotated file left was never read.
 func TestFileResumesAtTheOldestRotatedFileLeft(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir := t.TempDir()
-	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
-	appendEvents(t, path, ids("a", 3)...)
-	runFile(t, h, path, state, 3, nil)
-	appendEvents(t, path, ids("b", 2)...)
-	for i, next := range [][]string{ids("c", 3), ids("d", 4)} {
-		if err := os.Rename(path, filepath.Join(dir, fmt.Sprintf("audit-2026-01-01T%02d-00-00.000.log", 9+i))); err != nil {
-			t.Fatal(err)
-		}
-		appendEvents(t, path, next...)
-	}
+	h, dir, path, state := stoppedThroughTwoRotations(t)
 	// --audit-log-maxbackup=1: the oldest goes, and b with it.
 	if err := os.Remove(filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log")); err != nil {
 		t.Fatal(err)
@@ -162,6 +139,25 @@ func TestFileResumesAtTheOldestRotatedFileLeft(t *testing.T) {
 		t.Errorf("evaluated %v events, want a, c and d once each (10)", got)
 	}
 	atTheEnd(t, path, state)
+}
+
+// stoppedThroughTwoRotations evaluates three events of a log (a), stops,
+// then writes two more (b) and rotates, three (c) and rotates, and four
+// (d) into the new log, as the API server would while Portal is down.
+func stoppedThroughTwoRotations(t *testing.T) (h *harness, dir, path, state string) {
+	h = newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir = t.TempDir()
+	path, state = filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	appendEvents(t, path, ids("a", 3)...)
+	runFile(t, h, path, state, 3, nil)
+	appendEvents(t, path, ids("b", 2)...)
+	for i, next := range [][]string{ids("c", 3), ids("d", 4)} {
+		if err := os.Rename(path, filepath.Join(dir, fmt.Sprintf("audit-2026-01-01T%02d-00-00.000.log", 9+i))); err != nil {
+			t.Fatal(err)
+		}
+		appendEvents(t, path, next...)
+	}
+	return h, dir, path, state
 }
 
 // atTheEnd fails unless state records path's file read to its end.
