@@ -35,7 +35,7 @@ func TestViolationCountFollowsPromptly(t *testing.T) {
 	waitViolations := func(want int64) {
 		t.Helper()
 		var got policyv1alpha1.PortalClusterRule
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			err := env.client.Get(ctx, client.ObjectKeyFromObject(pcr), &got)
 			return err == nil && got.Status.ViolationCount == want, nil
 		})
@@ -78,7 +78,7 @@ func TestCountIntervalRunsOnTheInjectedClock(t *testing.T) {
 	}
 	// Evaluations before the writer starts belong to the leader before
 	// it: evaluate until the first write shows one.
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		counts.Evaluated(r)
 		return evalCount(ctx) >= 1, nil
 	})
@@ -89,7 +89,7 @@ func TestCountIntervalRunsOnTheInjectedClock(t *testing.T) {
 	counts.Evaluated(r)
 	// The next write waits out the interval on the fake clock: step it
 	// until the writer's queue has seen the hour pass.
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		clk.Step(time.Hour)
 		return evalCount(ctx) > first, nil
 	})
