@@ -169,9 +169,13 @@ func (s *junitStore) write(w io.Writer, sum Summary) error {
 	for _, r := range s.rules {
 		s.flush(r)
 	}
-	rd, err := s.reader()
-	if err != nil {
-		return err
+	block := func(b junitBlock) (io.Reader, error) {
+		if s.spill == nil {
+			return bytes.NewReader(s.mem[b.off : b.off+b.n]), nil
+		}
+		// A spill's reader copies to a file in the kernel (a report
+		// redirected to one), not through this process.
+		return s.spill.section(b.off, b.n)
 	}
 	buf := []byte(xml.Header)
 	buf = fmt.Appendf(buf, `<testsuites tests="%d" failures="%d" errors="%d">`, s.tests, sum.Fail, sum.Error)
@@ -186,7 +190,11 @@ func (s *junitStore) write(w io.Writer, sum Summary) error {
 				return err
 			}
 			buf = buf[:0]
-			if _, err := io.Copy(w, io.NewSectionReader(rd, b.off, b.n)); err != nil {
+			rd, err := block(b)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(w, rd); err != nil {
 				return err
 			}
 		}
@@ -196,7 +204,7 @@ func (s *junitStore) write(w io.Writer, sum Summary) error {
 		buf = append(buf, '\n')
 	}
 	buf = append(buf, "</testsuites>\n"...)
-	_, err = w.Write(buf)
+	_, err := w.Write(buf)
 	return err
 }
 

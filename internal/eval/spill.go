@@ -161,6 +161,11 @@ func (s *spill) finish(w io.Writer, empty, tail []byte) error {
 
 // contents flushes the spill and returns what it holds from offset off.
 func (s *spill) contents(off int64) (*spillReader, error) {
+	return s.section(off, max(s.n-off, 0))
+}
+
+// section flushes the spill and returns its n bytes from offset off.
+func (s *spill) section(off, n int64) (*spillReader, error) {
 	if s.into != nil {
 		return nil, errors.New("the report is written in place: its results cannot be read back")
 	}
@@ -170,7 +175,7 @@ func (s *spill) contents(off int64) (*spillReader, error) {
 	if s.err != nil {
 		return nil, fmt.Errorf("write the report's results to a temporary file: %w", s.err)
 	}
-	return &spillReader{SectionReader: io.NewSectionReader(s.f, off, max(s.n-off, 0)), f: s.f, off: off}, nil
+	return &spillReader{SectionReader: io.NewSectionReader(s.f, off, n), f: s.f, off: off}, nil
 }
 
 // spillReader reads a spill from an offset. Copied to a file (a report

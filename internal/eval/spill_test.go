@@ -9,46 +9,56 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/eval"
 	"github.com/vilaca/portal/internal/manifest"
 )
 
-// TestSpilledJSONIsTheSameReport: a JSON report whose results wait in a
-// temporary file reads byte for byte as the one kept in memory, with one
-// worker or several, empty or not, and leaves no file behind.
-func TestSpilledJSONIsTheSameReport(t *testing.T) {
+// TestSpilledReportIsTheSame: a JSON or JUnit report whose results wait in
+// a temporary file reads byte for byte as the one kept in memory, with one
+// worker or several, empty or not, to a writer or to a file (the kernel
+// copies the spill there), and leaves no file behind.
+func TestSpilledReportIsTheSame(t *testing.T) {
 	eng := restrictedEngine(t)
 	docs := manifest.Split("pods.yaml", stream(t, 300, 5))
-	for _, n := range []int{0, 1, len(docs)} {
-		want, _ := eval.Evaluate(context.Background(), eng, docs[:n], eval.Options{Jobs: 1, Format: "json"})
-		for _, jobs := range []int{1, 3} {
-			dir := t.TempDir()
-			rep, _ := eval.Evaluate(context.Background(), eng, docs[:n], eval.Options{Jobs: jobs, Format: "json", SpillDir: dir})
-			// The file is unlinked at once: a killed run leaves nothing.
-			if left, _ := os.ReadDir(dir); len(left) != 0 {
-				t.Fatalf("%d documents, %d jobs: %d files in the spill directory during the run", n, jobs, len(left))
-			}
-			got := render(t, rep, "json")
-			if got != render(t, want, "json") {
-				t.Fatalf("%d documents, %d jobs: the spilled report differs\n got: %.1000s", n, jobs, got)
-			}
-			if again := render(t, rep, "json"); again != got {
-				t.Fatalf("%d documents, %d jobs: a second write differs", n, jobs)
-			}
-			// To a file, the spill is copied by the kernel, from the
-			// file's own offset: the same bytes, every time.
-			for range 2 {
-				if inFile := writeFile(t, rep, "json"); inFile != got {
-					t.Fatalf("%d documents, %d jobs: the report written to a file differs\n got: %.1000s", n, jobs, inFile)
-				}
-			}
-			if err := rep.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if err := rep.Write(io.Discard, "json"); err == nil {
-				t.Fatal("a closed report was written")
+	for _, format := range []string{"json", "junit"} {
+		for _, n := range []int{0, 1, len(docs)} {
+			want, _ := eval.Evaluate(context.Background(), eng, docs[:n], eval.Options{Jobs: 1, Format: format})
+			for _, jobs := range []int{1, 3} {
+				spilledIsTheSame(t, eng, docs[:n], format, jobs, render(t, want, format))
 			}
 		}
+	}
+}
+
+func spilledIsTheSame(t *testing.T, eng *engine.Engine, docs []manifest.Document, format string, jobs int, want string) {
+	t.Helper()
+	n := len(docs)
+	dir := t.TempDir()
+	rep, _ := eval.Evaluate(context.Background(), eng, docs, eval.Options{Jobs: jobs, Format: format, SpillDir: dir})
+	// The file is unlinked at once: a killed run leaves nothing.
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("%s, %d documents, %d jobs: %d files in the spill directory during the run", format, n, jobs, len(left))
+	}
+	got := render(t, rep, format)
+	if got != want {
+		t.Fatalf("%s, %d documents, %d jobs: the spilled report differs\n got: %.1000s", format, n, jobs, got)
+	}
+	if again := render(t, rep, format); again != got {
+		t.Fatalf("%s, %d documents, %d jobs: a second write differs", format, n, jobs)
+	}
+	// To a file, the spill is copied by the kernel, from the file's own
+	// offset: the same bytes, every time.
+	for range 2 {
+		if inFile := writeFile(t, rep, format); inFile != got {
+			t.Fatalf("%s, %d documents, %d jobs: the report written to a file differs\n got: %.1000s", format, n, jobs, inFile)
+		}
+	}
+	if err := rep.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Write(io.Discard, format); err == nil {
+		t.Fatalf("%s: a closed report was written", format)
 	}
 }
 
