@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -147,6 +148,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(binDir, "etcd")}
 	env.ControlPlane.KubectlPath = filepath.Join(binDir, "kubectl")
 
+	// Before the node: it sets the API server's address and port itself,
+	// and nothing is started yet that an error here would leave running.
+	if err := pinPorts(env); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
 	var n *node
 	if opts.Node {
 		if os.Getenv("KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT") == "" {
@@ -157,9 +163,6 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if n, err = prepareNode(ctx, env, binDir); err != nil {
 			return nil, err
 		}
-	}
-	if err := pinPorts(env); err != nil {
-		return nil, fmt.Errorf("devcluster: %w", err)
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -351,30 +354,20 @@ func modulePath(path string) (string, error) {
 	return "", fmt.Errorf("%s: no module line", path)
 }
 
-// pinPorts gives etcd and the API server ports from freeport where the
-// node has not set them: envtest picks its own by listening on port 0 and
+// pinPorts gives etcd and the API server ports from freeport (a node then
+// sets the API server's own): envtest picks its own by listening on port 0 and
 // closing it, from the range every outgoing connection draws from, so on a
 // busy machine (test packages starting control planes side by side) a
 // client's connection can take one before the process binds it.
 func pinPorts(env *envtest.Environment) error {
-	pick := func() (string, error) { return freeport.Addr("127.0.0.1") }
-	client, err := pick()
+	ports, err := freeport.PickN("127.0.0.1", 3)
 	if err != nil {
 		return err
 	}
-	peer, err := pick()
-	if err != nil {
-		return err
-	}
-	env.ControlPlane.Etcd.URL = &url.URL{Scheme: "http", Host: client}
-	env.ControlPlane.Etcd.Configure().Set("listen-peer-urls", "http://"+peer)
+	addr := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+	env.ControlPlane.Etcd.URL = &url.URL{Scheme: "http", Host: addr(ports[0])}
+	env.ControlPlane.Etcd.Configure().Set("listen-peer-urls", "http://"+addr(ports[1]))
 	api := env.ControlPlane.GetAPIServer()
-	if api.SecureServing.Port == "" {
-		port, err := freeport.Pick("127.0.0.1")
-		if err != nil {
-			return err
-		}
-		api.SecureServing.Address, api.SecureServing.Port = "127.0.0.1", strconv.Itoa(port)
-	}
+	api.SecureServing.Address, api.SecureServing.Port = "127.0.0.1", strconv.Itoa(ports[2])
 	return nil
 }

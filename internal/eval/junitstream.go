@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 
 	"github.com/vilaca/portal/internal/junit"
@@ -169,13 +170,20 @@ func (s *junitStore) write(w io.Writer, sum Summary) error {
 	for _, r := range s.rules {
 		s.flush(r)
 	}
+	rd, err := s.reader()
+	if err != nil {
+		return err
+	}
+	// To a regular file (a report redirected to one), a spill's section
+	// copies itself in the kernel rather than through this process; to
+	// anything else (a pipe) that would cost each block seeks and a failed
+	// copy_file_range before the same copy.
+	kernel := s.spill != nil && isRegular(w)
 	block := func(b junitBlock) (io.Reader, error) {
-		if s.spill == nil {
-			return bytes.NewReader(s.mem[b.off : b.off+b.n]), nil
+		if kernel {
+			return s.spill.section(b.off, b.n)
 		}
-		// A spill's reader copies to a file in the kernel (a report
-		// redirected to one), not through this process.
-		return s.spill.section(b.off, b.n)
+		return io.NewSectionReader(rd, b.off, b.n), nil
 	}
 	buf := []byte(xml.Header)
 	buf = fmt.Appendf(buf, `<testsuites tests="%d" failures="%d" errors="%d">`, s.tests, sum.Fail, sum.Error)
@@ -204,8 +212,18 @@ func (s *junitStore) write(w io.Writer, sum Summary) error {
 		buf = append(buf, '\n')
 	}
 	buf = append(buf, "</testsuites>\n"...)
-	_, err := w.Write(buf)
+	_, err = w.Write(buf)
 	return err
+}
+
+// isRegular reports whether w is a regular file.
+func isRegular(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // appendXMLAttr appends s escaped as encoding/xml escapes text: by

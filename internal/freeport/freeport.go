@@ -48,6 +48,16 @@ func Pick(host string) (int, error) {
 }
 
 func pickIn(host string, low, high int) (int, error) {
+	l, port, err := listenIn(host, low, high)
+	if err != nil {
+		return 0, err
+	}
+	_ = l.Close()
+	return port, nil
+}
+
+// listenIn listens on a port of low to high drawn at random.
+func listenIn(host string, low, high int) (net.Listener, int, error) {
 	var last error
 	for range tries {
 		port := low + rand.IntN(high-low+1)
@@ -56,10 +66,31 @@ func pickIn(host string, low, high int) (int, error) {
 			last = err
 			continue
 		}
-		_ = l.Close()
-		return port, nil
+		return l, port, nil
 	}
-	return 0, fmt.Errorf("no free port on %s in %d-%d after %d tries: %w", host, low, high, tries, last)
+	return nil, 0, fmt.Errorf("no free port on %s in %d-%d after %d tries: %w", host, low, high, tries, last)
+}
+
+// PickN returns n different ports on host, as Pick chooses them: each is
+// held until all are chosen, so no two are the same.
+func PickN(host string, n int) ([]int, error) {
+	low, high := span(ephemeral())
+	ports := make([]int, 0, n)
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	for len(ports) < n {
+		l, port, err := listenIn(host, low, high)
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, l)
+		ports = append(ports, port)
+	}
+	return ports, nil
 }
 
 // Addr is Pick's port joined to host.

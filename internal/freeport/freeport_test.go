@@ -57,6 +57,19 @@ func TestPickSkipsWhatIsTaken(t *testing.T) {
 	}
 }
 
+// PickN's ports are all different.
+func TestPickNIsDistinct(t *testing.T) {
+	for range 20 {
+		ports, err := PickN("127.0.0.1", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ports) != 3 || ports[0] == ports[1] || ports[0] == ports[2] || ports[1] == ports[2] {
+			t.Fatalf("PickN(3) = %v, want three different ports", ports)
+		}
+	}
+}
+
 func TestSpan(t *testing.T) {
 	for _, c := range []struct{ low, high, wantLow, wantHigh int }{
 		{32768, 60999, 20000, 29999}, // Linux's default
