@@ -198,11 +198,11 @@ func (s *junitStore) write(w io.Writer, sum Summary) error {
 				return err
 			}
 			buf = buf[:0]
-			rd, err := block(b)
+			src, err := block(b)
 			if err != nil {
 				return err
 			}
-			if _, err := io.Copy(w, rd); err != nil {
+			if _, err := io.Copy(w, src); err != nil {
 				return err
 			}
 		}

@@ -13,13 +13,14 @@ import (
 
 	portaladmission "github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/test/bench/benchstat"
 )
 
 // startPortal runs Portal in a child process (see main_test.go) with its
 // webhook on a free port of 127.0.0.1.
 func startPortal(b *testing.B, cluster *devcluster.Cluster) (*benchstat.Child, error) {
-	webhookPort, err := freePort()
+	webhookPort, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,6 @@ var (
 	machine           = benchstat.Machine
 	loadAverage       = benchstat.LoadAverage
 	envInt            = benchstat.EnvInt
-	freePort          = benchstat.FreePort
 	scrapeAPIServer   = benchstat.ScrapeAPIServer
 	compliantPod      = benchstat.CompliantPod
 )

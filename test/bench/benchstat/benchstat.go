@@ -20,8 +20,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/vilaca/portal/internal/freeport"
 )
 
 // Quantile returns the q-quantile of sorted by the nearest-rank method.
@@ -254,10 +252,6 @@ func EnvInt(name string, def int) int {
 	}
 	return def
 }
-
-// FreePort picks a port on 127.0.0.1 that a child process is told by flag
-// (freeport: outside the range outgoing connections take it from).
-func FreePort() (int, error) { return freeport.Pick("127.0.0.1") }
 
 // HTTPGet fetches url and returns its status and body.
 func HTTPGet(ctx context.Context, url string) (int, []byte, error) {

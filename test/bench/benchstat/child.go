@@ -24,6 +24,7 @@ import (
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/freeport"
 )
 
 // Child is Portal running in a child process of a benchmark: the
@@ -61,13 +62,11 @@ func StartChild(dir, logPath string, cluster *devcluster.Cluster, env func(Child
 	if err := os.WriteFile(setup.Kubeconfig, kc, 0o600); err != nil {
 		return nil, err
 	}
-	for _, addr := range []*string{&setup.MetricsAddr, &setup.HealthAddr} {
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		*addr = fmt.Sprintf("127.0.0.1:%d", port)
+	ports, err := freeport.PickN("127.0.0.1", 2)
+	if err != nil {
+		return nil, err
 	}
+	setup.MetricsAddr, setup.HealthAddr = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ import (
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
 	"github.com/vilaca/portal/internal/devcluster"
+	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/internal/manager"
 	"github.com/vilaca/portal/internal/manifest"
 	"github.com/vilaca/portal/test/bench/benchstat"
@@ -297,11 +298,9 @@ func startPortal(b *testing.B, cluster *devcluster.Cluster, bin string, args []s
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		return nil, err
 	}
-	ports := make([]int, 4)
-	for i := range ports {
-		if ports[i], err = benchstat.FreePort(); err != nil {
-			return nil, err
-		}
+	ports, err := freeport.PickN("127.0.0.1", 4)
+	if err != nil {
+		return nil, err
 	}
 	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
 	args = append(append([]string{"run"}, args...),
