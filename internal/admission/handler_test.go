@@ -3,10 +3,12 @@ package admission_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrladmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -194,4 +197,39 @@ func TestHandleMalformedObject(t *testing.T) {
 	if got := testutil.ToFloat64(m.Requests.WithLabelValues(admission.DecisionError)); got != 0 {
 		t.Errorf("error decisions %v, want 0", got)
 	}
+}
+
+// TestConcurrentReviewsGetTheirOwnAnswers sends reviews from many clients
+// at once, as the API server does: the handler reuses request body buffers,
+// and each answer must still be its own request's (its UID, its verdict).
+func TestConcurrentReviewsGetTheirOwnAnswers(t *testing.T) {
+	wh := offlineWebhook(t, admission.Options{})
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				uid := fmt.Sprintf("c%d-%d", c, i)
+				privileged := (c+i)%2 == 0
+				body := review(uid, "CREATE", "default", privileged)
+				if i%10 == 0 {
+					// A body past the pooled size now and then, padded
+					// where the decoder ignores it.
+					body = strings.Replace(body, `"dryRun":false`, `"dryRun":false,"pad":"`+strings.Repeat("x", 80<<10)+`"`, 1)
+				}
+				rec := httptest.NewRecorder()
+				req := httptest.NewRequest(http.MethodPost, admission.Path, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				wh.ServeHTTP(rec, req)
+				var out admissionv1.AdmissionReview
+				if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+					t.Errorf("%s: HTTP %d: %v: %s", uid, rec.Code, err, rec.Body)
+					return
+				}
+				if out.Response.UID != types.UID(uid) || out.Response.Allowed == privileged {
+					t.Errorf("request %s (privileged %v): answered for %s, allowed %v", uid, privileged, out.Response.UID, out.Response.Allowed)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -26,6 +28,13 @@ const Path = "/validate"
 // controller-runtime.
 const maxRequestBytes = 7 << 20
 
+// maxPooledBody is the largest body buffer kept for the next request. A
+// pod's review with managedFields is 4 to 16 KB; a larger one (a ConfigMap
+// near the API server's limit, or a client that sends megabytes) reads into
+// a buffer of its own that the collector takes afterwards, so what the pool
+// keeps is bounded by this times the requests in flight, whatever is sent.
+const maxPooledBody = 64 << 10
+
 // reviewHandler serves AdmissionReview v1 over HTTP. It replaces
 // controller-runtime's admission.Webhook.ServeHTTP, which answers a malformed
 // body with HTTP 200 and an AdmissionReview whose response carries the error
@@ -41,6 +50,11 @@ type reviewHandler struct {
 	// defaultTimeout is the deadline of a request without ?timeout=;
 	// DefaultRequestTimeout but in tests.
 	defaultTimeout time.Duration
+	// bodies holds *bytes.Buffer for request bodies: reading each body into
+	// a new slice grown as it arrives was a fifth of the bytes a pod's
+	// request allocated. A buffer goes back once the review is decoded,
+	// which copies what it keeps (strings, and the objects' raw bytes).
+	bodies sync.Pool
 }
 
 func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -56,16 +70,20 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The server has a header timeout but none for the body: a client that
 	// trickles one would hold this goroutine and its buffer indefinitely.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyTimeout))
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+	body := h.body()
+	_, err := body.ReadFrom(io.LimitReader(r.Body, maxRequestBytes+1))
 	if err != nil {
+		h.release(body)
 		h.reject(w, r, MalformedUnreadable, http.StatusBadRequest, fmt.Sprintf("cannot read the request body: %v", err))
 		return
 	}
-	if len(body) > maxRequestBytes {
+	if body.Len() > maxRequestBytes {
+		h.release(body)
 		h.reject(w, r, MalformedTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxRequestBytes))
 		return
 	}
-	review, err := decodeReview(body)
+	review, err := decodeReview(body.Bytes())
+	h.release(body)
 	if err != nil {
 		reason := MalformedInvalidRequest
 		if me := (*malformedError)(nil); errors.As(err, &me) {
@@ -85,6 +103,25 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewEncoder(w).Encode(&out); err != nil {
 		h.log.Error("cannot write the admission response", "uid", string(review.Request.UID), "error", err)
 	}
+}
+
+// body returns an empty buffer for a request body, one an earlier request
+// used when there is one.
+func (h *reviewHandler) body() *bytes.Buffer {
+	if b, ok := h.bodies.Get().(*bytes.Buffer); ok {
+		return b
+	}
+	return new(bytes.Buffer)
+}
+
+// release hands a body buffer back for the next request unless it grew past
+// maxPooledBody. Nothing may read b afterwards.
+func (h *reviewHandler) release(b *bytes.Buffer) {
+	if b.Cap() > maxPooledBody {
+		return
+	}
+	b.Reset()
+	h.bodies.Put(b)
 }
 
 // malformedError is request content Portal refuses to decide on: the reason
