@@ -170,7 +170,8 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 
 // open opens the file the state names: Path when it is the same file, the
 // rotated file holding that inode when the log rotated while Portal was
-// down, or Path from its start.
+// down, the oldest rotated file left when that one is gone too, or Path
+// from its start.
 func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 	file, err := os.Open(f.o.Path)
 	if err != nil {
@@ -187,22 +188,27 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 		if old := f.rotated(st.Inode); old != nil {
 			file.Close()
 			file = old
-		} else if bs := backups(f.o.Path); len(bs) > 0 {
-			// Gone: the rotation deletes the oldest first, so every rotated
-			// file left is later than it; what it still held is lost.
-			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading on from the oldest rotated file",
-				"path", f.o.Path, "stateFile", f.o.StateFile, "from", bs[0].path)
-			if old, err := os.Open(bs[0].path); err == nil {
+			break
+		}
+		// Gone: the rotation deletes the oldest first, so every rotated
+		// file left is later than it; what it still held is lost. Read on
+		// from the oldest rotated file that opens, else the log's start,
+		// and say which once it is known.
+		st = fileState{Inode: inode(fi)}
+		from := ""
+		for _, b := range backups(f.o.Path) {
+			if old, err := os.Open(b.path); err == nil {
 				file.Close()
-				file = old
-				st = fileState{Inode: bs[0].inode}
-			} else {
-				st = fileState{Inode: inode(fi)}
+				file, st, from = old, fileState{Inode: b.inode}, b.path
+				break
 			}
+		}
+		if from != "" {
+			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading on from the oldest rotated file left",
+				"path", f.o.Path, "stateFile", f.o.StateFile, "from", from)
 		} else {
 			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading the log from its start",
 				"path", f.o.Path, "stateFile", f.o.StateFile)
-			st = fileState{Inode: inode(fi)}
 		}
 	default:
 		st = fileState{Inode: inode(fi)}
