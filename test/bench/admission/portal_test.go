@@ -13,23 +13,18 @@ import (
 
 	portaladmission "github.com/vilaca/portal/internal/admission"
 	"github.com/vilaca/portal/internal/devcluster"
-	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/test/bench/benchstat"
 )
 
 // startPortal runs Portal in a child process (see main_test.go) with its
 // webhook on a free port of 127.0.0.1.
 func startPortal(b *testing.B, cluster *devcluster.Cluster) (*benchstat.Child, error) {
-	webhookPort, err := freeport.Pick("127.0.0.1")
-	if err != nil {
-		return nil, err
-	}
 	return benchstat.StartChild(b.TempDir(), "", cluster, func(s benchstat.ChildSetup) []string {
 		return []string{
 			childEnv + "=1",
 			childKubeconfigEnv + "=" + s.Kubeconfig,
 			childNamespaceEnv + "=" + portalNamespace,
-			childWebhookEnv + "=" + strconv.Itoa(webhookPort),
+			childWebhookEnv + "=" + strconv.Itoa(s.SparePort),
 			childMetricsEnv + "=" + s.MetricsAddr,
 			childHealthEnv + "=" + s.HealthAddr,
 		}

@@ -41,12 +41,15 @@ type Child struct {
 }
 
 // ChildSetup is what a benchmark's environment for its child is built from:
-// the kubeconfig file of the control plane and free addresses of 127.0.0.1
-// for Portal's /metrics and /healthz, /readyz.
+// the kubeconfig file of the control plane, free addresses of 127.0.0.1 for
+// Portal's /metrics and /healthz, /readyz, and one more free port of
+// 127.0.0.1, distinct from those two, for a listener of the benchmark's own
+// (the admission webhook).
 type ChildSetup struct {
 	Kubeconfig  string
 	MetricsAddr string
 	HealthAddr  string
+	SparePort   int
 }
 
 // StartChild writes cluster's kubeconfig into dir and starts the running
@@ -62,11 +65,12 @@ func StartChild(dir, logPath string, cluster *devcluster.Cluster, env func(Child
 	if err := os.WriteFile(setup.Kubeconfig, kc, 0o600); err != nil {
 		return nil, err
 	}
-	ports, err := freeport.PickN("127.0.0.1", 2)
+	ports, err := freeport.PickN("127.0.0.1", 3)
 	if err != nil {
 		return nil, err
 	}
 	setup.MetricsAddr, setup.HealthAddr = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	setup.SparePort = ports[2]
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
