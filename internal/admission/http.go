@@ -29,10 +29,14 @@ const Path = "/validate"
 const maxRequestBytes = 7 << 20
 
 // maxPooledBody is the largest body buffer kept for the next request. A
-// pod's review with managedFields is 4 to 16 KB; a larger one (a ConfigMap
-// near the API server's limit, or a client that sends megabytes) reads into
-// a buffer of its own that the collector takes afterwards, so what the pool
-// keeps is bounded by this times the requests in flight, whatever is sent.
+// pod's review with managedFields is 4 to 16 KB; a larger body (a ConfigMap
+// near the API server's limit, or a client that sends megabytes) grows its
+// buffer past this, and that buffer goes to the collector instead of back to
+// the pool. So each buffer the pool keeps is at most this big, and it keeps
+// no more of them than requests were in flight at once (sync.Pool lets the
+// extra go over the next two collections), whatever is sent. bytes.Buffer
+// wants 512 bytes free before each read, so bodies from 64 KiB - 512 bytes
+// on grow past it too.
 const maxPooledBody = 64 << 10
 
 // reviewHandler serves AdmissionReview v1 over HTTP. It replaces
@@ -50,10 +54,11 @@ type reviewHandler struct {
 	// defaultTimeout is the deadline of a request without ?timeout=;
 	// DefaultRequestTimeout but in tests.
 	defaultTimeout time.Duration
-	// bodies holds *bytes.Buffer for request bodies: reading each body into
-	// a new slice grown as it arrives was a fifth of the bytes a pod's
-	// request allocated. A buffer goes back once the review is decoded,
-	// which copies what it keeps (strings, and the objects' raw bytes).
+	// bodies holds *bytes.Buffer for request bodies: io.ReadAll made a
+	// new slice for every body, growing it as the bytes came, about 7 KB
+	// of a 4 KB pod review's allocations. A buffer goes back once the
+	// review is decoded, which copies what it keeps (strings, and the
+	// objects' raw bytes: TestDecodedReviewKeepsNoBodyBytes).
 	bodies sync.Pool
 }
 
@@ -70,20 +75,20 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The server has a header timeout but none for the body: a client that
 	// trickles one would hold this goroutine and its buffer indefinitely.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyTimeout))
-	body := h.body()
+	body := h.bodyBuffer()
 	_, err := body.ReadFrom(io.LimitReader(r.Body, maxRequestBytes+1))
 	if err != nil {
-		h.release(body)
+		h.releaseBody(body)
 		h.reject(w, r, MalformedUnreadable, http.StatusBadRequest, fmt.Sprintf("cannot read the request body: %v", err))
 		return
 	}
 	if body.Len() > maxRequestBytes {
-		h.release(body)
+		h.releaseBody(body)
 		h.reject(w, r, MalformedTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxRequestBytes))
 		return
 	}
 	review, err := decodeReview(body.Bytes())
-	h.release(body)
+	h.releaseBody(body)
 	if err != nil {
 		reason := MalformedInvalidRequest
 		if me := (*malformedError)(nil); errors.As(err, &me) {
@@ -105,23 +110,25 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// body returns an empty buffer for a request body, one an earlier request
-// used when there is one.
-func (h *reviewHandler) body() *bytes.Buffer {
+// bodyBuffer returns an empty buffer for a request body, one an earlier
+// request used when there is one.
+func (h *reviewHandler) bodyBuffer() *bytes.Buffer {
 	if b, ok := h.bodies.Get().(*bytes.Buffer); ok {
 		return b
 	}
 	return new(bytes.Buffer)
 }
 
-// release hands a body buffer back for the next request unless it grew past
-// maxPooledBody. Nothing may read b afterwards.
-func (h *reviewHandler) release(b *bytes.Buffer) {
+// releaseBody resets b and hands it back for the next request, unless it
+// grew past maxPooledBody; it reports whether b was kept. Nothing may read
+// b, or a slice of it, afterwards.
+func (h *reviewHandler) releaseBody(b *bytes.Buffer) (kept bool) {
 	if b.Cap() > maxPooledBody {
-		return
+		return false
 	}
 	b.Reset()
 	h.bodies.Put(b)
+	return true
 }
 
 // malformedError is request content Portal refuses to decide on: the reason
