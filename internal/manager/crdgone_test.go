@@ -11,6 +11,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -56,6 +57,21 @@ func TestDeletedCRDsAreFollowedTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Served before they are deleted, as an uninstall's are: a CRD not
+	// yet in discovery reads as gone at once, and the wait would not be
+	// tested.
+	devtest.Eventually(t, "the four CRDs served", func() bool {
+		probe, err := m.fresh()
+		if err != nil {
+			return false
+		}
+		for _, crd := range crds {
+			if _, err := probe.ResourcesFor(schema.GroupVersionResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}); err != nil {
+				return false
+			}
+		}
+		return true
+	})
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	var told atomic.Int32
 	d := newDeletedCRDs(m, clk, slog.New(slog.DiscardHandler), func() { told.Add(1) })
@@ -84,6 +100,13 @@ func TestDeletedCRDsAreFollowedTogether(t *testing.T) {
 	}
 	if n := told.Load(); n != 1 {
 		t.Fatalf("told %d times for three CRDs deleted together, want once", n)
+	}
+	if probe, err := m.fresh(); err == nil {
+		for _, crd := range crds[:3] {
+			if _, err := probe.ResourcesFor(schema.GroupVersionResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}); !meta.IsNoMatchError(err) {
+				t.Errorf("told while %s is still served (%v)", crd.Name, err)
+			}
+		}
 	}
 
 	// Deleted and created again before discovery dropped it: not waited
