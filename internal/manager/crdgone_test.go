@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,29 +50,30 @@ func TestDeletedCRDsAreFollowedTogether(t *testing.T) {
 		t.Cleanup(func() { _ = c.Delete(context.Background(), crd) })
 		crds = append(crds, crd)
 	}
-	hc, err := rest.HTTPClientFor(cl.Config)
+	// The worker's discovery requests are counted, to know it has probed
+	// (discovery cannot be watched), and bounded, so a failure's report
+	// cannot hang on a wedged API server.
+	probeCfg := rest.CopyConfig(cl.Config)
+	probeCfg.Timeout = 30 * time.Second
+	hc, err := rest.HTTPClientFor(probeCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := newForgettingMapper(cl.Config, hc)
+	var discoveryGets atomic.Int64
+	hc.Transport = countingTransport{hc.Transport, &discoveryGets}
+	m, err := newForgettingMapper(probeCfg, hc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Served before they are deleted, as an uninstall's are: a CRD not
 	// yet in discovery reads as gone at once, and the wait would not be
-	// tested.
-	devtest.Eventually(t, "the four CRDs served", func() bool {
-		probe, err := m.fresh()
-		if err != nil {
-			return false
-		}
-		for _, crd := range crds {
-			if _, err := probe.ResourcesFor(schema.GroupVersionResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}); err != nil {
-				return false
-			}
-		}
-		return true
-	})
+	// tested. The API server's naming and establishing controllers come
+	// first; as slow as its finalising under load (below).
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
+		return servedAll(m, crds), nil
+	}); err != nil {
+		t.Fatalf("waiting for the four CRDs served: %v; the API server has: %s", err, stillThere(c, m, nil, crds))
+	}
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	var told atomic.Int32
 	d := newDeletedCRDs(m, clk, slog.New(slog.DiscardHandler), func() { told.Add(1) })
@@ -90,39 +92,46 @@ func TestDeletedCRDsAreFollowedTogether(t *testing.T) {
 	}
 	// Longer than devtest.Eventually's 30 s: the API server's own
 	// controllers finalise the three deletions and drop them from
-	// discovery, and on a loaded two-core CI machine that once took more
-	// than 30 s and once more than two minutes. What the API server still
-	// has is in the failure, to tell its slowness from the worker's.
+	// discovery; on a loaded two-core CI machine this test once timed out
+	// at 30 s and once at two minutes. What the API server and the worker
+	// still have is in the failure, to tell the one's slowness from the
+	// other's.
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
 		return told1(1)(), nil
 	}); err != nil {
-		t.Fatalf("waiting for the rules told the three CRDs went: %v; the API server still has: %s", err, stillThere(c, m, crds[:3]))
+		t.Fatalf("waiting for the rules told the three CRDs went: %v; the API server has: %s", err, stillThere(c, m, d, crds[:3]))
 	}
 	if n := told.Load(); n != 1 {
 		t.Fatalf("told %d times for three CRDs deleted together, want once", n)
 	}
-	if probe, err := m.fresh(); err == nil {
-		for _, crd := range crds[:3] {
-			if _, err := probe.ResourcesFor(schema.GroupVersionResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}); !meta.IsNoMatchError(err) {
-				t.Errorf("told while %s is still served (%v)", crd.Name, err)
-			}
+	// A deleted CRD does not come back into discovery: served now means
+	// served when the worker told.
+	for _, crd := range crds[:3] {
+		if served, err := isServed(m, crd); err != nil {
+			t.Errorf("cannot ask discovery about %s: %v", crd.Name, err)
+		} else if served {
+			t.Errorf("told while %s is still served", crd.Name)
 		}
 	}
 
 	// Deleted and created again before discovery dropped it: not waited
 	// for (nothing changed for the rules; the worker would otherwise ask
-	// discovery for a minute).
-	d.deleted(crds[3])
-	d.added(crds[3])
-	d.mu.Lock()
-	waiting := len(d.pending)
-	d.mu.Unlock()
-	if waiting != 0 {
-		t.Fatalf("%d CRDs waited for after the one deleted was created again", waiting)
+	// discovery for a minute). Bookkeeping only: a worker that is not
+	// running, so none can start a round between the two events.
+	idle := newDeletedCRDs(m, clk, slog.New(slog.DiscardHandler), func() { t.Error("an idle worker told the rules") })
+	idle.deleted(crds[3])
+	idle.added(crds[3])
+	if len(idle.pending) != 0 {
+		t.Fatalf("%d CRDs waited for after the one deleted was created again", len(idle.pending))
 	}
 
-	// Still served a minute after its delete event: given up on.
+	// Still served a minute after its delete event: given up on, and
+	// not before. Probes while the clock stands still (a probe asks
+	// discovery at /api and /apis: six requests, three probes) must leave
+	// the rules untold.
+	before := discoveryGets.Load()
 	d.deleted(crds[3])
+	devtest.Eventually(t, "the worker probing the CRD still served", func() bool { return discoveryGets.Load() >= before+6 })
 	if got := told.Load(); got != 1 {
 		t.Fatalf("told before the wait for a CRD still served ended (%d)", got)
 	}
@@ -130,25 +139,61 @@ func TestDeletedCRDsAreFollowedTogether(t *testing.T) {
 	devtest.Eventually(t, "the rules told once the wait for a CRD still served ended", told1(2))
 }
 
+// countingTransport counts the requests that go through it.
+type countingTransport struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.n.Add(1)
+	return t.next.RoundTrip(r)
+}
+
+// isServed asks a fresh mapper whether discovery serves crd's resource.
+func isServed(m *forgettingMapper, crd *apiextensionsv1.CustomResourceDefinition) (bool, error) {
+	probe, err := m.fresh()
+	if err != nil {
+		return false, err
+	}
+	_, err = probe.ResourcesFor(schema.GroupVersionResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural})
+	if meta.IsNoMatchError(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func servedAll(m *forgettingMapper, crds []*apiextensionsv1.CustomResourceDefinition) bool {
+	for _, crd := range crds {
+		if served, _ := isServed(m, crd); !served {
+			return false
+		}
+	}
+	return true
+}
+
 // stillThere says, for each of crds, whether the API server still stores
-// it (and in what state) and whether a fresh mapper still finds it served.
-func stillThere(c client.Client, m *forgettingMapper, crds []*apiextensionsv1.CustomResourceDefinition) string {
-	probe, perr := m.fresh()
+// it (and in what state) and whether discovery serves it, and what d (when
+// not nil) still waits for.
+func stillThere(c client.Client, m *forgettingMapper, d *deletedCRDs, crds []*apiextensionsv1.CustomResourceDefinition) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	var out []string
 	for _, crd := range crds {
 		state := "deleted"
 		var got apiextensionsv1.CustomResourceDefinition
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(crd), &got); err == nil {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), &got); err == nil {
 			state = fmt.Sprintf("stored (deletionTimestamp %v, finalizers %v, conditions %+v)", got.DeletionTimestamp, got.Finalizers, got.Status.Conditions)
 		} else if !apierrors.IsNotFound(err) {
 			state = "unknown: " + err.Error()
 		}
-		served := "mapper: " + fmt.Sprint(perr)
-		if perr == nil {
-			_, rerr := probe.ResourcesFor(schema.GroupVersionResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural})
-			served = fmt.Sprintf("discovery answers %v", rerr)
-		}
-		out = append(out, crd.Name+": "+state+"; "+served)
+		served, err := isServed(m, crd)
+		out = append(out, fmt.Sprintf("%s: %s; served %v (%v)", crd.Name, state, served, err))
+	}
+	if d != nil {
+		d.mu.Lock()
+		out = append(out, fmt.Sprintf("the worker waits for %v", d.pending))
+		d.mu.Unlock()
 	}
 	return strings.Join(out, "\n")
 }

@@ -190,25 +190,30 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 			file = old
 			break
 		}
-		// Gone: the rotation deletes the oldest first, so every rotated
-		// file left is later than it; what it still held is lost. Read on
+		// Gone: the rotation prunes the oldest files, so the rotated
+		// files left are later than it (but for the moment one pruning
+		// takes to remove several); what it still held is lost. Read on
 		// from the oldest rotated file that opens, else the log's start,
 		// and say which once it is known.
+		was := st
 		st = fileState{Inode: inode(fi)}
 		from := ""
 		for _, b := range backups(f.o.Path) {
-			if old, err := os.Open(b.path); err == nil {
-				file.Close()
-				file, st, from = old, fileState{Inode: b.inode}, b.path
-				break
+			old, err := os.Open(b.path)
+			if err != nil {
+				f.o.Logger.Warn("audit log: cannot open a rotated file; its events are skipped", "path", b.path, "error", err)
+				continue
 			}
+			file.Close()
+			file, st, from = old, fileState{Inode: b.inode}, b.path
+			break
 		}
+		attrs := []any{"path", f.o.Path, "stateFile", f.o.StateFile, "inode", was.Inode, "offset", was.Offset}
 		if from != "" {
-			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading on from the oldest rotated file left",
-				"path", f.o.Path, "stateFile", f.o.StateFile, "from", from)
+			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading on from the oldest rotated file that opens",
+				append(attrs, "from", from)...)
 		} else {
-			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading the log from its start",
-				"path", f.o.Path, "stateFile", f.o.StateFile)
+			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading the log from its start", attrs...)
 		}
 	default:
 		st = fileState{Inode: inode(fi)}
@@ -236,6 +241,8 @@ func (f *FileInput) rotated(ino uint64) *os.File {
 		}
 		file, err := os.Open(p)
 		if err != nil {
+			// Read on as if it were gone, but say so: its events are lost.
+			f.o.Logger.Warn("audit log: cannot open the rotated file the recorded offset is in", "path", p, "error", err)
 			return nil
 		}
 		return file
