@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -60,6 +62,8 @@ func runReaper(dir, binDir string) int {
 type reaper struct {
 	cmd  *exec.Cmd
 	pipe *os.File
+	// unpin lets the collector have pipe again; see pin.
+	unpin func()
 }
 
 // startReaper starts the reaper with the read end of a pipe and the lock.
@@ -82,13 +86,30 @@ func startReaper(dir, binDir string, lock *os.File) (*reaper, error) {
 		w.Close()
 		return nil, fmt.Errorf("devcluster: starting the reaper: %w", err)
 	}
-	return &reaper{cmd: cmd, pipe: w}, nil
+	return &reaper{cmd: cmd, pipe: w, unpin: pin(w)}, nil
+}
+
+// pin keeps f reachable until unpin is called. The collector closes an
+// *os.File nothing references any more, and the end of its pipe is how the
+// reaper learns that this process died: a caller that drops its Cluster
+// without Stop (a test helper meant to crash with a running node, or any
+// program that keeps only the Cluster's Config) would have the reaper
+// remove the running node under it at the next collection, its bridge and
+// NodeIP with it.
+func pin(f *os.File) (unpin func()) {
+	done := make(chan struct{})
+	go func() {
+		<-done
+		runtime.KeepAlive(f)
+	}()
+	return sync.OnceFunc(func() { close(done) })
 }
 
 // release tells the reaper the node is gone and waits for it to exit.
 func (r *reaper) release() error {
 	_, werr := r.pipe.Write([]byte{released})
 	cerr := r.pipe.Close()
+	r.unpin()
 	err := r.cmd.Wait()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
