@@ -74,6 +74,21 @@ func TestDeletedCRDsAreFollowedTogether(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("waiting for the four CRDs served: %v; the API server has: %s", err, stillThere(c, m, nil, crds))
 	}
+	// Listed before they are deleted, as an uninstall's are (Portal's
+	// informers list them): the API server makes a CRD's storage on its
+	// first use, and the finaliser of a CRD deleted before then lists a
+	// watch cache still initialising, is refused ("storage is
+	// (re)initializing") and retries with a doubling back-off. Under CI
+	// load that left two of the three terminating for four minutes. A
+	// list succeeds once the watch cache is ready (client-go waits out the
+	// refusals), so the finaliser's own list succeeds at its first try.
+	for _, crd := range crds {
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+			return listInstances(ctx, c, crd) == nil, nil
+		}); err != nil {
+			t.Fatalf("waiting for %s's instances listed: %v; last answer: %v", crd.Name, err, listInstances(ctx, c, crd))
+		}
+	}
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	var told atomic.Int32
 	d := newDeletedCRDs(m, clk, slog.New(slog.DiscardHandler), func() { told.Add(1) })
@@ -137,6 +152,13 @@ func TestDeletedCRDsAreFollowedTogether(t *testing.T) {
 	}
 	clk.SetTime(clk.Now().Add(deletedCRDWait + time.Second))
 	devtest.Eventually(t, "the rules told once the wait for a CRD still served ended", told1(2))
+}
+
+// listInstances lists crd's custom resources, as an informer would.
+func listInstances(ctx context.Context, c client.Client, crd *apiextensionsv1.CustomResourceDefinition) error {
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: crd.Spec.Group, Version: crd.Spec.Versions[0].Name, Kind: crd.Spec.Names.ListKind})
+	return c.List(ctx, &list)
 }
 
 // countingTransport counts the requests that go through it.
