@@ -221,10 +221,12 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	if jobs <= 0 {
 		jobs = runtime.GOMAXPROCS(0)
 	}
-	rep := newReport(opts)
-	var errs []error
-	// ahead bounds the batches read ahead of the merge (see order below).
+	// ahead bounds the batches read ahead of the merge: four batches a
+	// worker, so one slow batch (a collection's assist, a large object)
+	// holds up the others less (at two, the reader waited a third of a
+	// second per 100,000 pods with two workers, and they for it).
 	ahead := 4 * jobs
+	m := &merger{rep: newReport(opts)}
 	// A spilled batch's buffer is copied to the file at once: it goes back
 	// to the workers instead of to the collector (a batch's JSON or YAML
 	// is most of what evaluating it allocates). Each batch read and not
@@ -233,56 +235,75 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 	// have taken one, so free has room for every buffer there is: with
 	// room for fewer, two jobs dropped and made again a quarter of their
 	// 200 KB buffers, 50 MB a 100,000 pods.
-	var free chan []byte
-	if rep.spill != nil && (rep.isJSON || rep.isYAML) {
-		free = make(chan []byte, ahead)
+	if m.rep.spill != nil && (m.rep.isJSON || m.rep.isYAML) {
+		m.free = make(chan []byte, ahead)
 	}
-	merge := func(b *batch) {
-		rep.objects += b.objects
-		rep.denied = rep.denied || b.denied
-		rep.Summary.add(b.summary)
-		rep.Results = append(rep.Results, b.results...)
-		rep.addMatched(b.matched)
-		if len(b.encoded) > 0 {
-			rep.addEncoded(b.encoded)
-		}
-		if free != nil && cap(b.encoded) > 0 {
-			select {
-			case free <- b.encoded[:0]:
-			default:
-			}
-		}
-		if b.junit != nil {
-			rep.junit.add(b.junit)
-		}
-		errs = append(errs, b.errs...)
-	}
-	w := worker{ctx: ctx, eng: eng, opts: engine.Options{Mode: opts.Mode}, json: rep.isJSON, yaml: rep.isYAML, junit: rep.junit != nil,
-		keep: rep.spill == nil, dropPasses: rep.failuresOnly}
+	w := worker{ctx: ctx, eng: eng, opts: engine.Options{Mode: opts.Mode}, json: m.rep.isJSON, yaml: m.rep.isYAML, junit: m.rep.junit != nil,
+		keep: m.rep.spill == nil, dropPasses: m.rep.failuresOnly}
+	var err error
 	if jobs == 1 {
-		w.opts.Reuse, w.elems = new(reuse.Pool), new(elemCache)
-		var results []Result
-		var scratch []core.Result
-		hint := 0
-		err := produce(func(in input) bool {
-			b := &batch{in: in, results: results[:0], encodedHint: hint, encoded: fromFree(free), scratch: scratch}
-			w.run(b)
-			results, hint = b.results, len(b.encoded)+len(b.encoded)/8
-			scratch, b.scratch = b.scratch, nil
-			merge(b)
-			return ctx.Err() == nil
-		})
-		return rep, errs, err
+		err = evaluateInLine(ctx, w, m, produce)
+	} else {
+		err = evaluateInWorkers(ctx, w, m, jobs, ahead, produce)
 	}
-	// ahead bounds how far the workers (and the reading) run ahead of the
-	// merge: four batches a worker, so one slow batch (a collection's
-	// assist, a large object) holds up the others less (at two, the reader
-	// waited a third of a second per 100,000 pods with two workers, and
-	// they for it). work holds up to a batch per worker read ahead, within
-	// that bound: a worker done with a batch takes the next without
-	// waiting for the reader to be scheduled (it is woken onto the core of
-	// a busy worker).
-	order := newInOrder(ahead, merge)
+	return m.rep, m.errs, err
+}
+
+// merger folds evaluated batches into the report, one at a time and in
+// read order, and hands their buffers back to the workers.
+type merger struct {
+	rep  *Report
+	errs []error
+	free chan []byte
+}
+
+func (m *merger) merge(b *batch) {
+	rep := m.rep
+	rep.objects += b.objects
+	rep.denied = rep.denied || b.denied
+	rep.Summary.add(b.summary)
+	rep.Results = append(rep.Results, b.results...)
+	rep.addMatched(b.matched)
+	if len(b.encoded) > 0 {
+		rep.addEncoded(b.encoded)
+	}
+	if m.free != nil && cap(b.encoded) > 0 {
+		select {
+		case m.free <- b.encoded[:0]:
+		default:
+		}
+	}
+	if b.junit != nil {
+		rep.junit.add(b.junit)
+	}
+	m.errs = append(m.errs, b.errs...)
+}
+
+// evaluateInLine evaluates and merges each batch as produce emits it, on
+// the calling goroutine: one job hands nothing over.
+func evaluateInLine(ctx context.Context, w worker, m *merger, produce func(emit func(input) bool) error) error {
+	w.opts.Reuse, w.elems = new(reuse.Pool), new(elemCache)
+	var results []Result
+	var scratch []core.Result
+	hint := 0
+	return produce(func(in input) bool {
+		b := &batch{in: in, results: results[:0], encodedHint: hint, encoded: fromFree(m.free), scratch: scratch}
+		w.run(b)
+		results, hint = b.results, len(b.encoded)+len(b.encoded)/8
+		scratch, b.scratch = b.scratch, nil
+		m.merge(b)
+		return ctx.Err() == nil
+	})
+}
+
+// evaluateInWorkers reads on one goroutine and evaluates on jobs workers;
+// the worker that finishes the batch next in read order merges it (and
+// every later one ready), so merging needs no goroutine of its own.
+func evaluateInWorkers(ctx context.Context, w worker, m *merger, jobs, ahead int, produce func(emit func(input) bool) error) error {
+	order := newInOrder(ahead, m.merge)
+	// work holds up to a batch per worker read ahead, within ahead: a
+	// worker done with a batch takes the next without waiting for the
+	// reader to be scheduled (it is woken onto the core of a busy worker).
 	work := make(chan *batch, jobs)
 	var produceErr error
 	go func() {
@@ -304,7 +325,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 			hint := 0
 			var scratch []core.Result
 			for b := range work {
-				b.encodedHint, b.encoded, b.scratch = hint, fromFree(free), scratch
+				b.encodedHint, b.encoded, b.scratch = hint, fromFree(m.free), scratch
 				w.run(b)
 				hint = len(b.encoded) + len(b.encoded)/8
 				scratch, b.scratch = b.scratch, nil
@@ -313,7 +334,7 @@ func evaluateBatches(ctx context.Context, eng *engine.Engine, opts Options, prod
 		})
 	}
 	wg.Wait()
-	return rep, errs, produceErr
+	return produceErr
 }
 
 // fromFree is a buffer from free, if one is there (nil otherwise).
