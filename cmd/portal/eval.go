@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
@@ -47,12 +48,8 @@ type evalOptions struct {
 	profile   profileFlags
 }
 
-func newEvalCommand() *cobra.Command {
-	o := &evalOptions{budget: exprlang.DefaultLimits(), netConfig: network.DefaultConfig(), dedupWindow: prt.DefaultDedupWindow}
-	cmd := &cobra.Command{
-		Use:   "eval --rules PATH... (--file PATH... | --kubeconfig PATH)",
-		Short: "Evaluate rules against manifests offline, or a live cluster read-only",
-		Long: `Evaluate rules against Kubernetes manifests without a cluster, for CI.
+// evalLong is what portal eval --help says of it.
+const evalLong = `Evaluate rules against Kubernetes manifests without a cluster, for CI.
 
 --rules and --file take files and directories (walked for .yaml, .yml and
 .json) and may be repeated or comma-separated; --file - reads standard input.
@@ -103,7 +100,14 @@ Exit status: 0 when no deny rule failed, 1 when one did (or a rule with
 onError=deny errored, or --network found something), 2 for usage errors,
 unreadable input, and a run that read no rule or no object (an empty stdin
 from a failed command upstream must not pass a CI check; --allow-empty
-accepts it).`,
+accepts it).`
+
+func newEvalCommand() *cobra.Command {
+	o := &evalOptions{budget: exprlang.DefaultLimits(), netConfig: network.DefaultConfig(), dedupWindow: prt.DefaultDedupWindow}
+	cmd := &cobra.Command{
+		Use:   "eval --rules PATH... (--file PATH... | --kubeconfig PATH)",
+		Short: "Evaluate rules against manifests offline, or a live cluster read-only",
+		Long:  evalLong,
 		Example: `  portal eval --rules examples/rules/pod-security --file deploy/
   kustomize build overlays/prod | portal eval --rules rules/ --file - -o junit > report.xml
   portal eval --rules rules/ --file app/ --cluster-state cluster-fixtures/
@@ -114,7 +118,12 @@ accepts it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
-	f := cmd.Flags()
+	o.bindFlags(cmd.Flags())
+	return cmd
+}
+
+// bindFlags binds the flags of portal eval to o.
+func (o *evalOptions) bindFlags(f *pflag.FlagSet) {
 	f.StringSliceVarP(&o.rules, "rules", "r", nil, "rule files or directories")
 	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest files or directories; - for stdin")
 	f.StringSliceVar(&o.clusterState, "cluster-state", nil, "manifest files or directories loaded as the cluster that cross-resource lookups read; - for stdin")
@@ -140,7 +149,6 @@ accepts it).`,
 	// rather than this machine's core count.
 	f.Lookup("jobs").DefValue = "GOMAXPROCS"
 	f.Lookup("show-passes").DefValue = "true for json, yaml and junit; false for the table"
-	return cmd
 }
 
 func (o *evalOptions) run(cmd *cobra.Command) (err error) {
