@@ -3,6 +3,8 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,11 +41,11 @@ type FileOptions struct {
 	Logger       *slog.Logger
 }
 
-// fileState is what StateFile holds: the file (by inode) and the offset of
-// the first byte not yet evaluated.
+// fileState is what StateFile holds: the file and the offset of the first
+// byte not yet evaluated.
 type fileState struct {
-	Inode  uint64 `json:"inode"`
-	Offset int64  `json:"offset"`
+	fileID
+	Offset int64 `json:"offset"`
 	// Skipping is set while the offset is inside a line over MaxLineBytes:
 	// what follows, up to its newline, is the rest of that line.
 	Skipping bool `json:"skipping,omitempty"`
@@ -62,6 +64,8 @@ type FileInput struct {
 	// prog is how far the events read were evaluated: what StateFile
 	// records (set by Start).
 	prog *progress
+	// openFile is os.Open; tests make it fail.
+	openFile func(name string) (*os.File, error)
 }
 
 // NewFileInput returns the input feeding src.
@@ -72,7 +76,7 @@ func NewFileInput(o FileOptions, src *Source, m *Metrics) *FileInput {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &FileInput{o: o, src: src, m: m}
+	return &FileInput{o: o, src: src, m: m, openFile: os.Open}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every
@@ -137,7 +141,8 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 	}
 	if inode(fi) == st.Inode {
 		if fi.Size() < st.Offset { // truncated in place
-			st.Offset, st.Skipping, f.skipping = 0, false, false
+			st = fileState{fileID: fileID{Inode: st.Inode}}
+			f.skipping = false
 			f.prog.reset(st)
 			if _, err := file.Seek(0, io.SeekStart); err != nil {
 				return file, nil, st, err
@@ -162,18 +167,20 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 	if b, ok := nextBackup(f.o.Path, st.Inode, modified); ok {
 		next = b.inode
 	}
-	st, f.skipping = fileState{Inode: next}, false
+	st, f.skipping = fileState{fileID: fileID{Inode: next}}, false
 	f.prog.reached(st)
 	f.prog.record()
 	return nil, nil, st, nil
 }
 
 // open opens the file the state names: Path when it is the same file, the
-// rotated file holding that inode when the log rotated while Portal was
-// down, the oldest rotated file left when that one is gone too, or Path
-// from its start.
+// rotated file holding it when the log rotated while Portal was down, the
+// oldest rotated file left when that one is gone too, or Path from its
+// start. An error (Path missing, a file that cannot be opened for a
+// passing reason) leaves the state as it was, to try again at the next
+// poll.
 func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
-	file, err := os.Open(f.o.Path)
+	file, err := f.openFile(f.o.Path)
 	if err != nil {
 		return nil, st, err
 	}
@@ -182,41 +189,32 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 		file.Close()
 		return nil, st, err
 	}
+	same := false
+	if st.Inode != 0 && st.Inode == inode(fi) {
+		if same, err = st.matches(file); err != nil {
+			file.Close()
+			return nil, st, err
+		}
+	}
 	switch {
-	case st.Inode == inode(fi) && st.Offset <= fi.Size():
-	case st.Inode != 0 && st.Inode != inode(fi):
-		if old := f.rotated(st.Inode); old != nil {
+	case same && st.Offset <= fi.Size():
+	case same || st.Inode == 0:
+		// Truncated in place while Portal was down, or never read.
+		st = fileState{fileID: fileID{Inode: inode(fi)}}
+	default:
+		old, err := f.rotated(st.fileID)
+		if err != nil {
+			file.Close()
+			return nil, st, err
+		}
+		if old != nil {
 			file.Close()
 			file = old
 			break
 		}
-		// Gone: the rotation prunes the oldest files, so the rotated
-		// files left are later than it (but for the moment one pruning
-		// takes to remove several); what it still held is lost. Read on
-		// from the oldest rotated file that opens, else the log's start,
-		// and say which once it is known.
-		was := st
-		st = fileState{Inode: inode(fi)}
-		from := ""
-		for _, b := range backups(f.o.Path) {
-			old, err := os.Open(b.path)
-			if err != nil {
-				f.o.Logger.Warn("audit log: cannot open a rotated file; its events are skipped", "path", b.path, "error", err)
-				continue
-			}
-			file.Close()
-			file, st, from = old, fileState{Inode: b.inode}, b.path
-			break
+		if file, st, err = f.afterLoss(file, fi, st); err != nil {
+			return nil, st, err
 		}
-		attrs := []any{"path", f.o.Path, "stateFile", f.o.StateFile, "inode", was.Inode, "offset", was.Offset}
-		if from != "" {
-			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading on from the oldest rotated file that opens",
-				append(attrs, "from", from)...)
-		} else {
-			f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading the log from its start", attrs...)
-		}
-	default:
-		st = fileState{Inode: inode(fi)}
 	}
 	if _, err := file.Seek(st.Offset, io.SeekStart); err != nil {
 		file.Close()
@@ -225,29 +223,83 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 	return file, st, nil
 }
 
-// rotated finds the file beside Path that has inode ino (Path renamed by
-// a rotation: the API server's audit-2026-01-02T03-04-05.000.log, or any
-// other name a rotation gives it).
-func (f *FileInput) rotated(ino uint64) *os.File {
-	entries, err := os.ReadDir(filepath.Dir(f.o.Path))
-	if err != nil {
-		return nil
-	}
-	for _, e := range entries {
-		p := filepath.Join(filepath.Dir(f.o.Path), e.Name())
-		fi, err := os.Stat(p)
-		if err != nil || !fi.Mode().IsRegular() || inode(fi) != ino {
+// afterLoss is where reading goes on when the file the state is in is
+// gone (deleted, or compressed, by the rotation; or another file now has
+// its inode): the rotation prunes the oldest files, so the rotated files
+// left are later than it (but for the moment one pruning takes to remove
+// several); what it still held is lost. It reads on from the oldest
+// rotated file that opens, else from the start of cur (Path, open), and
+// says which once it is known.
+func (f *FileInput) afterLoss(cur *os.File, fi os.FileInfo, was fileState) (*os.File, fileState, error) {
+	file, st, from := cur, fileState{fileID: fileID{Inode: inode(fi)}}, ""
+	for _, b := range backups(f.o.Path) {
+		old, err := f.openFile(b.path)
+		if passing(err) {
+			cur.Close()
+			return nil, was, fmt.Errorf("open the rotated file %s: %w", b.path, err)
+		}
+		if err != nil {
+			f.o.Logger.Warn("audit log: cannot open a rotated file; its events are skipped", "path", b.path, "error", err)
 			continue
 		}
-		file, err := os.Open(p)
+		cur.Close()
+		file, st, from = old, fileState{fileID: fileID{Inode: b.inode}}, b.path
+		break
+	}
+	attrs := []any{"path", f.o.Path, "stateFile", f.o.StateFile, "inode", was.Inode, "offset", was.Offset}
+	if from != "" {
+		f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading on from the oldest rotated file that opens",
+			append(attrs, "from", from)...)
+	} else {
+		f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading the log from its start", attrs...)
+	}
+	return file, st, nil
+}
+
+// passing reports whether an open failed for a reason that passes (the
+// process or the system out of file descriptors or memory): the open is
+// tried again at the next poll rather than the file's events skipped.
+// Anything else (permissions, a file that is not one) would fail every
+// time, and waiting for it would stop the log being read at all.
+func passing(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) ||
+		errors.Is(err, syscall.EINTR) || errors.Is(err, syscall.EAGAIN)
+}
+
+// rotated opens the file beside Path that id names (Path renamed by a
+// rotation: the API server's audit-2026-01-02T03-04-05.000.log, or any
+// other name a rotation gives it); nil when there is none. An error is a
+// passing failure to open or read it (see passing): try again later.
+func (f *FileInput) rotated(id fileID) (*os.File, error) {
+	dir := filepath.Dir(f.o.Path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		fi, err := os.Stat(p)
+		if err != nil || !fi.Mode().IsRegular() || inode(fi) != id.Inode {
+			continue
+		}
+		file, err := f.openFile(p)
+		if passing(err) {
+			return nil, fmt.Errorf("open the rotated file %s: %w", p, err)
+		}
 		if err != nil {
 			// Read on as if it were gone, but say so: its events are lost.
 			f.o.Logger.Warn("audit log: cannot open the rotated file the recorded offset is in", "path", p, "error", err)
-			return nil
+			return nil, nil
 		}
-		return file
+		ok, err := id.matches(file)
+		if err != nil || !ok {
+			file.Close()
+			// Another file with the inode of the one deleted.
+			return nil, err
+		}
+		return file, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // recordEvery is how much of the log drain reads between two records of
@@ -264,6 +316,9 @@ func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fi
 	for {
 		n, err := file.Read(buf)
 		if n > 0 {
+			if st.HeadLen < headBytes {
+				st.fileID = st.withHead(file)
+			}
 			rest = append(rest, buf[:n]...)
 			var consumed int
 			rest, consumed = f.lines(ctx, rest, st)
@@ -345,7 +400,7 @@ func (f *FileInput) lines(ctx context.Context, data []byte, st fileState) ([]byt
 		}
 		// Once this event and every one before it are evaluated, a
 		// restart resumes after its line.
-		f.prog.reached(fileState{Inode: st.Inode, Offset: st.Offset + int64(consumed)})
+		f.prog.reached(fileState{fileID: st.fileID, Offset: st.Offset + int64(consumed)})
 	}
 	rest := data[consumed:]
 	if len(rest) > MaxLineBytes {
@@ -385,6 +440,60 @@ func (f *FileInput) saveState(st fileState) {
 	if err := os.Rename(tmp, f.o.StateFile); err != nil {
 		f.o.Logger.Warn("audit log state not saved", "stateFile", f.o.StateFile, "error", fmt.Errorf("rename: %w", err))
 	}
+}
+
+// headBytes is how much of a file's start identifies it beside its inode.
+// An audit log line starts with its event's auditID, so the first line
+// alone tells two logs apart.
+const headBytes = 1024
+
+// fileID tells the file a state is in from any other. The inode alone
+// does not: a file created after the one recorded was deleted can be given
+// its inode, and a log truncated and written again (copytruncate) keeps
+// it; resuming at the recorded offset in either skipped its first events
+// and read half a line. So the state also holds a hash of the file's first
+// HeadLen bytes (up to headBytes; fewer while the file was shorter), and a
+// file whose start hashes otherwise is another file. A state written
+// before the hash was recorded has none and matches by inode alone.
+type fileID struct {
+	Inode   uint64 `json:"inode"`
+	HeadLen int    `json:"headLen,omitempty"`
+	Head    string `json:"head,omitempty"`
+}
+
+// matches reports whether file is the one id names: its inode (checked by
+// the caller) and the hash of its first HeadLen bytes.
+func (id fileID) matches(file *os.File) (bool, error) {
+	if id.HeadLen == 0 {
+		return true, nil
+	}
+	n, sum, err := head(file, id.HeadLen)
+	if err != nil {
+		return false, err
+	}
+	return n == id.HeadLen && sum == id.Head, nil
+}
+
+// withHead extends id's hash to the first headBytes of file, or as many as
+// it holds: called as the file grows until its start is all hashed. A
+// failed read leaves id as it was, to extend at the next.
+func (id fileID) withHead(file *os.File) fileID {
+	if n, sum, err := head(file, headBytes); err == nil && n > id.HeadLen {
+		id.HeadLen, id.Head = n, sum
+	}
+	return id
+}
+
+// head hashes the first max bytes of file (fewer when it is shorter),
+// without moving its read offset.
+func head(file *os.File, max int) (int, string, error) {
+	buf := make([]byte, max)
+	n, err := file.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, "", fmt.Errorf("read the start of %s: %w", file.Name(), err)
+	}
+	sum := sha256.Sum256(buf[:n])
+	return n, hex.EncodeToString(sum[:]), nil
 }
 
 func inode(fi os.FileInfo) uint64 {

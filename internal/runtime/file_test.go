@@ -47,9 +47,18 @@ func ids(prefix string, n int) []string {
 // stops it (as a restart would).
 func runFile(t *testing.T, h *harness, path, state string, want float64, during func()) {
 	t.Helper()
+	runInput(t, h, newFileInput(h, path, state), want, during)
+}
+
+func newFileInput(h *harness, path, state string) *runtime.FileInput {
+	return runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 5 * time.Millisecond}, h.src, h.metrics)
+}
+
+// runInput is runFile with the input made by the caller.
+func runInput(t *testing.T, h *harness, in *runtime.FileInput, want float64, during func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	in := runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 5 * time.Millisecond}, h.src, h.metrics)
 	done := make(chan struct{}, 2)
 	go func() { _ = in.Start(ctx); done <- struct{}{} }()
 	go func() { _ = h.src.Start(ctx); done <- struct{}{} }()

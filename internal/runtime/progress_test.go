@@ -14,7 +14,7 @@ func TestProgressRecordsOnlyWhatIsEvaluatedInOrder(t *testing.T) {
 	for seed := range uint64(200) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		var saved []fileState
-		p := newProgress(fileState{Inode: 1}, 64, func(st fileState) { saved = append(saved, st) })
+		p := newProgress(fileState{fileID: fileID{Inode: 1}}, 64, func(st fileState) { saved = append(saved, st) })
 		// Event i's line ends at 10*(i+1); a line that is no event (a
 		// blank or undecodable one) now and then between them.
 		n := 1 + rng.IntN(30)
@@ -24,7 +24,7 @@ func TestProgressRecordsOnlyWhatIsEvaluatedInOrder(t *testing.T) {
 		for range n {
 			if rng.IntN(4) == 0 {
 				off += 3
-				p.reached(fileState{Inode: 1, Offset: off})
+				p.reached(fileState{fileID: fileID{Inode: 1}, Offset: off})
 			}
 			seq, err := p.next(context.Background())
 			if err != nil {
@@ -32,7 +32,7 @@ func TestProgressRecordsOnlyWhatIsEvaluatedInOrder(t *testing.T) {
 			}
 			start[seq] = off
 			off += 10
-			p.reached(fileState{Inode: 1, Offset: off})
+			p.reached(fileState{fileID: fileID{Inode: 1}, Offset: off})
 			seqs = append(seqs, seq)
 		}
 		rng.Shuffle(len(seqs), func(i, j int) { seqs[i], seqs[j] = seqs[j], seqs[i] })
@@ -70,9 +70,9 @@ func TestProgressRecordsOnlyWhatIsEvaluatedInOrder(t *testing.T) {
 // input stopping while it waited for room) holds nothing back.
 func TestProgressUnqueued(t *testing.T) {
 	var saved fileState
-	p := newProgress(fileState{Inode: 1}, 2, func(st fileState) { saved = st })
+	p := newProgress(fileState{fileID: fileID{Inode: 1}}, 2, func(st fileState) { saved = st })
 	a, _ := p.next(context.Background())
-	p.reached(fileState{Inode: 1, Offset: 10})
+	p.reached(fileState{fileID: fileID{Inode: 1}, Offset: 10})
 	b, _ := p.next(context.Background())
 	p.unqueue(b)
 	p.evaluated(a)
@@ -88,7 +88,7 @@ func TestProgressUnqueued(t *testing.T) {
 // a restart would read again stay bounded.
 func TestProgressBoundsWhatWaits(t *testing.T) {
 	const maxPending = 4
-	p := newProgress(fileState{Inode: 1}, maxPending, func(fileState) {})
+	p := newProgress(fileState{fileID: fileID{Inode: 1}}, maxPending, func(fileState) {})
 	blocked := func() bool {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
@@ -106,7 +106,7 @@ func TestProgressBoundsWhatWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.reached(fileState{Inode: 1, Offset: 10})
+	p.reached(fileState{fileID: fileID{Inode: 1}, Offset: 10})
 	for i := range 1000 {
 		if blocked() {
 			if i != maxPending-1 {
@@ -115,7 +115,7 @@ func TestProgressBoundsWhatWaits(t *testing.T) {
 			break
 		}
 		seq, _ := p.next(t.Context())
-		p.reached(fileState{Inode: 1, Offset: int64(10 * (i + 2))})
+		p.reached(fileState{fileID: fileID{Inode: 1}, Offset: int64(10 * (i + 2))})
 		p.evaluated(seq)
 		if i == 999 {
 			t.Fatal("reading never waited for the stuck event")
@@ -138,12 +138,12 @@ func TestProgressBoundsWhatWaits(t *testing.T) {
 // restart does not resume at an old offset inside the new content.
 func TestProgressTruncatedStartsAgain(t *testing.T) {
 	var saved fileState
-	p := newProgress(fileState{Inode: 1}, 8, func(st fileState) { saved = st })
+	p := newProgress(fileState{fileID: fileID{Inode: 1}}, 8, func(st fileState) { saved = st })
 	seq, _ := p.next(t.Context())
-	p.reached(fileState{Inode: 1, Offset: 5000})
-	p.reset(fileState{Inode: 1})
+	p.reached(fileState{fileID: fileID{Inode: 1}, Offset: 5000})
+	p.reset(fileState{fileID: fileID{Inode: 1}})
 	p.next(t.Context())
-	p.reached(fileState{Inode: 1, Offset: 10})
+	p.reached(fileState{fileID: fileID{Inode: 1}, Offset: 10})
 	p.evaluated(seq)
 	p.record()
 	if saved.Offset != 0 {
@@ -163,12 +163,12 @@ func TestProgressTruncatedStartsAgain(t *testing.T) {
 func TestProgressSavesSparinglyAfterTheStop(t *testing.T) {
 	const n = 1000
 	var saves []fileState
-	p := newProgress(fileState{Inode: 1}, n, func(st fileState) { saves = append(saves, st) })
+	p := newProgress(fileState{fileID: fileID{Inode: 1}}, n, func(st fileState) { saves = append(saves, st) })
 	for i := range n {
 		if _, err := p.next(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		p.reached(fileState{Inode: 1, Offset: int64(10 * (i + 1))})
+		p.reached(fileState{fileID: fileID{Inode: 1}, Offset: int64(10 * (i + 1))})
 	}
 	p.stop()
 	for seq := range uint64(n) {
