@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,14 +24,15 @@ type backup struct {
 
 // backups lists path's rotated files, oldest first: regular files beside it
 // named as the API server's rotation names them. Compressed ones (.gz, from
-// --audit-log-compress) are not listed: they cannot be followed.
-func backups(path string) []backup {
+// --audit-log-compress) are not listed: they cannot be followed. An error
+// is the directory's: none is listed.
+func backups(readDir func(string) ([]os.DirEntry, error), path string) ([]backup, error) {
 	dir, base := filepath.Split(path)
 	ext := filepath.Ext(base)
 	prefix := strings.TrimSuffix(base, ext) + "-"
-	entries, err := os.ReadDir(filepath.Clean(dir))
+	entries, err := readDir(filepath.Clean(dir))
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("list the rotated files of %s: %w", path, err)
 	}
 	var out []backup
 	for _, e := range entries {
@@ -54,31 +56,35 @@ func backups(path string) []backup {
 		out = append(out, backup{path: p, inode: inode(fi), at: at})
 	}
 	slices.SortFunc(out, func(a, b backup) int { return a.at.Compare(b.at) })
-	return out
+	return out, nil
 }
 
 // nextBackup is the rotated file that follows the one with inode ino,
 // last modified at modified, when there is one: the log rotated again after
 // that file was renamed, and the later file holds what came between. When
 // ino's file is no longer listed (deleted by the rotation while it was
-// read), the next is the oldest one rotated after its last write.
-func nextBackup(path string, ino uint64, modified time.Time) (backup, bool) {
-	bs := backups(path)
+// read), the next is the oldest one rotated after its last write. An error
+// is backups': which file is next is not known.
+func nextBackup(readDir func(string) ([]os.DirEntry, error), path string, ino uint64, modified time.Time) (backup, bool, error) {
+	bs, err := backups(readDir, path)
+	if err != nil {
+		return backup{}, false, err
+	}
 	for i, b := range bs {
 		if b.inode == ino {
 			if i+1 < len(bs) {
-				return bs[i+1], true
+				return bs[i+1], true, nil
 			}
-			return backup{}, false
+			return backup{}, false, nil
 		}
 	}
 	if modified.IsZero() {
-		return backup{}, false
+		return backup{}, false, nil
 	}
 	for _, b := range bs {
 		if b.at.After(modified) {
-			return b, true
+			return b, true, nil
 		}
 	}
-	return backup{}, false
+	return backup{}, false, nil
 }

@@ -30,7 +30,11 @@ func TestNextBackup(t *testing.T) {
 		ino[name] = fi.Sys().(*syscall.Stat_t).Ino
 	}
 	var listed []string
-	for _, b := range backups(path) {
+	bs, err := backups(os.ReadDir, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs {
 		listed = append(listed, filepath.Base(b.path))
 	}
 	want := []string{"audit-2026-01-01T09-00-00.000.log", "audit-2026-01-01T10-00-00.000.log", "audit-2026-01-01T11-00-00.000.log"}
@@ -58,7 +62,10 @@ func TestNextBackup(t *testing.T) {
 		{"gone, after every rotated file", 1, at(11, 30), ""},
 		{"gone, its time unknown", 1, time.Time{}, ""},
 	} {
-		b, ok := nextBackup(path, c.ino, c.modified)
+		b, ok, err := nextBackup(os.ReadDir, path, c.ino, c.modified)
+		if err != nil {
+			t.Fatal(err)
+		}
 		got := ""
 		if ok {
 			got = filepath.Base(b.path)

@@ -1,12 +1,14 @@
 package runtime_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vilaca/portal/internal/runtime"
 )
@@ -102,4 +104,189 @@ func TestFileResumesFromAStateWithoutAHead(t *testing.T) {
 		t.Errorf("evaluated %v events, want the 2 after the recorded offset", got)
 	}
 	atTheEnd(t, path, state)
+}
+
+// rewrite truncates path and writes the events of ids into it: the same
+// inode, another file.
+func rewrite(t *testing.T, path string, ids ...string) {
+	t.Helper()
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	appendEvents(t, path, ids...)
+}
+
+// TestFileTellsALogWrittenAgainFromALaterOne: the log the state is in has
+// another start after a restart. When the log did not rotate since the
+// state was saved, it was written again in place (copytruncate): read from
+// its start, and nothing else. When a file rotated since, the recorded
+// file was deleted by the rotation and the log given its inode: the rotated
+// files left come first. Reading the rotated files in the first case read
+// again every event they held; reading only the log in the second skipped
+// theirs.
+func TestFileTellsALogWrittenAgainFromALaterOne(t *testing.T) {
+	t.Run("written again", func(t *testing.T) {
+		h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+		dir := t.TempDir()
+		path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+		appendEvents(t, path, ids("a", 4)...)
+		runFile(t, h, path, state, 4, nil)
+		// Rotated an hour before the state below was saved.
+		rotatedAt := time.Now().Add(-time.Hour).UTC().Format("2006-01-02T15-04-05.000")
+		if err := os.Rename(path, filepath.Join(dir, "audit-"+rotatedAt+".log")); err != nil {
+			t.Fatal(err)
+		}
+		appendEvents(t, path, ids("c", 3)...)
+		runFile(t, h, path, state, 7, nil)
+		rewrite(t, path, ids("b", 6)...)
+		runFile(t, h, path, state, 13, nil)
+		if got := counter(t, h.metrics.Evaluated); got != 13 {
+			t.Errorf("evaluated %v events, want a and c once and the log written again from its start (13)", got)
+		}
+		atTheEnd(t, path, state)
+	})
+	t.Run("given the inode of a deleted file", func(t *testing.T) {
+		h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+		dir := t.TempDir()
+		path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+		appendEvents(t, path, ids("a", 3)...)
+		runFile(t, h, path, state, 3, nil)
+		// A file rotated after the state was saved, and the log with the
+		// recorded file's inode.
+		rotatedAt := time.Now().Add(time.Hour).UTC().Format("2006-01-02T15-04-05.000")
+		appendEvents(t, filepath.Join(dir, "audit-"+rotatedAt+".log"), ids("c", 2)...)
+		rewrite(t, path, ids("b", 6)...)
+		runFile(t, h, path, state, 11, nil)
+		if got := counter(t, h.metrics.Evaluated); got != 11 {
+			t.Errorf("evaluated %v events, want a, the rotated file's and the log's, once each (11)", got)
+		}
+		atTheEnd(t, path, state)
+	})
+}
+
+// TestFileRetriesTheOldestRotatedFileLeft: the file the state is in is
+// gone, and the oldest rotated file left cannot be opened for a moment;
+// the restart waits for it. It skipped it, and its events.
+func TestFileRetriesTheOldestRotatedFileLeft(t *testing.T) {
+	h, dir, path, state := stoppedThroughTwoRotations(t)
+	if err := os.Remove(filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log")); err != nil {
+		t.Fatal(err)
+	}
+	oldest := filepath.Join(dir, "audit-2026-01-01T10-00-00.000.log")
+	var failed atomic.Int32
+	in := newFileInput(h, path, state)
+	runtime.SetOpenFile(in, func(name string) (*os.File, error) {
+		if name == oldest && failed.Add(1) <= 3 {
+			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.ENFILE}
+		}
+		return os.Open(name)
+	})
+	runInput(t, h, in, 10, nil)
+	if got := counter(t, h.metrics.Evaluated); got != 10 {
+		t.Errorf("evaluated %v events, want a, c and d once each (10)", got)
+	}
+	atTheEnd(t, path, state)
+}
+
+// TestFileResumesInAFileThatGrewPastItsHead: saved while the log was
+// shorter than the start its state hashes (one line), the state still
+// names the log once it has grown, and the restart resumes at its offset.
+func TestFileResumesInAFileThatGrewPastItsHead(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	appendEvents(t, path, "a")
+	runFile(t, h, path, state, 1, nil)
+	if n := headLen(t, state); n <= 0 || n >= 1024 {
+		t.Fatalf("the state of a one-line log hashes %d bytes, want that line's", n)
+	}
+	appendEvents(t, path, ids("b", 4)...)
+	runFile(t, h, path, state, 5, nil)
+	if got := counter(t, h.metrics.Evaluated); got != 5 {
+		t.Errorf("evaluated %v events, want each of the 5 once", got)
+	}
+	if n := headLen(t, state); n != 1024 {
+		t.Errorf("the state hashes %d bytes of a grown log, want 1024", n)
+	}
+	atTheEnd(t, path, state)
+}
+
+func headLen(t *testing.T, state string) int {
+	t.Helper()
+	var st struct {
+		HeadLen int `json:"headLen"`
+	}
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.HeadLen
+}
+
+// TestFileTellsALogWrittenAgainWhileItRuns: the log is truncated and
+// written again past the offset between two polls; the input reads it
+// from its start. It saw a file as long as before and read on at the
+// offset, skipping the first events of the new one.
+func TestFileTellsALogWrittenAgainWhileItRuns(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	appendEvents(t, path, ids("a", 3)...)
+	// Polls far apart next to the rewrite below: the poll after it sees
+	// the new file whole.
+	in := runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 200 * time.Millisecond}, h.src, h.metrics)
+	runInput(t, h, in, 9, func() {
+		waitFor(t, func() bool { return counter(t, h.metrics.Evaluated) >= 3 })
+		rewrite(t, path, ids("b", 6)...)
+	})
+	if got := counter(t, h.metrics.Evaluated); got != 9 {
+		t.Errorf("evaluated %v events, want the 3 and the 6 of the log written again (9)", got)
+	}
+	atTheEnd(t, path, state)
+}
+
+// TestFileRetriesADirectoryThatFailsToList: listing the log's directory
+// fails for a moment (the process out of file descriptors) where the input
+// looks for the rotated file the state is in, for the file rotated after
+// the one it read, or for the oldest rotated file left; each time it tries
+// again at the next poll, and reads every event. It took the failure for
+// no rotated file, and skipped theirs.
+func TestFileRetriesADirectoryThatFailsToList(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// gone: the file the state is in was deleted.
+		gone bool
+		// from and to: the listings that fail, counted from 1.
+		from, to int32
+		want     float64
+	}{
+		{"the rotated file the state is in", false, 1, 3, 12},
+		{"the rotated file after it", false, 2, 3, 12},
+		{"the oldest rotated file left", true, 2, 3, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, dir, path, state := stoppedThroughTwoRotations(t)
+			if c.gone {
+				if err := os.Remove(filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var listed atomic.Int32
+			in := newFileInput(h, path, state)
+			runtime.SetReadDir(in, func(name string) ([]os.DirEntry, error) {
+				if n := listed.Add(1); n >= c.from && n <= c.to {
+					return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EMFILE}
+				}
+				return os.ReadDir(name)
+			})
+			runInput(t, h, in, c.want, nil)
+			if got := counter(t, h.metrics.Evaluated); got != c.want {
+				t.Errorf("evaluated %v events, want %v", got, c.want)
+			}
+			atTheEnd(t, path, state)
+		})
+	}
 }
