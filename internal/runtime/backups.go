@@ -59,32 +59,39 @@ func backups(readDir func(string) ([]os.DirEntry, error), path string) ([]backup
 	return out, nil
 }
 
-// nextBackup is the rotated file that follows the one with inode ino,
-// last modified at modified, when there is one: the log rotated again after
-// that file was renamed, and the later file holds what came between. When
-// ino's file is no longer listed (deleted by the rotation while it was
-// read), the next is the oldest one rotated after its last write. An error
-// is backups': which file is next is not known.
-func nextBackup(readDir func(string) ([]os.DirEntry, error), path string, ino uint64, modified time.Time) (backup, bool, error) {
-	bs, err := backups(readDir, path)
-	if err != nil {
-		return backup{}, false, err
-	}
+// nextBackup is the rotated file of bs (listed by backups) that follows
+// the one with inode ino, last modified at modified, when there is one: the
+// log rotated again after that file was renamed, and the later file holds
+// what came between. When ino's file is no longer listed (deleted by the
+// rotation while it was read), the next is the oldest one rotated after its
+// last write.
+func nextBackup(bs []backup, ino uint64, modified time.Time) (backup, bool) {
 	for i, b := range bs {
 		if b.inode == ino {
 			if i+1 < len(bs) {
-				return bs[i+1], true, nil
+				return bs[i+1], true
 			}
-			return backup{}, false, nil
+			return backup{}, false
 		}
 	}
 	if modified.IsZero() {
-		return backup{}, false, nil
+		return backup{}, false
 	}
 	for _, b := range bs {
 		if b.at.After(modified) {
-			return b, true, nil
+			return b, true
 		}
 	}
-	return backup{}, false, nil
+	return backup{}, false
+}
+
+// backups lists the log's rotated files (see backups) and notes the newest
+// stamp, which the state is saved with.
+func (f *FileInput) backups() ([]backup, error) {
+	bs, err := backups(f.readDir, f.o.Path)
+	// Only Start's goroutine lists; saveState reads from others.
+	if n := len(bs); n > 0 && bs[n-1].at.UnixNano() > f.newest.Load() {
+		f.newest.Store(bs[n-1].at.UnixNano())
+	}
+	return bs, err
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,9 @@ type FileOptions struct {
 type fileState struct {
 	fileID
 	Offset int64 `json:"offset"`
+	// Rotated is the stamp of the newest rotated file Portal had listed
+	// when it saved the state (written by saveState only).
+	Rotated time.Time `json:"rotated,omitzero"`
 	// Skipping is set while the offset is inside a line over MaxLineBytes:
 	// what follows, up to its newline, is the rest of that line.
 	Skipping bool `json:"skipping,omitempty"`
@@ -65,9 +69,13 @@ type FileInput struct {
 	// fail.
 	openFile func(name string) (*os.File, error)
 	readDir  func(name string) ([]os.DirEntry, error)
-	// savedAt is when the state Start loaded was saved (the state file's
-	// modification time; zero without one).
-	savedAt time.Time
+	// newest is the stamp of the newest rotated file listed (Unix
+	// nanoseconds; 0 for none yet), saved with the state (any goroutine);
+	// seen is the one the state Start loaded was saved with. Comparing
+	// stamps with stamps tells whether the log rotated since, with no
+	// clock involved.
+	newest atomic.Int64
+	seen   time.Time
 }
 
 // NewFileInput returns the input feeding src.
@@ -169,12 +177,12 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 		modified = cur.ModTime()
 	}
 	next := inode(fi)
-	b, ok, err := nextBackup(f.readDir, f.o.Path, st.Inode, modified)
+	bs, err := f.backups()
 	if passing(err) {
 		// Which file comes next is not known: keep this one, try again.
 		return file, rest, st, err
 	}
-	if ok {
+	if b, ok := nextBackup(bs, st.Inode, modified); ok {
 		next = b.inode
 	}
 	file.Close()
@@ -312,19 +320,20 @@ func (f *FileInput) loadState() fileState {
 	if err != nil {
 		return st
 	}
-	if fi, err := os.Stat(f.o.StateFile); err == nil {
-		f.savedAt = fi.ModTime()
-	}
 	if err := json.Unmarshal(data, &st); err != nil {
 		f.o.Logger.Warn("audit log state unreadable: reading the log from its start", "stateFile", f.o.StateFile, "error", err)
 		return fileState{}
 	}
+	f.seen, st.Rotated = st.Rotated, time.Time{}
 	return st
 }
 
 func (f *FileInput) saveState(st fileState) {
 	if f.o.StateFile == "" {
 		return
+	}
+	if n := f.newest.Load(); n != 0 {
+		st.Rotated = time.Unix(0, n).UTC()
 	}
 	data, _ := json.Marshal(st)
 	tmp := f.o.StateFile + ".tmp"

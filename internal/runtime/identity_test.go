@@ -57,31 +57,6 @@ func TestFileTellsAnotherFileWithTheSameInode(t *testing.T) {
 	}
 }
 
-// TestFileRetriesARotatedFileThatFailsToOpenForAWhile: the rotated file the
-// state is in cannot be opened for a moment (the process out of file
-// descriptors); the restart waits for it and reads it, then the files
-// after it. It took the file for gone and skipped its events.
-func TestFileRetriesARotatedFileThatFailsToOpenForAWhile(t *testing.T) {
-	h, dir, path, state := stoppedThroughTwoRotations(t)
-	first := filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log")
-	var failed atomic.Int32
-	in := newFileInput(h, path, state)
-	runtime.SetOpenFile(in, func(name string) (*os.File, error) {
-		if name == first && failed.Add(1) <= 3 {
-			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EMFILE}
-		}
-		return os.Open(name)
-	})
-	runInput(t, h, in, 12, nil)
-	if got := counter(t, h.metrics.Evaluated); got != 12 {
-		t.Errorf("evaluated %v events, want each of the 12 once", got)
-	}
-	if n := failed.Load(); n < 4 {
-		t.Errorf("the rotated file was opened %d times, want 3 failures and an open", n)
-	}
-	atTheEnd(t, path, state)
-}
-
 // TestFileResumesFromAStateWithoutAHead: a state an earlier Portal wrote
 // (inode and offset, no hash of the file's start) still resumes at its
 // offset, not from the log's start.
@@ -164,30 +139,6 @@ func TestFileTellsALogWrittenAgainFromALaterOne(t *testing.T) {
 	})
 }
 
-// TestFileRetriesTheOldestRotatedFileLeft: the file the state is in is
-// gone, and the oldest rotated file left cannot be opened for a moment;
-// the restart waits for it. It skipped it, and its events.
-func TestFileRetriesTheOldestRotatedFileLeft(t *testing.T) {
-	h, dir, path, state := stoppedThroughTwoRotations(t)
-	if err := os.Remove(filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log")); err != nil {
-		t.Fatal(err)
-	}
-	oldest := filepath.Join(dir, "audit-2026-01-01T10-00-00.000.log")
-	var failed atomic.Int32
-	in := newFileInput(h, path, state)
-	runtime.SetOpenFile(in, func(name string) (*os.File, error) {
-		if name == oldest && failed.Add(1) <= 3 {
-			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.ENFILE}
-		}
-		return os.Open(name)
-	})
-	runInput(t, h, in, 10, nil)
-	if got := counter(t, h.metrics.Evaluated); got != 10 {
-		t.Errorf("evaluated %v events, want a, c and d once each (10)", got)
-	}
-	atTheEnd(t, path, state)
-}
-
 // TestFileResumesInAFileThatGrewPastItsHead: saved while the log was
 // shorter than the start its state hashes (one line), the state still
 // names the log once it has grown, and the restart resumes at its offset.
@@ -248,12 +199,57 @@ func TestFileTellsALogWrittenAgainWhileItRuns(t *testing.T) {
 	atTheEnd(t, path, state)
 }
 
+// TestFileRetriesARotatedFileThatFailsToOpen: the rotated file the state is
+// in, or the oldest one left when that is gone, cannot be opened for a
+// moment (the process or the system out of file descriptors); the restart
+// waits for it and reads it, then the files after it. It took the file for
+// gone and skipped its events.
+func TestFileRetriesARotatedFileThatFailsToOpen(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// gone: the file the state is in was deleted.
+		gone  bool
+		fails string
+		errno syscall.Errno
+		want  float64
+	}{
+		{"the one the state is in", false, "audit-2026-01-01T09-00-00.000.log", syscall.EMFILE, 12},
+		{"the oldest one left", true, "audit-2026-01-01T10-00-00.000.log", syscall.ENFILE, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, dir, path, state := stoppedThroughTwoRotations(t)
+			if c.gone {
+				if err := os.Remove(filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fails := filepath.Join(dir, c.fails)
+			var opened atomic.Int32
+			in := newFileInput(h, path, state)
+			runtime.SetOpenFile(in, func(name string) (*os.File, error) {
+				if name == fails && opened.Add(1) <= 3 {
+					return nil, &os.PathError{Op: "open", Path: name, Err: c.errno}
+				}
+				return os.Open(name)
+			})
+			runInput(t, h, in, c.want, nil)
+			if got := counter(t, h.metrics.Evaluated); got != c.want {
+				t.Errorf("evaluated %v events, want %v", got, c.want)
+			}
+			if n := opened.Load(); n < 4 {
+				t.Errorf("%s was opened %d times, want 3 failures and an open", c.fails, n)
+			}
+			atTheEnd(t, path, state)
+		})
+	}
+}
+
 // TestFileRetriesADirectoryThatFailsToList: listing the log's directory
 // fails for a moment (the process out of file descriptors) where the input
 // looks for the rotated file the state is in, for the file rotated after
-// the one it read, or for the oldest rotated file left; each time it tries
-// again at the next poll, and reads every event. It took the failure for
-// no rotated file, and skipped theirs.
+// the one it read, or for the rotated files left when the state's is gone;
+// each time it tries again at the next poll, and reads every event. It took
+// the failure for no rotated file, and skipped theirs.
 func TestFileRetriesADirectoryThatFailsToList(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -263,9 +259,11 @@ func TestFileRetriesADirectoryThatFailsToList(t *testing.T) {
 		from, to int32
 		want     float64
 	}{
-		{"the rotated file the state is in", false, 1, 3, 12},
-		{"the rotated file after it", false, 2, 3, 12},
-		{"the oldest rotated file left", true, 2, 3, 10},
+		// Listings: the rotated files (1), the files by inode (2), and
+		// the rotated files again once the first is read (3).
+		{"the rotated file the state is in", false, 2, 2, 12},
+		{"the rotated file after it", false, 3, 3, 12},
+		{"the rotated files left", true, 1, 1, 10},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, dir, path, state := stoppedThroughTwoRotations(t)
@@ -289,4 +287,28 @@ func TestFileRetriesADirectoryThatFailsToList(t *testing.T) {
 			atTheEnd(t, path, state)
 		})
 	}
+}
+
+// TestFileSkipsOnlyARotatedFileThatCannotBeOpened: the rotated file the
+// state is in cannot be opened (its permissions), and an older one is
+// still there: its events are skipped, with a warning, and reading goes on
+// with the files rotated after it. It went back to the oldest rotated
+// file, read it again, came round to the one it could not open, and
+// started again, for ever.
+func TestFileSkipsOnlyARotatedFileThatCannotBeOpened(t *testing.T) {
+	h, dir, path, state := stoppedThroughTwoRotations(t)
+	appendEvents(t, filepath.Join(dir, "audit-2026-01-01T08-00-00.000.log"), ids("o", 2)...)
+	closed := filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log")
+	in := newFileInput(h, path, state)
+	runtime.SetOpenFile(in, func(name string) (*os.File, error) {
+		if name == closed {
+			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EACCES}
+		}
+		return os.Open(name)
+	})
+	runInput(t, h, in, 10, nil)
+	if got := counter(t, h.metrics.Evaluated); got != 10 {
+		t.Errorf("evaluated %v events, want a before, then c and d, once each (10)", got)
+	}
+	atTheEnd(t, path, state)
 }

@@ -82,6 +82,10 @@ func passing(err error) bool {
 // start. An error (Path missing, a passing failure) leaves the state as it
 // was, to try again at the next poll.
 func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
+	bs, err := f.backups()
+	if passing(err) {
+		return nil, st, err
+	}
 	file, err := f.openFile(f.o.Path)
 	if err != nil {
 		return nil, st, err
@@ -94,7 +98,9 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 	sameInode := st.Inode != 0 && st.Inode == inode(fi)
 	same := false
 	if sameInode {
-		if same, err = st.matches(file); passing(err) {
+		// The log is all that is left to read: when its start cannot be
+		// read, wait rather than guess.
+		if same, err = st.matches(file); err != nil {
 			file.Close()
 			return nil, st, err
 		}
@@ -104,18 +110,21 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 	case same || st.Inode == 0:
 		// Truncated in place while Portal was down, or never read.
 		st = fileState{fileID: fileID{Inode: inode(fi)}}
-	case sameInode && !f.rotatedSince(f.savedAt):
-		// The log has the recorded inode but another start, and did not
-		// rotate since the state was saved: written again in place
+	case sameInode && !rotatedSince(bs, f.seen):
+		// The log has the recorded inode but another start, and no file
+		// rotated since the state was saved: written again in place
 		// (copytruncate), after what was read of it. The rotated files
 		// were read before it.
 		st = fileState{fileID: fileID{Inode: inode(fi)}}
 	default:
 		// Rotated away, or gone: deleted by the rotation, its inode maybe
 		// given to a later file (the log's own when sameInode).
-		var old *os.File
+		var (
+			old  *os.File
+			skip string
+		)
 		if !sameInode {
-			if old, err = f.rotated(st.fileID); err != nil {
+			if old, skip, err = f.rotated(st.fileID); err != nil {
 				file.Close()
 				return nil, st, err
 			}
@@ -125,7 +134,7 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 			file = old
 			break
 		}
-		if file, st, err = f.afterLoss(file, fi, st); err != nil {
+		if file, st, err = f.afterLoss(file, fi, st, laterThan(bs, skip)); err != nil {
 			return nil, st, err
 		}
 	}
@@ -136,28 +145,32 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 	return file, st, nil
 }
 
-// rotatedSince reports whether a rotated file of the log is stamped after
-// t (false for a zero t: nothing was saved).
-func (f *FileInput) rotatedSince(t time.Time) bool {
-	if t.IsZero() {
-		return false
+// rotatedSince reports whether a file of bs is stamped later than seen,
+// the newest one listed when the state was saved (zero: none was).
+func rotatedSince(bs []backup, seen time.Time) bool {
+	return len(bs) > 0 && bs[len(bs)-1].at.After(seen)
+}
+
+// laterThan is bs after the one at path (all of bs when path is not one
+// of them): where reading goes on past a rotated file that cannot be
+// read. Going back to older files would come round to it again, and again.
+func laterThan(bs []backup, path string) []backup {
+	for i, b := range bs {
+		if b.path == path {
+			return bs[i+1:]
+		}
 	}
-	bs, _ := backups(f.readDir, f.o.Path)
-	return len(bs) > 0 && bs[len(bs)-1].at.After(t)
+	return bs
 }
 
 // afterLoss is where reading goes on when the file the state is in is
-// gone (deleted, or compressed, by the rotation): the rotation prunes the
-// oldest files, so the rotated files left are later than it (but for the
-// moment one pruning takes to remove several); what it still held is
-// lost. It reads on from the oldest rotated file that opens, else from the
-// start of cur (Path, open), and says which once it is known.
-func (f *FileInput) afterLoss(cur *os.File, fi os.FileInfo, was fileState) (*os.File, fileState, error) {
-	bs, err := backups(f.readDir, f.o.Path)
-	if passing(err) {
-		cur.Close()
-		return nil, was, err
-	}
+// gone (deleted, or compressed, by the rotation) or cannot be read: the
+// rotation prunes the oldest files, so the rotated files left in bs are
+// later than it (but for the moment one pruning takes to remove several);
+// what it still held is lost. It reads on from the oldest of bs that
+// opens, else from the start of cur (Path, open), and says which once it
+// is known. A passing failure to open one keeps the state (cur closed).
+func (f *FileInput) afterLoss(cur *os.File, fi os.FileInfo, was fileState, bs []backup) (*os.File, fileState, error) {
 	file, st, from := cur, fileState{fileID: fileID{Inode: inode(fi)}}, ""
 	for _, b := range bs {
 		old, err := f.openFile(b.path)
@@ -175,26 +188,28 @@ func (f *FileInput) afterLoss(cur *os.File, fi os.FileInfo, was fileState) (*os.
 	}
 	attrs := []any{"path", f.o.Path, "stateFile", f.o.StateFile, "inode", was.Inode, "offset", was.Offset}
 	if from != "" {
-		f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading on from the oldest rotated file that opens",
+		f.o.Logger.Warn("audit log: the file the recorded offset is in is gone or unreadable; reading on from the next rotated file that opens",
 			append(attrs, "from", from)...)
 	} else {
-		f.o.Logger.Warn("audit log: the file the recorded offset is in is gone (deleted, or compressed, by the rotation); reading the log from its start", attrs...)
+		f.o.Logger.Warn("audit log: the file the recorded offset is in is gone or unreadable; reading the log from its start", attrs...)
 	}
 	return file, st, nil
 }
 
 // rotated opens the file beside Path that id names (Path renamed by a
 // rotation: the API server's audit-2026-01-02T03-04-05.000.log, or any
-// other name a rotation gives it); nil when there is none. An error is a
-// passing failure (see passing): try again at the next poll.
-func (f *FileInput) rotated(id fileID) (*os.File, error) {
+// other name a rotation gives it); nil when there is none, and then, when
+// one has the inode but cannot be opened or read (its events are lost),
+// its path. An error is a passing failure (see passing): try again at the
+// next poll.
+func (f *FileInput) rotated(id fileID) (*os.File, string, error) {
 	dir := filepath.Dir(f.o.Path)
 	entries, err := f.readDir(dir)
 	if err != nil {
 		if passing(err) {
-			return nil, fmt.Errorf("list %s: %w", dir, err)
+			return nil, "", fmt.Errorf("list %s: %w", dir, err)
 		}
-		return nil, nil
+		return nil, "", nil
 	}
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
@@ -204,26 +219,26 @@ func (f *FileInput) rotated(id fileID) (*os.File, error) {
 		}
 		file, err := f.openFile(p)
 		if passing(err) {
-			return nil, fmt.Errorf("open the rotated file %s: %w", p, err)
+			return nil, "", fmt.Errorf("open the rotated file %s: %w", p, err)
 		}
 		if err != nil {
-			// Read on as if it were gone, but say so: its events are lost.
-			f.o.Logger.Warn("audit log: cannot open the rotated file the recorded offset is in", "path", p, "error", err)
-			return nil, nil
+			f.o.Logger.Warn("audit log: cannot open the rotated file the recorded offset is in; its events are skipped", "path", p, "error", err)
+			return nil, p, nil
 		}
 		ok, err := id.matches(file)
 		if ok {
-			return file, nil
+			return file, "", nil
 		}
 		file.Close()
 		if passing(err) {
-			return nil, err
+			return nil, "", err
 		}
 		if err != nil {
-			f.o.Logger.Warn("audit log: cannot read the rotated file the recorded offset is in", "path", p, "error", err)
+			f.o.Logger.Warn("audit log: cannot read the rotated file the recorded offset is in; its events are skipped", "path", p, "error", err)
+			return nil, p, nil
 		}
-		// Else another file with the inode of the one deleted.
-		return nil, nil
+		// Another file with the inode of the one deleted.
+		return nil, "", nil
 	}
-	return nil, nil
+	return nil, "", nil
 }
