@@ -89,9 +89,8 @@ func nextBackup(bs []backup, ino uint64, modified time.Time) (backup, bool) {
 // stamp, which the state is saved with.
 func (f *FileInput) backups() ([]backup, error) {
 	bs, err := backups(f.readDir, f.o.Path)
-	// Only Start's goroutine lists; saveState reads from others.
-	if n := len(bs); n > 0 && bs[n-1].at.UnixNano() > f.newest.Load() {
-		f.newest.Store(bs[n-1].at.UnixNano())
+	if n := len(bs); n > 0 && bs[n-1].at.After(f.newest) {
+		f.newest = bs[n-1].at
 	}
 	return bs, err
 }

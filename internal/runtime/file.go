@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,7 +45,9 @@ type fileState struct {
 	fileID
 	Offset int64 `json:"offset"`
 	// Rotated is the stamp of the newest rotated file Portal had listed
-	// when it saved the state (written by saveState only).
+	// when it reached this position (never later: the position can be
+	// saved long after, while evaluation catches up). A rotated file
+	// stamped later rotated since; stamps compared with stamps, no clock.
 	Rotated time.Time `json:"rotated,omitzero"`
 	// Skipping is set while the offset is inside a line over MaxLineBytes:
 	// what follows, up to its newline, is the rest of that line.
@@ -69,13 +71,9 @@ type FileInput struct {
 	// fail.
 	openFile func(name string) (*os.File, error)
 	readDir  func(name string) ([]os.DirEntry, error)
-	// newest is the stamp of the newest rotated file listed (Unix
-	// nanoseconds; 0 for none yet), saved with the state (any goroutine);
-	// seen is the one the state Start loaded was saved with. Comparing
-	// stamps with stamps tells whether the log rotated since, with no
-	// clock involved.
-	newest atomic.Int64
-	seen   time.Time
+	// newest is the stamp of the newest rotated file listed, given to
+	// the positions reached from then on (Start's goroutine only).
+	newest time.Time
 }
 
 // NewFileInput returns the input feeding src.
@@ -96,7 +94,18 @@ func (*FileInput) NeedLeaderElection() bool { return false }
 
 // Start implements manager.Runnable: it follows the file until ctx ends.
 func (f *FileInput) Start(ctx context.Context) error {
-	st := f.loadState()
+	st, err := f.loadState()
+	for err != nil {
+		// Not "no state": the log would be read from its start, and the
+		// state overwritten. Wait for it.
+		f.o.Logger.Warn("audit log state unreadable; trying again", "stateFile", f.o.StateFile, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(f.o.PollInterval):
+		}
+		st, err = f.loadState()
+	}
 	// Twice the queue: reading runs that far ahead of the slowest
 	// evaluation at most.
 	f.prog = newProgress(st, 2*cap(f.src.audit), f.saveState)
@@ -186,7 +195,7 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 		next = b.inode
 	}
 	file.Close()
-	st, f.skipping = fileState{fileID: fileID{Inode: next}}, false
+	st, f.skipping = fileState{fileID: fileID{Inode: next}, Rotated: f.newest}, false
 	f.prog.reached(st)
 	f.prog.record()
 	return nil, nil, st, nil
@@ -195,7 +204,7 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 // fromStart reads file again from its start: truncated in place (and
 // maybe written again).
 func (f *FileInput) fromStart(file *os.File, st fileState) (fileState, error) {
-	st = fileState{fileID: fileID{Inode: st.Inode}}
+	st = fileState{fileID: fileID{Inode: st.Inode}, Rotated: st.Rotated}
 	f.skipping = false
 	f.prog.reset(st)
 	_, err := file.Seek(0, io.SeekStart)
@@ -300,7 +309,7 @@ func (f *FileInput) lines(ctx context.Context, data []byte, st fileState) ([]byt
 		}
 		// Once this event and every one before it are evaluated, a
 		// restart resumes after its line.
-		f.prog.reached(fileState{fileID: st.fileID, Offset: st.Offset + int64(consumed)})
+		f.prog.reached(fileState{fileID: st.fileID, Offset: st.Offset + int64(consumed), Rotated: st.Rotated})
 	}
 	rest := data[consumed:]
 	if len(rest) > MaxLineBytes {
@@ -314,26 +323,31 @@ func (f *FileInput) lines(ctx context.Context, data []byte, st fileState) ([]byt
 	return append([]byte(nil), rest...), consumed
 }
 
-func (f *FileInput) loadState() fileState {
+// loadState reads the state file: the zero state when there is none (the
+// log never read), an error when it cannot be read (try again).
+func (f *FileInput) loadState() (fileState, error) {
 	var st fileState
+	if f.o.StateFile == "" {
+		return st, nil
+	}
 	data, err := os.ReadFile(f.o.StateFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return st, nil
+	}
 	if err != nil {
-		return st
+		return st, err
 	}
 	if err := json.Unmarshal(data, &st); err != nil {
 		f.o.Logger.Warn("audit log state unreadable: reading the log from its start", "stateFile", f.o.StateFile, "error", err)
-		return fileState{}
+		return fileState{}, nil
 	}
-	f.seen, st.Rotated = st.Rotated, time.Time{}
-	return st
+	f.newest = st.Rotated
+	return st, nil
 }
 
 func (f *FileInput) saveState(st fileState) {
 	if f.o.StateFile == "" {
 		return
-	}
-	if n := f.newest.Load(); n != 0 {
-		st.Rotated = time.Unix(0, n).UTC()
 	}
 	data, _ := json.Marshal(st)
 	tmp := f.o.StateFile + ".tmp"

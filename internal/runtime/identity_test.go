@@ -1,10 +1,14 @@
 package runtime_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -124,12 +128,24 @@ func TestFileTellsALogWrittenAgainFromALaterOne(t *testing.T) {
 		h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
 		dir := t.TempDir()
 		path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+		stamp := func(d time.Duration) string {
+			return filepath.Join(dir, "audit-"+time.Now().Add(d).UTC().Format("2006-01-02T15-04-05.000")+".log")
+		}
+		// A rotated file is listed when the log is read: the state holds
+		// its stamp.
+		appendEvents(t, stamp(-2*time.Hour), "o")
 		appendEvents(t, path, ids("a", 3)...)
 		runFile(t, h, path, state, 3, nil)
-		// A file rotated after the state was saved, and the log with the
-		// recorded file's inode.
-		rotatedAt := time.Now().Add(time.Hour).UTC().Format("2006-01-02T15-04-05.000")
-		appendEvents(t, filepath.Join(dir, "audit-"+rotatedAt+".log"), ids("c", 2)...)
+		// The log rotated, the rotation deleted the recorded file and the
+		// one before, and the log now has the recorded file's inode. The
+		// file rotated since is stamped an hour after the one listed.
+		files, _ := filepath.Glob(filepath.Join(dir, "audit-*.log"))
+		for _, f := range files {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		appendEvents(t, stamp(-time.Hour), ids("c", 2)...)
 		rewrite(t, path, ids("b", 6)...)
 		runFile(t, h, path, state, 11, nil)
 		if got := counter(t, h.metrics.Evaluated); got != 11 {
@@ -137,6 +153,39 @@ func TestFileTellsALogWrittenAgainFromALaterOne(t *testing.T) {
 		}
 		atTheEnd(t, path, state)
 	})
+}
+
+// TestFileSkipsOnlyAnUnreadableFileNamedOtherwise: the file the state is
+// in was renamed by a rotation the API server's does not make
+// (audit.log.1) and cannot be opened; of the API server's rotated files,
+// those rotated after its last write are read, not the older ones. It read
+// every rotated file again.
+func TestFileSkipsOnlyAnUnreadableFileNamedOtherwise(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	appendEvents(t, filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log"), "o")
+	appendEvents(t, path, ids("a", 3)...)
+	runFile(t, h, path, state, 3, nil)
+	closed := filepath.Join(dir, "audit.log.1")
+	if err := os.Rename(path, closed); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour).UTC().Format("2006-01-02T15-04-05.000")
+	appendEvents(t, filepath.Join(dir, "audit-"+later+".log"), ids("c", 2)...)
+	appendEvents(t, path, ids("d", 4)...)
+	in := newFileInput(h, path, state)
+	runtime.SetOpenFile(in, func(name string) (*os.File, error) {
+		if name == closed {
+			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EACCES}
+		}
+		return os.Open(name)
+	})
+	runInput(t, h, in, 9, nil)
+	if got := counter(t, h.metrics.Evaluated); got != 9 {
+		t.Errorf("evaluated %v events, want a before, then c and d, once each (9)", got)
+	}
+	atTheEnd(t, path, state)
 }
 
 // TestFileResumesInAFileThatGrewPastItsHead: saved while the log was
@@ -328,6 +377,61 @@ func TestFileSkipsOnlyARotatedFileThatCannotBeOpened(t *testing.T) {
 	runInput(t, h, in, 10, nil)
 	if got := counter(t, h.metrics.Evaluated); got != 10 {
 		t.Errorf("evaluated %v events, want a before, then c and d, once each (10)", got)
+	}
+	atTheEnd(t, path, state)
+}
+
+// syncBuffer is a bytes.Buffer written by one goroutine and read by
+// another.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestFileWaitsForAStateFileItCannotRead: a state file that is there but
+// cannot be read (here a directory stands where it was) is not taken for
+// none: the input waits, saying why, and resumes where the state says once
+// it can be read. It read the log from its start, every event again, and
+// would have overwritten the state.
+func TestFileWaitsForAStateFileItCannotRead(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	appendEvents(t, path, ids("a", 3)...)
+	runFile(t, h, path, state, 3, nil)
+	if err := os.Rename(state, state+".saved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	appendEvents(t, path, ids("b", 2)...)
+	var logs syncBuffer
+	in := runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, h.src, h.metrics)
+	runInput(t, h, in, 5, func() {
+		waitFor(t, func() bool { return strings.Contains(logs.String(), "audit log state unreadable; trying again") })
+		if err := os.Remove(state); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(state+".saved", state); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if got := counter(t, h.metrics.Evaluated); got != 5 {
+		t.Errorf("evaluated %v events, want a before and b after the wait, once each (5)", got)
 	}
 	atTheEnd(t, path, state)
 }

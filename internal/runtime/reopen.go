@@ -95,6 +95,7 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 		file.Close()
 		return nil, st, err
 	}
+	seen := st.Rotated
 	sameInode := st.Inode != 0 && st.Inode == inode(fi)
 	same := false
 	if sameInode {
@@ -110,7 +111,7 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 	case same || st.Inode == 0:
 		// Truncated in place while Portal was down, or never read.
 		st = fileState{fileID: fileID{Inode: inode(fi)}}
-	case sameInode && !rotatedSince(bs, f.seen):
+	case sameInode && !rotatedSince(bs, seen):
 		// The log has the recorded inode but another start, and no file
 		// rotated since the state was saved: written again in place
 		// (copytruncate), after what was read of it. The rotated files
@@ -121,7 +122,7 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 		// given to a later file (the log's own when sameInode).
 		var (
 			old  *os.File
-			skip string
+			skip *backup
 		)
 		if !sameInode {
 			if old, skip, err = f.rotated(st.fileID); err != nil {
@@ -142,25 +143,38 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 		file.Close()
 		return nil, st, err
 	}
+	st.Rotated = f.newest
 	return file, st, nil
 }
 
 // rotatedSince reports whether a file of bs is stamped later than seen,
-// the newest one listed when the state was saved (zero: none was).
+// the newest one listed when the state's position was reached (zero: none
+// was).
 func rotatedSince(bs []backup, seen time.Time) bool {
 	return len(bs) > 0 && bs[len(bs)-1].at.After(seen)
 }
 
-// laterThan is bs after the one at path (all of bs when path is not one
-// of them): where reading goes on past a rotated file that cannot be
-// read. Going back to older files would come round to it again, and again.
-func laterThan(bs []backup, path string) []backup {
+// laterThan is the files of bs rotated after skip (all of bs when skip
+// is nil): where reading goes on past a rotated file that cannot be read.
+// Going back to older files would come round to it again, and again. When
+// skip is one of bs, those after it; else (a name the API server's rotation
+// does not give) those rotated after its last write.
+func laterThan(bs []backup, skip *backup) []backup {
+	if skip == nil {
+		return bs
+	}
 	for i, b := range bs {
-		if b.path == path {
+		if b.path == skip.path {
 			return bs[i+1:]
 		}
 	}
-	return bs
+	var out []backup
+	for _, b := range bs {
+		if b.at.After(skip.at) {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // afterLoss is where reading goes on when the file the state is in is
@@ -200,16 +214,16 @@ func (f *FileInput) afterLoss(cur *os.File, fi os.FileInfo, was fileState, bs []
 // rotation: the API server's audit-2026-01-02T03-04-05.000.log, or any
 // other name a rotation gives it); nil when there is none, and then, when
 // one has the inode but cannot be opened or read (its events are lost),
-// its path. An error is a passing failure (see passing): try again at the
-// next poll.
-func (f *FileInput) rotated(id fileID) (*os.File, string, error) {
+// that one (its path, and its last write as at). An error is a passing
+// failure (see passing): try again at the next poll.
+func (f *FileInput) rotated(id fileID) (*os.File, *backup, error) {
 	dir := filepath.Dir(f.o.Path)
 	entries, err := f.readDir(dir)
 	if err != nil {
 		if passing(err) {
-			return nil, "", fmt.Errorf("list %s: %w", dir, err)
+			return nil, nil, fmt.Errorf("list %s: %w", dir, err)
 		}
-		return nil, "", nil
+		return nil, nil, nil
 	}
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
@@ -217,28 +231,29 @@ func (f *FileInput) rotated(id fileID) (*os.File, string, error) {
 		if err != nil || !fi.Mode().IsRegular() || inode(fi) != id.Inode {
 			continue
 		}
+		unreadable := &backup{path: p, inode: id.Inode, at: fi.ModTime()}
 		file, err := f.openFile(p)
 		if passing(err) {
-			return nil, "", fmt.Errorf("open the rotated file %s: %w", p, err)
+			return nil, nil, fmt.Errorf("open the rotated file %s: %w", p, err)
 		}
 		if err != nil {
 			f.o.Logger.Warn("audit log: cannot open the rotated file the recorded offset is in; its events are skipped", "path", p, "error", err)
-			return nil, p, nil
+			return nil, unreadable, nil
 		}
 		ok, err := id.matches(file)
 		if ok {
-			return file, "", nil
+			return file, nil, nil
 		}
 		file.Close()
 		if passing(err) {
-			return nil, "", err
+			return nil, nil, err
 		}
 		if err != nil {
 			f.o.Logger.Warn("audit log: cannot read the rotated file the recorded offset is in; its events are skipped", "path", p, "error", err)
-			return nil, p, nil
+			return nil, unreadable, nil
 		}
 		// Another file with the inode of the one deleted.
-		return nil, "", nil
+		return nil, nil, nil
 	}
-	return nil, "", nil
+	return nil, nil, nil
 }
