@@ -1,7 +1,6 @@
 package certs
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -39,6 +38,7 @@ import (
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/pki"
+	"github.com/vilaca/portal/internal/testlog"
 )
 
 // One control plane serves every test of the package; it starts on first
@@ -146,30 +146,13 @@ func start(t *testing.T, opts Options, leaseID string) *replica {
 
 // testLogger keeps the controller's log and prints it when the test fails.
 func testLogger(t *testing.T) *slog.Logger {
-	w := &syncBuffer{}
+	w := &testlog.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("controller log:\n%s", w.String())
 		}
 	})
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // eventually polls cond until it holds or 30 seconds pass.

@@ -1,7 +1,6 @@
 package lookup_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/lookup"
+	"github.com/vilaca/portal/internal/testlog"
 )
 
 // pdbWatcher is a watcher over the deployments docs, each evaluated once by
@@ -77,7 +77,7 @@ func TestCycleIsRateLimitedNotStopped(t *testing.T) {
 	rq := &stamped{clock: clk}
 	feed := make(chan struct{}, 1)
 	m := lookup.NewMetrics(nil, nil)
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	w, _ := pdbWatcher(t, lookup.WatcherOptions{Metrics: m, CycleWindow: window, Clock: clk, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Requeuer: lookup.RequeueFunc(func(lookup.ObjectKey) {
 			rq.add()
@@ -131,7 +131,7 @@ func TestCycleIsRateLimitedNotStopped(t *testing.T) {
 // others' rule) defers a pair once: that is logged at debug level, not as a
 // warning about a cycle, which portal dev users read as a fault.
 func TestBurstIsNotACycle(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	rq := &stamped{}
 	w, _ := pdbWatcher(t, lookup.WatcherOptions{CycleWindow: time.Minute, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Requeuer: lookup.RequeueFunc(func(lookup.ObjectKey) { rq.add() })}, depA)
@@ -145,24 +145,6 @@ func TestBurstIsNotACycle(t *testing.T) {
 	if strings.Contains(out, "level=WARN") || !strings.Contains(out, "level=DEBUG msg=\"lookup re-evaluation deferred: a burst of changes") {
 		t.Errorf("a burst: want one debug line about a deferral and no warning, got:\n%s", out)
 	}
-}
-
-// lockedBuffer is a log destination safe for the watcher's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // The pending trailing re-evaluations are bounded; past the bound a pair is

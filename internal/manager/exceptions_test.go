@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/vilaca/portal/api/policy/v1alpha1"
+	"github.com/vilaca/portal/internal/testlog"
 )
 
 // The namespaces of the exception tests: PortalExceptions are honoured in
@@ -79,7 +80,7 @@ type excEnv struct {
 	dyn   dynamic.Interface
 	clock *clocktesting.FakeClock
 	reg   *prometheus.Registry
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 }
 
 func startExceptionPortal(t *testing.T) *excEnv {
@@ -104,7 +105,7 @@ func startExceptionPortal(t *testing.T) *excEnv {
 	if err := os.WriteFile(filepath.Join(cfg.RulesFolder, "rule.yaml"), []byte(excRule), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	t.Cleanup(func() {
 		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: cfg.Admission.ConfigName}}

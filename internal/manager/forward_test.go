@@ -29,6 +29,7 @@ import (
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/forward"
+	"github.com/vilaca/portal/internal/testlog"
 )
 
 const (
@@ -51,7 +52,7 @@ actions:
 // fwdReplica is one Portal replica of the forwarding tests.
 type fwdReplica struct {
 	reg  *prometheus.Registry
-	logs *syncBuffer
+	logs *testlog.Buffer
 	port int
 	stop func()
 }
@@ -261,7 +262,7 @@ func startFwdReplica(t *testing.T, f *fwdEnv, leaderPort int, opts ...func(*Conf
 		leaderPort = port // it never forwards while it leads
 	}
 	cfg.Actions.Forward.URL = fmt.Sprintf("https://127.0.0.1:%d%s", leaderPort, forward.Path)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	for _, o := range opts {
 		o(&cfg)

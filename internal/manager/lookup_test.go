@@ -1,14 +1,12 @@
 package manager
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +36,7 @@ import (
 	"github.com/vilaca/portal/internal/expr/exprlang"
 	"github.com/vilaca/portal/internal/lookup"
 	"github.com/vilaca/portal/internal/rule"
+	"github.com/vilaca/portal/internal/testlog"
 )
 
 // cycleRule feeds its own re-evaluation: its message lists the
@@ -94,7 +93,7 @@ func TestCrossResourceLookups(t *testing.T) {
 	t.Cleanup(func() {
 		_ = c.Delete(context.Background(), &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: cfg.Admission.ConfigName}})
 	})
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	cfg.Admission.Enabled = true
 	cfg.Audit.Enabled = true
@@ -447,24 +446,6 @@ func toUnstructured(c client.Client, obj client.Object) (*unstructured.Unstructu
 	u := &unstructured.Unstructured{Object: m}
 	u.SetGroupVersionKind(gvk)
 	return u, nil
-}
-
-// syncBuffer collects log lines written from many goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 var policyReportGVR = schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"}

@@ -40,6 +40,7 @@ import (
 	"github.com/vilaca/portal/internal/devcluster"
 	"github.com/vilaca/portal/internal/freeport"
 	"github.com/vilaca/portal/internal/sink/alertmanager/amtest"
+	"github.com/vilaca/portal/internal/testlog"
 )
 
 // runtimeAuditPolicy is the audit policy docs/concepts/runtime.md
@@ -121,7 +122,7 @@ type runtimeEnv struct {
 	ci         *kubernetes.Clientset // the ServiceAccount rt-ci/builder
 	am         *amtest.Server
 	reg        *prometheus.Registry
-	logs       *syncBuffer
+	logs       *testlog.Buffer
 	port       int
 	caPEM      []byte
 	falcoToken string
@@ -132,7 +133,7 @@ func startRuntimeEnv(t *testing.T) *runtimeEnv {
 	must(t, err)
 	dir := t.TempDir()
 	token := "runtime-audit-token-" + fmt.Sprint(time.Now().UnixNano())
-	e := &runtimeEnv{t: t, port: port, falcoToken: "runtime-falco-token-" + fmt.Sprint(time.Now().UnixNano()), logs: &syncBuffer{}}
+	e := &runtimeEnv{t: t, port: port, falcoToken: "runtime-falco-token-" + fmt.Sprint(time.Now().UnixNano()), logs: &testlog.Buffer{}}
 	e.caPEM = writeServingCert(t, dir)
 	for name, data := range map[string]string{"token": token, "falco-token": e.falcoToken, "policy.yaml": runtimeAuditPolicy,
 		"webhook.kubeconfig": auditWebhookKubeconfig(port, e.caPEM, token)} {
@@ -334,7 +335,7 @@ func postFalco(t *testing.T, port int, caPEM []byte, token string, body []byte) 
 	}
 }
 
-func findingLines(logs *syncBuffer, rule string) []string {
+func findingLines(logs *testlog.Buffer, rule string) []string {
 	var out []string
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, `"rule":"`+rule+`"`) && strings.Contains(l, "finding") && !strings.Contains(l, `"audit":"action"`) {
@@ -344,7 +345,7 @@ func findingLines(logs *syncBuffer, rule string) []string {
 	return out
 }
 
-func actionLines(logs *syncBuffer, action, name string) []map[string]any {
+func actionLines(logs *testlog.Buffer, action, name string) []map[string]any {
 	var out []map[string]any
 	for _, l := range strings.Split(logs.String(), "\n") {
 		var m map[string]any

@@ -20,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vilaca/portal/internal/testlog"
 )
 
 // verdictRules deny a pod labelled bad=yes, and label and evict it; and
@@ -61,7 +63,7 @@ var labelBad = client.RawPatch("application/merge-patch+json", []byte(`{"metadat
 type verdictEnv struct {
 	t    *testing.T
 	c    client.Client
-	logs *syncBuffer
+	logs *testlog.Buffer
 	port int
 	// cert is the client certificate forge presents; nil: none.
 	cert *tls.Certificate
@@ -146,7 +148,7 @@ func startVerdictPortal(t *testing.T) *verdictEnv {
 			t.Fatal(err)
 		}
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	// Registered first, so it runs once Portal has stopped: a fail-closed
 	// webhook for pods left behind would refuse the next tests' pods.

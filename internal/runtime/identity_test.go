@@ -1,20 +1,19 @@
 package runtime_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vilaca/portal/internal/runtime"
+	"github.com/vilaca/portal/internal/testlog"
 )
 
 // TestFileTellsAnotherFileWithTheSameInode: while Portal was stopped, the
@@ -381,25 +380,8 @@ func TestFileSkipsOnlyARotatedFileThatCannotBeOpened(t *testing.T) {
 	atTheEnd(t, path, state)
 }
 
-// syncBuffer is a bytes.Buffer written by one goroutine and read by
+// testlog.Buffer is a bytes.Buffer written by one goroutine and read by
 // another.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestFileWaitsForAStateFileItCannotRead: a state file that is there but
 // cannot be read (here a directory stands where it was) is not taken for
 // none: the input waits, saying why, and resumes where the state says once
@@ -418,7 +400,7 @@ func TestFileWaitsForAStateFileItCannotRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendEvents(t, path, ids("b", 2)...)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	in := runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, h.src, h.metrics)
 	runInput(t, h, in, 5, func() {
