@@ -86,7 +86,7 @@ func nextBackup(bs []backup, ino uint64, modified time.Time) (backup, bool) {
 }
 
 // backups lists the log's rotated files (see backups) and notes the newest
-// stamp, which the state is saved with.
+// stamp, which the positions reached from then on carry.
 func (f *FileInput) backups() ([]backup, error) {
 	bs, err := backups(f.readDir, f.o.Path)
 	if n := len(bs); n > 0 && bs[n-1].at.After(f.newest) {

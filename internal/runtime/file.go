@@ -95,16 +95,18 @@ func (*FileInput) NeedLeaderElection() bool { return false }
 // Start implements manager.Runnable: it follows the file until ctx ends.
 func (f *FileInput) Start(ctx context.Context) error {
 	st, err := f.loadState()
-	for err != nil {
+	for said := ""; err != nil; st, err = f.loadState() {
 		// Not "no state": the log would be read from its start, and the
-		// state overwritten. Wait for it.
-		f.o.Logger.Warn("audit log state unreadable; trying again", "stateFile", f.o.StateFile, "error", err)
+		// state overwritten. Wait for it, saying why once per cause.
+		if err.Error() != said {
+			said = err.Error()
+			f.o.Logger.Warn("audit log state unreadable; trying again at every poll", "stateFile", f.o.StateFile, "error", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(f.o.PollInterval):
 		}
-		st, err = f.loadState()
 	}
 	// Twice the queue: reading runs that far ahead of the slowest
 	// evaluation at most.

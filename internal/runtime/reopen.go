@@ -113,7 +113,7 @@ func (f *FileInput) open(st fileState) (*os.File, fileState, error) {
 		st = fileState{fileID: fileID{Inode: inode(fi)}}
 	case sameInode && !rotatedSince(bs, seen):
 		// The log has the recorded inode but another start, and no file
-		// rotated since the state was saved: written again in place
+		// rotated since its position was reached: written again in place
 		// (copytruncate), after what was read of it. The rotated files
 		// were read before it.
 		st = fileState{fileID: fileID{Inode: inode(fi)}}
@@ -168,9 +168,12 @@ func laterThan(bs []backup, skip *backup) []backup {
 			return bs[i+1:]
 		}
 	}
+	// Stamps have milliseconds: one in the millisecond of the last write
+	// may be later.
+	last := skip.at.Truncate(time.Millisecond)
 	var out []backup
 	for _, b := range bs {
-		if b.at.After(skip.at) {
+		if !b.at.Before(last) {
 			out = append(out, b)
 		}
 	}
