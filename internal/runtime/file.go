@@ -161,27 +161,39 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 		}
 		rest = nil
 	}
-	rest, st, err := f.drain(ctx, file, rest, st)
-	if err != nil {
-		return file, rest, st, err
+	// A read error that does not pass (EIO, say) is waited out while the
+	// file is the log, the only one to read; once the log has rotated
+	// past it, the rest of the file is given up, or the reader would stay
+	// on it for ever.
+	lasting := func(err error) bool { return err != nil && ctx.Err() == nil && !passing(err) }
+	rest, st, readErr := f.drain(ctx, file, rest, st)
+	if readErr != nil && !lasting(readErr) {
+		return file, rest, st, readErr
 	}
 	fi, err := os.Stat(f.o.Path)
 	if err != nil {
-		return file, rest, st, nil // rotated away, the new one not there yet
+		return file, rest, st, readErr // rotated away, the new one not there yet
 	}
 	if inode(fi) == st.Inode {
-		if fi.Size() < st.Offset { // truncated in place
+		if readErr == nil && fi.Size() < st.Offset { // truncated in place
 			st, err = f.fromStart(file, st)
 			return file, nil, st, err
 		}
-		return file, rest, st, nil
+		return file, rest, st, readErr
 	}
 	// Rotated: the old file is complete; read what it still holds, then
 	// move to the next from its start: the next rotated file when the log
 	// rotated more than once since this one was written (while Portal was
 	// down, or between two polls), else the new log.
-	if rest, st, err = f.drain(ctx, file, rest, st); err != nil {
-		return file, rest, st, err
+	if readErr == nil {
+		rest, st, readErr = f.drain(ctx, file, rest, st)
+		if readErr != nil && !lasting(readErr) {
+			return file, rest, st, readErr
+		}
+	}
+	if readErr != nil {
+		f.o.Logger.Warn("audit log: cannot read on in a rotated file; the rest of its events are skipped",
+			"path", f.o.Path, "inode", st.Inode, "offset", st.Offset, "error", readErr)
 	}
 	var modified time.Time
 	if cur, err := file.Stat(); err == nil {
@@ -243,7 +255,9 @@ func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fi
 				unrecorded = 0
 			}
 		}
-		if errors.Is(err, io.EOF) || n == 0 {
+		// A read error is not the end: the caller decides (a rotated
+		// file given up, the log waited for).
+		if errors.Is(err, io.EOF) || (n == 0 && err == nil) {
 			f.prog.record()
 			return rest, st, nil
 		}

@@ -421,3 +421,48 @@ func TestFileWaitsForAStateFileItCannotRead(t *testing.T) {
 	}
 	atTheEnd(t, path, state)
 }
+
+// TestFileGivesUpARotatedFileItCannotReadOn: reading on in the rotated file
+// the state is in fails for good (here a handle that cannot read); the
+// rest of its events are skipped, with a warning that says so, and reading
+// goes on with the files rotated after it. The read error was taken for
+// the file's end, and its events went unsaid.
+func TestFileGivesUpARotatedFileItCannotReadOn(t *testing.T) {
+	h, dir, path, state := stoppedThroughTwoRotations(t)
+	// A state without a head, as an earlier Portal wrote: the file is
+	// opened without reading its start.
+	var st map[string]any
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	delete(st, "head")
+	delete(st, "headLen")
+	if b, err = json.Marshal(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log")
+	var logs testlog.Buffer
+	in := runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, h.src, h.metrics)
+	runtime.SetOpenFile(in, func(name string) (*os.File, error) {
+		if name == broken {
+			return os.OpenFile(name, os.O_WRONLY, 0) // reads fail with EBADF
+		}
+		return os.Open(name)
+	})
+	runInput(t, h, in, 10, nil)
+	if got := counter(t, h.metrics.Evaluated); got != 10 {
+		t.Errorf("evaluated %v events, want a before, then c and d, once each (10)", got)
+	}
+	if !strings.Contains(logs.String(), "cannot read on in a rotated file; the rest of its events are skipped") {
+		t.Errorf("no warning that the rest of the rotated file was skipped; logged:\n%s", logs.String())
+	}
+	atTheEnd(t, path, state)
+}
