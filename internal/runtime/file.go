@@ -124,14 +124,22 @@ func (f *FileInput) Start(ctx context.Context) error {
 	}()
 	t := time.NewTicker(f.o.PollInterval)
 	defer t.Stop()
+	// said is the error last logged: one that lasts (the log not there
+	// yet, a read that keeps failing) is logged when it starts and when it
+	// changes, not at every poll.
+	said := ""
 	for {
 		var err error
 		file, rest, st, err = f.step(ctx, file, rest, st)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			f.o.Logger.Warn("audit log", "path", f.o.Path, "error", err)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil && err.Error() != said:
+			said = err.Error()
+			f.o.Logger.Warn("audit log: trying again at every poll", "path", f.o.Path, "error", err)
+		case err == nil && said != "":
+			said = ""
+			f.o.Logger.Info("audit log: reading again", "path", f.o.Path)
 		}
 		select {
 		case <-ctx.Done():

@@ -466,3 +466,33 @@ func TestFileGivesUpARotatedFileItCannotReadOn(t *testing.T) {
 	}
 	atTheEnd(t, path, state)
 }
+
+// TestFileSaysALastingErrorOnce: while the log is not there (the API
+// server not started yet), the input says so once, not at every poll, and
+// says when it reads again. It wrote a warning four times a second.
+func TestFileSaysALastingErrorOnce(t *testing.T) {
+	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir := t.TempDir()
+	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	var logs testlog.Buffer
+	in := runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, h.src, h.metrics)
+	var tries atomic.Int32
+	runtime.SetOpenFile(in, func(name string) (*os.File, error) {
+		if name == path {
+			tries.Add(1)
+		}
+		return os.Open(name)
+	})
+	runInput(t, h, in, 2, func() {
+		waitFor(t, func() bool { return tries.Load() >= 5 })
+		appendEvents(t, path, ids("a", 2)...)
+	})
+	out := logs.String()
+	if n := strings.Count(out, "audit log: trying again at every poll"); n != 1 {
+		t.Errorf("%d warnings for the log missing over %d polls, want 1; logged:\n%s", n, tries.Load(), out)
+	}
+	if !strings.Contains(out, "audit log: reading again") {
+		t.Errorf("nothing said when the log could be read again; logged:\n%s", out)
+	}
+}
