@@ -193,15 +193,11 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 	// move to the next from its start: the next rotated file when the log
 	// rotated more than once since this one was written (while Portal was
 	// down, or between two polls), else the new log.
-	if readErr == nil {
-		rest, st, readErr = f.drain(ctx, file, rest, st)
-		if readErr != nil && !lasting(readErr) {
-			return file, rest, st, readErr
-		}
-	}
-	if readErr != nil {
-		f.o.Logger.Warn("audit log: cannot read on in a rotated file; the rest of its events are skipped",
-			"path", f.o.Path, "inode", st.Inode, "offset", st.Offset, "error", readErr)
+	// Read once more even after an error: one that passed is recovered
+	// from; only a second failure gives the file up.
+	rest, st, readErr = f.drain(ctx, file, rest, st)
+	if readErr != nil && !lasting(readErr) {
+		return file, rest, st, readErr
 	}
 	var modified time.Time
 	if cur, err := file.Stat(); err == nil {
@@ -215,6 +211,10 @@ func (f *FileInput) step(ctx context.Context, file *os.File, rest []byte, st fil
 	}
 	if b, ok := nextBackup(bs, st.Inode, modified); ok {
 		next = b.inode
+	}
+	if readErr != nil {
+		f.o.Logger.Warn("audit log: cannot read on in a rotated file; the rest of its events are skipped",
+			"path", file.Name(), "inode", st.Inode, "offset", st.Offset, "error", readErr)
 	}
 	file.Close()
 	st, f.skipping = fileState{fileID: fileID{Inode: next}, Rotated: f.newest}, false
@@ -270,6 +270,9 @@ func (f *FileInput) drain(ctx context.Context, file *os.File, rest []byte, st fi
 			return rest, st, nil
 		}
 		if err != nil {
+			// Saved as far as it was read, as at an end: the error can
+			// last, and a crash meanwhile would read it all again.
+			f.prog.record()
 			return rest, st, err
 		}
 		if ctx.Err() != nil {
