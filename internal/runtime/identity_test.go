@@ -174,12 +174,7 @@ func TestFileSkipsOnlyAnUnreadableFileNamedOtherwise(t *testing.T) {
 	appendEvents(t, filepath.Join(dir, "audit-"+later+".log"), ids("c", 2)...)
 	appendEvents(t, path, ids("d", 4)...)
 	in := newFileInput(h, path, state)
-	runtime.SetOpenFile(in, func(name string) (*os.File, error) {
-		if name == closed {
-			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EACCES}
-		}
-		return os.Open(name)
-	})
+	failOpen(in, closed, syscall.EACCES, 0)
 	runInput(t, h, in, 9, nil)
 	if got := counter(t, h.metrics.Evaluated); got != 9 {
 		t.Errorf("evaluated %v events, want a before, then c and d, once each (9)", got)
@@ -291,14 +286,8 @@ func TestFileRetriesARotatedFileThatFailsToOpen(t *testing.T) {
 				}
 			}
 			fails := filepath.Join(dir, c.fails)
-			var opened atomic.Int32
 			in := newFileInput(h, path, state)
-			runtime.SetOpenFile(in, func(name string) (*os.File, error) {
-				if name == fails && opened.Add(1) <= 3 {
-					return nil, &os.PathError{Op: "open", Path: name, Err: c.errno}
-				}
-				return os.Open(name)
-			})
+			opened := failOpen(in, fails, c.errno, 3)
 			runInput(t, h, in, c.want, nil)
 			if got := counter(t, h.metrics.Evaluated); got != c.want {
 				t.Errorf("evaluated %v events, want %v", got, c.want)
@@ -367,12 +356,7 @@ func TestFileSkipsOnlyARotatedFileThatCannotBeOpened(t *testing.T) {
 	appendEvents(t, filepath.Join(dir, "audit-2026-01-01T08-00-00.000.log"), ids("o", 2)...)
 	closed := filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log")
 	in := newFileInput(h, path, state)
-	runtime.SetOpenFile(in, func(name string) (*os.File, error) {
-		if name == closed {
-			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EACCES}
-		}
-		return os.Open(name)
-	})
+	failOpen(in, closed, syscall.EACCES, 0)
 	runInput(t, h, in, 10, nil)
 	if got := counter(t, h.metrics.Evaluated); got != 10 {
 		t.Errorf("evaluated %v events, want a before, then c and d, once each (10)", got)
@@ -380,12 +364,10 @@ func TestFileSkipsOnlyARotatedFileThatCannotBeOpened(t *testing.T) {
 	atTheEnd(t, path, state)
 }
 
-// testlog.Buffer is a bytes.Buffer written by one goroutine and read by
-// another.
 // TestFileWaitsForAStateFileItCannotRead: a state file that is there but
-// cannot be read (here a directory stands where it was) is not taken for
-// none: the input waits, saying why, and resumes where the state says once
-// it can be read. It read the log from its start, every event again, and
+// cannot be read (here a link to a directory stands in its place) is not
+// taken for none: the input waits, saying why, and resumes where the state
+// says once it can be read. It read the log from its start, every event again, and
 // would have overwritten the state.
 func TestFileWaitsForAStateFileItCannotRead(t *testing.T) {
 	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
@@ -495,4 +477,19 @@ func TestFileSaysALastingErrorOnce(t *testing.T) {
 	if !strings.Contains(out, "audit log: reading again") {
 		t.Errorf("nothing said when the log could be read again; logged:\n%s", out)
 	}
+}
+
+// failOpen makes in's opens of name fail with errno: the first times (every
+// one when times is 0). It returns the count of opens of name tried.
+func failOpen(in *runtime.FileInput, name string, errno syscall.Errno, times int32) *atomic.Int32 {
+	var tried atomic.Int32
+	runtime.SetOpenFile(in, func(n string) (*os.File, error) {
+		if n == name {
+			if k := tried.Add(1); times == 0 || k <= times {
+				return nil, &os.PathError{Op: "open", Path: n, Err: errno}
+			}
+		}
+		return os.Open(n)
+	})
+	return &tried
 }
