@@ -1,13 +1,11 @@
 package actions_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,26 +20,16 @@ import (
 	"github.com/vilaca/portal/internal/core"
 	"github.com/vilaca/portal/internal/devcluster/devtest"
 	"github.com/vilaca/portal/internal/findings"
+	"github.com/vilaca/portal/internal/testlog"
 )
 
 // lockedBuffer collects the JSON log lines of one engine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type lockedBuffer struct{ testlog.Buffer }
 
 // auditLines returns the action audit lines, decoded.
 func (b *lockedBuffer) auditLines() []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(b.buf.String(), "\n") {
+	for _, l := range strings.Split(b.String(), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(l), &m) == nil && m["audit"] == "action" {
 			out = append(out, m)
