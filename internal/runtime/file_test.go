@@ -87,9 +87,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // offset it recorded), and through a rotation while it was stopped (it
 // finishes the rotated file before the new one).
 func TestFileSurvivesRotationAndRestart(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir := t.TempDir()
-	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	h, dir, path, state := newLog(t)
 	appendEvents(t, path, ids("a", 5)...)
 	runFile(t, h, path, state, 10, func() {
 		waitFor(t, func() bool { return counter(t, h.metrics.Evaluated) >= 5 })
@@ -154,9 +152,7 @@ func TestFileResumesAtTheOldestRotatedFileLeft(t *testing.T) {
 // then writes two more (b) and rotates, three (c) and rotates, and four
 // (d) into the new log, as the API server would while Portal is down.
 func stoppedThroughTwoRotations(t *testing.T) (h *harness, dir, path, state string) {
-	h = newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir = t.TempDir()
-	path, state = filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	h, dir, path, state = newLog(t)
 	appendEvents(t, path, ids("a", 3)...)
 	runFile(t, h, path, state, 3, nil)
 	appendEvents(t, path, ids("b", 2)...)
@@ -238,9 +234,7 @@ func TestFileRecordsItsOffsetWhenStopped(t *testing.T) {
 // line of its own, even when the rest is written after a restart; the
 // lines after it are read.
 func TestFileSkipsAnOverLongLineWhole(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir := t.TempDir()
-	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	h, _, path, state := newLog(t)
 	dropped := func() float64 {
 		return counter(t, h.metrics.Dropped.WithLabelValues(runtime.InputFile, runtime.DropDecode))
 	}

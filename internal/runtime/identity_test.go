@@ -31,9 +31,7 @@ func TestFileTellsAnotherFileWithTheSameInode(t *testing.T) {
 		rotated bool
 	}{{"the log", false}, {"a rotated file", true}} {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-			dir := t.TempDir()
-			path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+			h, dir, path, state := newLog(t)
 			appendEvents(t, path, ids("a", 3)...)
 			runFile(t, h, path, state, 3, nil)
 			replaced, want := path, 9.0
@@ -64,9 +62,7 @@ func TestFileTellsAnotherFileWithTheSameInode(t *testing.T) {
 // (inode and offset, no hash of the file's start) still resumes at its
 // offset, not from the log's start.
 func TestFileResumesFromAStateWithoutAHead(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir := t.TempDir()
-	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	h, _, path, state := newLog(t)
 	appendEvents(t, path, ids("a", 3)...)
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -104,9 +100,7 @@ func rewrite(t *testing.T, path string, ids ...string) {
 // theirs.
 func TestFileTellsALogWrittenAgainFromALaterOne(t *testing.T) {
 	t.Run("written again", func(t *testing.T) {
-		h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-		dir := t.TempDir()
-		path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+		h, dir, path, state := newLog(t)
 		appendEvents(t, path, ids("a", 4)...)
 		runFile(t, h, path, state, 4, nil)
 		// Rotated an hour before the state below was saved.
@@ -124,9 +118,7 @@ func TestFileTellsALogWrittenAgainFromALaterOne(t *testing.T) {
 		atTheEnd(t, path, state)
 	})
 	t.Run("given the inode of a deleted file", func(t *testing.T) {
-		h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-		dir := t.TempDir()
-		path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+		h, dir, path, state := newLog(t)
 		stamp := func(d time.Duration) string {
 			return filepath.Join(dir, "audit-"+time.Now().Add(d).UTC().Format("2006-01-02T15-04-05.000")+".log")
 		}
@@ -160,9 +152,7 @@ func TestFileTellsALogWrittenAgainFromALaterOne(t *testing.T) {
 // those rotated after its last write are read, not the older ones. It read
 // every rotated file again.
 func TestFileSkipsOnlyAnUnreadableFileNamedOtherwise(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir := t.TempDir()
-	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	h, dir, path, state := newLog(t)
 	appendEvents(t, filepath.Join(dir, "audit-2026-01-01T09-00-00.000.log"), "o")
 	appendEvents(t, path, ids("a", 3)...)
 	runFile(t, h, path, state, 3, nil)
@@ -186,9 +176,7 @@ func TestFileSkipsOnlyAnUnreadableFileNamedOtherwise(t *testing.T) {
 // shorter than the start its state hashes (one line), the state still
 // names the log once it has grown, and the restart resumes at its offset.
 func TestFileResumesInAFileThatGrewPastItsHead(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir := t.TempDir()
-	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	h, _, path, state := newLog(t)
 	appendEvents(t, path, "a")
 	runFile(t, h, path, state, 1, nil)
 	if n := headLen(t, state); n <= 0 || n >= 1024 {
@@ -237,9 +225,7 @@ func headLen(t *testing.T, state string) int {
 // from its start. It saw a file as long as before and read on at the
 // offset, skipping the first events of the new one.
 func TestFileTellsALogWrittenAgainWhileItRuns(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir := t.TempDir()
-	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	h, _, path, state := newLog(t)
 	appendEvents(t, path, ids("a", 3)...)
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -370,9 +356,7 @@ func TestFileSkipsOnlyARotatedFileThatCannotBeOpened(t *testing.T) {
 // says once it can be read. It read the log from its start, every event again, and
 // would have overwritten the state.
 func TestFileWaitsForAStateFileItCannotRead(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir := t.TempDir()
-	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	h, _, path, state := newLog(t)
 	appendEvents(t, path, ids("a", 3)...)
 	runFile(t, h, path, state, 3, nil)
 	if err := os.Rename(state, state+".saved"); err != nil {
@@ -453,9 +437,7 @@ func TestFileGivesUpARotatedFileItCannotReadOn(t *testing.T) {
 // server not started yet), the input says so once, not at every poll, and
 // says when it reads again. It wrote a warning four times a second.
 func TestFileSaysALastingErrorOnce(t *testing.T) {
-	h := newHarness(t, execRules, []string{webPod}, runtime.Options{})
-	dir := t.TempDir()
-	path, state := filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
+	h, _, path, state := newLog(t)
 	var logs testlog.Buffer
 	in := runtime.NewFileInput(runtime.FileOptions{Path: path, StateFile: state, PollInterval: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, h.src, h.metrics)
@@ -492,4 +474,12 @@ func failOpen(in *runtime.FileInput, name string, errno syscall.Errno, times int
 		return os.Open(n)
 	})
 	return &tried
+}
+
+// newLog is a harness for the exec rules and, in a new directory, where the
+// audit log and its state go.
+func newLog(t *testing.T) (h *harness, dir, path, state string) {
+	h = newHarness(t, execRules, []string{webPod}, runtime.Options{})
+	dir = t.TempDir()
+	return h, dir, filepath.Join(dir, "audit.log"), filepath.Join(dir, "offset")
 }
