@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -40,6 +39,7 @@ import (
 	"github.com/vilaca/portal/internal/engine"
 	"github.com/vilaca/portal/internal/exception"
 	"github.com/vilaca/portal/internal/expr/exprlang"
+	"github.com/vilaca/portal/internal/metricsauth"
 	"github.com/vilaca/portal/internal/rule"
 	"github.com/vilaca/portal/internal/sink"
 	"github.com/vilaca/portal/internal/waf"
@@ -474,7 +474,7 @@ func metricsOptions(cfg *Config) metricsserver.Options {
 		return o
 	}
 	o.SecureServing = true
-	o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	o.FilterProvider = metricsauth.FilterProvider(metricsauth.Options{Clock: cfg.Clock})
 	o.CertDir, o.CertName, o.KeyName = cfg.MetricsCertDir, "tls.crt", "tls.key"
 	o.TLSOpts = []func(*tls.Config){func(c *tls.Config) {
 		c.MinVersion = tls.VersionTLS12

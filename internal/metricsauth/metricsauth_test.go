@@ -1,0 +1,295 @@
+package metricsauth
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// tokens answers TokenReviews as an API server would for the tokens it
+// knows: "token-<name>" authenticates as the ServiceAccount <name> of ns.
+type tokens struct {
+	calls atomic.Int32
+	err   error
+	block chan struct{} // when set, each review waits for it to close
+	in    chan struct{} // when set, each review says it has begun
+}
+
+func (r *tokens) Create(ctx context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	r.calls.Add(1)
+	if r.in != nil {
+		r.in <- struct{}{}
+	}
+	if r.block != nil {
+		select {
+		case <-r.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	out := tr.DeepCopy()
+	out.Status.Error = "invalid bearer token"
+	if name, ok := strings.CutPrefix(tr.Spec.Token, "token-"); ok {
+		out.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{
+			Username: "system:serviceaccount:ns:" + name, UID: "uid-" + name,
+			Groups: []string{"system:serviceaccounts", "group-" + name},
+			Extra:  map[string]authenticationv1.ExtraValue{"k": {"v-" + name}},
+		}}
+	}
+	return out, nil
+}
+
+// access allows the users it lists to get the paths it lists, and records
+// what it was asked.
+type access struct {
+	mu      sync.Mutex
+	allowed map[string]bool // "<user> <path>"
+	asked   []authorizationv1.SubjectAccessReviewSpec
+	err     error
+}
+
+func (a *access) Create(_ context.Context, sar *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asked = append(a.asked, sar.Spec)
+	if a.err != nil {
+		return nil, a.err
+	}
+	out := sar.DeepCopy()
+	nr := sar.Spec.NonResourceAttributes
+	out.Status.Allowed = nr != nil && nr.Verb == "get" && a.allowed[sar.Spec.User+" "+nr.Path]
+	return out, nil
+}
+
+func (a *access) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.asked)
+}
+
+const scraper = "system:serviceaccount:ns:scraper"
+
+type harness struct {
+	tokens *tokens
+	access *access
+	clock  *clocktesting.FakeClock
+	guard  *Guard
+	srv    http.Handler
+	served atomic.Int32
+}
+
+func newHarness(opts Options) *harness {
+	h := &harness{
+		tokens: &tokens{},
+		access: &access{allowed: map[string]bool{scraper + " /metrics": true}},
+		clock:  clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)),
+	}
+	opts.Clock = h.clock
+	h.guard = New(h.tokens, h.access, opts)
+	h.srv = h.guard.Wrap(logr.Discard(), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h.served.Add(1)
+		_, _ = w.Write([]byte("portal_up 1\n"))
+	}))
+	return h
+}
+
+// get sends method path with the Authorization header auth (none when
+// empty) and returns the response.
+func (h *harness) do(method, path, auth string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	if auth != "" {
+		r.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	h.srv.ServeHTTP(w, r)
+	return w
+}
+
+func (h *harness) get(token string) int {
+	auth := ""
+	if token != "" {
+		auth = "Bearer " + token
+	}
+	return h.do(http.MethodGet, "/metrics", auth).Code
+}
+
+func TestAllowedTokenScrapesWithOneReviewOfEach(t *testing.T) {
+	h := newHarness(Options{})
+	for i := range 3 {
+		if got := h.get("token-scraper"); got != http.StatusOK {
+			t.Fatalf("scrape %d: HTTP %d, want 200", i, got)
+		}
+	}
+	if h.served.Load() != 3 {
+		t.Errorf("handler ran %d times, want 3", h.served.Load())
+	}
+	if n, m := h.tokens.calls.Load(), h.access.count(); n != 1 || m != 1 {
+		t.Errorf("three scrapes made %d token and %d access reviews, want 1 and 1 (cached)", n, m)
+	}
+	spec := h.access.asked[0]
+	if spec.User != scraper || spec.UID != "uid-scraper" || len(spec.Groups) != 2 || spec.Extra["k"][0] != "v-scraper" ||
+		spec.NonResourceAttributes == nil || spec.NonResourceAttributes.Path != "/metrics" || spec.ResourceAttributes != nil {
+		t.Errorf("SubjectAccessReview asked %+v: want the token's user, UID, groups and extra, get on the non-resource /metrics", spec)
+	}
+	// An allowed user is trusted for AllowTTL, its token for TokenTTL.
+	h.clock.Step(DefaultTokenTTL + time.Second)
+	h.get("token-scraper")
+	if n, m := h.tokens.calls.Load(), h.access.count(); n != 2 || m != 1 {
+		t.Errorf("after the token's TTL: %d token and %d access reviews, want 2 and 1", n, m)
+	}
+	h.clock.Step(DefaultAllowTTL)
+	h.get("token-scraper")
+	if m := h.access.count(); m != 2 {
+		t.Errorf("after the allow TTL: %d access reviews, want 2", m)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name, method, auth string
+		want               int
+		wantText           string
+	}{
+		{"no header", http.MethodGet, "", http.StatusUnauthorized, "Authorization: Bearer"},
+		{"not a bearer", http.MethodGet, "Basic dXNlcjpwYXNz", http.StatusUnauthorized, "Authorization: Bearer"},
+		{"empty bearer", http.MethodGet, "Bearer   ", http.StatusUnauthorized, "Authorization: Bearer"},
+		{"forged token", http.MethodGet, "Bearer forged", http.StatusUnauthorized, "did not authenticate the token: invalid bearer token"},
+		{"not bound", http.MethodGet, "Bearer token-stranger", http.StatusForbidden, "system:serviceaccount:ns:stranger may not get /metrics: bind it to a ClusterRole with nonResourceURLs [/metrics]"},
+		{"another method", http.MethodPost, "Bearer token-scraper", http.StatusMethodNotAllowed, "only GET"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(Options{})
+			w := h.do(tc.method, "/metrics", tc.auth)
+			if w.Code != tc.want || !strings.Contains(w.Body.String(), tc.wantText) {
+				t.Errorf("HTTP %d %q, want %d containing %q", w.Code, w.Body.String(), tc.want, tc.wantText)
+			}
+			if h.served.Load() != 0 {
+				t.Error("the refused request reached the metrics handler")
+			}
+		})
+	}
+}
+
+func TestNoReviewForWhatNeedsNone(t *testing.T) {
+	h := newHarness(Options{})
+	h.do(http.MethodGet, "/metrics", "")
+	h.do(http.MethodPost, "/metrics", "Bearer token-scraper")
+	h.do("PURGE", "/metrics", "Bearer token-scraper")
+	if n, m := h.tokens.calls.Load(), h.access.count(); n != 0 || m != 0 {
+		t.Errorf("no token or another method: %d token and %d access reviews, want none", n, m)
+	}
+}
+
+func TestRefusalsAreCachedForTheDenyTTL(t *testing.T) {
+	h := newHarness(Options{})
+	h.get("forged")
+	h.get("forged")
+	h.get("token-stranger")
+	h.get("token-stranger")
+	if n, m := h.tokens.calls.Load(), h.access.count(); n != 2 || m != 1 {
+		t.Fatalf("two forged and two unbound scrapes: %d token and %d access reviews, want 2 and 1", n, m)
+	}
+	h.clock.Step(DefaultDenyTTL + time.Second)
+	// The binding made in the meantime counts once the refusal expires.
+	h.access.mu.Lock()
+	h.access.allowed["system:serviceaccount:ns:stranger /metrics"] = true
+	h.access.mu.Unlock()
+	if got := h.get("token-stranger"); got != http.StatusOK {
+		t.Errorf("after the deny TTL with a binding: HTTP %d, want 200", got)
+	}
+}
+
+func TestSameNameOtherGroupsIsReviewedAgain(t *testing.T) {
+	a := authenticationv1.UserInfo{Username: "u", Groups: []string{"admins"}}
+	b := authenticationv1.UserInfo{Username: "u"}
+	c := authenticationv1.UserInfo{Username: "u", Extra: map[string]authenticationv1.ExtraValue{"admins": nil}}
+	d := authenticationv1.UserInfo{Username: "u", UID: "admins"}
+	e := authenticationv1.UserInfo{Username: "uadmins"}
+	keys := map[[32]byte]string{}
+	for i, u := range []authenticationv1.UserInfo{a, b, c, d, e} {
+		for _, p := range []string{"/metrics", "/metricsadmins"} {
+			k := decisionKey(u, p)
+			if prev, ok := keys[k]; ok {
+				t.Errorf("user %d on %s has the key of %s: one user's decision would answer for another", i, p, prev)
+			}
+			keys[k] = strconv.Itoa(i) + p
+		}
+	}
+}
+
+func TestFailedReviewIsNotCached(t *testing.T) {
+	h := newHarness(Options{})
+	h.tokens.err = errors.New("connection refused")
+	if got := h.get("token-scraper"); got != http.StatusServiceUnavailable {
+		t.Fatalf("API server unreachable: HTTP %d, want 503", got)
+	}
+	h.tokens.err = nil
+	if got := h.get("token-scraper"); got != http.StatusOK {
+		t.Errorf("API server back: HTTP %d, want 200 (a failed review is not an answer to keep)", got)
+	}
+	h.access.err = errors.New("connection refused")
+	if got := h.get("token-other"); got != http.StatusServiceUnavailable {
+		t.Errorf("access review failing: HTTP %d, want 503", got)
+	}
+}
+
+// TestReviewsInFlightAreBounded: with every slot taken by a slow review, a
+// request that needs another is answered at once, and needs none once
+// cached.
+func TestReviewsInFlightAreBounded(t *testing.T) {
+	h := newHarness(Options{MaxInFlight: 2})
+	h.tokens.block, h.tokens.in = make(chan struct{}), make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	codes := make([]int, 2)
+	for i := range 2 {
+		wg.Go(func() { codes[i] = h.get("token-scraper-" + strconv.Itoa(i)) })
+	}
+	<-h.tokens.in
+	<-h.tokens.in
+	third := make(chan *httptest.ResponseRecorder, 1)
+	go func() { third <- h.do(http.MethodGet, "/metrics", "Bearer forged") }()
+	var w *httptest.ResponseRecorder
+	select {
+	case w = <-third:
+	case <-time.After(10 * time.Second):
+		close(h.tokens.block)
+		t.Fatal("a third review with two in flight waited for a slot: want 503 at once")
+	}
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Errorf("a third review with two in flight: HTTP %d, Retry-After %q: want 503 at once with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+	close(h.tokens.block)
+	wg.Wait()
+	if h.tokens.calls.Load() != 2 {
+		t.Errorf("%d token reviews, want 2: the refused request must not have made one", h.tokens.calls.Load())
+	}
+}
+
+// TestCachesAreBounded: a flood of distinct forged tokens leaves at most
+// CacheSize entries behind.
+func TestCachesAreBounded(t *testing.T) {
+	h := newHarness(Options{CacheSize: 16})
+	for i := range 1000 {
+		h.get("forged-" + strconv.Itoa(i))
+		h.get("token-s" + strconv.Itoa(i))
+	}
+	if n, m := len(h.guard.users.Keys()), len(h.guard.allowed.Keys()); n > 16 || m > 16 {
+		t.Errorf("after 2,000 distinct tokens: %d tokens and %d decisions cached, want at most 16 each", n, m)
+	}
+}
