@@ -4,7 +4,8 @@
 # writing results under $OUT (the run tool's output folder; ./device-out when
 # unset). One bundle per call:
 #   eval       portal eval on 100,000 pods with 1 to 16 jobs, whole processes,
-#              three rounds interleaved, the start-up cost (portal version and a
+#              three rounds interleaved (each with portal-before too, where
+#              the bundle holds one), the start-up cost (portal version and a
 #              one-pod eval, twenty each), then a CPU profile and an execution
 #              trace of the 16-job run, 16 jobs under other collector
 #              settings, BenchmarkJobsCeiling at 2 to 16 cores (what N
@@ -69,7 +70,7 @@ eval)
     shift
     rm -f "$work/report.json"
     TIMEFORMAT='%R	%U	%S'
-    { time env "${extra[@]}" GOMAXPROCS="$jobs" "$work/portal" eval -r "$rules" -f "$work/pods.yaml" -o json -j "$jobs" "$@" \
+    { time env "${extra[@]}" GOMAXPROCS="$jobs" "$work/$bin" eval -r "$rules" -f "$work/pods.yaml" -o json -j "$jobs" "$@" \
       >"$work/report.json" 2>"$work/stderr" || rc=$?; } 2>"$work/time"
     if [ "$rc" -ne 1 ]; then
       echo "portal eval -j $jobs: exit $rc" >&2
@@ -86,30 +87,42 @@ eval)
     grep -m1 'model name' /proc/cpuinfo
     echo "threads of cpu0's core: $(cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list 2>/dev/null)"
   fi
+  # The binaries the rounds and the start-up time, alternated: portal, and
+  # portal-before where the bundle holds one (PORTAL_DEVICE_BEFORE to
+  # pack.sh) for a before and after in the same call. The other parts time
+  # portal alone.
+  bins=(portal)
+  [ -e "$work/portal-before" ] && bins+=(portal-before)
+  bin=portal
   # PORTAL_DEVICE_EVAL picks the parts, all by default.
   parts=${PORTAL_DEVICE_EVAL:-rounds startup profiles gc ceiling processes}
   part() { [[ " $parts " == *" $1 "* ]]; }
   if part rounds; then
-    echo -e "round\tjobs\twall_s\tuser_s\tsys_s" >"$out/eval.tsv"
+    echo -e "round\tbinary\tjobs\twall_s\tuser_s\tsys_s" >"$out/eval.tsv"
     for round in $(seq "${PORTAL_DEVICE_ROUNDS:-3}"); do
-      for jobs in ${PORTAL_DEVICE_JOBS:-1 2 4 8 12 16}; do
-        t=$(timed "$jobs")
-        echo -e "$round\t$jobs\t$t" >>"$out/eval.tsv"
+      for bin in "${bins[@]}"; do
+        for jobs in ${PORTAL_DEVICE_JOBS:-1 2 4 8 12 16}; do
+          t=$(timed "$jobs")
+          echo -e "$round\t$bin\t$jobs\t$t" >>"$out/eval.tsv"
+        done
       done
     done
+    bin=portal
   fi
   if part startup; then
     # What every run pays before its first pod and no job spreads: the
     # process (the runtime, every package's init) and loading the rules.
     # Twenty of each: portal version, then a one-pod eval.
     printf 'apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: default}\nspec:\n  containers: [{name: c, image: nginx}]\n' >"$work/one.yaml"
-    echo -e "what\twall_s\tuser_s\tsys_s" >"$out/startup.tsv"
+    echo -e "binary\twhat\twall_s\tuser_s\tsys_s" >"$out/startup.tsv"
     TIMEFORMAT=$'%R\t%U\t%S'
     for _ in $(seq 20); do
-      { time "$work/portal" version >/dev/null; } 2>"$work/time"
-      echo -e "version\t$(cat "$work/time")" >>"$out/startup.tsv"
-      { time "$work/portal" eval -r "$rules" -f "$work/one.yaml" -o json >/dev/null 2>&1 || true; } 2>"$work/time"
-      echo -e "one-pod\t$(cat "$work/time")" >>"$out/startup.tsv"
+      for b in "${bins[@]}"; do
+        { time "$work/$b" version >/dev/null; } 2>"$work/time"
+        echo -e "$b\tversion\t$(cat "$work/time")" >>"$out/startup.tsv"
+        { time "$work/$b" eval -r "$rules" -f "$work/one.yaml" -o json >/dev/null 2>&1 || true; } 2>"$work/time"
+        echo -e "$b\tone-pod\t$(cat "$work/time")" >>"$out/startup.tsv"
+      done
     done
   fi
   if part profiles; then
