@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,5 +51,33 @@ func TestPortalPackagesInitCheaply(t *testing.T) {
 	}
 	if seen < 20 {
 		t.Fatalf("the init trace named %d of Portal's packages, want all of them:\n%s", seen, stderr.String())
+	}
+}
+
+// The modules no Portal process links: each brought package initialisers
+// that every start paid, whichever command ran (docs/performance.md, "The
+// metrics filter without the API server's libraries"). k8s.io/apiserver came
+// in through controller-runtime's metrics filter and brought the rest.
+var keptOut = []string{
+	"k8s.io/apiserver",
+	"google.golang.org/grpc",
+	"go.opentelemetry.io/otel",
+	"github.com/google/cel-go",
+}
+
+// This test binary links what the portal binary does, so its build
+// information lists the modules the binary holds.
+func TestHeavyModulesStayOut(t *testing.T) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		t.Fatal("no build information in the test binary")
+	}
+	if len(bi.Deps) < 20 {
+		t.Fatalf("build information lists %d modules, want all the binary links", len(bi.Deps))
+	}
+	for _, m := range bi.Deps {
+		if slices.Contains(keptOut, m.Path) {
+			t.Errorf("%s is linked into portal: find the import that brings it (go list -deps -f '{{.ImportPath}}: {{.Imports}}' ./cmd/portal) and keep it out, or measure the start-up it costs first", m.Path)
+		}
 	}
 }
