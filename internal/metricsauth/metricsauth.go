@@ -8,19 +8,23 @@
 // Linking those put 114 packages of 25 more modules (gRPC, OpenTelemetry,
 // CEL, the API server's own) into every Portal process, a third of the
 // package initialisation that each start pays, `portal eval` in CI included
-// (docs/performance.md). This is the part of it Portal uses, with its
-// caches' lifetimes, and two bounds of its own: only GET is reviewed, and
-// at most MaxInFlight reviews are made at once.
+// (docs/performance.md). This is the part of it Portal uses, with the
+// filter's lifetimes for authenticated tokens and authorizations, and
+// bounds of its own for a client that cannot be trusted: only GET is
+// reviewed, tokens longer than MaxTokenBytes are not, refused tokens are
+// cached apart from trusted ones, at most MaxInFlight reviews of each kind
+// are made at once, and a failed review is not retried (the next scrape
+// asks again) where the filter retried for up to 10 seconds.
 package metricsauth
 
 import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -55,37 +59,50 @@ type Options struct {
 	TokenTTL time.Duration
 	// AllowTTL and DenyTTL are how long an authorization, and a refusal of a
 	// token or of its user, are reused (defaults 5 minutes and 30 seconds,
-	// as controller-runtime's filter). A revoked binding keeps scraping for
-	// at most AllowTTL.
+	// controller-runtime's for authorizations). A revoked binding keeps
+	// scraping for at most AllowTTL.
 	AllowTTL, DenyTTL time.Duration
-	// CacheSize bounds each of the two caches, tokens and decisions
-	// (default 1024 entries, least recently used go first).
+	// CacheSize bounds each of the three caches: authenticated tokens,
+	// refused tokens and authorizations (default 1024 entries, least
+	// recently used go first). Refused tokens have a cache of their own so
+	// that a flood of forged ones cannot push a scraper's token out.
 	CacheSize int
-	// MaxInFlight bounds the reviews being made at once (default 8): a
-	// request that would need one more is answered 503 at once, so a flood
-	// of forged tokens neither piles up goroutines nor queues behind the
-	// client's rate limiter.
+	// MaxInFlight bounds the token reviews, and apart from them the access
+	// reviews, being made at once (default 8 each).
 	MaxInFlight int
-	// Clock decides when cached answers expire (default the real clock).
-	Clock clock.PassiveClock
+	// SlotWait is how long a request that needs a review waits for a slot
+	// (default 1 second) before it is answered 503, so a flood of forged
+	// tokens piles up neither goroutines nor reviews.
+	SlotWait time.Duration
+	// Clock decides when cached answers expire and how long a request waits
+	// for a slot (default the real clock).
+	Clock clock.Clock
 }
 
-// Defaults of Options.
+// Defaults of Options, and the longest token reviewed.
 const (
 	DefaultTokenTTL    = time.Minute
 	DefaultAllowTTL    = 5 * time.Minute
 	DefaultDenyTTL     = 30 * time.Second
 	DefaultCacheSize   = 1024
 	DefaultMaxInFlight = 8
-	reviewTimeout      = 10 * time.Second
+	DefaultSlotWait    = time.Second
+	// MaxTokenBytes: a longer bearer token is refused without a review. A
+	// ServiceAccount token is about 1 KiB and an OIDC token a few; the
+	// header itself may be 1 MiB, which would otherwise go to the API
+	// server in each review.
+	MaxTokenBytes = 16 << 10
+	reviewTimeout = 10 * time.Second
 )
 
 func (o Options) withDefaults() Options {
-	o.TokenTTL = cmp.Or(o.TokenTTL, DefaultTokenTTL)
-	o.AllowTTL = cmp.Or(o.AllowTTL, DefaultAllowTTL)
-	o.DenyTTL = cmp.Or(o.DenyTTL, DefaultDenyTTL)
-	o.CacheSize = cmp.Or(o.CacheSize, DefaultCacheSize)
-	o.MaxInFlight = cmp.Or(o.MaxInFlight, DefaultMaxInFlight)
+	def := func(v, d time.Duration) time.Duration { return cmp.Or(max(v, 0), d) }
+	o.TokenTTL = def(o.TokenTTL, DefaultTokenTTL)
+	o.AllowTTL = def(o.AllowTTL, DefaultAllowTTL)
+	o.DenyTTL = def(o.DenyTTL, DefaultDenyTTL)
+	o.SlotWait = def(o.SlotWait, DefaultSlotWait)
+	o.CacheSize = cmp.Or(max(o.CacheSize, 0), DefaultCacheSize)
+	o.MaxInFlight = cmp.Or(max(o.MaxInFlight, 0), DefaultMaxInFlight)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -94,22 +111,27 @@ func (o Options) withDefaults() Options {
 
 // Guard authenticates and authorizes requests with the API server.
 type Guard struct {
-	tokens   TokenReviewer
-	access   AccessReviewer
-	opts     Options
-	users    *utilcache.LRUExpireCache // sha256 of a token -> reviewed
-	allowed  *utilcache.LRUExpireCache // user and path -> bool
-	inFlight chan struct{}
+	tokens TokenReviewer
+	access AccessReviewer
+	opts   Options
+	// The caches, keyed by SHA-256: of a token (trusted -> its user,
+	// refused -> struct{}), of the access review's whole question
+	// (decisions -> bool).
+	trusted, refused, decisions *utilcache.LRUExpireCache
+	tokenSlots, accessSlots     chan struct{}
 }
 
 // New returns a Guard that reviews with tokens and access.
 func New(tokens TokenReviewer, access AccessReviewer, opts Options) *Guard {
 	opts = opts.withDefaults()
+	cache := func() *utilcache.LRUExpireCache {
+		return utilcache.NewLRUExpireCacheWithClock(opts.CacheSize, opts.Clock)
+	}
 	return &Guard{
 		tokens: tokens, access: access, opts: opts,
-		users:    utilcache.NewLRUExpireCacheWithClock(opts.CacheSize, opts.Clock),
-		allowed:  utilcache.NewLRUExpireCacheWithClock(opts.CacheSize, opts.Clock),
-		inFlight: make(chan struct{}, opts.MaxInFlight),
+		trusted: cache(), refused: cache(), decisions: cache(),
+		tokenSlots:  make(chan struct{}, opts.MaxInFlight),
+		accessSlots: make(chan struct{}, opts.MaxInFlight),
 	}
 }
 
@@ -142,50 +164,63 @@ func (g *Guard) Wrap(log logr.Logger, next http.Handler) http.Handler {
 			http.Error(w, "metrics: only GET is served", http.StatusMethodNotAllowed)
 			return
 		}
-		code, msg, err := g.decide(r.Context(), r)
-		if err != nil {
-			log.Error(err, "cannot review a metrics request", "path", r.URL.Path)
+		a := g.decide(r.Context(), r)
+		switch {
+		case a.err != nil:
+			log.Error(a.err, "cannot review a metrics request", "path", r.URL.Path)
+		case a.why != "":
+			// The API server's reason stays in the log: told to the
+			// client, it would say which stolen tokens are worth keeping.
+			log.V(1).Info("metrics request refused", "status", a.code, "reason", a.why)
 		}
-		if code != http.StatusOK {
-			if code == http.StatusServiceUnavailable {
+		if a.code != http.StatusOK {
+			if a.code == http.StatusServiceUnavailable {
 				w.Header().Set("Retry-After", "1")
 			}
-			http.Error(w, msg, code)
+			http.Error(w, a.msg, a.code)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// decide returns the HTTP status the request gets (200 lets it through),
-// what to tell the client otherwise, and the error that made a review fail.
-func (g *Guard) decide(ctx context.Context, r *http.Request) (int, string, error) {
+// answer is what a request gets: the HTTP status (200 lets it through),
+// the message otherwise, and for the log the error that made a review fail
+// or the API server's reason for a refusal.
+type answer struct {
+	code     int
+	msg, why string
+	err      error
+}
+
+func (g *Guard) decide(ctx context.Context, r *http.Request) answer {
 	token, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
-		return http.StatusUnauthorized, "metrics: send a ServiceAccount token as Authorization: Bearer <token>", nil
+		return answer{code: http.StatusUnauthorized, msg: "metrics: send a ServiceAccount token as Authorization: Bearer <token>"}
 	}
-	tok, err := g.authenticate(ctx, token)
-	user := tok.user
+	if len(token) > MaxTokenBytes {
+		return answer{code: http.StatusUnauthorized, msg: fmt.Sprintf("metrics: the bearer token is longer than %d bytes", MaxTokenBytes)}
+	}
+	user, why, err := g.authenticate(ctx, token)
 	switch {
 	case errors.Is(err, errBusy):
-		return http.StatusServiceUnavailable, "metrics: too many token reviews in flight, retry", nil
+		return answer{code: http.StatusServiceUnavailable, msg: "metrics: too many token reviews in flight, retry"}
 	case err != nil:
-		return http.StatusServiceUnavailable, "metrics: the API server could not review the token", err
-	case !tok.authenticated && tok.reason != "":
-		return http.StatusUnauthorized, "metrics: the API server did not authenticate the token: " + tok.reason, nil
-	case !tok.authenticated:
-		return http.StatusUnauthorized, "metrics: the API server did not authenticate the token", nil
+		return answer{code: http.StatusServiceUnavailable, msg: "metrics: the API server could not review the token", err: err}
+	case user == nil:
+		return answer{code: http.StatusUnauthorized, msg: "metrics: the API server did not authenticate the token", why: why}
 	}
-	allowed, err := g.authorize(ctx, user, r.URL.Path)
+	allowed, why, err := g.authorize(ctx, user, r.URL.Path)
 	switch {
 	case errors.Is(err, errBusy):
-		return http.StatusServiceUnavailable, "metrics: too many access reviews in flight, retry", nil
+		return answer{code: http.StatusServiceUnavailable, msg: "metrics: too many access reviews in flight, retry"}
 	case err != nil:
-		return http.StatusServiceUnavailable, "metrics: the API server could not review the access", err
+		return answer{code: http.StatusServiceUnavailable, msg: "metrics: the API server could not review the access", err: err}
 	case !allowed:
-		return http.StatusForbidden, fmt.Sprintf("metrics: %s may not get %s: bind it to a ClusterRole with nonResourceURLs [%s] and verbs [get]", user.Username, r.URL.Path, r.URL.Path), nil
+		return answer{code: http.StatusForbidden, why: why,
+			msg: fmt.Sprintf("metrics: %s may not get %s: bind it to a ClusterRole with nonResourceURLs [%s] and verbs [get]", user.Username, r.URL.Path, r.URL.Path)}
 	}
-	return http.StatusOK, "", nil
+	return answer{code: http.StatusOK}
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" header.
@@ -198,118 +233,103 @@ func bearer(h string) (string, bool) {
 	return token, token != ""
 }
 
-// errBusy: every review slot is taken.
+// errBusy: every review slot stayed taken for SlotWait.
 var errBusy = errors.New("metrics: every review slot is taken")
 
-// slot takes one of the MaxInFlight review slots, or fails at once.
-func (g *Guard) slot() (release func(), err error) {
+// slot takes one of the review slots of slots, waiting at most SlotWait.
+func (g *Guard) slot(ctx context.Context, slots chan struct{}) (release func(), err error) {
+	release = func() { <-slots }
 	select {
-	case g.inFlight <- struct{}{}:
-		return func() { <-g.inFlight }, nil
+	case slots <- struct{}{}:
+		return release, nil
 	default:
+	}
+	t := g.opts.Clock.NewTimer(g.opts.SlotWait)
+	defer t.Stop()
+	select {
+	case slots <- struct{}{}:
+		return release, nil
+	case <-t.C():
+		return nil, errBusy
+	case <-ctx.Done():
 		return nil, errBusy
 	}
 }
 
-func (g *Guard) authenticate(ctx context.Context, token string) (reviewed, error) {
+// authenticate returns the user the API server authenticates token as, or
+// nil and why not.
+func (g *Guard) authenticate(ctx context.Context, token string) (*authenticationv1.UserInfo, string, error) {
 	key := sha256.Sum256([]byte(token))
-	if v, ok := g.users.Get(key); ok {
-		return v.(reviewed), nil
+	if v, ok := g.trusted.Get(key); ok {
+		return v.(*authenticationv1.UserInfo), "", nil
 	}
-	release, err := g.slot()
+	if _, ok := g.refused.Get(key); ok {
+		return nil, "refused within the last " + g.opts.DenyTTL.String(), nil
+	}
+	release, err := g.slot(ctx, g.tokenSlots)
 	if err != nil {
-		return reviewed{}, err
+		return nil, "", err
 	}
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
 	tr, err := g.tokens.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	if err != nil {
-		return reviewed{}, fmt.Errorf("token review: %w", err)
+		return nil, "", fmt.Errorf("token review: %w", err)
 	}
-	r := reviewed{user: tr.Status.User, authenticated: tr.Status.Authenticated}
-	ttl := g.opts.TokenTTL
-	if !r.authenticated {
-		// What the API server said of the token ("token has expired"),
-		// bounded: it goes back to the client.
-		r.user, r.reason, ttl = authenticationv1.UserInfo{}, truncate(tr.Status.Error, 256), g.opts.DenyTTL
+	if !tr.Status.Authenticated {
+		g.refused.Add(key, struct{}{}, g.opts.DenyTTL)
+		return nil, tr.Status.Error, nil
 	}
-	g.users.Add(key, r, ttl)
-	return r, nil
+	u := tr.Status.User
+	g.trusted.Add(key, &u, g.opts.TokenTTL)
+	return &u, "", nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "..."
-}
-
-// reviewed is a TokenReview's answer, as cached.
-type reviewed struct {
-	user          authenticationv1.UserInfo
-	authenticated bool
-	reason        string // why not, when not
-}
-
-func (g *Guard) authorize(ctx context.Context, u authenticationv1.UserInfo, path string) (bool, error) {
-	key := decisionKey(u, path)
-	if v, ok := g.allowed.Get(key); ok {
-		return v.(bool), nil
-	}
-	release, err := g.slot()
-	if err != nil {
-		return false, err
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
-	defer cancel()
+// authorize says whether the API server lets u get path, and why not.
+func (g *Guard) authorize(ctx context.Context, u *authenticationv1.UserInfo, path string) (bool, string, error) {
 	extra := make(map[string]authorizationv1.ExtraValue, len(u.Extra))
 	for k, v := range u.Extra {
 		extra[k] = authorizationv1.ExtraValue(v)
 	}
-	sar, err := g.access.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+	spec := authorizationv1.SubjectAccessReviewSpec{
 		User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
 		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: "get"},
-	}}, metav1.CreateOptions{})
+	}
+	key, err := decisionKey(&spec)
 	if err != nil {
-		return false, fmt.Errorf("subject access review: %w", err)
+		return false, "", err
+	}
+	if v, ok := g.decisions.Get(key); ok {
+		return v.(bool), "refused within the last " + g.opts.DenyTTL.String(), nil
+	}
+	release, err := g.slot(ctx, g.accessSlots)
+	if err != nil {
+		return false, "", err
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
+	sar, err := g.access.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		return false, "", fmt.Errorf("subject access review: %w", err)
 	}
 	allowed := sar.Status.Allowed && !sar.Status.Denied
 	ttl := g.opts.DenyTTL
 	if allowed {
 		ttl = g.opts.AllowTTL
 	}
-	g.allowed.Add(key, allowed, ttl)
-	return allowed, nil
+	g.decisions.Add(key, allowed, ttl)
+	return allowed, sar.Status.Reason, nil
 }
 
-// decisionKey is everything a SubjectAccessReview was asked, hashed: the
-// user's name, UID, groups and extra, and the path.
-func decisionKey(u authenticationv1.UserInfo, path string) [sha256.Size]byte {
-	h := sha256.New()
-	field := func(s string) { fmt.Fprintf(h, "%d:%s", len(s), s) }
-	field(u.Username)
-	field(u.UID)
-	field(path)
-	fmt.Fprintf(h, "g%d", len(u.Groups))
-	for _, g := range u.Groups {
-		field(g)
+// decisionKey is the SHA-256 of everything a SubjectAccessReview asks, in
+// JSON: the user's name, UID, groups and extra (map keys sorted), and the
+// path, so one user's answer never serves another.
+func decisionKey(spec *authorizationv1.SubjectAccessReviewSpec) ([sha256.Size]byte, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return [sha256.Size]byte{}, fmt.Errorf("subject access review key: %w", err)
 	}
-	keys := make([]string, 0, len(u.Extra))
-	for k := range u.Extra {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	fmt.Fprintf(h, "e%d", len(keys))
-	for _, k := range keys {
-		field(k)
-		fmt.Fprintf(h, "v%d", len(u.Extra[k]))
-		for _, v := range u.Extra[k] {
-			field(v)
-		}
-	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	return sum
+	return sha256.Sum256(b), nil
 }

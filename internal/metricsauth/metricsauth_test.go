@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,7 @@ func (r *tokens) Create(ctx context.Context, tr *authenticationv1.TokenReview, _
 type access struct {
 	mu      sync.Mutex
 	allowed map[string]bool // "<user> <path>"
+	denied  bool            // answer allowed and denied, as a deny-first authorizer may
 	asked   []authorizationv1.SubjectAccessReviewSpec
 	err     error
 }
@@ -74,6 +76,7 @@ func (a *access) Create(_ context.Context, sar *authorizationv1.SubjectAccessRev
 	out := sar.DeepCopy()
 	nr := sar.Spec.NonResourceAttributes
 	out.Status.Allowed = nr != nil && nr.Verb == "get" && a.allowed[sar.Spec.User+" "+nr.Path]
+	out.Status.Denied = a.denied
 	return out, nil
 }
 
@@ -109,7 +112,7 @@ func newHarness(opts Options) *harness {
 	return h
 }
 
-// get sends method path with the Authorization header auth (none when
+// do sends method path with the Authorization header auth (none when
 // empty) and returns the response.
 func (h *harness) do(method, path, auth string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, path, nil)
@@ -169,15 +172,20 @@ func TestRefusals(t *testing.T) {
 		{"no header", http.MethodGet, "", http.StatusUnauthorized, "Authorization: Bearer"},
 		{"not a bearer", http.MethodGet, "Basic dXNlcjpwYXNz", http.StatusUnauthorized, "Authorization: Bearer"},
 		{"empty bearer", http.MethodGet, "Bearer   ", http.StatusUnauthorized, "Authorization: Bearer"},
-		{"forged token", http.MethodGet, "Bearer forged", http.StatusUnauthorized, "did not authenticate the token: invalid bearer token"},
+		{"forged token", http.MethodGet, "Bearer forged", http.StatusUnauthorized, "did not authenticate"},
+		{"token past the bound", http.MethodGet, "Bearer token-" + strings.Repeat("a", MaxTokenBytes), http.StatusUnauthorized, "longer than 16384 bytes"},
 		{"not bound", http.MethodGet, "Bearer token-stranger", http.StatusForbidden, "system:serviceaccount:ns:stranger may not get /metrics: bind it to a ClusterRole with nonResourceURLs [/metrics]"},
 		{"another method", http.MethodPost, "Bearer token-scraper", http.StatusMethodNotAllowed, "only GET"},
+		{"head", http.MethodHead, "Bearer token-scraper", http.StatusMethodNotAllowed, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(Options{})
 			w := h.do(tc.method, "/metrics", tc.auth)
 			if w.Code != tc.want || !strings.Contains(w.Body.String(), tc.wantText) {
-				t.Errorf("HTTP %d %q, want %d containing %q", w.Code, w.Body.String(), tc.want, tc.wantText)
+				t.Errorf("HTTP %d %.200q, want %d containing %q", w.Code, w.Body.String(), tc.want, tc.wantText)
+			}
+			if strings.Contains(w.Body.String(), "invalid bearer token") {
+				t.Errorf("the answer %q tells the client the API server's reason", w.Body.String())
 			}
 			if h.served.Load() != 0 {
 				t.Error("the refused request reached the metrics handler")
@@ -186,13 +194,38 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+func TestBearerHeader(t *testing.T) {
+	for h, want := range map[string]string{
+		"Bearer abc":    "abc",
+		"bearer abc":    "abc",
+		"BEARER  abc ":  "abc",
+		" Bearer abc":   "abc",
+		"Bearer a b":    "a b",
+		"Bearer":        "",
+		"Bearerabc":     "",
+		"Basic abc":     "",
+		"Token abc":     "",
+		"Bearer \t":     "",
+		"":              "",
+		"Bearer\tabc":   "",
+		"xBearer abc":   "",
+		"Bearer abc\n ": "abc",
+	} {
+		got, ok := bearer(h)
+		if got != want || ok != (want != "") {
+			t.Errorf("bearer(%q) = %q, %v; want %q", h, got, ok, want)
+		}
+	}
+}
+
 func TestNoReviewForWhatNeedsNone(t *testing.T) {
 	h := newHarness(Options{})
 	h.do(http.MethodGet, "/metrics", "")
 	h.do(http.MethodPost, "/metrics", "Bearer token-scraper")
 	h.do("PURGE", "/metrics", "Bearer token-scraper")
+	h.do(http.MethodGet, "/metrics", "Bearer "+strings.Repeat("a", MaxTokenBytes+1))
 	if n, m := h.tokens.calls.Load(), h.access.count(); n != 0 || m != 0 {
-		t.Errorf("no token or another method: %d token and %d access reviews, want none", n, m)
+		t.Errorf("no token, another method or a token past the bound: %d token and %d access reviews, want none", n, m)
 	}
 }
 
@@ -213,18 +246,49 @@ func TestRefusalsAreCachedForTheDenyTTL(t *testing.T) {
 	if got := h.get("token-stranger"); got != http.StatusOK {
 		t.Errorf("after the deny TTL with a binding: HTTP %d, want 200", got)
 	}
+	// A refused token is reviewed again after the deny TTL, not the token TTL.
+	h.get("forged")
+	if n := h.tokens.calls.Load(); n != 3 {
+		t.Errorf("a forged token after the deny TTL: %d token reviews in all, want 3", n)
+	}
 }
 
-func TestSameNameOtherGroupsIsReviewedAgain(t *testing.T) {
-	a := authenticationv1.UserInfo{Username: "u", Groups: []string{"admins"}}
-	b := authenticationv1.UserInfo{Username: "u"}
-	c := authenticationv1.UserInfo{Username: "u", Extra: map[string]authenticationv1.ExtraValue{"admins": nil}}
-	d := authenticationv1.UserInfo{Username: "u", UID: "admins"}
-	e := authenticationv1.UserInfo{Username: "uadmins"}
+func TestDeniedWinsOverAllowed(t *testing.T) {
+	h := newHarness(Options{})
+	h.access.denied = true
+	if got := h.get("token-scraper"); got != http.StatusForbidden {
+		t.Errorf("an access review both allowed and denied: HTTP %d, want 403", got)
+	}
+}
+
+// TestDecisionKeysTellUsersApart: a cached authorization answers only the
+// very question it was the answer to.
+func TestDecisionKeysTellUsersApart(t *testing.T) {
+	long := "x" + strings.Repeat("3:abc", 18)
+	users := []authenticationv1.UserInfo{
+		{Username: "u", Groups: []string{"admins"}},
+		{Username: "u"},
+		{Username: "u", Extra: map[string]authenticationv1.ExtraValue{"admins": nil}},
+		{Username: "u", Extra: map[string]authenticationv1.ExtraValue{"admins": {}}},
+		{Username: "u", Extra: map[string]authenticationv1.ExtraValue{"a": {"dmins"}}},
+		{Username: "u", UID: "admins"},
+		{Username: "uadmins"},
+		// Counts written before digits: one group of these bytes, and 19.
+		{Username: "u", Groups: []string{long}},
+		{Username: "u", Groups: append([]string{"x"}, slices.Repeat([]string{"abc"}, 18)...)},
+	}
 	keys := map[[32]byte]string{}
-	for i, u := range []authenticationv1.UserInfo{a, b, c, d, e} {
+	for i, u := range users {
 		for _, p := range []string{"/metrics", "/metricsadmins"} {
-			k := decisionKey(u, p)
+			extra := map[string]authorizationv1.ExtraValue{}
+			for k, v := range u.Extra {
+				extra[k] = authorizationv1.ExtraValue(v)
+			}
+			k, err := decisionKey(&authorizationv1.SubjectAccessReviewSpec{User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
+				NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: p, Verb: "get"}})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if prev, ok := keys[k]; ok {
 				t.Errorf("user %d on %s has the key of %s: one user's decision would answer for another", i, p, prev)
 			}
@@ -247,49 +311,87 @@ func TestFailedReviewIsNotCached(t *testing.T) {
 	if got := h.get("token-other"); got != http.StatusServiceUnavailable {
 		t.Errorf("access review failing: HTTP %d, want 503", got)
 	}
+	h.access.err = nil
+	h.access.allowed["system:serviceaccount:ns:other /metrics"] = true
+	if got := h.get("token-other"); got != http.StatusOK {
+		t.Errorf("access review back: HTTP %d, want 200 (a failed access review is not an answer to keep)", got)
+	}
 }
 
-// TestReviewsInFlightAreBounded: with every slot taken by a slow review, a
-// request that needs another is answered at once, and needs none once
-// cached.
+// TestReviewsInFlightAreBounded: with every token review slot taken by a
+// slow review, a request that needs another waits SlotWait and is answered
+// 503; one that a slot frees for in time goes on; a cached token needs no
+// slot at all.
 func TestReviewsInFlightAreBounded(t *testing.T) {
 	h := newHarness(Options{MaxInFlight: 2})
-	h.tokens.block, h.tokens.in = make(chan struct{}), make(chan struct{}, 2)
+	if got := h.get("token-scraper"); got != http.StatusOK {
+		t.Fatalf("first scrape: HTTP %d", got)
+	}
+	h.tokens.block, h.tokens.in = make(chan struct{}), make(chan struct{}, 4)
 	var wg sync.WaitGroup
-	codes := make([]int, 2)
 	for i := range 2 {
-		wg.Go(func() { codes[i] = h.get("token-scraper-" + strconv.Itoa(i)) })
+		wg.Go(func() { h.get("token-slow-" + strconv.Itoa(i)) })
 	}
 	<-h.tokens.in
 	<-h.tokens.in
+	if got := h.get("token-scraper"); got != http.StatusOK {
+		t.Errorf("a cached token with every slot taken: HTTP %d, want 200", got)
+	}
 	third := make(chan *httptest.ResponseRecorder, 1)
 	go func() { third <- h.do(http.MethodGet, "/metrics", "Bearer forged") }()
-	var w *httptest.ResponseRecorder
+	waitFor(t, "the third review to wait for a slot", h.clock.HasWaiters)
 	select {
-	case w = <-third:
-	case <-time.After(10 * time.Second):
-		close(h.tokens.block)
-		t.Fatal("a third review with two in flight waited for a slot: want 503 at once")
+	case w := <-third:
+		t.Fatalf("a third review with two in flight answered %d before SlotWait", w.Code)
+	default:
 	}
+	h.clock.Step(DefaultSlotWait)
+	w := <-third
 	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
-		t.Errorf("a third review with two in flight: HTTP %d, Retry-After %q: want 503 at once with Retry-After", w.Code, w.Header().Get("Retry-After"))
+		t.Errorf("a third review after SlotWait: HTTP %d, Retry-After %q: want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
 	}
+	// One that a slot frees for goes on.
+	go func() { third <- h.do(http.MethodGet, "/metrics", "Bearer forged") }()
+	waitFor(t, "the fourth review to wait for a slot", h.clock.HasWaiters)
 	close(h.tokens.block)
+	if w := <-third; w.Code != http.StatusUnauthorized {
+		t.Errorf("a review that got a freed slot: HTTP %d, want 401", w.Code)
+	}
 	wg.Wait()
-	if h.tokens.calls.Load() != 2 {
-		t.Errorf("%d token reviews, want 2: the refused request must not have made one", h.tokens.calls.Load())
+	if n := h.tokens.calls.Load(); n != 4 {
+		t.Errorf("%d token reviews, want 4: the one refused for want of a slot must not have made one", n)
 	}
 }
 
-// TestCachesAreBounded: a flood of distinct forged tokens leaves at most
-// CacheSize entries behind.
+// waitFor polls cond until it holds, for at most ten seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCachesAreBounded: a flood of distinct tokens leaves at most CacheSize
+// entries in each cache, and forged ones do not push out a scraper's.
 func TestCachesAreBounded(t *testing.T) {
 	h := newHarness(Options{CacheSize: 16})
+	h.get("token-scraper")
 	for i := range 1000 {
 		h.get("forged-" + strconv.Itoa(i))
+	}
+	before := h.tokens.calls.Load()
+	if got := h.get("token-scraper"); got != http.StatusOK || h.tokens.calls.Load() != before {
+		t.Errorf("the scraper's token after 1,000 forged ones: HTTP %d, %d more reviews: want 200 from the cache", got, h.tokens.calls.Load()-before)
+	}
+	for i := range 1000 {
 		h.get("token-s" + strconv.Itoa(i))
 	}
-	if n, m := len(h.guard.users.Keys()), len(h.guard.allowed.Keys()); n > 16 || m > 16 {
-		t.Errorf("after 2,000 distinct tokens: %d tokens and %d decisions cached, want at most 16 each", n, m)
+	for name, c := range map[string]interface{ Keys() []any }{"trusted": h.guard.trusted, "refused": h.guard.refused, "decisions": h.guard.decisions} {
+		if n := len(c.Keys()); n > 16 {
+			t.Errorf("after 2,000 distinct tokens: %d %s entries, want at most 16", n, name)
+		}
 	}
 }
