@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,8 +72,11 @@ type Options struct {
 	// reviews, being made at once (default 8 each).
 	MaxInFlight int
 	// SlotWait is how long a request that needs a review waits for a slot
-	// (default 1 second) before it is answered 503, so a flood of forged
-	// tokens piles up neither goroutines nor reviews.
+	// (default 1 second) before it is answered 503: a flood of forged
+	// tokens holds at most MaxInFlight reviews and a second's worth of
+	// waiting requests. A token authenticated within the last ten TokenTTLs
+	// is reviewed again on slots of its own, so such a flood does not cost
+	// a scraper its scrapes when its token's cache entry expires.
 	SlotWait time.Duration
 	// Clock decides when cached answers expire and how long a request waits
 	// for a slot (default the real clock).
@@ -118,7 +122,14 @@ type Guard struct {
 	// refused -> struct{}), of the access review's whole question
 	// (decisions -> bool).
 	trusted, refused, decisions *utilcache.LRUExpireCache
-	tokenSlots, accessSlots     chan struct{}
+	// known: tokens authenticated within the last ten TokenTTLs, whose
+	// reviews take knownSlots rather than tokenSlots.
+	known                               *utilcache.LRUExpireCache
+	tokenSlots, knownSlots, accessSlots chan struct{}
+	// errLog lets one failed review a minute be logged as an error; the
+	// rest go to the debug log, so a throttled API server does not flood
+	// the log one line a request.
+	errLog *rate.Limiter
 }
 
 // New returns a Guard that reviews with tokens and access.
@@ -129,9 +140,11 @@ func New(tokens TokenReviewer, access AccessReviewer, opts Options) *Guard {
 	}
 	return &Guard{
 		tokens: tokens, access: access, opts: opts,
-		trusted: cache(), refused: cache(), decisions: cache(),
+		trusted: cache(), refused: cache(), decisions: cache(), known: cache(),
 		tokenSlots:  make(chan struct{}, opts.MaxInFlight),
+		knownSlots:  make(chan struct{}, opts.MaxInFlight),
 		accessSlots: make(chan struct{}, opts.MaxInFlight),
+		errLog:      rate.NewLimiter(rate.Every(time.Minute), 1),
 	}
 }
 
@@ -165,12 +178,19 @@ func (g *Guard) Wrap(log logr.Logger, next http.Handler) http.Handler {
 			return
 		}
 		a := g.decide(r.Context(), r)
+		if r.Context().Err() != nil {
+			// The client hung up: nobody reads the answer, and its
+			// cancelled review is no fault of the API server's.
+			return
+		}
 		switch {
-		case a.err != nil:
+		case a.err != nil && g.errLog.Allow():
 			log.Error(a.err, "cannot review a metrics request", "path", r.URL.Path)
+		case a.err != nil:
+			log.V(1).Info("cannot review a metrics request", "path", r.URL.Path, "error", a.err.Error())
 		case a.why != "":
-			// The API server's reason stays in the log: told to the
-			// client, it would say which stolen tokens are worth keeping.
+			// The API server's messages stay in Portal's log, out of
+			// answers to clients nobody has authenticated yet.
 			log.V(1).Info("metrics request refused", "status", a.code, "reason", a.why)
 		}
 		if a.code != http.StatusOK {
@@ -238,6 +258,9 @@ var errBusy = errors.New("metrics: every review slot is taken")
 
 // slot takes one of the review slots of slots, waiting at most SlotWait.
 func (g *Guard) slot(ctx context.Context, slots chan struct{}) (release func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	release = func() { <-slots }
 	select {
 	case slots <- struct{}{}:
@@ -252,7 +275,7 @@ func (g *Guard) slot(ctx context.Context, slots chan struct{}) (release func(), 
 	case <-t.C():
 		return nil, errBusy
 	case <-ctx.Done():
-		return nil, errBusy
+		return nil, ctx.Err()
 	}
 }
 
@@ -266,7 +289,11 @@ func (g *Guard) authenticate(ctx context.Context, token string) (*authentication
 	if _, ok := g.refused.Get(key); ok {
 		return nil, "refused within the last " + g.opts.DenyTTL.String(), nil
 	}
-	release, err := g.slot(ctx, g.tokenSlots)
+	slots := g.tokenSlots
+	if _, ok := g.known.Get(key); ok {
+		slots = g.knownSlots
+	}
+	release, err := g.slot(ctx, slots)
 	if err != nil {
 		return nil, "", err
 	}
@@ -283,6 +310,7 @@ func (g *Guard) authenticate(ctx context.Context, token string) (*authentication
 	}
 	u := tr.Status.User
 	g.trusted.Add(key, &u, g.opts.TokenTTL)
+	g.known.Add(key, struct{}{}, 10*g.opts.TokenTTL)
 	return &u, "", nil
 }
 
@@ -301,7 +329,10 @@ func (g *Guard) authorize(ctx context.Context, u *authenticationv1.UserInfo, pat
 		return false, "", err
 	}
 	if v, ok := g.decisions.Get(key); ok {
-		return v.(bool), "refused within the last " + g.opts.DenyTTL.String(), nil
+		if v.(bool) {
+			return true, "", nil
+		}
+		return false, "refused within the last " + g.opts.DenyTTL.String(), nil
 	}
 	release, err := g.slot(ctx, g.accessSlots)
 	if err != nil {

@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 )
 
 // tokens answers TokenReviews as an API server would for the tokens it
@@ -25,7 +27,7 @@ import (
 type tokens struct {
 	calls atomic.Int32
 	err   error
-	block chan struct{} // when set, each review waits for it to close
+	block chan struct{} // when set, each review of a token holding "slow" waits for it to close
 	in    chan struct{} // when set, each review says it has begun
 }
 
@@ -34,7 +36,7 @@ func (r *tokens) Create(ctx context.Context, tr *authenticationv1.TokenReview, _
 	if r.in != nil {
 		r.in <- struct{}{}
 	}
-	if r.block != nil {
+	if r.block != nil && strings.Contains(tr.Spec.Token, "slow") {
 		select {
 		case <-r.block:
 		case <-ctx.Done():
@@ -95,6 +97,20 @@ type harness struct {
 	guard  *Guard
 	srv    http.Handler
 	served atomic.Int32
+	logs   *logLines
+}
+
+// logLines records what the guard logs at verbosity 0 (errors and V(0))
+// and at V(1).
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
 }
 
 func newHarness(opts Options) *harness {
@@ -105,7 +121,13 @@ func newHarness(opts Options) *harness {
 	}
 	opts.Clock = h.clock
 	h.guard = New(h.tokens, h.access, opts)
-	h.srv = h.guard.Wrap(logr.Discard(), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h.logs = &logLines{}
+	log := funcr.New(func(prefix, args string) {
+		h.logs.mu.Lock()
+		defer h.logs.mu.Unlock()
+		h.logs.lines = append(h.logs.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 1, LogInfoLevel: ptr.To("v")})
+	h.srv = h.guard.Wrap(log, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		h.served.Add(1)
 		_, _ = w.Write([]byte("portal_up 1\n"))
 	}))
@@ -366,11 +388,11 @@ func TestReviewsInFlightAreBounded(t *testing.T) {
 // waitFor polls cond until it holds, for at most ten seconds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
 
@@ -393,5 +415,102 @@ func TestCachesAreBounded(t *testing.T) {
 		if n := len(c.Keys()); n > 16 {
 			t.Errorf("after 2,000 distinct tokens: %d %s entries, want at most 16", n, name)
 		}
+	}
+}
+
+// TestClientThatHungUp: a request whose client has gone makes no review and
+// logs nothing.
+func TestClientThatHungUp(t *testing.T) {
+	h := newHarness(Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/metrics", nil)
+	r.Header.Set("Authorization", "Bearer forged")
+	h.srv.ServeHTTP(httptest.NewRecorder(), r)
+	if n := h.tokens.calls.Load(); n != 0 {
+		t.Errorf("a cancelled request made %d token reviews, want none", n)
+	}
+	if l := h.logs.all(); len(l) != 0 {
+		t.Errorf("a cancelled request logged %q", l)
+	}
+}
+
+// TestLogs: refusals and their reasons go to the debug log (V(1)), and
+// failed reviews to the error log at most once a minute.
+func TestLogs(t *testing.T) {
+	h := newHarness(Options{})
+	h.get("forged")
+	l := h.logs.all()
+	if len(l) != 1 || !strings.Contains(l[0], `"v"=1`) || !strings.Contains(l[0], "invalid bearer token") {
+		t.Errorf("a refused token logged %q: want one V(1) line with the API server's reason", l)
+	}
+	h.tokens.err = errors.New("the server has received too many requests")
+	for i := range 5 {
+		h.get("token-throttled-" + strconv.Itoa(i))
+	}
+	errs := 0
+	for _, line := range h.logs.all() {
+		// funcr marks info lines with their verbosity, error lines not.
+		if !strings.Contains(line, `"v"=`) {
+			errs++
+		}
+	}
+	if errs != 1 {
+		t.Errorf("five failed reviews logged %d error lines, want 1:\n%s", errs, strings.Join(h.logs.all(), "\n"))
+	}
+}
+
+func TestTokenLengthBound(t *testing.T) {
+	h := newHarness(Options{})
+	at := "token-" + strings.Repeat("a", MaxTokenBytes-len("token-"))
+	if got := h.get(at); got == http.StatusUnauthorized || h.tokens.calls.Load() != 1 {
+		t.Errorf("a token of exactly %d bytes: HTTP %d after %d reviews, want it reviewed", MaxTokenBytes, got, h.tokens.calls.Load())
+	}
+	if got := h.get(at + "a"); got != http.StatusUnauthorized || h.tokens.calls.Load() != 1 {
+		t.Errorf("a token of %d bytes: HTTP %d after %d reviews, want 401 without a review", MaxTokenBytes+1, got, h.tokens.calls.Load())
+	}
+}
+
+// within runs f and fails the test unless it returns within ten seconds:
+// a request that needs a slot of its own must not wait for another kind's.
+func within(t *testing.T, what string, f func() int) int {
+	t.Helper()
+	done := make(chan int, 1)
+	go func() { done <- f() }()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s waited for a slot", what)
+		return 0
+	}
+}
+
+// TestSlotsOfTheirOwn: with every slot for unknown tokens taken by slow
+// reviews, a token trusted a minute ago is reviewed again on the known
+// tokens' slots, and an access review on the access slots.
+func TestSlotsOfTheirOwn(t *testing.T) {
+	h := newHarness(Options{MaxInFlight: 2})
+	h.get("token-scraper")
+	h.get("token-other")
+	h.clock.Step(DefaultTokenTTL + time.Second) // both tokens' entries expire, the known ones stay
+	h.get("token-other")                        // reviewed again: trusted, refused by RBAC
+	h.clock.Step(DefaultDenyTTL + time.Second)  // the refusal expires, the token is still trusted
+	h.access.mu.Lock()
+	h.access.allowed["system:serviceaccount:ns:other /metrics"] = true
+	h.access.mu.Unlock()
+
+	h.tokens.block, h.tokens.in = make(chan struct{}), make(chan struct{}, 2)
+	defer close(h.tokens.block)
+	for i := range 2 {
+		go h.get("slow-" + strconv.Itoa(i))
+	}
+	<-h.tokens.in
+	<-h.tokens.in
+	if got := within(t, "a known token's review", func() int { return h.get("token-scraper") }); got != http.StatusOK {
+		t.Errorf("a known token with the unknown tokens' slots taken: HTTP %d, want 200", got)
+	}
+	if got := within(t, "an access review", func() int { return h.get("token-other") }); got != http.StatusOK {
+		t.Errorf("an access review with the token slots taken: HTTP %d, want 200", got)
 	}
 }
