@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -39,6 +38,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/vilaca/portal/internal/bearer"
 )
 
 // TokenReviewer creates TokenReviews: client-go's
@@ -214,12 +215,9 @@ type answer struct {
 }
 
 func (g *Guard) decide(ctx context.Context, r *http.Request) answer {
-	token, ok := bearer(r.Header.Get("Authorization"))
+	token, ok := bearer.Token(r.Header.Get("Authorization"), MaxTokenBytes)
 	if !ok {
-		return answer{code: http.StatusUnauthorized, msg: "metrics: send a ServiceAccount token as Authorization: Bearer <token>"}
-	}
-	if len(token) > MaxTokenBytes {
-		return answer{code: http.StatusUnauthorized, msg: fmt.Sprintf("metrics: the bearer token is longer than %d bytes", MaxTokenBytes)}
+		return answer{code: http.StatusUnauthorized, msg: fmt.Sprintf("metrics: send a ServiceAccount token of at most %d bytes as Authorization: Bearer <token>", MaxTokenBytes)}
 	}
 	user, why, err := g.authenticate(ctx, token)
 	switch {
@@ -241,16 +239,6 @@ func (g *Guard) decide(ctx context.Context, r *http.Request) answer {
 			msg: fmt.Sprintf("metrics: %s may not get %s: bind it to a ClusterRole with nonResourceURLs [%s] and verbs [get]", user.Username, r.URL.Path, r.URL.Path)}
 	}
 	return answer{code: http.StatusOK}
-}
-
-// bearer returns the token of an "Authorization: Bearer <token>" header.
-func bearer(h string) (string, bool) {
-	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
-	if !ok || !strings.EqualFold(scheme, "bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
 }
 
 // errBusy: every review slot stayed taken for SlotWait.

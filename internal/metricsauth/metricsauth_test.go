@@ -195,7 +195,7 @@ func TestRefusals(t *testing.T) {
 		{"not a bearer", http.MethodGet, "Basic dXNlcjpwYXNz", http.StatusUnauthorized, "Authorization: Bearer"},
 		{"empty bearer", http.MethodGet, "Bearer   ", http.StatusUnauthorized, "Authorization: Bearer"},
 		{"forged token", http.MethodGet, "Bearer forged", http.StatusUnauthorized, "did not authenticate"},
-		{"token past the bound", http.MethodGet, "Bearer token-" + strings.Repeat("a", MaxTokenBytes), http.StatusUnauthorized, "longer than 16384 bytes"},
+		{"token past the bound", http.MethodGet, "Bearer token-" + strings.Repeat("a", MaxTokenBytes), http.StatusUnauthorized, "at most 16384 bytes"},
 		{"not bound", http.MethodGet, "Bearer token-stranger", http.StatusForbidden, "system:serviceaccount:ns:stranger may not get /metrics: bind it to a ClusterRole with nonResourceURLs [/metrics]"},
 		{"another method", http.MethodPost, "Bearer token-scraper", http.StatusMethodNotAllowed, "only GET"},
 		{"head", http.MethodHead, "Bearer token-scraper", http.StatusMethodNotAllowed, ""},
@@ -213,30 +213,6 @@ func TestRefusals(t *testing.T) {
 				t.Error("the refused request reached the metrics handler")
 			}
 		})
-	}
-}
-
-func TestBearerHeader(t *testing.T) {
-	for h, want := range map[string]string{
-		"Bearer abc":    "abc",
-		"bearer abc":    "abc",
-		"BEARER  abc ":  "abc",
-		" Bearer abc":   "abc",
-		"Bearer a b":    "a b",
-		"Bearer":        "",
-		"Bearerabc":     "",
-		"Basic abc":     "",
-		"Token abc":     "",
-		"Bearer \t":     "",
-		"":              "",
-		"Bearer\tabc":   "",
-		"xBearer abc":   "",
-		"Bearer abc\n ": "abc",
-	} {
-		got, ok := bearer(h)
-		if got != want || ok != (want != "") {
-			t.Errorf("bearer(%q) = %q, %v; want %q", h, got, ok, want)
-		}
 	}
 }
 

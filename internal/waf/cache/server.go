@@ -15,6 +15,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
+
+	"github.com/vilaca/portal/internal/bearer"
 )
 
 // Defaults of ServerOptions, as in the Coraza Kubernetes Operator.
@@ -384,12 +386,7 @@ func (s *Server) deny(w http.ResponseWriter, r *http.Request, reason, user strin
 
 // bearerToken reads "Authorization: Bearer <token>".
 func bearerToken(r *http.Request) (string, bool) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	token = strings.TrimSpace(token)
-	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > maxTokenBytes {
-		return "", false
-	}
-	return token, true
+	return bearer.Token(r.Header.Get("Authorization"), maxTokenBytes)
 }
 
 // ParsePath reads /rules/{namespace}/{name}[/latest]. The namespace must be
