@@ -259,42 +259,6 @@ func TestDeniedWinsOverAllowed(t *testing.T) {
 	}
 }
 
-// TestDecisionKeysTellUsersApart: a cached authorization answers only the
-// very question it was the answer to.
-func TestDecisionKeysTellUsersApart(t *testing.T) {
-	long := "x" + strings.Repeat("3:abc", 18)
-	users := []authenticationv1.UserInfo{
-		{Username: "u", Groups: []string{"admins"}},
-		{Username: "u"},
-		{Username: "u", Extra: map[string]authenticationv1.ExtraValue{"admins": nil}},
-		{Username: "u", Extra: map[string]authenticationv1.ExtraValue{"admins": {}}},
-		{Username: "u", Extra: map[string]authenticationv1.ExtraValue{"a": {"dmins"}}},
-		{Username: "u", UID: "admins"},
-		{Username: "uadmins"},
-		// Counts written before digits: one group of these bytes, and 19.
-		{Username: "u", Groups: []string{long}},
-		{Username: "u", Groups: append([]string{"x"}, slices.Repeat([]string{"abc"}, 18)...)},
-	}
-	keys := map[[32]byte]string{}
-	for i, u := range users {
-		for _, p := range []string{"/metrics", "/metricsadmins"} {
-			extra := map[string]authorizationv1.ExtraValue{}
-			for k, v := range u.Extra {
-				extra[k] = authorizationv1.ExtraValue(v)
-			}
-			k, err := decisionKey(&authorizationv1.SubjectAccessReviewSpec{User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
-				NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: p, Verb: "get"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if prev, ok := keys[k]; ok {
-				t.Errorf("user %d on %s has the key of %s: one user's decision would answer for another", i, p, prev)
-			}
-			keys[k] = strconv.Itoa(i) + p
-		}
-	}
-}
-
 func TestFailedReviewIsNotCached(t *testing.T) {
 	h := newHarness(Options{})
 	h.tokens.err = errors.New("connection refused")
@@ -372,8 +336,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestCachesAreBounded: a flood of distinct tokens leaves at most CacheSize
-// entries in each cache, and forged ones do not push out a scraper's.
+// TestCachesAreBounded: forged tokens do not push a scraper's out of a
+// cache of 16 (kubereview's TestCachesAreBounded counts the entries).
 func TestCachesAreBounded(t *testing.T) {
 	h := newHarness(Options{CacheSize: 16})
 	h.get("token-scraper")
@@ -383,14 +347,6 @@ func TestCachesAreBounded(t *testing.T) {
 	before := h.tokens.calls.Load()
 	if got := h.get("token-scraper"); got != http.StatusOK || h.tokens.calls.Load() != before {
 		t.Errorf("the scraper's token after 1,000 forged ones: HTTP %d, %d more reviews: want 200 from the cache", got, h.tokens.calls.Load()-before)
-	}
-	for i := range 1000 {
-		h.get("token-s" + strconv.Itoa(i))
-	}
-	for name, c := range map[string]interface{ Keys() []any }{"trusted": h.guard.trusted, "refused": h.guard.refused, "decisions": h.guard.decisions} {
-		if n := len(c.Keys()); n > 16 {
-			t.Errorf("after 2,000 distinct tokens: %d %s entries, want at most 16", n, name)
-		}
 	}
 }
 

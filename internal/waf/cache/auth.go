@@ -2,19 +2,14 @@ package cache
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"slices"
 	"strings"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/vilaca/portal/internal/kubereview"
 )
 
 // Audience is the token audience the cache server accepts: a data plane
@@ -56,8 +51,9 @@ const (
 	// DenyReviewFailed: the TokenReview or SubjectAccessReview could not be
 	// made (API server unreachable); not cached (503).
 	DenyReviewFailed = "review_failed"
-	// DenyOverloaded: the server already answers MaxConcurrent requests
-	// (503).
+	// DenyOverloaded: the server already answers MaxConcurrent requests,
+	// or every slot for the review the request needs stayed taken for a
+	// second (503).
 	DenyOverloaded = "overloaded"
 )
 
@@ -85,48 +81,39 @@ func (f AuthorizerFunc) Authorize(ctx context.Context, token, namespace, name st
 	return f(ctx, token, namespace, name)
 }
 
-// TokenReviewer creates TokenReviews: client-go's
-// AuthenticationV1().TokenReviews().
-type TokenReviewer interface {
-	Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error)
-}
-
-// AccessReviewer creates SubjectAccessReviews: client-go's
-// AuthorizationV1().SubjectAccessReviews().
-type AccessReviewer interface {
-	Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
-}
+// TokenReviewer and AccessReviewer create TokenReviews and
+// SubjectAccessReviews: client-go's.
+type (
+	TokenReviewer  = kubereview.TokenReviewer
+	AccessReviewer = kubereview.AccessReviewer
+)
 
 // Defaults of KubeAuthorizer.
 const (
 	DefaultAllowTTL       = 30 * time.Second
 	DefaultDenyTTL        = 10 * time.Second
 	DefaultDecisionsCache = 4096
-	reviewTimeout         = 10 * time.Second
 )
 
 // KubeAuthorizer authenticates bearer tokens with a TokenReview for
 // Audience (or the rule set's own audience) and allows a ServiceAccount to
 // read the rule sets of its own namespace. Anything else needs RBAC: a
 // SubjectAccessReview for get on rulesets/cache in the rule set's
-// namespace. Decisions are kept briefly in a bounded LRU keyed by the
-// token's sha256 and the rule set, so a poll costs the API server nothing
-// most of the time and a flood of forged tokens costs it at most one review
-// each.
+// namespace. The reviews are kubereview's: a token is trusted for
+// DefaultAllowTTL, a grant kept as long, refusals DefaultDenyTTL, in
+// bounded LRUs keyed by sha256, so a poll costs the API server nothing most
+// of the time; at most kubereview.DefaultMaxInFlight reviews of unknown
+// tokens are made at once, and a data plane's token known from an earlier
+// review is reviewed again on slots of its own, so a flood of forged
+// tokens neither loads the API server nor stops known data planes from
+// reading.
 type KubeAuthorizer struct {
-	Tokens TokenReviewer
-	Access AccessReviewer
-	// AllowTTL and DenyTTL are how long a decision is reused; a revoked
-	// token keeps reading for at most AllowTTL.
-	AllowTTL, DenyTTL time.Duration
-	// Metrics, when set, counts the reviews made.
-	Metrics *Metrics
-
-	decisions *utilcache.LRUExpireCache
+	reviews *kubereview.Reviewer
 }
 
-// NewKubeAuthorizer returns an authorizer with the default TTLs that
-// remembers at most size decisions (DefaultDecisionsCache when size <= 0).
+// NewKubeAuthorizer returns an authorizer with the default TTLs whose
+// caches hold at most size entries each (DefaultDecisionsCache when
+// size <= 0); m, when set, counts the reviews made.
 func NewKubeAuthorizer(tokens TokenReviewer, access AccessReviewer, size int, m *Metrics) *KubeAuthorizer {
 	return newKubeAuthorizer(tokens, access, size, m, clock.RealClock{})
 }
@@ -135,79 +122,41 @@ func newKubeAuthorizer(tokens TokenReviewer, access AccessReviewer, size int, m 
 	if size <= 0 {
 		size = DefaultDecisionsCache
 	}
-	return &KubeAuthorizer{
-		Tokens: tokens, Access: access, AllowTTL: DefaultAllowTTL, DenyTTL: DefaultDenyTTL, Metrics: m,
-		decisions: utilcache.NewLRUExpireCacheWithClock(size, clk),
-	}
+	return &KubeAuthorizer{reviews: kubereview.New(tokens, access, kubereview.Options{
+		TokenTTL: DefaultAllowTTL, AllowTTL: DefaultAllowTTL, DenyTTL: DefaultDenyTTL,
+		CacheSize: size, Clock: clk, Reviewed: m.reviewed,
+	})}
 }
 
-// Authorize implements Authorizer.
+// Authorize implements Authorizer. Every review slot staying taken is the
+// decision DenyOverloaded, not an error.
 func (a *KubeAuthorizer) Authorize(ctx context.Context, token, namespace, name string) (Decision, error) {
-	sum := sha256.Sum256([]byte(token))
-	key := hex.EncodeToString(sum[:]) + "/" + Key(namespace, name)
-	if d, ok := a.decisions.Get(key); ok {
-		return d.(Decision), nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
-	defer cancel()
-	d, err := a.decide(ctx, token, namespace, name)
-	if err != nil {
+	user, _, err := a.reviews.Authenticate(ctx, token, Audience, RuleSetAudience(namespace, name))
+	switch {
+	case errors.Is(err, kubereview.ErrBusy):
+		return Decision{Reason: DenyOverloaded}, nil
+	case err != nil:
 		return Decision{}, err
-	}
-	ttl := a.DenyTTL
-	if d.Allowed {
-		ttl = a.AllowTTL
-	}
-	a.decisions.Add(key, d, ttl)
-	return d, nil
-}
-
-func (a *KubeAuthorizer) decide(ctx context.Context, token, namespace, name string) (Decision, error) {
-	tr, err := a.Tokens.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{
-		Token:     token,
-		Audiences: []string{Audience, RuleSetAudience(namespace, name)},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		a.Metrics.reviewed("token", "error")
-		return Decision{}, fmt.Errorf("token review: %w", err)
-	}
-	st := tr.Status
-	// An authenticator that ignores audiences answers with none: refuse it,
-	// or a token for any audience would do.
-	if !st.Authenticated || !slices.ContainsFunc(st.Audiences, func(aud string) bool {
-		return aud == Audience || aud == RuleSetAudience(namespace, name)
-	}) {
-		a.Metrics.reviewed("token", "denied")
+	case user == nil:
 		return Decision{Reason: DenyUnauthenticated}, nil
 	}
-	a.Metrics.reviewed("token", "allowed")
-	user := st.User
 	if ns, _, ok := ServiceAccount(user.Username); ok && ns == namespace {
 		return Decision{Allowed: true, User: user.Username}, nil
 	}
-	if a.Access == nil {
+	spec := kubereview.Subject(user)
+	spec.ResourceAttributes = &authorizationv1.ResourceAttributes{
+		Namespace: namespace, Name: name, Verb: GrantVerb,
+		Group: GrantGroup, Resource: GrantResource, Subresource: GrantSubresource,
+	}
+	allowed, _, err := a.reviews.Authorize(ctx, spec)
+	switch {
+	case errors.Is(err, kubereview.ErrBusy):
+		return Decision{Reason: DenyOverloaded, User: user.Username}, nil
+	case err != nil:
+		return Decision{}, err
+	case !allowed:
 		return Decision{Reason: DenyForbidden, User: user.Username}, nil
 	}
-	extra := map[string]authorizationv1.ExtraValue{}
-	for k, v := range user.Extra {
-		extra[k] = authorizationv1.ExtraValue(v)
-	}
-	sar, err := a.Access.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
-		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: namespace, Name: name, Verb: GrantVerb,
-			Group: GrantGroup, Resource: GrantResource, Subresource: GrantSubresource,
-		},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		a.Metrics.reviewed("access", "error")
-		return Decision{}, fmt.Errorf("subject access review: %w", err)
-	}
-	if !sar.Status.Allowed || sar.Status.Denied {
-		a.Metrics.reviewed("access", "denied")
-		return Decision{Reason: DenyForbidden, User: user.Username}, nil
-	}
-	a.Metrics.reviewed("access", "allowed")
 	return Decision{Allowed: true, User: user.Username}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,12 +23,22 @@ import (
 // unreachable. Pure unit tests of the decision cache; the API server's own
 // answers are tested in internal/waf.
 type reviewer struct {
-	calls int
+	calls atomic.Int32
 	fail  bool
+	block chan struct{} // when set, the review of a token starting "forged" waits for it to close
+	in    chan struct{} // when set, such a review says it has begun
 }
 
-func (r *reviewer) Create(_ context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
-	r.calls++
+func (r *reviewer) Create(ctx context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	r.calls.Add(1)
+	if r.block != nil && strings.HasPrefix(tr.Spec.Token, "forged") {
+		r.in <- struct{}{}
+		select {
+		case <-r.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	if r.fail {
 		return nil, errors.New("connection refused")
 	}
@@ -77,19 +88,19 @@ func TestKubeAuthorizerDecisionCache(t *testing.T) {
 	if d := decide("team-a:proxy:"+RuleSetAudience("team-a", "rs"), "team-a"); !d.Allowed {
 		t.Fatalf("rule set audience: %+v", d)
 	}
-	calls := tokens.calls
+	calls := int(tokens.calls.Load())
 	decide("team-a:proxy:"+RuleSetAudience("team-a", "rs"), "team-a")
-	if tokens.calls != calls {
+	if int(tokens.calls.Load()) != calls {
 		t.Fatal("a cached decision was reviewed again")
 	}
 	// Size 2: the first decisions were evicted by the later ones.
 	decide(own, "team-a")
-	if tokens.calls != calls+1 {
-		t.Fatalf("%d reviews, want an evicted decision reviewed again", tokens.calls-calls)
+	if int(tokens.calls.Load()) != calls+1 {
+		t.Fatalf("%d reviews, want an evicted decision reviewed again", int(tokens.calls.Load())-calls)
 	}
 	clk.Step(DefaultAllowTTL + time.Second)
 	decide(own, "team-a")
-	if tokens.calls != calls+2 {
+	if int(tokens.calls.Load()) != calls+2 {
 		t.Fatal("an expired decision was reused")
 	}
 	tokens.fail = true

@@ -11,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
@@ -31,6 +33,10 @@ const (
 	// maxTokenBytes bounds the bearer token looked at (a ServiceAccount
 	// token is about 1 KiB).
 	maxTokenBytes = 8 << 10
+	// A refusal is logged unless more than denyLogBurst came within the
+	// last denyLogBurst*denyLogEvery: ten lines a second in a flood.
+	denyLogEvery = 100 * time.Millisecond
+	denyLogBurst = 20
 )
 
 // Limits of the HTTP server.
@@ -105,6 +111,10 @@ type Server struct {
 
 	// slots holds a token per request being answered.
 	slots chan struct{}
+	// denyLog limits the refusals logged; notLogged counts the others
+	// since the last line.
+	denyLog   *rate.Limiter
+	notLogged atomic.Int64
 
 	ready   chan struct{}
 	mu      sync.Mutex
@@ -114,7 +124,10 @@ type Server struct {
 // NewServer returns a server for c; m may be nil.
 func NewServer(c *Cache, opts ServerOptions, m *Metrics) *Server {
 	opts = opts.withDefaults()
-	return &Server{cache: c, opts: opts, metrics: m, slots: make(chan struct{}, opts.MaxConcurrent), ready: make(chan struct{})}
+	return &Server{
+		cache: c, opts: opts, metrics: m, slots: make(chan struct{}, opts.MaxConcurrent), ready: make(chan struct{}),
+		denyLog: rate.NewLimiter(rate.Every(denyLogEvery), denyLogBurst),
+	}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every
@@ -224,18 +237,13 @@ func (s *Server) Handler() http.Handler {
 }
 
 // serve answers one request. The order of the checks is the defence: cheap
-// refusals before a slot is taken, authentication before the path is
-// trusted, authorization before the lookup.
+// refusals first, authorization before the lookup, and a slot only for an
+// authorized request: the Authorizer bounds its own reviews, so callers
+// whose reviews are slow or forged never hold the slots that known data
+// planes are answered on.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	tablePath, ok := checkRequest(w, r)
 	if !ok {
-		return
-	}
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	default:
-		s.deny(w, r, DenyOverloaded, "")
 		return
 	}
 	token, ok := bearerToken(r)
@@ -248,6 +256,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.allowed(w, r, token, ns, name, tablePath) {
+		return
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		s.deny(w, r, DenyOverloaded, "")
 		return
 	}
 	data, ok := s.entry(w, ns, name, latest, tablePath)
@@ -302,9 +317,13 @@ func parseRequestPath(w http.ResponseWriter, r *http.Request, tablePath bool) (n
 // tell which rule sets or tables exist.
 func (s *Server) allowed(w http.ResponseWriter, r *http.Request, token, ns, name string, tablePath bool) bool {
 	d, err := s.authorize(r.Context(), token, ns, name)
+	if r.Context().Err() != nil {
+		// The client hung up: nobody reads the answer, and its cancelled
+		// review is no fault of the API server's.
+		return false
+	}
 	if err != nil {
-		s.opts.Logger.Warn("rule set cache: authorization failed", "error", err, "key", Key(ns, name), "client", r.RemoteAddr)
-		s.deny(w, r, DenyReviewFailed, "")
+		s.deny(w, r, DenyReviewFailed, "", "error", err.Error())
 		return false
 	}
 	if !d.Allowed && d.Reason == DenyForbidden && !tablePath {
@@ -368,10 +387,25 @@ func (s *Server) authorize(ctx context.Context, token, ns, name string) (Decisio
 	return s.opts.Authorizer.Authorize(ctx, token, ns, name)
 }
 
-// deny answers a refused request, counts and logs it.
-func (s *Server) deny(w http.ResponseWriter, r *http.Request, reason, user string) {
+// deny answers a refused request, counts it and logs it unless refusals
+// come faster than denyLogEvery (after a burst of denyLogBurst): anyone
+// who can reach the port can make refusals, and a line each would let them
+// fill the log at the rate they send. Each refusal is counted; the next
+// line logged says how many were not.
+// attrs are more of the line's key-value pairs: the error of a failed
+// review, which is logged as a warning.
+func (s *Server) deny(w http.ResponseWriter, r *http.Request, reason, user string, attrs ...any) {
 	s.metrics.denied(reason)
-	s.opts.Logger.Info("rule set cache request denied", "reason", reason, "path", r.URL.Path, "client", r.RemoteAddr, "user", user)
+	if s.denyLog.AllowN(s.opts.Clock.Now(), 1) {
+		level := slog.LevelInfo
+		if reason == DenyReviewFailed {
+			level = slog.LevelWarn
+		}
+		s.opts.Logger.Log(r.Context(), level, "rule set cache request denied", append([]any{"reason", reason, "path", r.URL.Path, "client", r.RemoteAddr, "user", user,
+			"notLogged", s.notLogged.Swap(0)}, attrs...)...)
+	} else {
+		s.notLogged.Add(1)
+	}
 	switch reason {
 	case DenyNoToken, DenyUnauthenticated:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="portal-waf-cache"`)

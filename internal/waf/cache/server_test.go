@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,46 +281,55 @@ func TestServerAuthorization(t *testing.T) {
 	}
 }
 
-// TestServerConcurrencyBound: with MaxConcurrent requests in flight, the
-// next one gets 503 with Retry-After at once instead of queueing.
+// blockedWriter is a client that reads nothing: the answer's body blocks
+// until release is closed, after saying that it began.
+type blockedWriter struct {
+	*httptest.ResponseRecorder
+	writing chan<- struct{}
+	release <-chan struct{}
+}
+
+func (w blockedWriter) Write(b []byte) (int, error) {
+	w.writing <- struct{}{}
+	<-w.release
+	return w.ResponseRecorder.Write(b)
+}
+
+// get sends GET path with token straight to h.
+func get(h http.Handler, w http.ResponseWriter, token, path string) {
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.Header.Set("Authorization", "Bearer "+token)
+	h.ServeHTTP(w, r)
+}
+
+// TestServerConcurrencyBound: with MaxConcurrent answers being written,
+// the next authorized request gets 503 with Retry-After at once instead of
+// queueing.
 func TestServerConcurrencyBound(t *testing.T) {
-	release := make(chan struct{})
-	entered := make(chan struct{}, 2)
-	blocking := AuthorizerFunc(func(ctx context.Context, _, _, _ string) (Decision, error) {
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-release
-		return Decision{Allowed: true}, nil
-	})
+	allow := AuthorizerFunc(func(context.Context, string, string, string) (Decision, error) { return Decision{Allowed: true}, nil })
 	m := NewMetrics(prometheus.NewRegistry())
 	c := New(nil, m)
 	c.Put("ns/rs", "id", "SecRuleEngine On\n", nil)
-	srv := httptest.NewTLSServer(NewServer(c, ServerOptions{Authorizer: blocking, MaxConcurrent: 2, Logger: discardLog()}, m).Handler())
-	defer srv.Close()
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
-	defer unblock() // before Close, which waits for the handlers
-	client = srv.Client()
-	// Without the bound the third request would wait for the first two.
-	client.Timeout = 10 * time.Second
+	h := NewServer(c, ServerOptions{Authorizer: allow, MaxConcurrent: 2, Logger: discardLog()}, m).Handler()
+	writing, release := make(chan struct{}, 2), make(chan struct{})
 	var wg sync.WaitGroup
 	codes := make(chan int, 2)
 	for range 2 {
 		wg.Go(func() {
-			resp, _ := doAs(t, "x", http.MethodGet, srv.URL+"/rules/ns/rs", nil)
-			codes <- resp.StatusCode
+			w := blockedWriter{httptest.NewRecorder(), writing, release}
+			get(h, w, "x", "/rules/ns/rs")
+			codes <- w.Code
 		})
 	}
-	<-entered
-	<-entered
-	resp, _ := doAs(t, "x", http.MethodGet, srv.URL+"/rules/ns/rs", nil)
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("request beyond the bound: %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
-	}
-	unblock()
+	<-writing
+	<-writing
+	w := httptest.NewRecorder()
+	get(h, w, "x", "/rules/ns/rs")
+	close(release)
 	wg.Wait()
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("request beyond the bound: %d Retry-After %q, want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
 	close(codes)
 	for code := range codes {
 		if code != 200 {
@@ -331,23 +341,159 @@ func TestServerConcurrencyBound(t *testing.T) {
 	}
 }
 
-// TestServerLogsDenials: every refusal is one log line naming the reason,
-// the path, the client and, when the token authenticated, the user.
+// TestForgedTokenFloodLeavesDataPlanesServed: requests whose token reviews
+// hang (forged tokens against a slow API server) hold no serving slot and
+// at most the unknown tokens' review slots, so a data plane whose decision
+// is cached is served, one whose token was reviewed recently is reviewed
+// again on slots of its own, and the flood past the review slots is
+// answered 503 overloaded after the slot wait without reaching the API
+// server.
+func TestForgedTokenFloodLeavesDataPlanesServed(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	tokens := &reviewer{block: make(chan struct{}), in: make(chan struct{}, 64)}
+	m := NewMetrics(prometheus.NewRegistry())
+	c := New(nil, m)
+	c.Put("team-a/rs", "id", "SecRuleEngine On\n", nil)
+	h := NewServer(c, ServerOptions{
+		Authorizer: newKubeAuthorizer(tokens, &denyAll{}, 0, m, clk), MaxConcurrent: 2, Logger: discardLog(),
+	}, m).Handler()
+	dataPlane := "team-a:proxy:" + Audience
+	served := func(what string) {
+		t.Helper()
+		done := make(chan int, 1)
+		go func() {
+			w := httptest.NewRecorder()
+			get(h, w, dataPlane, "/rules/team-a/rs")
+			done <- w.Code
+		}()
+		select {
+		case code := <-done:
+			if code != http.StatusOK {
+				t.Fatalf("%s: HTTP %d, want 200", what, code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s waited behind the flood", what)
+		}
+	}
+	served("the data plane's first read")
+
+	const inFlight, flood = 8, 12 // kubereview.DefaultMaxInFlight, and four more waiting
+	floodCodes := make(chan int, flood)
+	for i := range flood {
+		go func() {
+			w := httptest.NewRecorder()
+			get(h, w, "forged-"+strconv.Itoa(i), "/rules/team-a/rs")
+			floodCodes <- w.Code
+		}()
+	}
+	began := func(n int) {
+		t.Helper()
+		for i := range n {
+			select {
+			case <-tokens.in:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%d of the flood's token reviews began, want %d", i, n)
+			}
+		}
+	}
+	// As many as the server has slots: before the fix each of them held
+	// one while its review hung, and the data plane got 503.
+	began(2)
+	served("a data plane whose decision is cached")
+	began(inFlight - 2)
+	waitFor(t, "the rest of the flood to wait for a review slot", func() bool { return clk.Waiters() == flood-inFlight })
+	served("a data plane whose decision is cached, the review slots full")
+	clk.Step(DefaultAllowTTL + time.Second) // its decision expires; the flood's waits end
+	served("a data plane known from its last review")
+	for range flood - inFlight {
+		if code := <-floodCodes; code != http.StatusServiceUnavailable {
+			t.Errorf("a forged token past the review slots: HTTP %d, want 503", code)
+		}
+	}
+	close(tokens.block)
+	for range inFlight {
+		if code := <-floodCodes; code != http.StatusUnauthorized {
+			t.Errorf("a forged token reviewed: HTTP %d, want 401", code)
+		}
+	}
+	if got := testutil.ToFloat64(m.Denied.WithLabelValues(DenyOverloaded)); got != flood-inFlight {
+		t.Errorf("denied_total{reason=overloaded} = %v, want %d", got, flood-inFlight)
+	}
+	if n := tokens.calls.Load(); n != 2+inFlight {
+		t.Errorf("%d token reviews, want %d: the data plane's two and one per forged token that got a slot", n, 2+inFlight)
+	}
+}
+
+// TestServerLogsDenials: a refusal is one log line naming the reason, the
+// path, the client and, when the token authenticated, the user; past a
+// burst, a flood of refusals is logged at ten lines a second, each saying
+// how many it left out, while every refusal is counted.
 func TestServerLogsDenials(t *testing.T) {
 	var buf bytes.Buffer
+	clk := clocktesting.NewFakeClock(t0)
+	m := NewMetrics(prometheus.NewRegistry())
 	c := New(nil, nil)
 	c.Put("team-a/crs", "id", "SecRuleEngine On\n", nil)
-	srv := httptest.NewTLSServer(NewServer(c, ServerOptions{Authorizer: teamA, Logger: slog.New(slog.NewJSONHandler(&buf, nil))}, nil).Handler())
-	defer srv.Close()
-	client = srv.Client()
-	doAs(t, "team-b", http.MethodGet, srv.URL+"/rules/team-a/crs", nil)
-	var line map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
-		t.Fatalf("log %q: %v", buf.String(), err)
+	h := NewServer(c, ServerOptions{Authorizer: teamA, Logger: slog.New(slog.NewJSONHandler(&buf, nil)), Clock: clk}, m).Handler()
+	lines := func() []map[string]any {
+		t.Helper()
+		var out []map[string]any
+		for l := range strings.Lines(buf.String()) {
+			var line map[string]any
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatalf("log %q: %v", l, err)
+			}
+			out = append(out, line)
+		}
+		return out
 	}
-	if line["msg"] != "rule set cache request denied" || line["reason"] != DenyForbidden || line["path"] != "/rules/team-a/crs" ||
-		line["user"] != "system:serviceaccount:team-b:proxy" || line["client"] == "" {
-		t.Fatalf("log line %v", line)
+	get(h, httptest.NewRecorder(), "team-b", "/rules/team-a/crs")
+	if l := lines(); len(l) != 1 || l[0]["msg"] != "rule set cache request denied" || l[0]["reason"] != DenyForbidden ||
+		l[0]["path"] != "/rules/team-a/crs" || l[0]["user"] != "system:serviceaccount:team-b:proxy" || l[0]["client"] == "" {
+		t.Fatalf("log lines %v", l)
+	}
+	const flood = 1000
+	for range flood {
+		get(h, httptest.NewRecorder(), "forged", "/rules/team-a/crs")
+	}
+	if n := len(lines()); n != denyLogBurst {
+		t.Errorf("%d refusals at once logged %d lines, want the burst of %d", flood+1, n, denyLogBurst)
+	}
+	clk.Step(time.Second)
+	for range flood {
+		get(h, httptest.NewRecorder(), "forged", "/rules/team-a/crs")
+	}
+	l := lines()
+	if n := len(l); n != denyLogBurst+10 {
+		t.Errorf("a second later, %d more refusals logged %d more lines, want 10", flood, n-denyLogBurst)
+	}
+	if got, want := l[denyLogBurst]["notLogged"], float64(flood+1-denyLogBurst); got != want {
+		t.Errorf("the first line after the burst says notLogged=%v, want %v", got, want)
+	}
+	if got := testutil.ToFloat64(m.Denied.WithLabelValues(DenyUnauthenticated)); got != 2*flood {
+		t.Errorf("denied_total{reason=unauthenticated} = %v, want %d: every refusal counts", got, 2*flood)
+	}
+}
+
+// TestServerClientThatHungUp: a request whose client has gone makes no
+// review, and is neither logged nor counted as a refusal.
+func TestServerClientThatHungUp(t *testing.T) {
+	var buf bytes.Buffer
+	tokens := &reviewer{}
+	m := NewMetrics(prometheus.NewRegistry())
+	c := New(nil, nil)
+	h := NewServer(c, ServerOptions{
+		Authorizer: newKubeAuthorizer(tokens, &denyAll{}, 0, m, clocktesting.NewFakeClock(t0)),
+		Logger:     slog.New(slog.NewJSONHandler(&buf, nil)),
+	}, m).Handler()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/rules/team-a/crs", nil)
+	r.Header.Set("Authorization", "Bearer forged")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if n := tokens.calls.Load(); n != 0 || buf.Len() != 0 || testutil.ToFloat64(m.Denied.WithLabelValues(DenyReviewFailed)) != 0 {
+		t.Errorf("a cancelled request: %d reviews, log %q, review_failed %v; want none of them", n, buf.String(),
+			testutil.ToFloat64(m.Denied.WithLabelValues(DenyReviewFailed)))
 	}
 }
 
@@ -378,5 +524,16 @@ func TestServerEncodesOnce(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if perRequest := (after.TotalAlloc - before.TotalAlloc) / requests; perRequest > size/8 {
 		t.Fatalf("%d bytes allocated per answer of a %d-byte entry: it is encoded per request", perRequest, 2*size)
+	}
+}
+
+// waitFor polls cond until it holds, for at most ten seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
