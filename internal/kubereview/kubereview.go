@@ -4,13 +4,16 @@
 // can reach: /metrics and the WAF rule set cache.
 //
 // Every caller of such a server is untrusted until reviewed, so the bounds
-// are the point: answers are cached in LRUs of a fixed size (refused tokens
-// apart from trusted ones, so a flood of forged tokens cannot push a
-// client's entry out), at most MaxInFlight reviews of each kind are made at
-// once and a request waits at most SlotWait for one, and a token the API
-// server authenticated recently is reviewed again on slots of its own, so
-// that such a flood does not cost a known client its requests when its
-// cache entry expires. A failed review is not cached and not retried.
+// are the point. Answers are cached in LRUs of a fixed size, each kept
+// where what an attacker can make cannot push out what a known client
+// needs: an authenticated token's answer by the token alone (one token
+// asking many questions takes one entry), refused questions and denied
+// access apart from trusted tokens and grants. At most MaxInFlight reviews
+// of each kind are made at once, a few more requests wait at most SlotWait
+// for one, and a token the API server authenticated recently is reviewed
+// again on slots of its own, so that a flood of forged tokens does not cost
+// a known client its requests when its cache entry expires. A failed
+// review is not cached and not retried.
 package kubereview
 
 import (
@@ -22,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -53,25 +57,28 @@ type Options struct {
 	// controller-runtime's for authorizations). A revoked token is trusted
 	// for at most TokenTTL more, a removed grant for at most AllowTTL.
 	AllowTTL, DenyTTL time.Duration
-	// CacheSize bounds each cache: authenticated tokens, refused tokens,
-	// recently known tokens and authorizations (default 1024 entries, least
-	// recently used go first).
+	// CacheSize bounds each cache: trusted tokens, recently known tokens,
+	// refused token questions, grants and denials (default 1024 entries,
+	// least recently used go first).
 	CacheSize int
 	// MaxInFlight bounds the reviews being made at once, of unknown tokens,
-	// of recently known tokens and of access, each apart (default 8 each).
+	// of recently known tokens and of access, each apart (default 8 each);
+	// four times as many may wait for one of each. A token the API server
+	// authenticated within the last ten TokenTTLs, asked again for an
+	// audience it was authenticated for, is reviewed on the known tokens'
+	// slots.
 	MaxInFlight int
 	// SlotWait is how long a review waits for a slot before it gives up
-	// with ErrBusy (default 1 second): a flood of forged tokens holds at
-	// most MaxInFlight reviews and a second's worth of waiting requests.
-	// A token authenticated within the last ten TokenTTLs is reviewed again
-	// on slots of its own.
+	// with ErrBusy (default 1 second); past 4*MaxInFlight waiting, a review
+	// gives up at once.
 	SlotWait time.Duration
 	// Clock decides when cached answers expire and how long a review waits
 	// for a slot (default the real clock).
 	Clock clock.Clock
 	// Reviewed, when set, is called once for each review made (not for an
 	// answer from a cache) with the review ("token" or "access") and its
-	// result ("allowed", "denied" or "error"), for a server's metrics.
+	// result ("allowed", "denied" or "error"; not for a review whose caller
+	// gave up on it), for a server's metrics.
 	Reviewed func(review, result string)
 }
 
@@ -87,6 +94,8 @@ const (
 	// knownFor is how many TokenTTLs a token stays known, and so reviewed
 	// on the known tokens' slots, after the API server authenticated it.
 	knownFor = 10
+	// waitersPerSlot is how many reviews may wait for each slot.
+	waitersPerSlot = 4
 )
 
 func (o Options) withDefaults() Options {
@@ -106,8 +115,8 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// ErrBusy: every slot for the review stayed taken for SlotWait. A server
-// answers it 503 with Retry-After.
+// ErrBusy: every slot for the review stayed taken for SlotWait, or too many
+// reviews already waited for one. A server answers it 503 with Retry-After.
 var ErrBusy = errors.New("every review slot is taken")
 
 // Reviewer reviews tokens and access with the API server, within the
@@ -116,12 +125,11 @@ type Reviewer struct {
 	tokens TokenReviewer
 	access AccessReviewer
 	opts   Options
-	// The caches, keyed by SHA-256: of a token and the audiences it was
-	// reviewed for (trusted -> its user, refused -> why, known ->
-	// struct{}), of an access review's whole question (decisions ->
-	// decision).
-	trusted, refused, known, decisions  *utilcache.LRUExpireCache
-	tokenSlots, knownSlots, accessSlots chan struct{}
+	// The caches, keyed by SHA-256: trusted and known by the token alone
+	// (its answer), refused by the token and the audiences asked, granted
+	// and denied by an access review's whole question.
+	trusted, known, refused, granted, denied *utilcache.LRUExpireCache
+	tokenSlots, knownSlots, accessSlots      *slots
 }
 
 // New returns a Reviewer that reviews with tokens and access.
@@ -130,33 +138,45 @@ func New(tokens TokenReviewer, access AccessReviewer, opts Options) *Reviewer {
 	cache := func() *utilcache.LRUExpireCache {
 		return utilcache.NewLRUExpireCacheWithClock(opts.CacheSize, opts.Clock)
 	}
+	newSlots := func() *slots {
+		return &slots{free: make(chan struct{}, opts.MaxInFlight), maxWaiting: waitersPerSlot * int64(opts.MaxInFlight)}
+	}
 	return &Reviewer{
 		tokens: tokens, access: access, opts: opts,
-		trusted: cache(), refused: cache(), known: cache(), decisions: cache(),
-		tokenSlots:  make(chan struct{}, opts.MaxInFlight),
-		knownSlots:  make(chan struct{}, opts.MaxInFlight),
-		accessSlots: make(chan struct{}, opts.MaxInFlight),
+		trusted: cache(), known: cache(), refused: cache(), granted: cache(), denied: cache(),
+		tokenSlots: newSlots(), knownSlots: newSlots(), accessSlots: newSlots(),
 	}
 }
 
-// Options returns the options in force, defaults filled in.
-func (r *Reviewer) Options() Options { return r.opts }
+// slots are the reviews of one kind being made (a token in free each) and
+// the count of those waiting for one.
+type slots struct {
+	free       chan struct{}
+	waiting    atomic.Int64
+	maxWaiting int64
+}
 
-// slot takes one of slots, waiting at most SlotWait.
-func (r *Reviewer) slot(ctx context.Context, slots chan struct{}) (release func(), err error) {
+// slot takes one of s, waiting at most SlotWait, and not at all when
+// maxWaiting others already wait.
+func (r *Reviewer) slot(ctx context.Context, s *slots) (release func(), err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	release = func() { <-slots }
+	release = func() { <-s.free }
 	select {
-	case slots <- struct{}{}:
+	case s.free <- struct{}{}:
 		return release, nil
 	default:
 	}
+	if s.waiting.Add(1) > s.maxWaiting {
+		s.waiting.Add(-1)
+		return nil, ErrBusy
+	}
+	defer s.waiting.Add(-1)
 	t := r.opts.Clock.NewTimer(r.opts.SlotWait)
 	defer t.Stop()
 	select {
-	case slots <- struct{}{}:
+	case s.free <- struct{}{}:
 		return release, nil
 	case <-t.C():
 		return nil, ErrBusy
@@ -165,12 +185,39 @@ func (r *Reviewer) slot(ctx context.Context, slots chan struct{}) (release func(
 	}
 }
 
+// failed tells Reviewed of a review that could not be made, unless its
+// caller gave up on it: a client that hung up says nothing of the API
+// server.
+func (r *Reviewer) failed(caller context.Context, review string) {
+	if caller.Err() == nil {
+		r.opts.Reviewed(review, "error")
+	}
+}
+
+// token is the API server's answer for an authenticated token: who, and
+// for which audiences (own: reviewed for the API server's own, no audience
+// asked).
+type token struct {
+	user      *authenticationv1.UserInfo
+	audiences []string
+	own       bool
+}
+
+// answers says whether the answer holds for a review asking audiences.
+func (t token) answers(audiences []string) bool {
+	if len(audiences) == 0 || t.own {
+		return len(audiences) == 0 && t.own
+	}
+	return slices.ContainsFunc(t.audiences, func(a string) bool { return slices.Contains(audiences, a) })
+}
+
 // tokenKey is the SHA-256 of the token and the audiences, each with its
 // length first, so no two different questions share a key.
-func tokenKey(token string, audiences []string) [sha256.Size]byte {
+func tokenKey(tok string, audiences []string) [sha256.Size]byte {
 	h := sha256.New()
-	for _, s := range append([]string{token}, audiences...) {
-		_ = binary.Write(h, binary.BigEndian, uint64(len(s)))
+	var n [8]byte
+	for _, s := range append([]string{tok}, audiences...) {
+		h.Write(binary.BigEndian.AppendUint64(n[:0], uint64(len(s))))
 		h.Write([]byte(s))
 	}
 	var k [sha256.Size]byte
@@ -178,20 +225,21 @@ func tokenKey(token string, audiences []string) [sha256.Size]byte {
 	return k
 }
 
-// Authenticate returns the user the API server authenticates token as, for
+// Authenticate returns the user the API server authenticates tok as, for
 // one of audiences (the API server's own when there are none), or nil and
 // why not. An error means no review could be made: ErrBusy, the context's
 // error, or the API server's.
-func (r *Reviewer) Authenticate(ctx context.Context, token string, audiences ...string) (*authenticationv1.UserInfo, string, error) {
-	key := tokenKey(token, audiences)
-	if v, ok := r.trusted.Get(key); ok {
-		return v.(*authenticationv1.UserInfo), "", nil
+func (r *Reviewer) Authenticate(ctx context.Context, tok string, audiences ...string) (*authenticationv1.UserInfo, string, error) {
+	id := sha256.Sum256([]byte(tok))
+	if v, ok := r.trusted.Get(id); ok && v.(token).answers(audiences) {
+		return v.(token).user, "", nil
 	}
-	if _, ok := r.refused.Get(key); ok {
+	question := tokenKey(tok, audiences)
+	if _, ok := r.refused.Get(question); ok {
 		return nil, "refused within the last " + r.opts.DenyTTL.String(), nil
 	}
 	slots := r.tokenSlots
-	if _, ok := r.known.Get(key); ok {
+	if v, ok := r.known.Get(id); ok && v.(token).answers(audiences) {
 		slots = r.knownSlots
 	}
 	release, err := r.slot(ctx, slots)
@@ -199,32 +247,32 @@ func (r *Reviewer) Authenticate(ctx context.Context, token string, audiences ...
 		return nil, "", err
 	}
 	defer release()
-	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	rctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
-	tr, err := r.tokens.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{
-		Token: token, Audiences: audiences,
+	tr, err := r.tokens.Create(rctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{
+		Token: tok, Audiences: audiences,
 	}}, metav1.CreateOptions{})
 	if err != nil {
-		r.opts.Reviewed("token", "error")
+		r.failed(ctx, "token")
 		return nil, "", fmt.Errorf("token review: %w", err)
 	}
 	st := tr.Status
-	why := st.Error
-	// An authenticator that ignores audiences answers with none: refuse it,
-	// or a token for any audience would do.
-	if st.Authenticated && len(audiences) > 0 && !slices.ContainsFunc(st.Audiences, func(a string) bool { return slices.Contains(audiences, a) }) {
-		st.Authenticated, why = false, fmt.Sprintf("the token is not for audience %q", audiences[0])
-	}
-	if !st.Authenticated {
+	answer := token{user: &st.User, audiences: st.Audiences, own: len(audiences) == 0}
+	if !st.Authenticated || !answer.answers(audiences) {
+		// An authenticator that ignores audiences answers with none:
+		// refuse it, or a token for any audience would do.
+		why := st.Error
+		if st.Authenticated {
+			why = fmt.Sprintf("the token is not for audience %q", audiences[0])
+		}
 		r.opts.Reviewed("token", "denied")
-		r.refused.Add(key, struct{}{}, r.opts.DenyTTL)
+		r.refused.Add(question, struct{}{}, r.opts.DenyTTL)
 		return nil, why, nil
 	}
 	r.opts.Reviewed("token", "allowed")
-	u := st.User
-	r.trusted.Add(key, &u, r.opts.TokenTTL)
-	r.known.Add(key, struct{}{}, knownFor*r.opts.TokenTTL)
-	return &u, "", nil
+	r.trusted.Add(id, answer, r.opts.TokenTTL)
+	r.known.Add(id, answer, knownFor*r.opts.TokenTTL)
+	return answer.user, "", nil
 }
 
 // Subject is a SubjectAccessReviewSpec for u, to which the caller adds the
@@ -237,45 +285,41 @@ func Subject(u *authenticationv1.UserInfo) authorizationv1.SubjectAccessReviewSp
 	return authorizationv1.SubjectAccessReviewSpec{User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra}
 }
 
-// decision is a cached access review: allowed, or why not.
-type decision struct {
-	allowed bool
-	why     string
-}
-
 // Authorize says whether the API server allows what spec asks, and why
 // not. An error means no review could be made, as for Authenticate.
 func (r *Reviewer) Authorize(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (bool, string, error) {
+	if r.access == nil {
+		return false, "no access reviewer", nil
+	}
 	key, err := decisionKey(&spec)
 	if err != nil {
 		return false, "", err
 	}
-	if v, ok := r.decisions.Get(key); ok {
-		d := v.(decision)
-		return d.allowed, d.why, nil
+	if _, ok := r.granted.Get(key); ok {
+		return true, "", nil
+	}
+	if _, ok := r.denied.Get(key); ok {
+		return false, "refused within the last " + r.opts.DenyTTL.String(), nil
 	}
 	release, err := r.slot(ctx, r.accessSlots)
 	if err != nil {
 		return false, "", err
 	}
 	defer release()
-	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	rctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
-	sar, err := r.access.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+	sar, err := r.access.Create(rctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
 	if err != nil {
-		r.opts.Reviewed("access", "error")
+		r.failed(ctx, "access")
 		return false, "", fmt.Errorf("subject access review: %w", err)
 	}
-	d := decision{allowed: sar.Status.Allowed && !sar.Status.Denied}
-	ttl := r.opts.AllowTTL
-	if !d.allowed {
+	if !sar.Status.Allowed || sar.Status.Denied {
 		r.opts.Reviewed("access", "denied")
-		ttl, d.why = r.opts.DenyTTL, sar.Status.Reason
-		r.decisions.Add(key, decision{why: "refused within the last " + r.opts.DenyTTL.String()}, ttl)
-		return false, d.why, nil
+		r.denied.Add(key, struct{}{}, r.opts.DenyTTL)
+		return false, sar.Status.Reason, nil
 	}
 	r.opts.Reviewed("access", "allowed")
-	r.decisions.Add(key, d, ttl)
+	r.granted.Add(key, struct{}{}, r.opts.AllowTTL)
 	return true, "", nil
 }
 

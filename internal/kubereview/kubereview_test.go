@@ -2,16 +2,19 @@ package kubereview
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -23,9 +26,20 @@ type tokens struct {
 	mu              sync.Mutex
 	asked           []authenticationv1.TokenReviewSpec
 	ignoreAudiences bool
+	// block, when set, holds each review of a token starting "slow" until
+	// it is closed or the review's context ends; in hears of each.
+	block, in chan struct{}
 }
 
-func (r *tokens) Create(_ context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+func (r *tokens) Create(ctx context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	if r.block != nil && strings.HasPrefix(tr.Spec.Token, "slow") {
+		r.in <- struct{}{}
+		select {
+		case <-r.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.asked = append(r.asked, tr.Spec)
@@ -50,20 +64,27 @@ func (r *tokens) calls() int {
 	return len(r.asked)
 }
 
-// allowAll allows every access review.
-type allowAll struct{}
+// access allows every access review but of users named "denied-*", and
+// counts them.
+type access struct{ calls atomic.Int32 }
 
-func (allowAll) Create(_ context.Context, sar *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
+func (a *access) Create(_ context.Context, sar *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
+	a.calls.Add(1)
 	out := sar.DeepCopy()
-	out.Status.Allowed = true
+	out.Status.Allowed = !strings.HasPrefix(sar.Spec.User, "denied-")
 	return out, nil
 }
 
 func newReviewer(opts Options) (*Reviewer, *tokens, *clocktesting.FakeClock) {
-	tk := &tokens{}
+	r, tk, _, clk := newReviewerAccess(opts)
+	return r, tk, clk
+}
+
+func newReviewerAccess(opts Options) (*Reviewer, *tokens, *access, *clocktesting.FakeClock) {
+	tk, ac := &tokens{}, &access{}
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	opts.Clock = clk
-	return New(tk, allowAll{}, opts), tk, clk
+	return New(tk, ac, opts), tk, ac, clk
 }
 
 func authenticate(t *testing.T, r *Reviewer, token string, audiences ...string) string {
@@ -179,7 +200,7 @@ func TestCachesAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for name, c := range map[string]interface{ Keys() []any }{"trusted": r.trusted, "refused": r.refused, "known": r.known, "decisions": r.decisions} {
+	for name, c := range map[string]interface{ Keys() []any }{"trusted": r.trusted, "known": r.known, "refused": r.refused, "granted": r.granted, "denied": r.denied} {
 		if n := len(c.Keys()); n > 16 {
 			t.Errorf("after 2,000 distinct tokens: %d %s entries, want at most 16", n, name)
 		}
@@ -207,5 +228,119 @@ func TestReviewedCountsReviewsMade(t *testing.T) {
 	authenticate(t, r, "alice")
 	if len(heard) != 4 {
 		t.Errorf("after the token TTL: heard %q, want one more token review", heard)
+	}
+}
+
+// TestOneTokenTakesOneEntry: one token asked for many audiences it holds
+// (a data plane's token for the cache, read for any rule set's URL) is
+// reviewed once and takes one entry, so nobody with a valid token can push
+// other clients' entries out by asking many questions; a token asked for
+// an audience it does not hold is refused without losing what it holds.
+func TestOneTokenTakesOneEntry(t *testing.T) {
+	r, tk, _ := newReviewer(Options{CacheSize: 16})
+	authenticate(t, r, "dataplane@cache", "cache", "cache/ns/rs")
+	for i := range 1000 {
+		if got := authenticate(t, r, "attacker@cache", "cache", "cache/ns/rs-"+strconv.Itoa(i)); got != "attacker" {
+			t.Fatalf("a valid token for question %d: user %q", i, got)
+		}
+	}
+	if n := tk.calls(); n != 2 {
+		t.Errorf("two tokens asked 1,001 questions: %d reviews, want 2", n)
+	}
+	if n := len(r.trusted.Keys()); n != 2 {
+		t.Errorf("%d trusted entries, want 2", n)
+	}
+	for i := range 1000 {
+		if got := authenticate(t, r, "scoped@cache/ns/a", "cache", "cache/ns/rs-"+strconv.Itoa(i)); got != "" {
+			t.Fatalf("a token scoped to another rule set: user %q, want none", got)
+		}
+	}
+	before := tk.calls()
+	if got := authenticate(t, r, "dataplane@cache", "cache", "cache/ns/rs"); got != "dataplane" || tk.calls() != before {
+		t.Errorf("the data plane after 2,000 other questions: user %q after %d more reviews, want its cached answer", got, tk.calls()-before)
+	}
+}
+
+// TestDenialsDoNotPushOutGrants: a user who asks for access it lacks, as
+// often as it likes, fills the denials' cache, not the grants'.
+func TestDenialsDoNotPushOutGrants(t *testing.T) {
+	r, _, ac, _ := newReviewerAccess(Options{CacheSize: 16})
+	ctx := context.Background()
+	spec := func(user, name string) authorizationv1.SubjectAccessReviewSpec {
+		s := Subject(&authenticationv1.UserInfo{Username: user})
+		s.ResourceAttributes = &authorizationv1.ResourceAttributes{Namespace: "ns", Name: name, Verb: "get", Resource: "rulesets"}
+		return s
+	}
+	if ok, _, err := r.Authorize(ctx, spec("proxy", "rs")); !ok || err != nil {
+		t.Fatalf("the grant: %v %v", ok, err)
+	}
+	for i := range 1000 {
+		if ok, _, _ := r.Authorize(ctx, spec("denied-attacker", "rs-"+strconv.Itoa(i))); ok {
+			t.Fatal("a denied user was allowed")
+		}
+	}
+	before := ac.calls.Load()
+	if ok, _, err := r.Authorize(ctx, spec("proxy", "rs")); !ok || err != nil || ac.calls.Load() != before {
+		t.Errorf("the grant after 1,000 denials: %v %v after %d more reviews, want it from the cache", ok, err, ac.calls.Load()-before)
+	}
+}
+
+// TestWaitersAreBounded: with every slot taken, 4*MaxInFlight reviews wait
+// for one and the next gives up at once, without a review.
+func TestWaitersAreBounded(t *testing.T) {
+	r, tk, clk := newReviewer(Options{MaxInFlight: 1})
+	tk.block, tk.in = make(chan struct{}), make(chan struct{}, 1)
+	defer close(tk.block)
+	go func() { _, _, _ = r.Authenticate(context.Background(), "slow") }()
+	<-tk.in
+	for i := range 4 {
+		go func() { _, _, _ = r.Authenticate(context.Background(), "waiting-"+strconv.Itoa(i)) }()
+	}
+	waitFor(t, "four reviews to wait for the slot", func() bool { return clk.Waiters() == 4 })
+	done := make(chan error, 1)
+	go func() { _, _, err := r.Authenticate(context.Background(), "one-too-many"); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrBusy) {
+			t.Errorf("the fifth waiting review: %v, want ErrBusy", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fifth review waited too")
+	}
+	clk.Step(DefaultSlotWait)
+}
+
+// TestCallerThatGaveUpIsNoError: a review whose caller's context ends
+// while it is made fails, and is not counted as the API server's error.
+func TestCallerThatGaveUpIsNoError(t *testing.T) {
+	var heard atomic.Int32
+	r, tk, _ := newReviewer(Options{Reviewed: func(_, result string) {
+		if result == "error" {
+			heard.Add(1)
+		}
+	}})
+	tk.block, tk.in = make(chan struct{}), make(chan struct{}, 1)
+	defer close(tk.block)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, _, err := r.Authenticate(ctx, "slow"); done <- err }()
+	<-tk.in
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled review: %v", err)
+	}
+	if n := heard.Load(); n != 0 {
+		t.Errorf("a cancelled review was counted as %d API server errors", n)
+	}
+}
+
+// waitFor polls cond until it holds, for at most ten seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }

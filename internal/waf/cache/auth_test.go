@@ -51,10 +51,10 @@ func (r *reviewer) Create(ctx context.Context, tr *authenticationv1.TokenReview,
 	return out, nil
 }
 
-type denyAll struct{ calls int }
+type denyAll struct{ calls atomic.Int32 }
 
 func (d *denyAll) Create(_ context.Context, sar *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
-	d.calls++
+	d.calls.Add(1)
 	return sar, nil
 }
 
@@ -79,8 +79,8 @@ func TestKubeAuthorizerDecisionCache(t *testing.T) {
 	if d := decide(own, "team-a"); !d.Allowed {
 		t.Fatalf("own namespace: %+v", d)
 	}
-	if d := decide(own, "team-b"); d.Allowed || d.Reason != DenyForbidden || access.calls != 1 {
-		t.Fatalf("other namespace: %+v after %d access reviews", d, access.calls)
+	if d := decide(own, "team-b"); d.Allowed || d.Reason != DenyForbidden || access.calls.Load() != 1 {
+		t.Fatalf("other namespace: %+v after %d access reviews", d, access.calls.Load())
 	}
 	if d := decide("team-a:proxy:https://kubernetes.default.svc", "team-a"); d.Allowed || d.Reason != DenyUnauthenticated {
 		t.Fatalf("API server audience: %+v", d)
@@ -90,11 +90,16 @@ func TestKubeAuthorizerDecisionCache(t *testing.T) {
 	}
 	calls := int(tokens.calls.Load())
 	decide("team-a:proxy:"+RuleSetAudience("team-a", "rs"), "team-a")
-	if int(tokens.calls.Load()) != calls {
-		t.Fatal("a cached decision was reviewed again")
+	if d := decide(own, "team-a"); !d.Allowed || int(tokens.calls.Load()) != calls {
+		t.Fatalf("cached decisions were reviewed again: %d more reviews", int(tokens.calls.Load())-calls)
 	}
-	// Size 2: the first decisions were evicted by the later ones.
-	decide(own, "team-a")
+	if d := decide("team-d:proxy:"+Audience, "team-d"); !d.Allowed {
+		t.Fatalf("a third token: %+v", d)
+	}
+	calls = int(tokens.calls.Load())
+	// Size 2: the least recently used token, the per-rule-set one, was
+	// evicted by the third.
+	decide("team-a:proxy:"+RuleSetAudience("team-a", "rs"), "team-a")
 	if int(tokens.calls.Load()) != calls+1 {
 		t.Fatalf("%d reviews, want an evicted decision reviewed again", int(tokens.calls.Load())-calls)
 	}

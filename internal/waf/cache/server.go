@@ -33,8 +33,8 @@ const (
 	// maxTokenBytes bounds the bearer token looked at (a ServiceAccount
 	// token is about 1 KiB).
 	maxTokenBytes = 8 << 10
-	// A refusal is logged unless more than denyLogBurst came within the
-	// last denyLogBurst*denyLogEvery: ten lines a second in a flood.
+	// Refusals are logged up to a burst of denyLogBurst, then one every
+	// denyLogEvery: ten lines a second in a flood.
 	denyLogEvery = 100 * time.Millisecond
 	denyLogBurst = 20
 )
@@ -227,9 +227,12 @@ func (s *Server) GC() {
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		rec := &statusRecorder{ResponseWriter: w}
 		s.serve(rec, r)
-		if s.metrics != nil {
+		// A request answered nothing (its client hung up) is not counted:
+		// counting it as Go's implicit 200 would let anyone raise the
+		// successes by hanging up.
+		if s.metrics != nil && rec.code != 0 {
 			s.metrics.Requests.WithLabelValues(strconv.Itoa(rec.code)).Inc()
 			s.metrics.Duration.Observe(time.Since(start).Seconds())
 		}
@@ -462,10 +465,17 @@ func parsePath(p, prefix string) (namespace, name string, latest bool, err error
 	return namespace, name, latest, nil
 }
 
-// statusRecorder remembers the status code written.
+// statusRecorder remembers the status code written (0 while none is).
 type statusRecorder struct {
 	http.ResponseWriter
 	code int
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
 }
 
 func (r *statusRecorder) WriteHeader(code int) {

@@ -351,6 +351,8 @@ func TestServerConcurrencyBound(t *testing.T) {
 func TestForgedTokenFloodLeavesDataPlanesServed(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	tokens := &reviewer{block: make(chan struct{}), in: make(chan struct{}, 64)}
+	var unblock sync.Once
+	t.Cleanup(func() { unblock.Do(func() { close(tokens.block) }) }) // on a failure, the flood's reviews end too
 	m := NewMetrics(prometheus.NewRegistry())
 	c := New(nil, m)
 	c.Put("team-a/rs", "id", "SecRuleEngine On\n", nil)
@@ -410,7 +412,7 @@ func TestForgedTokenFloodLeavesDataPlanesServed(t *testing.T) {
 			t.Errorf("a forged token past the review slots: HTTP %d, want 503", code)
 		}
 	}
-	close(tokens.block)
+	unblock.Do(func() { close(tokens.block) })
 	for range inFlight {
 		if code := <-floodCodes; code != http.StatusUnauthorized {
 			t.Errorf("a forged token reviewed: HTTP %d, want 401", code)
@@ -494,6 +496,9 @@ func TestServerClientThatHungUp(t *testing.T) {
 	if n := tokens.calls.Load(); n != 0 || buf.Len() != 0 || testutil.ToFloat64(m.Denied.WithLabelValues(DenyReviewFailed)) != 0 {
 		t.Errorf("a cancelled request: %d reviews, log %q, review_failed %v; want none of them", n, buf.String(),
 			testutil.ToFloat64(m.Denied.WithLabelValues(DenyReviewFailed)))
+	}
+	if n := testutil.CollectAndCount(m.Requests); n != 0 {
+		t.Errorf("a cancelled request was counted in requests_total (%d series): nobody was answered", n)
 	}
 }
 
