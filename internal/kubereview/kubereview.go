@@ -257,7 +257,14 @@ func (r *Reviewer) Authenticate(ctx context.Context, tok string, audiences ...st
 		return nil, "", fmt.Errorf("token review: %w", err)
 	}
 	st := tr.Status
-	answer := token{user: &st.User, audiences: st.Audiences, own: len(audiences) == 0}
+	// Only audiences that were asked for are kept: the API server answers
+	// within them, and an authenticator that lists more is not believed.
+	answer := token{user: &st.User, own: len(audiences) == 0}
+	for _, a := range st.Audiences {
+		if slices.Contains(audiences, a) {
+			answer.audiences = append(answer.audiences, a)
+		}
+	}
 	if !st.Authenticated || !answer.answers(audiences) {
 		// An authenticator that ignores audiences answers with none:
 		// refuse it, or a token for any audience would do.
@@ -270,9 +277,35 @@ func (r *Reviewer) Authenticate(ctx context.Context, tok string, audiences ...st
 		return nil, why, nil
 	}
 	r.opts.Reviewed("token", "allowed")
-	r.trusted.Add(id, answer, r.opts.TokenTTL)
-	r.known.Add(id, answer, knownFor*r.opts.TokenTTL)
+	r.trusted.Add(id, r.merged(r.trusted, id, answer), r.opts.TokenTTL)
+	r.known.Add(id, r.merged(r.known, id, answer), knownFor*r.opts.TokenTTL)
 	return answer.user, "", nil
+}
+
+// maxAudiences bounds the audiences one cached token answers for.
+const maxAudiences = 16
+
+// merged is answer with the audiences of the token's entry in c added when
+// that entry is the same user's: a token's audiences are fixed when it is
+// minted, so one read for two rule sets in turn is not reviewed each time.
+// The latest audiences are kept first, at most maxAudiences.
+func (r *Reviewer) merged(c *utilcache.LRUExpireCache, id [sha256.Size]byte, answer token) token {
+	v, ok := c.Get(id)
+	if !ok || answer.own {
+		return answer
+	}
+	old := v.(token)
+	if old.own || old.user.Username != answer.user.Username || old.user.UID != answer.user.UID {
+		return answer
+	}
+	auds := slices.Clone(answer.audiences)
+	for _, a := range old.audiences {
+		if len(auds) < maxAudiences && !slices.Contains(auds, a) {
+			auds = append(auds, a)
+		}
+	}
+	answer.audiences = auds
+	return answer
 }
 
 // Subject is a SubjectAccessReviewSpec for u, to which the caller adds the

@@ -250,6 +250,9 @@ func TestOneTokenTakesOneEntry(t *testing.T) {
 	if n := len(r.trusted.Keys()); n != 2 {
 		t.Errorf("%d trusted entries, want 2", n)
 	}
+	if got := authenticate(t, r, "scoped@cache/ns/a", "cache", "cache/ns/a"); got != "scoped" {
+		t.Fatalf("a token scoped to its rule set: user %q", got)
+	}
 	for i := range 1000 {
 		if got := authenticate(t, r, "scoped@cache/ns/a", "cache", "cache/ns/rs-"+strconv.Itoa(i)); got != "" {
 			t.Fatalf("a token scoped to another rule set: user %q, want none", got)
@@ -258,6 +261,9 @@ func TestOneTokenTakesOneEntry(t *testing.T) {
 	before := tk.calls()
 	if got := authenticate(t, r, "dataplane@cache", "cache", "cache/ns/rs"); got != "dataplane" || tk.calls() != before {
 		t.Errorf("the data plane after 2,000 other questions: user %q after %d more reviews, want its cached answer", got, tk.calls()-before)
+	}
+	if got := authenticate(t, r, "scoped@cache/ns/a", "cache", "cache/ns/a"); got != "scoped" || tk.calls() != before {
+		t.Errorf("the scoped token for its own rule set after 1,000 refusals: user %q after %d more reviews, want its cached answer", got, tk.calls()-before)
 	}
 }
 
@@ -301,8 +307,8 @@ func TestWaitersAreBounded(t *testing.T) {
 	go func() { _, _, err := r.Authenticate(context.Background(), "one-too-many"); done <- err }()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrBusy) {
-			t.Errorf("the fifth waiting review: %v, want ErrBusy", err)
+		if !errors.Is(err, ErrBusy) || tk.calls() != 0 {
+			t.Errorf("the fifth waiting review: %v after %d finished reviews, want ErrBusy and none", err, tk.calls())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the fifth review waited too")
@@ -343,4 +349,53 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
+}
+
+// TestAudiencesKeptAreTheOnesAsked: an authenticator that answers with
+// audiences nobody asked for is not believed for them later.
+func TestAudiencesKeptAreTheOnesAsked(t *testing.T) {
+	r, _, _ := newReviewer(Options{})
+	r.tokens = tokenReviewerFunc(func(tr *authenticationv1.TokenReview) {
+		tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"cache/ns/a", "cache/ns/b"},
+			User: authenticationv1.UserInfo{Username: "proxy"}}
+	})
+	if got := authenticate(t, r, "tok", "cache", "cache/ns/a"); got != "proxy" {
+		t.Fatalf("the first review: user %q", got)
+	}
+	reviews := 0
+	r.tokens = tokenReviewerFunc(func(*authenticationv1.TokenReview) { reviews++ })
+	if got := authenticate(t, r, "tok", "cache", "cache/ns/b"); got != "" || reviews != 1 {
+		t.Errorf("an audience only the answer named: user %q after %d reviews, want it reviewed (and refused)", got, reviews)
+	}
+}
+
+// TestOneTokenReadingTwoRuleSets: a token that holds two audiences, read
+// for each in turn, is reviewed once for each, not at every read.
+func TestOneTokenReadingTwoRuleSets(t *testing.T) {
+	r, _, _ := newReviewer(Options{})
+	reviews := 0
+	r.tokens = tokenReviewerFunc(func(tr *authenticationv1.TokenReview) {
+		reviews++
+		tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: tr.Spec.Audiences[1:],
+			User: authenticationv1.UserInfo{Username: "proxy"}}
+	})
+	for range 5 {
+		for _, rs := range []string{"cache/ns/a", "cache/ns/b"} {
+			if got := authenticate(t, r, "tok", "cache", rs); got != "proxy" {
+				t.Fatalf("%s: user %q", rs, got)
+			}
+		}
+	}
+	if reviews != 2 {
+		t.Errorf("ten reads of two rule sets with one token: %d reviews, want 2", reviews)
+	}
+}
+
+// tokenReviewerFunc answers a TokenReview by filling in its copy's status.
+type tokenReviewerFunc func(*authenticationv1.TokenReview)
+
+func (f tokenReviewerFunc) Create(_ context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	out := tr.DeepCopy()
+	f(out)
+	return out, nil
 }
