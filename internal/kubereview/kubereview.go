@@ -196,10 +196,12 @@ func (r *Reviewer) failed(caller context.Context, review string) {
 
 // token is the API server's answer for an authenticated token: who, and
 // for which audiences (own: reviewed for the API server's own, no audience
-// asked).
+// asked). The audiences are kept as SHA-256s: a caller chooses how long
+// they are (a rule set's audience holds its namespace and name), and a
+// cache entry's size should not be theirs to choose.
 type token struct {
 	user      *authenticationv1.UserInfo
-	audiences []string
+	audiences [][sha256.Size]byte
 	own       bool
 }
 
@@ -208,7 +210,7 @@ func (t token) answers(audiences []string) bool {
 	if len(audiences) == 0 || t.own {
 		return len(audiences) == 0 && t.own
 	}
-	return slices.ContainsFunc(t.audiences, func(a string) bool { return slices.Contains(audiences, a) })
+	return slices.ContainsFunc(audiences, func(a string) bool { return slices.Contains(t.audiences, sha256.Sum256([]byte(a))) })
 }
 
 // tokenKey is the SHA-256 of the token and the audiences, each with its
@@ -261,8 +263,8 @@ func (r *Reviewer) Authenticate(ctx context.Context, tok string, audiences ...st
 	// within them, and an authenticator that lists more is not believed.
 	answer := token{user: &st.User, own: len(audiences) == 0}
 	for _, a := range st.Audiences {
-		if slices.Contains(audiences, a) {
-			answer.audiences = append(answer.audiences, a)
+		if len(answer.audiences) < maxAudiences && slices.Contains(audiences, a) {
+			answer.audiences = append(answer.audiences, sha256.Sum256([]byte(a)))
 		}
 	}
 	if !st.Authenticated || !answer.answers(audiences) {
@@ -283,7 +285,7 @@ func (r *Reviewer) Authenticate(ctx context.Context, tok string, audiences ...st
 }
 
 // maxAudiences bounds the audiences one cached token answers for.
-const maxAudiences = 16
+const maxAudiences = 8
 
 // merged is answer with the audiences of the token's entry in c added when
 // that entry is the same user's: a token's audiences are fixed when it is

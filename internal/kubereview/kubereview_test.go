@@ -2,6 +2,7 @@ package kubereview
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"slices"
 	"strconv"
@@ -398,4 +399,32 @@ func (f tokenReviewerFunc) Create(_ context.Context, tr *authenticationv1.TokenR
 	out := tr.DeepCopy()
 	f(out)
 	return out, nil
+}
+
+// TestTokenEntryIsBounded: a token holding any number of audiences, of any
+// length, read for each in turn, keeps at most maxAudiences fixed-size
+// digests in its entry, the latest among them.
+func TestTokenEntryIsBounded(t *testing.T) {
+	r, _, _ := newReviewer(Options{})
+	r.tokens = tokenReviewerFunc(func(tr *authenticationv1.TokenReview) {
+		tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: tr.Spec.Audiences,
+			User: authenticationv1.UserInfo{Username: "proxy"}}
+	})
+	long := strings.Repeat("x", 4096)
+	var last string
+	for i := range 1000 {
+		last = long + strconv.Itoa(i)
+		if got := authenticate(t, r, "tok", last); got != "proxy" {
+			t.Fatalf("audience %d: user %q", i, got)
+		}
+	}
+	for name, c := range map[string]interface{ Get(any) (any, bool) }{"trusted": r.trusted, "known": r.known} {
+		v, ok := c.Get(sha256.Sum256([]byte("tok")))
+		if !ok {
+			t.Fatalf("no %s entry for the token", name)
+		}
+		if auds := v.(token).audiences; len(auds) > maxAudiences || !v.(token).answers([]string{last}) {
+			t.Errorf("%s entry after 1,000 audiences: %d digests, answers the latest %v; want at most %d, true", name, len(auds), v.(token).answers([]string{last}), maxAudiences)
+		}
+	}
 }
